@@ -55,6 +55,8 @@ pub enum Error {
         horizon_secs: u64,
     },
     /// A retention of zero would purge every row at once.
-    #[error("retention is zero: every row would be purged at once; keep rows at least as long as upstreams retry")]
+    #[error(
+        "retention is zero: every row would be purged at once; keep rows at least as long as upstreams retry"
+    )]
     ZeroRetention,
 }

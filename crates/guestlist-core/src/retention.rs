@@ -80,6 +80,9 @@ mod tests {
                 horizon_secs: 7200
             })
         ));
-        assert_eq!(Retention::new(hour, hour).map(Retention::duration), Ok(hour));
+        assert_eq!(
+            Retention::new(hour, hour).map(Retention::duration),
+            Ok(hour)
+        );
     }
 }

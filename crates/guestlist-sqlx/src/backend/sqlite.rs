@@ -1,0 +1,156 @@
+//! SQLite: the embedded default. WAL, a busy timeout, `BEGIN IMMEDIATE`, a batch through
+//! `json_each`.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::error::DatabaseError;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteConnection, SqliteError, SqliteJournalMode, SqliteSynchronous,
+};
+use sqlx::{AssertSqlSafe, Connection, Pool, Sqlite, Transaction};
+
+use super::InboxSql;
+use super::sealed::Statements;
+
+/// SQLite's primary result codes after which the transaction may be run again.
+const SQLITE_BUSY: i32 = 5;
+const SQLITE_LOCKED: i32 = 6;
+
+/// How long a connection waits for another writer before it reports the database busy.
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Connection options guestlist recommends for a SQLite file: created if missing, WAL (readers
+/// never block the writer), `synchronous = FULL` (a commit survives a power cut, not only a
+/// crash) and a busy timeout of [`BUSY_TIMEOUT`] so that writers queue instead of failing.
+///
+/// Takes a `sqlite:` URL or a plain path.
+///
+/// ```
+/// # fn main() -> Result<(), sqlx::Error> {
+/// let options = guestlist_sqlx::sqlite::connect_options("sqlite:guestlist.db")?;
+/// assert_eq!(options.get_filename().to_str(), Some("guestlist.db"));
+/// # Ok(()) }
+/// ```
+pub fn connect_options(url_or_path: &str) -> Result<SqliteConnectOptions, sqlx::Error> {
+    let options = if url_or_path.starts_with("sqlite:") {
+        SqliteConnectOptions::from_str(url_or_path)?
+    } else {
+        SqliteConnectOptions::new().filename(url_or_path)
+    };
+    Ok(options
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Full)
+        .busy_timeout(BUSY_TIMEOUT))
+}
+
+pub(super) fn is_retryable(err: &dyn DatabaseError) -> Option<bool> {
+    let err = err.try_downcast_ref::<SqliteError>()?;
+    let code = err.code().and_then(|c| c.parse::<i32>().ok()).unwrap_or(0);
+    Some(matches!(code & 0xff, SQLITE_BUSY | SQLITE_LOCKED))
+}
+
+impl Statements for Sqlite {
+    const BACKEND: &'static str = "sqlite";
+    const DDL: &'static str = include_str!("../../sql/sqlite.sql");
+    const CLAIM: &'static str =
+        "INSERT INTO {table} (handler, message_id) VALUES (?1, ?2) ON CONFLICT DO NOTHING";
+    // `WHERE true` settles SQLite's parsing ambiguity between INSERT … SELECT and ON CONFLICT.
+    const CLAIM_BATCH: &'static str = "INSERT INTO {table} (handler, message_id) \
+         SELECT ?1, value FROM json_each(?2) WHERE true \
+         ON CONFLICT DO NOTHING RETURNING message_id";
+    const PURGE_BATCH: &'static str = "DELETE FROM {table} WHERE rowid IN ( \
+         SELECT rowid FROM {table} \
+         WHERE seen_at < strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || ?1 || ' seconds') \
+         ORDER BY seen_at LIMIT ?2)";
+    const COUNT_OLDER: &'static str = "SELECT count(*) FROM {table} \
+         WHERE seen_at < strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || ?1 || ' seconds')";
+
+    async fn begin(pool: &Pool<Sqlite>) -> Result<Transaction<'static, Sqlite>, sqlx::Error> {
+        // Take the write lock up front: a deferred transaction that reads first can fail with
+        // SQLITE_BUSY_SNAPSHOT when it later writes, and no busy timeout helps with that.
+        pool.begin_with("BEGIN IMMEDIATE").await
+    }
+
+    async fn claim<'c>(
+        conn: &'c mut SqliteConnection,
+        sql: &'c InboxSql,
+        handler: &'c str,
+        id: &'c str,
+    ) -> Result<bool, sqlx::Error> {
+        let done = sqlx::query(AssertSqlSafe(sql.claim.clone()))
+            .bind(handler)
+            .bind(id)
+            .execute(conn)
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn claim_batch<'c>(
+        conn: &'c mut SqliteConnection,
+        sql: &'c InboxSql,
+        handler: &'c str,
+        ids: &'c [&'c str],
+    ) -> Result<Vec<String>, sqlx::Error> {
+        let ids = serde_json::to_string(ids).map_err(|e| sqlx::Error::Encode(Box::new(e)))?;
+        sqlx::query_scalar(AssertSqlSafe(sql.claim_batch.clone()))
+            .bind(handler)
+            .bind(ids)
+            .fetch_all(conn)
+            .await
+    }
+
+    async fn purge_batch<'c>(
+        conn: &'c mut SqliteConnection,
+        sql: &'c InboxSql,
+        older_than_secs: i64,
+        limit: i64,
+    ) -> Result<u64, sqlx::Error> {
+        let done = sqlx::query(AssertSqlSafe(sql.purge_batch.clone()))
+            .bind(older_than_secs)
+            .bind(limit)
+            .execute(conn)
+            .await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn count_older<'c>(
+        conn: &'c mut SqliteConnection,
+        sql: &'c InboxSql,
+        older_than_secs: i64,
+    ) -> Result<u64, sqlx::Error> {
+        let count: i64 = sqlx::query_scalar(AssertSqlSafe(sql.count_older.clone()))
+            .bind(older_than_secs)
+            .fetch_one(conn)
+            .await?;
+        Ok(count.max(0) as u64)
+    }
+
+    async fn migrate<'c>(
+        conn: &'c mut SqliteConnection,
+        sql: &'c InboxSql,
+    ) -> Result<(), sqlx::Error> {
+        let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
+        for statement in &sql.ddl {
+            sqlx::query(AssertSqlSafe(statement.as_str()))
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await
+    }
+
+    async fn try_lock<'c>(_: &'c mut SqliteConnection, _: &'c str) -> Result<bool, sqlx::Error> {
+        // One file, one writer at a time: purgers already take turns.
+        Ok(true)
+    }
+
+    async fn unlock<'c>(_: &'c mut SqliteConnection, _: &'c str) -> Result<(), sqlx::Error> {
+        Ok(())
+    }
+
+    fn is_missing_table(err: &sqlx::Error) -> bool {
+        err.as_database_error()
+            .is_some_and(|e| e.message().starts_with("no such table"))
+    }
+}

@@ -1,0 +1,42 @@
+//! The error type of the stores.
+
+/// What went wrong in a store, with what to do about it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A value was refused before anything was sent to the database.
+    #[error(transparent)]
+    Invalid(#[from] guestlist_core::Error),
+    /// The guest list's table is not there.
+    #[error(
+        "table {table} does not exist: create it with `guestlist migrate --database URL`, with \
+         Inbox::migrate(&pool), or by running the SQL in guestlist-sqlx/sql/ yourself"
+    )]
+    MissingTable {
+        /// The table that was looked for.
+        table: String,
+        /// The database's own error.
+        #[source]
+        source: sqlx::Error,
+    },
+    /// The database refused or failed, or could not be reached.
+    #[error("database error: {0}")]
+    Database(#[source] sqlx::Error),
+}
+
+impl Error {
+    /// `true` when running the whole transaction again may succeed: a deadlock, a serialization
+    /// failure, or a busy SQLite database. Such an error is never a duplicate.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Error::Database(err) => crate::backend::is_retryable(err),
+            _ => false,
+        }
+    }
+}
+
+impl From<sqlx::Error> for Error {
+    fn from(err: sqlx::Error) -> Self {
+        Error::Database(err)
+    }
+}

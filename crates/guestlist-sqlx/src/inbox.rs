@@ -1,0 +1,236 @@
+//! The inbox: claims on the caller's own transaction.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use guestlist_core::{Claim, HandlerName, MessageId, TableName};
+use tracing::Instrument;
+
+use crate::Error;
+use crate::backend::{Backend, InboxSql};
+use crate::retry::RetryPolicy;
+
+/// The default table name.
+pub(crate) const DEFAULT_TABLE: &str = "guestlist_inbox";
+
+/// The guest list of a set of message consumers, kept in one table.
+///
+/// A claim inserts `(handler, message id)` first, `ON CONFLICT DO NOTHING`, on the transaction
+/// that holds the handler's own writes. [`Claim::Fresh`]: do the work and commit, and the tick
+/// and the work become durable together. [`Claim::Duplicate`]: roll back and acknowledge, the
+/// work was done before. A crash anywhere before the commit loses both, and the redelivery finds
+/// no row. A concurrent duplicate on another connection waits on the uncommitted row and then
+/// sees [`Claim::Duplicate`] (or [`Claim::Fresh`], if the first one rolled back).
+///
+/// Cheap to clone; build one per table and share it.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), guestlist_sqlx::Error> {
+/// use guestlist_sqlx::{Claim, HandlerName, Inbox, MessageId};
+/// use sqlx::PgPool;
+///
+/// let pool = PgPool::connect("postgres://localhost/shop").await?;
+/// let inbox = Inbox::<sqlx::Postgres>::new();
+/// inbox.migrate(&pool).await?;
+///
+/// let warehouse = HandlerName::new("warehouse")?;
+/// let id = MessageId::new("evt_9f3k")?;
+/// let mut tx = pool.begin().await?;
+/// match inbox.claim(&mut *tx, &warehouse, &id).await? {
+///     Claim::Fresh => {
+///         sqlx::query("UPDATE orders SET status = 'PICKING' WHERE id = 42")
+///             .execute(&mut *tx)
+///             .await?;
+///         tx.commit().await?;
+///     }
+///     Claim::Duplicate => tx.rollback().await?,
+/// }
+/// // Acknowledge the message only now.
+/// # Ok(()) }
+/// ```
+pub struct Inbox<DB: Backend> {
+    pub(crate) sql: Arc<InboxSql>,
+    pub(crate) retry: RetryPolicy,
+    db: PhantomData<fn() -> DB>,
+}
+
+impl<DB: Backend> Clone for Inbox<DB> {
+    fn clone(&self) -> Self {
+        Self {
+            sql: Arc::clone(&self.sql),
+            retry: self.retry,
+            db: PhantomData,
+        }
+    }
+}
+
+impl<DB: Backend> fmt::Debug for Inbox<DB> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Inbox")
+            .field("backend", &DB::BACKEND)
+            .field("table", &self.sql.table.as_str())
+            .finish()
+    }
+}
+
+impl<DB: Backend> Default for Inbox<DB> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<DB: Backend> Inbox<DB> {
+    /// An inbox in the table `guestlist_inbox`.
+    pub fn new() -> Self {
+        let table = TableName::new(DEFAULT_TABLE).expect("the default table name is valid");
+        Self::in_table(table)
+    }
+
+    /// An inbox in the table `name`, refused unless it is a plain identifier.
+    ///
+    /// ```
+    /// # #[cfg(feature = "sqlite")] {
+    /// use guestlist_sqlx::Inbox;
+    /// let inbox = Inbox::<sqlx::Sqlite>::with_table("orders_inbox")?;
+    /// assert_eq!(inbox.table().as_str(), "orders_inbox");
+    ///
+    /// let err = Inbox::<sqlx::Sqlite>::with_table("inbox'; --").unwrap_err();
+    /// assert!(err.to_string().contains("not a plain identifier"));
+    /// # }
+    /// # Ok::<(), guestlist_sqlx::Error>(())
+    /// ```
+    pub fn with_table(name: &str) -> Result<Self, Error> {
+        Ok(Self::in_table(TableName::new(name)?))
+    }
+
+    /// An inbox in an already validated table.
+    pub fn in_table(table: TableName) -> Self {
+        Self {
+            sql: Arc::new(InboxSql::new::<DB>(&table)),
+            retry: RetryPolicy::default(),
+            db: PhantomData,
+        }
+    }
+
+    /// How many times [`Inbox::process`] and [`Inbox::process_batch`] run a transaction that hit
+    /// a deadlock, a serialization failure or a busy database, the first run included (default 8).
+    pub fn with_attempts(mut self, attempts: u32) -> Self {
+        self.retry.attempts = attempts.max(1);
+        self
+    }
+
+    /// The table that holds this inbox.
+    pub fn table(&self) -> &TableName {
+        &self.sql.table
+    }
+
+    /// The DDL that [`Inbox::migrate`] runs, one statement per entry, for users who run their
+    /// own migrations. The same text ships as `sql/<backend>.sql` in this crate.
+    pub fn ddl(&self) -> &[String] {
+        &self.sql.ddl
+    }
+
+    /// Claims `id` for `handler` on the caller's transaction: one `INSERT`, no `SELECT` first.
+    ///
+    /// Pass the transaction that holds the handler's writes (`&mut *tx`). On [`Claim::Fresh`],
+    /// do the work and commit; on [`Claim::Duplicate`], roll back and acknowledge.
+    pub async fn claim(
+        &self,
+        conn: &mut DB::Connection,
+        handler: &HandlerName,
+        id: &MessageId,
+    ) -> Result<Claim, Error> {
+        let span = tracing::debug_span!(
+            "guestlist.claim",
+            backend = DB::BACKEND,
+            handler = handler.as_str(),
+            message_id = id.as_str(),
+            outcome = tracing::field::Empty,
+        );
+        async {
+            let inserted = DB::claim(conn, &self.sql, handler.as_str(), id.as_str())
+                .await
+                .map_err(|err| self.error(err))?;
+            let claim = if inserted {
+                Claim::Fresh
+            } else {
+                Claim::Duplicate
+            };
+            tracing::Span::current().record("outcome", claim.as_str());
+            count_claims(handler, claim, 1);
+            Ok(claim)
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Claims a batch of ids for `handler` in one statement (MySQL: one statement per id) on
+    /// the caller's transaction, and returns the fresh ones, sorted.
+    ///
+    /// An id repeated within `ids` counts once. Ids are claimed in sorted order, so two
+    /// consumers holding overlapping batches lock rows in the same order and cannot deadlock.
+    pub async fn claim_batch(
+        &self,
+        conn: &mut DB::Connection,
+        handler: &HandlerName,
+        ids: &[MessageId],
+    ) -> Result<Vec<MessageId>, Error> {
+        let mut sorted: Vec<&MessageId> = ids.iter().collect();
+        sorted.sort_unstable();
+        sorted.dedup();
+        let span = tracing::debug_span!(
+            "guestlist.claim_batch",
+            backend = DB::BACKEND,
+            handler = handler.as_str(),
+            batch = sorted.len(),
+            fresh = tracing::field::Empty,
+        );
+        async {
+            if sorted.is_empty() {
+                return Ok(Vec::new());
+            }
+            let raw: Vec<&str> = sorted.iter().map(|id| id.as_str()).collect();
+            let inserted = DB::claim_batch(conn, &self.sql, handler.as_str(), &raw)
+                .await
+                .map_err(|err| self.error(err))?;
+            let inserted: HashSet<&str> = inserted.iter().map(String::as_str).collect();
+            let fresh: Vec<MessageId> = sorted
+                .into_iter()
+                .filter(|id| inserted.contains(id.as_str()))
+                .cloned()
+                .collect();
+            tracing::Span::current().record("fresh", fresh.len());
+            count_claims(handler, Claim::Fresh, fresh.len());
+            count_claims(handler, Claim::Duplicate, raw.len() - fresh.len());
+            Ok(fresh)
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Turns a database error into [`Error::MissingTable`] where it says the table is absent.
+    pub(crate) fn error(&self, err: sqlx::Error) -> Error {
+        if DB::is_missing_table(&err) {
+            Error::MissingTable {
+                table: self.sql.table.to_string(),
+                source: err,
+            }
+        } else {
+            Error::Database(err)
+        }
+    }
+}
+
+/// Adds `n` to the claim counter of `handler` and `outcome`.
+fn count_claims(handler: &HandlerName, outcome: Claim, n: usize) {
+    if n > 0 {
+        metrics::counter!(
+            "guestlist_inbox_claims_total",
+            "handler" => handler.to_string(),
+            "outcome" => outcome.as_str(),
+        )
+        .increment(n as u64);
+    }
+}

@@ -1,0 +1,33 @@
+//! guestlist's stores on [`sqlx`]: the inbox, its schema and its purge, for PostgreSQL, SQLite
+//! and MySQL/MariaDB, each behind a feature (`postgres`, `sqlite`, `mysql`).
+//!
+//! The inbox claims `(handler, message id)` with one `INSERT` on the caller's own transaction, so
+//! that the tick on the guest list and the handler's work commit together or not at all. See
+//! [`Inbox`] for the API and the `guestlist` crate for the guide.
+
+#![cfg_attr(docsrs, feature(doc_cfg))]
+// Without a backend feature there is nothing to call the inbox's machinery.
+#![cfg_attr(
+    not(any(feature = "postgres", feature = "sqlite", feature = "mysql")),
+    allow(dead_code, unused_variables)
+)]
+
+mod backend;
+mod error;
+mod inbox;
+mod process;
+mod purge;
+mod purger;
+mod retry;
+mod schema;
+
+pub use backend::Backend;
+#[cfg(feature = "sqlite")]
+pub use backend::sqlite;
+pub use error::Error;
+pub use guestlist_core::{Claim, HandlerName, MessageId, Retention, TableName};
+pub use inbox::Inbox;
+pub use process::{BatchProcessed, ProcessError, Processed, WorkFuture};
+pub use purge::{Purge, Purged};
+pub use purger::{Purger, PurgerHandle};
+pub use sqlx;

@@ -1,0 +1,69 @@
+//! # guestlist
+//!
+//! Brokers and HTTP clients deliver **at least once**: a crash between the work and the
+//! acknowledgment brings the same message again. guestlist makes the processing
+//! **exactly once** with a durable guest list of handled ids, kept in the same database
+//! transaction as the work it guards.
+//!
+//! A bouncer who memorizes faces (a `HashSet` in memory) is worthless at the shift change (a
+//! restart) and at the second door (a second pod). guestlist is the clipboard: the tick and the
+//! admission happen in one motion (one transaction), the clipboard outlives every shift (it is in
+//! the database), and every door works from the same list (the primary key serializes them).
+//!
+//! ## Features
+//!
+//! One per database, none by default: `postgres` (production; many instances share one table),
+//! `sqlite` (embedded; no server), `mysql` (MySQL 8.0.13+ and MariaDB 10.3+).
+//!
+//! ## The inbox in one call
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use guestlist::{HandlerName, Inbox, MessageId, Processed};
+//! use guestlist::sqlx::{self, SqlitePool};
+//!
+//! let pool = SqlitePool::connect_with(guestlist::sqlite::connect_options("sqlite::memory:")?).await?;
+//! let inbox = Inbox::<sqlx::Sqlite>::new();
+//! inbox.migrate(&pool).await?;
+//! sqlx::query("CREATE TABLE pick_tasks (order_id INTEGER)").execute(&pool).await?;
+//!
+//! let warehouse = HandlerName::new("warehouse")?;
+//! let event = MessageId::new("evt_9f3k")?;
+//! let mut acks = 0;
+//! for _delivery in 0..5 {
+//!     let done = inbox
+//!         .process(&pool, &warehouse, &event, |tx| {
+//!             Box::pin(async move {
+//!                 sqlx::query("INSERT INTO pick_tasks VALUES (42)").execute(&mut *tx).await
+//!             })
+//!         })
+//!         .await?;
+//!     let _ran = matches!(done, Processed::Ran(_)); // fresh or duplicate: acknowledge either way
+//!     acks += 1;
+//! }
+//! let tasks: i64 = sqlx::query_scalar("SELECT count(*) FROM pick_tasks").fetch_one(&pool).await?;
+//! assert_eq!((acks, tasks), (5, 1)); // five deliveries, five acks, one pick task
+//! # Ok(()) }
+//! ```
+//!
+//! [`Inbox::claim`] does the same on a transaction you hold yourself; [`Inbox::claim_batch`] and
+//! [`Inbox::process_batch`] claim a whole batch in one statement. Read [`guide`] for which writes
+//! need an inbox at all.
+
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+pub use guestlist_core::{Claim, HandlerName, MessageId, Retention, TableName};
+#[cfg(feature = "sqlite")]
+pub use guestlist_sqlx::sqlite;
+pub use guestlist_sqlx::{
+    Backend, BatchProcessed, Error, Inbox, ProcessError, Processed, Purge, Purged, Purger,
+    PurgerHandle, WorkFuture, sqlx,
+};
+
+/// Errors of the core types: invalid ids, names, table names and retentions.
+pub use guestlist_core::Error as InvalidValue;
+
+pub mod guide {
+    #![doc = include_str!("docs/boundary.md")]
+}

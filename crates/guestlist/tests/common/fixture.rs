@@ -1,0 +1,175 @@
+//! What differs between databases in the tests: where they are, and a few lines of SQL.
+
+use std::future::Future;
+
+use guestlist::sqlx::{self, AssertSqlSafe, Pool};
+use guestlist::{Backend, WorkFuture};
+
+/// A database the suite runs against, over a real connection.
+pub trait Fixture: Backend {
+    /// The backend's name in messages.
+    const LABEL: &'static str;
+    /// The environment variable that overrides the URL.
+    const URL_VAR: &'static str;
+    /// The URL used when the variable is unset; `None` for a fresh temporary file.
+    const DEFAULT_URL: Option<&'static str>;
+    /// How to start the server when it cannot be reached.
+    const HOW_TO_START: &'static str;
+    /// Whether purgers of one table take turns through a session lock.
+    const PURGE_LOCK: bool;
+
+    /// Connects a pool of `max` connections to `url`.
+    fn connect(url: &str, max: u32)
+    -> impl Future<Output = Result<Pool<Self>, sqlx::Error>> + Send;
+
+    /// Runs `sql` (one or more statements) on `conn`.
+    fn exec(conn: &mut Self::Connection, sql: String) -> WorkFuture<'_, u64, sqlx::Error>;
+
+    /// Runs a query that returns one integer.
+    fn scalar(pool: &Pool<Self>, sql: String) -> impl Future<Output = i64> + Send;
+
+    /// SQL that inserts `n` rows for handler `bulk` into `table`, `age_secs` old.
+    fn bulk_old_rows(table: &str, n: u64, age_secs: i64) -> String;
+
+    /// SQL for "now, minus `secs` seconds" in the type of `seen_at`.
+    fn ago(secs: i64) -> String;
+
+    /// SQL that narrows `table`'s `message_id` column to 8 characters, where the backend
+    /// enforces column widths (SQLite does not).
+    fn narrow_message_id(table: &str) -> Option<String>;
+}
+
+/// A pool of `max` connections with `options`, patient enough for a loaded CI machine.
+pub async fn pool<DB: Backend>(
+    options: <DB::Connection as sqlx::Connection>::Options,
+    max: u32,
+) -> Result<Pool<DB>, sqlx::Error> {
+    sqlx::pool::PoolOptions::<DB>::new()
+        .max_connections(max)
+        .acquire_timeout(std::time::Duration::from_secs(60))
+        .connect_with(options)
+        .await
+}
+
+/// The queries every backend runs the same way; only the connection type differs.
+macro_rules! fixture_queries {
+    ($conn:ty) => {
+        fn exec(conn: &mut $conn, sql: String) -> WorkFuture<'_, u64, sqlx::Error> {
+            Box::pin(async move {
+                let done = sqlx::raw_sql(AssertSqlSafe(sql)).execute(conn).await?;
+                Ok(done.rows_affected())
+            })
+        }
+
+        async fn scalar(pool: &Pool<Self>, sql: String) -> i64 {
+            sqlx::query_scalar::<_, i64>(AssertSqlSafe(sql.clone()))
+                .fetch_one(pool)
+                .await
+                .unwrap_or_else(|err| panic!("{sql}: {err}"))
+        }
+    };
+}
+
+#[cfg(feature = "postgres")]
+impl Fixture for sqlx::Postgres {
+    const LABEL: &'static str = "PostgreSQL";
+    const URL_VAR: &'static str = "GUESTLIST_TEST_POSTGRES_URL";
+    const DEFAULT_URL: Option<&'static str> = Some("postgres://postgres@127.0.0.1:5432/test");
+    const HOW_TO_START: &'static str =
+        "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start";
+    const PURGE_LOCK: bool = true;
+
+    fixture_queries!(sqlx::PgConnection);
+
+    async fn connect(url: &str, max: u32) -> Result<Pool<Self>, sqlx::Error> {
+        pool(url.parse()?, max).await
+    }
+
+    fn bulk_old_rows(table: &str, n: u64, age_secs: i64) -> String {
+        format!(
+            "INSERT INTO {table} (handler, message_id, seen_at) \
+             SELECT 'bulk', 'old-' || i, {} FROM generate_series(1, {n}) AS i",
+            Self::ago(age_secs)
+        )
+    }
+
+    fn ago(secs: i64) -> String {
+        format!("now() - make_interval(secs => {secs})")
+    }
+
+    fn narrow_message_id(table: &str) -> Option<String> {
+        Some(format!(
+            "ALTER TABLE {table} ALTER COLUMN message_id TYPE VARCHAR(8)"
+        ))
+    }
+}
+
+#[cfg(feature = "sqlite")]
+impl Fixture for sqlx::Sqlite {
+    const LABEL: &'static str = "SQLite";
+    const URL_VAR: &'static str = "GUESTLIST_TEST_SQLITE_URL";
+    const DEFAULT_URL: Option<&'static str> = None;
+    const HOW_TO_START: &'static str =
+        "nothing to start: SQLite is embedded; check the path is writable";
+    const PURGE_LOCK: bool = false;
+
+    fixture_queries!(sqlx::SqliteConnection);
+
+    async fn connect(url: &str, max: u32) -> Result<Pool<Self>, sqlx::Error> {
+        pool(guestlist::sqlite::connect_options(url)?, max).await
+    }
+
+    fn bulk_old_rows(table: &str, n: u64, age_secs: i64) -> String {
+        format!(
+            "WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < {n}) \
+             INSERT INTO {table} (handler, message_id, seen_at) SELECT 'bulk', 'old-' || i, {} FROM s",
+            Self::ago(age_secs)
+        )
+    }
+
+    fn ago(secs: i64) -> String {
+        format!("strftime('%Y-%m-%d %H:%M:%f', 'now', '-{secs} seconds')")
+    }
+
+    fn narrow_message_id(_: &str) -> Option<String> {
+        None
+    }
+}
+
+#[cfg(feature = "mysql")]
+impl Fixture for sqlx::MySql {
+    const LABEL: &'static str = "MariaDB/MySQL";
+    const URL_VAR: &'static str = "GUESTLIST_TEST_MYSQL_URL";
+    const DEFAULT_URL: Option<&'static str> = Some("mysql://root@127.0.0.1:3306/test");
+    const HOW_TO_START: &'static str =
+        "start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd";
+    const PURGE_LOCK: bool = true;
+
+    fixture_queries!(sqlx::MySqlConnection);
+
+    async fn connect(url: &str, max: u32) -> Result<Pool<Self>, sqlx::Error> {
+        pool(url.parse()?, max).await
+    }
+
+    fn bulk_old_rows(table: &str, n: u64, age_secs: i64) -> String {
+        // MariaDB stops recursive CTEs at 1,000 iterations unless told otherwise.
+        format!(
+            "SET SESSION max_recursive_iterations = {limit}; \
+             INSERT INTO {table} (handler, message_id, seen_at) \
+             WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < {n}) \
+             SELECT 'bulk', CONCAT('old-', i), {} FROM s",
+            Self::ago(age_secs),
+            limit = n + 1
+        )
+    }
+
+    fn ago(secs: i64) -> String {
+        format!("UTC_TIMESTAMP(6) - INTERVAL {secs} SECOND")
+    }
+
+    fn narrow_message_id(table: &str) -> Option<String> {
+        Some(format!(
+            "ALTER TABLE {table} MODIFY message_id VARBINARY(8) NOT NULL"
+        ))
+    }
+}

@@ -1,0 +1,51 @@
+//! The inbox suite, run against every backend by [`inbox_suite!`], so that no backend can
+//! quietly differ.
+
+#![allow(dead_code)] // each test binary uses the parts its backend needs
+#![allow(unreachable_pub)] // a test crate has no public API
+
+pub mod fixture;
+pub mod harness;
+pub mod suite;
+
+/// Generates one `#[tokio::test]` per story in [`suite`] for the backend `$db`.
+#[macro_export]
+macro_rules! inbox_suite {
+    ($db:ty) => {
+        $crate::inbox_suite!(@tests $db;
+            five_deliveries_five_acks_one_pick_task,
+            a_second_event_id_makes_a_second_pick_task,
+            each_handler_runs_once_per_event,
+            rollback_releases_the_claim,
+            a_failing_handler_rolls_back_its_claim,
+            sixteen_connections_race_one_wins,
+            sigkill_after_work_before_commit_redelivery_runs_once,
+            batch_counts_repeats_once_and_skips_seen_ids,
+            overlapping_batches_in_opposite_orders_never_deadlock,
+            purge_removes_only_rows_older_than_retention,
+            claims_succeed_while_a_million_rows_are_purged,
+            purger_task_purges_in_the_background,
+            bad_ids_and_table_names_are_refused_and_nothing_is_written,
+            ids_compare_byte_for_byte,
+            a_narrow_column_errors_instead_of_truncating,
+            a_missing_table_says_to_migrate,
+            concurrent_migrations_all_succeed,
+        );
+
+        /// Not a test on its own: the child process that `sigkill_after_work_before_commit…`
+        /// starts and kills.
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        #[ignore = "child process of sigkill_after_work_before_commit_redelivery_runs_once"]
+        async fn sigkill_child() {
+            common::suite::sigkill_child::<$db>().await;
+        }
+    };
+    (@tests $db:ty; $($name:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                common::suite::$name::<$db>(stringify!($name)).await;
+            }
+        )*
+    };
+}

@@ -1,0 +1,548 @@
+//! The stories every backend must tell the same way. Each counts effects, not calls.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use guestlist::sqlx::{self, Connection};
+use guestlist::{
+    Claim, Error, HandlerName, Inbox, MessageId, ProcessError, Purged, Purger, Retention,
+};
+use tokio::sync::Barrier;
+
+use super::fixture::Fixture;
+use super::harness::{Harness, handler, id};
+
+const HOUR: Duration = Duration::from_secs(3600);
+const DAY: Duration = Duration::from_secs(24 * 3600);
+
+/// A week, declared against Stripe's 72-hour horizon.
+fn week() -> Retention {
+    Retention::new(7 * DAY, 72 * HOUR).expect("a week covers 72 hours")
+}
+
+/// Delivers `event` to `handler` once, with the pick work; `true` when the work ran.
+async fn deliver<DB: Fixture>(h: &Harness<DB>, handler: &HandlerName, event: &MessageId) -> bool {
+    h.inbox
+        .process(&h.pool, handler, event, h.pick(event))
+        .await
+        .expect("process")
+        .ran()
+}
+
+pub async fn five_deliveries_five_acks_one_pick_task<DB: Fixture>(name: &str) {
+    let h = Harness::<DB>::new(name).await;
+    let warehouse = handler("warehouse");
+    let event = id("evt_9f3k");
+    let mut acks = 0;
+    let mut ran = 0;
+    for _ in 0..5 {
+        ran += usize::from(deliver(&h, &warehouse, &event).await);
+        acks += 1; // fresh or duplicate, the consumer acknowledges
+    }
+    assert_eq!((acks, ran), (5, 1));
+    assert_eq!(
+        h.picks_for(&event).await,
+        1,
+        "five deliveries, one pick task"
+    );
+    assert_eq!(h.inbox_rows().await, 1);
+}
+
+pub async fn a_second_event_id_makes_a_second_pick_task<DB: Fixture>(name: &str) {
+    let h = Harness::<DB>::new(name).await;
+    let warehouse = handler("warehouse");
+    for _ in 0..3 {
+        deliver(&h, &warehouse, &id("evt_9f3k")).await;
+    }
+    assert!(deliver(&h, &warehouse, &id("evt_7h2m")).await);
+    assert_eq!(h.all_picks().await, 2, "a changed id is a new event");
+}
+
+pub async fn each_handler_runs_once_per_event<DB: Fixture>(name: &str) {
+    let h = Harness::<DB>::new(name).await;
+    let event = id("evt_9f3k");
+    for _ in 0..2 {
+        for name in ["warehouse", "email", "loyalty"] {
+            deliver(&h, &handler(name), &event).await;
+        }
+    }
+    assert_eq!(
+        h.picks_for(&event).await,
+        3,
+        "each handler did the work once; none stole the event from another"
+    );
+    assert_eq!(h.inbox_rows().await, 3);
+}
+
+pub async fn rollback_releases_the_claim<DB: Fixture>(name: &str) {
+    let h = Harness::<DB>::new(name).await;
+    let warehouse = handler("warehouse");
+    let event = id("evt_9f3k");
+
+    let mut tx = h.begin().await;
+    assert_eq!(
+        h.inbox.claim(&mut tx, &warehouse, &event).await.unwrap(),
+        Claim::Fresh
+    );
+    DB::exec(&mut tx, h.pick_sql(&event)).await.unwrap();
+    tx.rollback().await.unwrap();
+    assert_eq!(h.picks_for(&event).await, 0, "the work rolled back");
+    assert_eq!(h.inbox_rows().await, 0, "the claim rolled back with it");
+
+    let mut tx = h.begin().await;
+    assert_eq!(
+        h.inbox.claim(&mut tx, &warehouse, &event).await.unwrap(),
+        Claim::Fresh,
+        "the redelivery finds no row"
+    );
+    DB::exec(&mut tx, h.pick_sql(&event)).await.unwrap();
+    tx.commit().await.unwrap();
+
+    let mut tx = h.begin().await;
+    assert_eq!(
+        h.inbox.claim(&mut tx, &warehouse, &event).await.unwrap(),
+        Claim::Duplicate
+    );
+    tx.rollback().await.unwrap();
+    assert_eq!(h.picks_for(&event).await, 1);
+}
+
+pub async fn a_failing_handler_rolls_back_its_claim<DB: Fixture>(name: &str) {
+    let h = Harness::<DB>::new(name).await;
+    let warehouse = handler("warehouse");
+    let event = id("evt_9f3k");
+    let sql = h.pick_sql(&event);
+    let failed = h
+        .inbox
+        .process(&h.pool, &warehouse, &event, |tx| {
+            let sql = sql.clone();
+            Box::pin(async move {
+                DB::exec(tx, sql).await.map_err(|e| e.to_string())?;
+                Err::<(), _>("the printer is on fire".to_owned())
+            })
+        })
+        .await;
+    assert!(
+        matches!(&failed, Err(ProcessError::Handler(msg)) if msg == "the printer is on fire"),
+        "{failed:?}"
+    );
+    assert_eq!(h.picks_for(&event).await, 0);
+    assert_eq!(h.inbox_rows().await, 0);
+    assert!(
+        deliver(&h, &warehouse, &event).await,
+        "the redelivery runs the work"
+    );
+    assert_eq!(h.picks_for(&event).await, 1);
+}
+
+pub async fn sixteen_connections_race_one_wins<DB: Fixture>(name: &str) {
+    let h = Arc::new(Harness::<DB>::new(name).await);
+    let warehouse = handler("warehouse");
+    let event = id("evt_race");
+    let start = Arc::new(Barrier::new(16));
+    let racers: Vec<_> = (0..16)
+        .map(|_| {
+            let (h, warehouse, event, start) =
+                (h.clone(), warehouse.clone(), event.clone(), start.clone());
+            tokio::spawn(async move {
+                // Each racer holds its own connection before the start signal.
+                let mut conn = h.pool.acquire().await.unwrap();
+                start.wait().await;
+                let mut tx = conn.begin().await.unwrap();
+                let claim = h.inbox.claim(&mut tx, &warehouse, &event).await.unwrap();
+                if claim.is_fresh() {
+                    DB::exec(&mut tx, h.pick_sql(&event)).await.unwrap();
+                    tx.commit().await.unwrap();
+                } else {
+                    tx.rollback().await.unwrap();
+                }
+                claim
+            })
+        })
+        .collect();
+    let mut fresh = 0;
+    for racer in racers {
+        fresh += usize::from(racer.await.unwrap().is_fresh());
+    }
+    assert_eq!(fresh, 1, "exactly one of sixteen racers won");
+    assert_eq!(h.picks_for(&event).await, 1, "and the work ran once");
+}
+
+/// Environment of the SIGKILL child: where the database is, and which test's tables to use.
+const CHILD_URL: &str = "GUESTLIST_SIGKILL_CHILD_URL";
+const CHILD_NAME: &str = "GUESTLIST_SIGKILL_CHILD_NAME";
+/// What the child prints once the work is done and the commit has not happened.
+const WORK_DONE: &str = "WORK DONE, NOT COMMITTED";
+
+pub async fn sigkill_after_work_before_commit_redelivery_runs_once<DB: Fixture>(name: &str) {
+    let h = Harness::<DB>::new(name).await;
+    let event = id("evt_9f3k");
+
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["sigkill_child", "--exact", "--ignored", "--nocapture"])
+        .env(CHILD_URL, &h.url)
+        .env(CHILD_NAME, name)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start the child consumer");
+    let stdout = child.stdout.take().unwrap();
+    let reached = tokio::task::spawn_blocking(move || {
+        BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .any(|line| line.contains(WORK_DONE))
+    });
+    let reached = tokio::time::timeout(Duration::from_secs(120), reached)
+        .await
+        .expect("the child reached its work within two minutes")
+        .unwrap();
+    assert!(reached, "the child consumer did its work");
+    child.kill().expect("SIGKILL the child"); // std's kill is SIGKILL on Unix
+    let status = child.wait().unwrap();
+    assert!(!status.success(), "the child died mid-handler: {status}");
+
+    assert_eq!(
+        h.picks_for(&event).await,
+        0,
+        "the killed work never committed"
+    );
+    assert!(
+        deliver(&h, &handler("warehouse"), &event).await,
+        "the redelivery found no claim and ran the work"
+    );
+    assert!(!deliver(&h, &handler("warehouse"), &event).await);
+    assert_eq!(h.picks_for(&event).await, 1, "the work ran exactly once");
+}
+
+pub async fn sigkill_child<DB: Fixture>() {
+    let url = std::env::var(CHILD_URL).expect("started by the SIGKILL test");
+    let name = std::env::var(CHILD_NAME).expect("started by the SIGKILL test");
+    let h = Harness::<DB>::attach(&url, &super::harness::short_tag(&name), 1).await;
+    let event = id("evt_9f3k");
+    let mut tx = h.begin().await;
+    let claim = h.inbox.claim(&mut tx, &handler("warehouse"), &event).await;
+    assert_eq!(claim.unwrap(), Claim::Fresh);
+    DB::exec(&mut tx, h.pick_sql(&event)).await.unwrap();
+    println!("{WORK_DONE}");
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    unreachable!("the parent kills this process before it commits");
+}
+
+pub async fn batch_counts_repeats_once_and_skips_seen_ids<DB: Fixture>(name: &str) {
+    let h = Harness::<DB>::new(name).await;
+    let warehouse = handler("warehouse");
+    let mut tx = h.begin().await;
+    assert_eq!(
+        h.inbox
+            .claim(&mut tx, &warehouse, &id("evt_a"))
+            .await
+            .unwrap(),
+        Claim::Fresh
+    );
+    tx.commit().await.unwrap();
+
+    let batch = ["evt_c", "evt_a", "evt_b", "evt_c", "evt_b", "evt_a"].map(id);
+    let mut tx = h.begin().await;
+    let fresh = h
+        .inbox
+        .claim_batch(&mut tx, &warehouse, &batch)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(fresh, [id("evt_b"), id("evt_c")], "seen once, fresh once");
+
+    let processed = h
+        .inbox
+        .process_batch(&h.pool, &warehouse, &batch, |_, _| {
+            Box::pin(async { Ok::<_, sqlx::Error>("ran") })
+        })
+        .await
+        .unwrap();
+    assert!(processed.fresh.is_empty());
+    assert_eq!(processed.duplicates.len(), 3);
+    assert_eq!(processed.output, None, "no fresh id, no work");
+    assert_eq!(h.inbox_rows().await, 3);
+
+    let mut tx = h.begin().await;
+    assert!(
+        h.inbox
+            .claim_batch(&mut tx, &warehouse, &[])
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+pub async fn overlapping_batches_in_opposite_orders_never_deadlock<DB: Fixture>(name: &str) {
+    let h = Arc::new(Harness::<DB>::new(name).await);
+    let warehouse = handler("warehouse");
+    const ROUNDS: usize = 30;
+    for round in 0..ROUNDS {
+        let ids: Vec<MessageId> = (0..100)
+            .map(|i| id(&format!("r{round:02}-{i:03}")))
+            .collect();
+        let forward = ids[..70].to_vec();
+        let mut backward = ids[30..].to_vec();
+        backward.reverse();
+        let consumers = [forward, backward].map(|batch| {
+            let (h, warehouse) = (h.clone(), warehouse.clone());
+            tokio::spawn(async move {
+                let picks = h.picks();
+                h.inbox
+                    .process_batch(&h.pool, &warehouse, &batch, |tx, fresh| {
+                        let values: Vec<String> =
+                            fresh.iter().map(|id| format!("(1, '{id}')")).collect();
+                        let sql = format!(
+                            "INSERT INTO {picks} (order_id, event) VALUES {}",
+                            values.join(", ")
+                        );
+                        DB::exec(tx, sql)
+                    })
+                    .await
+            })
+        });
+        let mut fresh = 0;
+        for consumer in consumers {
+            let done = consumer
+                .await
+                .unwrap()
+                .unwrap_or_else(|err| panic!("round {round}: an error reached the caller: {err}"));
+            fresh += done.fresh.len();
+        }
+        assert_eq!(fresh, 100, "round {round}: every id fresh exactly once");
+    }
+    let picks = h.picks();
+    assert_eq!(h.all_picks().await, (ROUNDS * 100) as i64);
+    assert_eq!(
+        h.scalar(format!("SELECT count(DISTINCT event) FROM {picks}"))
+            .await,
+        (ROUNDS * 100) as i64,
+        "no id was worked twice"
+    );
+}
+
+pub async fn purge_removes_only_rows_older_than_retention<DB: Fixture>(name: &str) {
+    let h = Harness::<DB>::new(name).await;
+    let table = h.inbox.table().to_string();
+    for (message, age) in [
+        ("eight_days", 8 * DAY),
+        ("six_days", 6 * DAY),
+        ("an_hour", HOUR),
+    ] {
+        h.exec(format!(
+            "INSERT INTO {table} (handler, message_id, seen_at) VALUES ('warehouse', '{message}', {})",
+            DB::ago(age.as_secs() as i64)
+        ))
+        .await;
+    }
+    deliver(&h, &handler("warehouse"), &id("just_now")).await;
+
+    let purge = h.inbox.purge(week());
+    assert_eq!(purge.count(&h.pool).await.unwrap(), 1);
+    assert_eq!(purge.run(&h.pool).await.unwrap(), Purged::Deleted(1));
+    assert_eq!(h.inbox_rows().await, 3, "six days, an hour and now remain");
+    assert!(
+        !deliver(&h, &handler("warehouse"), &id("six_days")).await,
+        "a row younger than the retention still stops its duplicate"
+    );
+}
+
+pub async fn claims_succeed_while_a_million_rows_are_purged<DB: Fixture>(name: &str) {
+    const ROWS: u64 = 1_000_000;
+    let h = Arc::new(Harness::<DB>::new(name).await);
+    let table = h.inbox.table().to_string();
+    h.exec(DB::bulk_old_rows(&table, ROWS, (8 * DAY).as_secs() as i64))
+        .await;
+    assert_eq!(h.inbox_rows().await, ROWS as i64);
+
+    let deleted = Arc::new(AtomicU64::new(0));
+    let finished = Arc::new(AtomicBool::new(false));
+    let purge = {
+        let (h, deleted, finished) = (h.clone(), deleted.clone(), finished.clone());
+        tokio::spawn(async move {
+            let result = h
+                .inbox
+                .purge(week())
+                .batch_size(5_000)
+                .run_with_progress(&h.pool, |total| deleted.store(total, Ordering::SeqCst))
+                .await;
+            finished.store(true, Ordering::SeqCst);
+            result
+        })
+    };
+    while deleted.load(Ordering::SeqCst) == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+
+    // A second purger meanwhile: where sessions can lock, it steps aside.
+    let second = h.inbox.purge(week()).run(&h.pool).await.unwrap();
+    if DB::PURGE_LOCK {
+        assert_eq!(second, Purged::Busy, "only one purger at a time");
+    }
+
+    let warehouse = handler("warehouse");
+    let mut during = 0;
+    let mut claims = 0;
+    while !finished.load(Ordering::SeqCst) {
+        let event = id(&format!("live-{claims}"));
+        assert!(
+            deliver(&h, &warehouse, &event).await,
+            "a live claim is fresh"
+        );
+        claims += 1;
+        if !finished.load(Ordering::SeqCst) {
+            during += 1;
+        }
+    }
+    let first = purge.await.unwrap().unwrap();
+    let purged = match (first, second) {
+        (Purged::Deleted(a), Purged::Deleted(b)) => a + b,
+        (Purged::Deleted(a), Purged::Busy) => a,
+        other => panic!("the first purge ran: {other:?}"),
+    };
+    assert_eq!(purged, ROWS, "every old row went");
+    assert!(
+        during > 0,
+        "live claims completed while the purge was still running"
+    );
+    assert_eq!(
+        h.inbox_rows().await,
+        claims,
+        "every live claim survived the purge"
+    );
+    assert_eq!(h.all_picks().await, claims);
+}
+
+pub async fn purger_task_purges_in_the_background<DB: Fixture>(name: &str) {
+    let h = Harness::<DB>::new(name).await;
+    let table = h.inbox.table().to_string();
+    h.exec(DB::bulk_old_rows(&table, 10, (8 * DAY).as_secs() as i64))
+        .await;
+    deliver(&h, &handler("warehouse"), &id("young")).await;
+
+    let purger = Purger::new(h.pool.clone(), h.inbox.clone(), week())
+        .every(Duration::from_millis(50))
+        .spawn();
+    let gone = tokio::time::timeout(Duration::from_secs(60), async {
+        while h.inbox_rows().await > 1 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    purger.shutdown().await;
+    assert!(gone.is_ok(), "the purger deleted the old rows");
+    assert_eq!(h.inbox_rows().await, 1, "the young row stays");
+}
+
+pub async fn bad_ids_and_table_names_are_refused_and_nothing_is_written<DB: Fixture>(name: &str) {
+    let h = Harness::<DB>::new(name).await;
+    let errors = [
+        (MessageId::new("").unwrap_err(), "message id is empty"),
+        (
+            MessageId::new("x".repeat(256)).unwrap_err(),
+            "message id is 256 bytes; the limit is 255",
+        ),
+        (
+            MessageId::new("évt_9f3k").unwrap_err(),
+            "message id has byte 0xc3 at position 0",
+        ),
+        (
+            HandlerName::new("ware\thouse").unwrap_err(),
+            "handler name has byte 0x09 at position 4",
+        ),
+    ];
+    for (err, says) in errors {
+        assert!(err.to_string().contains(says), "{err} should say {says:?}");
+    }
+    let err = Inbox::<DB>::with_table("gl_inbox'; DROP TABLE orders; --").unwrap_err();
+    assert!(
+        err.to_string().contains("is not a plain identifier"),
+        "{err}"
+    );
+    assert_eq!(h.inbox_rows().await, 0, "nothing was written");
+    assert_eq!(
+        h.scalar(format!("SELECT count(*) FROM {}", h.orders()))
+            .await,
+        1,
+        "and nothing was dropped"
+    );
+}
+
+pub async fn ids_compare_byte_for_byte<DB: Fixture>(name: &str) {
+    let h = Harness::<DB>::new(name).await;
+    let warehouse = handler("warehouse");
+    for event in ["evt_a", "evt_A", "evt_a ", " evt_a"] {
+        assert!(
+            deliver(&h, &warehouse, &id(event)).await,
+            "{event:?} is its own message, not a duplicate of a case or padding variant"
+        );
+    }
+    assert_eq!(h.all_picks().await, 4);
+}
+
+pub async fn a_narrow_column_errors_instead_of_truncating<DB: Fixture>(name: &str) {
+    // A user's own migration made the id column too narrow; claims must fail loudly rather
+    // than truncate, where "evt_0123456789" and "evt_0123abcdef" would become one message.
+    let h = Harness::<DB>::new(name).await;
+    let table = h.inbox.table().to_string();
+    if let Some(narrow) = DB::narrow_message_id(&table) {
+        h.exec(narrow).await;
+    }
+    let warehouse = handler("warehouse");
+    for event in ["evt_0123456789", "evt_0123abcdef"] {
+        let mut tx = h.begin().await;
+        match h.inbox.claim(&mut tx, &warehouse, &id(event)).await {
+            Err(Error::Database(_)) => {}
+            Ok(Claim::Fresh) => {
+                tx.commit().await.unwrap();
+                let stored = h
+                    .scalar(format!(
+                        "SELECT count(*) FROM {table} WHERE message_id = '{event}'"
+                    ))
+                    .await;
+                assert_eq!(stored, 1, "{event} was stored whole, not truncated");
+            }
+            other => panic!("{event}: expected an error or an untruncated claim, got {other:?}"),
+        }
+    }
+}
+
+pub async fn a_missing_table_says_to_migrate<DB: Fixture>(name: &str) {
+    let h = Harness::<DB>::new(name).await;
+    let missing = Inbox::<DB>::with_table("gl_never_migrated").unwrap();
+    let mut tx = h.begin().await;
+    let err = missing
+        .claim(&mut tx, &handler("warehouse"), &id("evt_9f3k"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::MissingTable { .. }), "{err:?}");
+    assert!(err.to_string().contains("guestlist migrate"), "{err}");
+}
+
+pub async fn concurrent_migrations_all_succeed<DB: Fixture>(name: &str) {
+    let h = Arc::new(Harness::<DB>::new(name).await);
+    let inbox = Inbox::<DB>::with_table(&format!("{}_m", h.inbox.table())).unwrap();
+    h.exec(format!("DROP TABLE IF EXISTS {}", inbox.table()))
+        .await;
+    let migrations: Vec<_> = (0..4)
+        .map(|_| {
+            let (h, inbox) = (h.clone(), inbox.clone());
+            tokio::spawn(async move { inbox.migrate(&h.pool).await })
+        })
+        .collect();
+    for migration in migrations {
+        migration.await.unwrap().expect("every migration succeeds");
+    }
+    inbox.migrate(&h.pool).await.expect("and once more");
+    let mut tx = h.begin().await;
+    assert!(
+        inbox
+            .claim(&mut tx, &handler("warehouse"), &id("evt_9f3k"))
+            .await
+            .unwrap()
+            .is_fresh()
+    );
+}

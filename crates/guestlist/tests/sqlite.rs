@@ -1,0 +1,5 @@
+//! The inbox suite on SQLite, over a real connection.
+
+mod common;
+
+inbox_suite!(guestlist::sqlx::Sqlite);
