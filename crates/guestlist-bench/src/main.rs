@@ -1,0 +1,63 @@
+//! `guestlist-bench`: guestlist measured side by side with what it replaces, in one run.
+//!
+//! Each subcommand runs guestlist and its baseline (raw SQL written by hand, or no dedup at all)
+//! on the same machine, database and load, interleaved, and reports throughput and the ratios
+//! between them. Timing is only ever reported here, never asserted in a test.
+
+mod inbox;
+mod measure;
+mod report;
+
+use clap::{Args, Parser, Subcommand};
+
+/// guestlist's benchmarks.
+#[derive(Debug, Parser)]
+#[command(name = "guestlist-bench", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    bench: Bench,
+}
+
+#[derive(Debug, Subcommand)]
+enum Bench {
+    /// The inbox: work alone, a hand-written claim, guestlist's claim, duplicates, batches.
+    Inbox(Common),
+}
+
+/// Flags every bench takes.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct Common {
+    /// The database to measure, besides SQLite: postgres://…, mysql://… or sqlite:PATH.
+    #[arg(
+        long,
+        env = "GUESTLIST_BENCH_DATABASE_URL",
+        default_value = "postgres://postgres@127.0.0.1:5432/test"
+    )]
+    pub(crate) database: String,
+    /// A short run (under two minutes): fewer and shorter rounds, noisier figures.
+    #[arg(long)]
+    pub(crate) quick: bool,
+    /// Also write every figure and ratio to this file as JSON.
+    #[arg(long)]
+    pub(crate) json: Option<std::path::PathBuf>,
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let report = runtime.block_on(async {
+        match &cli.bench {
+            Bench::Inbox(common) => inbox::run(common).await,
+        }
+    })?;
+    report.print();
+    if let Some(path) = match &cli.bench {
+        Bench::Inbox(common) => &common.json,
+    } {
+        report.write_json(path)?;
+        println!("\nwrote {}", path.display());
+    }
+    Ok(())
+}

@@ -1,0 +1,85 @@
+//! The command line.
+
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Exactly-once processing off the shelf: the guest list of handled message ids.
+#[derive(Debug, Parser)]
+#[command(name = "guestlist", version, about, long_about = None)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Create the inbox table and its index, if missing.
+    Migrate(MigrateArgs),
+    /// Delete inbox rows older than the retention, in small batches.
+    Purge(PurgeArgs),
+    /// Play the warehouse story: redeliveries, a second event, a race and a crash.
+    Demo(DemoArgs),
+    /// The consumer the demo starts and kills (not for direct use).
+    #[command(name = "__demo-crash-consumer", hide = true)]
+    DemoCrashConsumer(CrashConsumerArgs),
+}
+
+/// Where the guest list lives.
+#[derive(Debug, Args)]
+pub(crate) struct DatabaseArgs {
+    /// postgres://…, mysql://… (or mariadb://…), or sqlite:PATH.
+    #[arg(
+        long,
+        env = "GUESTLIST_DATABASE_URL",
+        default_value = "sqlite:guestlist.db"
+    )]
+    pub(crate) database: String,
+    /// The inbox table.
+    #[arg(long, default_value = "guestlist_inbox")]
+    pub(crate) table: String,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct MigrateArgs {
+    #[command(flatten)]
+    pub(crate) db: DatabaseArgs,
+    /// Print the DDL for the database's kind instead of running it.
+    #[arg(long)]
+    pub(crate) print: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct PurgeArgs {
+    #[command(flatten)]
+    pub(crate) db: DatabaseArgs,
+    /// Delete rows older than this (e.g. 7d, 168h).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub(crate) older_than: Duration,
+    /// The longest time after which any upstream may still redeliver; a shorter --older-than
+    /// is refused (Stripe retries webhooks for 72 hours).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "72h")]
+    pub(crate) horizon: Duration,
+    /// Rows per batch; each batch is its own short transaction.
+    #[arg(long, default_value_t = 5_000)]
+    pub(crate) batch_size: u32,
+    /// Count the rows that would go, and delete nothing.
+    #[arg(long)]
+    pub(crate) dry_run: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct DemoArgs {
+    /// Play on this database instead of a fresh SQLite file. Uses (and resets) tables named
+    /// guestlist_demo_*.
+    #[arg(long)]
+    pub(crate) database: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CrashConsumerArgs {
+    #[arg(long)]
+    pub(crate) database: String,
+    #[arg(long)]
+    pub(crate) event: String,
+}

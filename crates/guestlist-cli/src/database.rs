@@ -1,0 +1,113 @@
+//! From a URL to a pool of the right kind.
+
+use anyhow::bail;
+use guestlist::sqlx::{self, MySqlPool, PgPool, SqlitePool};
+
+/// A pool on whichever database the URL named.
+pub(crate) enum AnyPool {
+    Postgres(PgPool),
+    Sqlite(SqlitePool),
+    MySql(MySqlPool),
+}
+
+/// Runs `$body` with `$pool` bound to the concrete pool inside `$any`.
+macro_rules! with_pool {
+    ($any:expr, |$pool:ident| $body:expr) => {
+        match $any {
+            $crate::database::AnyPool::Postgres($pool) => $body,
+            $crate::database::AnyPool::Sqlite($pool) => $body,
+            $crate::database::AnyPool::MySql($pool) => $body,
+        }
+    };
+}
+pub(crate) use with_pool;
+
+/// The kind of database a URL names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Postgres,
+    Sqlite,
+    MySql,
+}
+
+impl Kind {
+    pub(crate) fn of(url: &str) -> anyhow::Result<Self> {
+        let scheme = url.split(':').next().unwrap_or_default();
+        Ok(match scheme {
+            "postgres" | "postgresql" => Kind::Postgres,
+            "sqlite" => Kind::Sqlite,
+            "mysql" | "mariadb" => Kind::MySql,
+            _ => bail!(
+                "cannot tell the database from {url:?}: use postgres://user@host/db, \
+                 mysql://user@host/db (or mariadb://…) or sqlite:path/to/file.db"
+            ),
+        })
+    }
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Kind::Postgres => "PostgreSQL",
+            Kind::Sqlite => "SQLite",
+            Kind::MySql => "MySQL/MariaDB",
+        }
+    }
+}
+
+/// Connects to `url` with at most `max` connections.
+pub(crate) async fn connect(url: &str, max: u32) -> anyhow::Result<AnyPool> {
+    let kind = Kind::of(url)?;
+    let failed = |err: sqlx::Error| {
+        anyhow::anyhow!(
+            "cannot connect to {} at {}: {err} — check that the server runs and that the URL's \
+             user, password and database are right",
+            kind.name(),
+            redact(url)
+        )
+    };
+    Ok(match kind {
+        Kind::Postgres => AnyPool::Postgres(
+            open(url.parse().map_err(failed)?, max)
+                .await
+                .map_err(failed)?,
+        ),
+        Kind::MySql => {
+            let url = url.replacen("mariadb:", "mysql:", 1);
+            AnyPool::MySql(
+                open(url.parse().map_err(failed)?, max)
+                    .await
+                    .map_err(failed)?,
+            )
+        }
+        Kind::Sqlite => {
+            let options = guestlist::sqlite::connect_options(url).map_err(failed)?;
+            AnyPool::Sqlite(open(options, max).await.map_err(failed)?)
+        }
+    })
+}
+
+async fn open<DB: sqlx::Database>(
+    options: <DB::Connection as sqlx::Connection>::Options,
+    max: u32,
+) -> Result<sqlx::Pool<DB>, sqlx::Error> {
+    use sqlx::Connection;
+    // One plain attempt first: a pool retries a refused connection until its timeout, and a
+    // command-line user should hear at once that the server is not there.
+    DB::Connection::connect_with(&options)
+        .await?
+        .close()
+        .await?;
+    Ok(sqlx::pool::PoolOptions::new()
+        .max_connections(max)
+        .connect_lazy_with(options))
+}
+
+/// The URL with its password masked, for messages.
+pub(crate) fn redact(raw: &str) -> String {
+    match url::Url::parse(raw) {
+        Ok(mut parsed) if parsed.password().is_some() => {
+            let _ = parsed.set_password(Some("***"));
+            parsed.to_string()
+        }
+        _ => raw.to_owned(),
+    }
+}

@@ -1,0 +1,52 @@
+//! `guestlist purge`: delete rows older than the retention, with a progress bar on a terminal.
+
+use guestlist::{Backend, Inbox, Purged, Retention};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::cli::PurgeArgs;
+use crate::database::{self, with_pool};
+
+pub(crate) async fn run(args: PurgeArgs) -> anyhow::Result<()> {
+    // Refused before connecting: a purge shorter than the horizon re-opens the door to duplicates.
+    let retention = Retention::new(args.older_than, args.horizon)?;
+    let pool = database::connect(&args.db.database, 1).await?;
+    with_pool!(pool, |pool| purge(&pool, &args, retention).await)
+}
+
+async fn purge<DB: Backend>(
+    pool: &guestlist::sqlx::Pool<DB>,
+    args: &PurgeArgs,
+    retention: Retention,
+) -> anyhow::Result<()> {
+    let inbox = Inbox::<DB>::with_table(&args.db.table)?;
+    let older_than = humantime::format_duration(args.older_than);
+    let purge = inbox.purge(retention).batch_size(args.batch_size);
+    let candidates = purge.count(pool).await?;
+    if args.dry_run {
+        println!(
+            "{candidates} rows of {} are older than {older_than}; nothing deleted (dry run)",
+            inbox.table()
+        );
+        return Ok(());
+    }
+    // Hidden when stderr is not a terminal, so logs and cron mails stay clean.
+    let bar = ProgressBar::new(candidates).with_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} rows  {per_sec}  eta {eta}")
+            .expect("a valid progress template"),
+    );
+    let outcome = purge
+        .run_with_progress(pool, |deleted| bar.set_position(deleted))
+        .await;
+    bar.finish_and_clear();
+    match outcome? {
+        Purged::Deleted(rows) => println!(
+            "purged {rows} rows older than {older_than} from {}",
+            inbox.table()
+        ),
+        Purged::Busy => println!(
+            "another purger is working on {} right now; nothing deleted here — it will finish the job",
+            inbox.table()
+        ),
+    }
+    Ok(())
+}

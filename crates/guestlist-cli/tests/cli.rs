@@ -1,0 +1,162 @@
+//! The `guestlist` program, run as a user runs it.
+
+use std::process::{Command, Output};
+
+use guestlist::sqlx::{self, SqlitePool};
+
+fn guestlist(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_guestlist"))
+        .args(args)
+        .env_remove("GUESTLIST_DATABASE_URL")
+        .output()
+        .expect("run guestlist")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// The numbers of the demo's row that starts with `chapter`.
+fn row(out: &str, chapter: &str) -> Vec<u32> {
+    let line = out
+        .lines()
+        .find(|line| line.starts_with(chapter))
+        .unwrap_or_else(|| panic!("no row {chapter:?} in\n{out}"));
+    line[chapter.len()..]
+        .split_whitespace()
+        .filter_map(|word| word.parse().ok())
+        .collect()
+}
+
+#[test]
+fn demo_tells_the_warehouse_story_on_sqlite() {
+    let output = guestlist(&["demo"]);
+    let out = stdout(&output);
+    assert!(output.status.success(), "{out}{}", stderr(&output));
+    // deliveries, acks, work committed, pick tasks
+    assert_eq!(
+        row(&out, "OrderPaid evt_9f3k delivered 5 times"),
+        [5, 5, 1, 1]
+    );
+    assert_eq!(row(&out, "a second event, evt_7h2m"), [1, 1, 1, 1]);
+    assert_eq!(row(&out, "two consumers race on evt_r4c3"), [2, 2, 1, 1]);
+    assert_eq!(
+        row(&out, "consumer SIGKILLed mid-handler, evt_k1ll redelivered"),
+        [2, 1, 1, 1]
+    );
+    assert!(out.contains("4 pick tasks, one per event"), "{out}");
+}
+
+#[test]
+fn purge_shorter_than_the_horizon_is_refused_before_connecting() {
+    let output = guestlist(&[
+        "purge",
+        "--database",
+        "postgres://nobody@127.0.0.1:1/none",
+        "--older-than",
+        "1h",
+    ]);
+    assert!(!output.status.success());
+    let err = stderr(&output);
+    assert!(err.contains("shorter than the redelivery horizon"), "{err}");
+}
+
+#[tokio::test]
+async fn migrate_then_purge_deletes_only_old_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", dir.path().join("g.db").display());
+    let output = guestlist(&["migrate", "--database", &url]);
+    assert!(output.status.success(), "{}", stderr(&output));
+
+    let pool = SqlitePool::connect_with(guestlist::sqlite::connect_options(&url).unwrap())
+        .await
+        .unwrap();
+    sqlx::raw_sql(
+        "INSERT INTO guestlist_inbox (handler, message_id, seen_at) VALUES
+           ('warehouse', 'old-1', strftime('%Y-%m-%d %H:%M:%f', 'now', '-8 days')),
+           ('warehouse', 'old-2', strftime('%Y-%m-%d %H:%M:%f', 'now', '-9 days')),
+           ('warehouse', 'young', strftime('%Y-%m-%d %H:%M:%f', 'now', '-1 hours'))",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+
+    let dry = guestlist(&[
+        "purge",
+        "--database",
+        &url,
+        "--older-than",
+        "7d",
+        "--dry-run",
+    ]);
+    assert!(stdout(&dry).contains("2 rows"), "{}", stdout(&dry));
+    let output = guestlist(&["purge", "--database", &url, "--older-than", "7d"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        stdout(&output).contains("purged 2 rows"),
+        "{}",
+        stdout(&output)
+    );
+    let left: Vec<String> = sqlx::query_scalar("SELECT message_id FROM guestlist_inbox")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    assert_eq!(left, ["young"]);
+}
+
+#[test]
+fn migrate_print_shows_the_ddl_for_the_url() {
+    let output = guestlist(&[
+        "migrate",
+        "--database",
+        "postgres://x@y/z",
+        "--print",
+        "--table",
+        "shop_inbox",
+    ]);
+    let out = stdout(&output);
+    assert!(
+        out.contains("CREATE TABLE IF NOT EXISTS shop_inbox"),
+        "{out}"
+    );
+    assert!(out.contains("TIMESTAMPTZ"), "{out}");
+}
+
+#[test]
+fn bad_urls_and_table_names_say_what_to_do() {
+    let output = guestlist(&["migrate", "--database", "oracle://db"]);
+    assert!(!output.status.success());
+    assert!(
+        stderr(&output).contains("use postgres://"),
+        "{}",
+        stderr(&output)
+    );
+
+    let output = guestlist(&[
+        "migrate",
+        "--database",
+        "sqlite::memory:",
+        "--table",
+        "in'box",
+    ]);
+    assert!(!output.status.success());
+    assert!(
+        stderr(&output).contains("not a plain identifier"),
+        "{}",
+        stderr(&output)
+    );
+
+    let output = guestlist(&[
+        "migrate",
+        "--database",
+        "postgres://postgres:secret@127.0.0.1:1/none",
+    ]);
+    assert!(!output.status.success());
+    let err = stderr(&output);
+    assert!(err.contains("cannot connect to PostgreSQL"), "{err}");
+    assert!(!err.contains("secret"), "the password is masked: {err}");
+}

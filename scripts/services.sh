@@ -1,0 +1,63 @@
+# Sourced by scripts/test.sh: makes sure each service the tests need is installed, running on
+# loopback, and reachable with the URL the tests use (exported as GUESTLIST_TEST_*_URL).
+# Safe to run again: it installs and starts only what is missing.
+
+say() { printf '==> %s\n' "$*" >&2; }
+
+as_root() {
+    if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+apt_install() {
+    say "installing $*"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+# wait_for SECONDS COMMAND...: runs COMMAND until it succeeds or SECONDS pass.
+wait_for() {
+    local deadline=$(( $(date +%s) + $1 )); shift
+    until "$@" >/dev/null 2>&1; do
+        [ "$(date +%s)" -ge "$deadline" ] && return 1
+        sleep 1
+    done
+}
+
+ensure_postgres() {
+    command -v pg_ctlcluster >/dev/null || apt_install postgresql
+    local url="${GUESTLIST_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test}"
+    if ! pg_isready -q -h 127.0.0.1 -p 5432; then
+        say "starting PostgreSQL"
+        as_root pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | sort -V | tail -n 1)" main start || true
+        wait_for 60 pg_isready -q -h 127.0.0.1 -p 5432 || { say "PostgreSQL did not start"; return 1; }
+    fi
+    if ! psql "$url" -Atqc 'SELECT 1' >/dev/null 2>&1; then
+        # A fresh Debian cluster wants a password over TCP: give the tests a role and a database.
+        say "preparing a PostgreSQL role and database for the tests"
+        as_root runuser -u postgres -- psql -q -c "ALTER ROLE postgres PASSWORD 'guestlist'" >/dev/null
+        as_root runuser -u postgres -- createdb test 2>/dev/null || true
+        url="postgres://postgres:guestlist@127.0.0.1:5432/test"
+        psql "$url" -Atqc 'SELECT 1' >/dev/null || { say "cannot reach PostgreSQL at $url"; return 1; }
+    fi
+    export GUESTLIST_TEST_POSTGRES_URL="$url"
+}
+
+ensure_mariadb() {
+    command -v mariadbd >/dev/null || [ -x /usr/sbin/mariadbd ] || apt_install mariadb-server
+    local url="${GUESTLIST_TEST_MYSQL_URL:-mysql://root@127.0.0.1:3306/test}"
+    if ! mariadb-admin -h 127.0.0.1 -P 3306 -u root --connect-timeout=2 ping >/dev/null 2>&1 \
+        && ! mariadb-admin --connect-timeout=2 ping >/dev/null 2>&1; then
+        say "starting MariaDB"
+        as_root start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd
+        wait_for 60 mariadb-admin --connect-timeout=2 ping || { say "MariaDB did not start"; return 1; }
+    fi
+    if ! mariadb -h 127.0.0.1 -P 3306 -u root -e 'CREATE DATABASE IF NOT EXISTS test' >/dev/null 2>&1; then
+        # A fresh Debian install lets root in through the socket only: make a TCP user.
+        say "preparing a MariaDB user and database for the tests"
+        as_root mariadb -e "CREATE DATABASE IF NOT EXISTS test;
+            CREATE USER IF NOT EXISTS 'guestlist'@'127.0.0.1' IDENTIFIED BY 'guestlist';
+            GRANT ALL ON test.* TO 'guestlist'@'127.0.0.1';"
+        url="mysql://guestlist:guestlist@127.0.0.1:3306/test"
+    fi
+    export GUESTLIST_TEST_MYSQL_URL="$url"
+}
