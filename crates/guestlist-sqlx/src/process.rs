@@ -59,6 +59,9 @@ impl<DB: Backend> Inbox<DB> {
     /// [`Inbox::with_attempts`]), so `work` may be called more than once, each time on a fresh
     /// transaction; it never commits twice.
     ///
+    /// The future `work` returns may borrow only the transaction: move or clone into it anything
+    /// else it needs (ids and names are cheap to clone).
+    ///
     /// ```no_run
     /// # async fn run(pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
     /// use guestlist_sqlx::{HandlerName, Inbox, MessageId, Processed};

@@ -13,6 +13,8 @@ use crate::{Error, Inbox};
 ///
 /// Rows go in batches of [`Purge::batch_size`], each its own short transaction, with a pause
 /// between batches: a live claim waits at most for one batch, never for the whole purge. On
+/// SQLite, where one writer holds the whole file, the pause lasts at least as long as the batch
+/// did, so that writers polling for the lock find it free half the time. On
 /// PostgreSQL and MySQL a session lock lets only one purger work on a table at a time; a second
 /// one returns [`Purged::Busy`] at once.
 ///
@@ -124,6 +126,7 @@ impl<DB: Backend> Purge<'_, DB> {
         let older_than = self.older_than_secs();
         let mut total = 0;
         loop {
+            let started = std::time::Instant::now();
             let deleted = DB::purge_batch(
                 conn,
                 &self.inbox.sql,
@@ -140,8 +143,13 @@ impl<DB: Backend> Purge<'_, DB> {
                 tracing::info!(table = %self.inbox.table(), deleted = total, "purge done");
                 return Ok(total);
             }
-            if !self.pause.is_zero() {
-                tokio::time::sleep(self.pause).await;
+            let pause = if DB::SINGLE_WRITER {
+                self.pause.max(started.elapsed())
+            } else {
+                self.pause
+            };
+            if !pause.is_zero() {
+                tokio::time::sleep(pause).await;
             }
         }
     }

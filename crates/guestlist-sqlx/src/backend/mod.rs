@@ -105,6 +105,9 @@ pub(crate) mod sealed {
         const BACKEND: &'static str;
         /// The DDL file for the inbox table.
         const DDL: &'static str;
+        /// One writer at a time for the whole database (SQLite): a purge must leave gaps as
+        /// long as its batches, or waiting writers, which poll, may never find the lock free.
+        const SINGLE_WRITER: bool = false;
         /// Template of [`InboxSql::claim`].
         const CLAIM: &'static str;
         /// Template of [`InboxSql::claim_batch`].

@@ -54,6 +54,7 @@ pub(super) fn is_retryable(err: &dyn DatabaseError) -> Option<bool> {
 impl Statements for Sqlite {
     const BACKEND: &'static str = "sqlite";
     const DDL: &'static str = include_str!("../../sql/sqlite.sql");
+    const SINGLE_WRITER: bool = true;
     const CLAIM: &'static str =
         "INSERT INTO {table} (handler, message_id) VALUES (?1, ?2) ON CONFLICT DO NOTHING";
     // `WHERE true` settles SQLite's parsing ambiguity between INSERT … SELECT and ON CONFLICT.
