@@ -98,6 +98,26 @@ macro_rules! shared {
     };
 }
 
+/// The hand-written claim where `ON CONFLICT DO NOTHING` reports one row for fresh.
+macro_rules! hand_claim_by_rows_affected {
+    ($conn:ty) => {
+        fn hand_claim<'c>(
+            conn: &'c mut $conn,
+            handler: &'c str,
+            id: &'c str,
+        ) -> WorkFuture<'c, bool, sqlx::Error> {
+            Box::pin(async move {
+                let done = sqlx::query(Self::HAND_CLAIM)
+                    .bind(handler)
+                    .bind(id)
+                    .execute(conn)
+                    .await?;
+                Ok(done.rows_affected() == 1)
+            })
+        }
+    };
+}
+
 const PG_SETUP: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS bench_orders (id BIGINT PRIMARY KEY, status TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS bench_pick_tasks (id BIGSERIAL PRIMARY KEY, order_id BIGINT NOT NULL, event TEXT NOT NULL)",
@@ -141,20 +161,7 @@ impl Workload for sqlx::Postgres {
         })
     }
 
-    fn hand_claim<'c>(
-        conn: &'c mut sqlx::PgConnection,
-        handler: &'c str,
-        id: &'c str,
-    ) -> WorkFuture<'c, bool, sqlx::Error> {
-        Box::pin(async move {
-            let done = sqlx::query(Self::HAND_CLAIM)
-                .bind(handler)
-                .bind(id)
-                .execute(conn)
-                .await?;
-            Ok(done.rows_affected() == 1)
-        })
-    }
+    hand_claim_by_rows_affected!(sqlx::PgConnection);
 
     fn hand_claim_batch<'c>(
         conn: &'c mut sqlx::PgConnection,
@@ -222,20 +229,7 @@ impl Workload for sqlx::Sqlite {
         })
     }
 
-    fn hand_claim<'c>(
-        conn: &'c mut sqlx::SqliteConnection,
-        handler: &'c str,
-        id: &'c str,
-    ) -> WorkFuture<'c, bool, sqlx::Error> {
-        Box::pin(async move {
-            let done = sqlx::query(Self::HAND_CLAIM)
-                .bind(handler)
-                .bind(id)
-                .execute(conn)
-                .await?;
-            Ok(done.rows_affected() == 1)
-        })
-    }
+    hand_claim_by_rows_affected!(sqlx::SqliteConnection);
 
     fn hand_claim_batch<'c>(
         conn: &'c mut sqlx::SqliteConnection,

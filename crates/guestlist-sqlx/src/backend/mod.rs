@@ -74,6 +74,63 @@ fn ddl_statements(file: &str, table: &str) -> Vec<String> {
         .collect()
 }
 
+/// The statements every backend runs the same way, bound the same way; only the connection
+/// type differs.
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+macro_rules! same_everywhere {
+    ($conn:ty) => {
+        async fn purge_batch<'c>(
+            conn: &'c mut $conn,
+            sql: &'c InboxSql,
+            older_than_secs: i64,
+            limit: i64,
+        ) -> Result<u64, sqlx::Error> {
+            let done = sqlx::query(sqlx::AssertSqlSafe(sql.purge_batch.clone()))
+                .bind(older_than_secs)
+                .bind(limit)
+                .execute(conn)
+                .await?;
+            Ok(done.rows_affected())
+        }
+
+        async fn count_older<'c>(
+            conn: &'c mut $conn,
+            sql: &'c InboxSql,
+            older_than_secs: i64,
+        ) -> Result<u64, sqlx::Error> {
+            let count: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(sql.count_older.clone()))
+                .bind(older_than_secs)
+                .fetch_one(conn)
+                .await?;
+            Ok(count.max(0) as u64)
+        }
+    };
+}
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+use same_everywhere;
+
+/// A claim that reads "fresh" from one row affected by `INSERT … ON CONFLICT DO NOTHING`.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+macro_rules! claim_by_rows_affected {
+    ($conn:ty) => {
+        async fn claim<'c>(
+            conn: &'c mut $conn,
+            sql: &'c InboxSql,
+            handler: &'c str,
+            id: &'c str,
+        ) -> Result<bool, sqlx::Error> {
+            let done = sqlx::query(sqlx::AssertSqlSafe(sql.claim.clone()))
+                .bind(handler)
+                .bind(id)
+                .execute(conn)
+                .await?;
+            Ok(done.rows_affected() == 1)
+        }
+    };
+}
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+use claim_by_rows_affected;
+
 /// `true` when the error is a deadlock, a serialization failure or a busy database: running the
 /// whole transaction again may succeed.
 pub(crate) fn is_retryable(err: &sqlx::Error) -> bool {

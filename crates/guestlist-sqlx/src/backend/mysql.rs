@@ -49,6 +49,8 @@ impl Statements for MySql {
     const COUNT_OLDER: &'static str =
         "SELECT count(*) FROM {table} WHERE seen_at < UTC_TIMESTAMP(6) - INTERVAL ? SECOND";
 
+    super::same_everywhere!(MySqlConnection);
+
     async fn claim<'c>(
         conn: &'c mut MySqlConnection,
         sql: &'c InboxSql,
@@ -82,32 +84,6 @@ impl Statements for MySql {
             }
         }
         Ok(fresh)
-    }
-
-    async fn purge_batch<'c>(
-        conn: &'c mut MySqlConnection,
-        sql: &'c InboxSql,
-        older_than_secs: i64,
-        limit: i64,
-    ) -> Result<u64, sqlx::Error> {
-        let done = sqlx::query(AssertSqlSafe(sql.purge_batch.clone()))
-            .bind(older_than_secs)
-            .bind(limit)
-            .execute(conn)
-            .await?;
-        Ok(done.rows_affected())
-    }
-
-    async fn count_older<'c>(
-        conn: &'c mut MySqlConnection,
-        sql: &'c InboxSql,
-        older_than_secs: i64,
-    ) -> Result<u64, sqlx::Error> {
-        let count: i64 = sqlx::query_scalar(AssertSqlSafe(sql.count_older.clone()))
-            .bind(older_than_secs)
-            .fetch_one(conn)
-            .await?;
-        Ok(count.max(0) as u64)
     }
 
     async fn migrate<'c>(

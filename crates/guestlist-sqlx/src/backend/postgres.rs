@@ -44,24 +44,13 @@ impl Statements for Postgres {
     // SKIP LOCKED: rows another purger holds are left to it instead of waited for.
     const PURGE_BATCH: &'static str = "DELETE FROM {table} WHERE (handler, message_id) IN ( \
          SELECT handler, message_id FROM {table} \
-         WHERE seen_at < now() - make_interval(secs => $1) \
+         WHERE seen_at < now() - make_interval(secs => $1::bigint) \
          ORDER BY seen_at LIMIT $2 FOR UPDATE SKIP LOCKED)";
     const COUNT_OLDER: &'static str =
-        "SELECT count(*) FROM {table} WHERE seen_at < now() - make_interval(secs => $1)";
+        "SELECT count(*) FROM {table} WHERE seen_at < now() - make_interval(secs => $1::bigint)";
 
-    async fn claim<'c>(
-        conn: &'c mut PgConnection,
-        sql: &'c InboxSql,
-        handler: &'c str,
-        id: &'c str,
-    ) -> Result<bool, sqlx::Error> {
-        let done = sqlx::query(AssertSqlSafe(sql.claim.clone()))
-            .bind(handler)
-            .bind(id)
-            .execute(conn)
-            .await?;
-        Ok(done.rows_affected() == 1)
-    }
+    super::same_everywhere!(PgConnection);
+    super::claim_by_rows_affected!(PgConnection);
 
     async fn claim_batch<'c>(
         conn: &'c mut PgConnection,
@@ -74,32 +63,6 @@ impl Statements for Postgres {
             .bind(ids)
             .fetch_all(conn)
             .await
-    }
-
-    async fn purge_batch<'c>(
-        conn: &'c mut PgConnection,
-        sql: &'c InboxSql,
-        older_than_secs: i64,
-        limit: i64,
-    ) -> Result<u64, sqlx::Error> {
-        let done = sqlx::query(AssertSqlSafe(sql.purge_batch.clone()))
-            .bind(older_than_secs as f64)
-            .bind(limit)
-            .execute(conn)
-            .await?;
-        Ok(done.rows_affected())
-    }
-
-    async fn count_older<'c>(
-        conn: &'c mut PgConnection,
-        sql: &'c InboxSql,
-        older_than_secs: i64,
-    ) -> Result<u64, sqlx::Error> {
-        let count: i64 = sqlx::query_scalar(AssertSqlSafe(sql.count_older.clone()))
-            .bind(older_than_secs as f64)
-            .fetch_one(conn)
-            .await?;
-        Ok(count.max(0) as u64)
     }
 
     async fn migrate<'c>(conn: &'c mut PgConnection, sql: &'c InboxSql) -> Result<(), sqlx::Error> {

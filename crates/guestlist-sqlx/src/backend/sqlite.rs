@@ -74,19 +74,8 @@ impl Statements for Sqlite {
         pool.begin_with("BEGIN IMMEDIATE").await
     }
 
-    async fn claim<'c>(
-        conn: &'c mut SqliteConnection,
-        sql: &'c InboxSql,
-        handler: &'c str,
-        id: &'c str,
-    ) -> Result<bool, sqlx::Error> {
-        let done = sqlx::query(AssertSqlSafe(sql.claim.clone()))
-            .bind(handler)
-            .bind(id)
-            .execute(conn)
-            .await?;
-        Ok(done.rows_affected() == 1)
-    }
+    super::same_everywhere!(SqliteConnection);
+    super::claim_by_rows_affected!(SqliteConnection);
 
     async fn claim_batch<'c>(
         conn: &'c mut SqliteConnection,
@@ -100,32 +89,6 @@ impl Statements for Sqlite {
             .bind(ids)
             .fetch_all(conn)
             .await
-    }
-
-    async fn purge_batch<'c>(
-        conn: &'c mut SqliteConnection,
-        sql: &'c InboxSql,
-        older_than_secs: i64,
-        limit: i64,
-    ) -> Result<u64, sqlx::Error> {
-        let done = sqlx::query(AssertSqlSafe(sql.purge_batch.clone()))
-            .bind(older_than_secs)
-            .bind(limit)
-            .execute(conn)
-            .await?;
-        Ok(done.rows_affected())
-    }
-
-    async fn count_older<'c>(
-        conn: &'c mut SqliteConnection,
-        sql: &'c InboxSql,
-        older_than_secs: i64,
-    ) -> Result<u64, sqlx::Error> {
-        let count: i64 = sqlx::query_scalar(AssertSqlSafe(sql.count_older.clone()))
-            .bind(older_than_secs)
-            .fetch_one(conn)
-            .await?;
-        Ok(count.max(0) as u64)
     }
 
     async fn migrate<'c>(
