@@ -30,6 +30,7 @@ macro_rules! inbox_suite {
             a_narrow_column_errors_instead_of_truncating,
             a_missing_table_says_to_migrate,
             concurrent_migrations_all_succeed,
+            claims_and_purged_rows_are_counted_in_metrics,
         );
 
         /// Not a test on its own: the child process that `sigkill_after_work_before_commit…`

@@ -544,3 +544,95 @@ pub async fn concurrent_migrations_all_succeed<DB: Fixture>(name: &str) {
             .is_fresh()
     );
 }
+
+/// The process-wide metrics recorder the tests read from.
+fn recorder() -> &'static metrics_util::debugging::Snapshotter {
+    static SNAPSHOTTER: std::sync::OnceLock<metrics_util::debugging::Snapshotter> =
+        std::sync::OnceLock::new();
+    SNAPSHOTTER.get_or_init(|| {
+        let recorder = metrics_util::debugging::DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        recorder
+            .install()
+            .expect("no other recorder in the test process");
+        snapshotter
+    })
+}
+
+/// A counter's name, labels and value.
+type Counter = (String, Vec<(String, String)>, u64);
+
+/// The counters recorded since the last call (a snapshot drains them), by name and labels.
+fn counters() -> Vec<Counter> {
+    use metrics_util::debugging::DebugValue;
+    recorder()
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter_map(|(key, _, _, value)| match value {
+            DebugValue::Counter(n) => {
+                let key = key.key();
+                let labels = key
+                    .labels()
+                    .map(|l| (l.key().to_owned(), l.value().to_owned()))
+                    .collect();
+                Some((key.name().to_owned(), labels, n))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// The sum of the counters `name` that carry all of `labels`.
+fn sum(counters: &[Counter], name: &str, labels: &[(&str, &str)]) -> u64 {
+    counters
+        .iter()
+        .filter(|(n, l, _)| {
+            n == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| l.iter().any(|(lk, lv)| lk == k && lv == v))
+        })
+        .map(|(_, _, value)| value)
+        .sum()
+}
+
+pub async fn claims_and_purged_rows_are_counted_in_metrics<DB: Fixture>(name: &str) {
+    recorder();
+    let h = Harness::<DB>::new(name).await;
+    let counted = handler(&format!("counted_{}", DB::LABEL));
+    for _ in 0..3 {
+        deliver(&h, &counted, &id("evt_9f3k")).await;
+    }
+    let batch = ["evt_9f3k", "evt_b", "evt_c"].map(id);
+    let done = h
+        .inbox
+        .process_batch(&h.pool, &counted, &batch, |_, _| {
+            Box::pin(async { Ok::<_, sqlx::Error>(()) })
+        })
+        .await
+        .unwrap();
+    assert_eq!(done.fresh.len(), 2);
+    let recorded = counters();
+    let claims = |outcome| {
+        sum(
+            &recorded,
+            "guestlist_inbox_claims_total",
+            &[("handler", counted.as_str()), ("outcome", outcome)],
+        )
+    };
+    assert_eq!((claims("fresh"), claims("duplicate")), (3, 3));
+
+    let table = h.inbox.table().to_string();
+    h.exec(DB::bulk_old_rows(&table, 7, (8 * DAY).as_secs() as i64))
+        .await;
+    h.inbox.purge(week()).run(&h.pool).await.unwrap();
+    assert_eq!(
+        sum(
+            &counters(),
+            "guestlist_inbox_purged_total",
+            &[("table", table.as_str())]
+        ),
+        7
+    );
+}
