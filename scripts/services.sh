@@ -32,11 +32,13 @@ ensure_postgres() {
         wait_for 60 pg_isready -q -h 127.0.0.1 -p 5432 || { say "PostgreSQL did not start"; return 1; }
     fi
     if ! psql "$url" -Atqc 'SELECT 1' >/dev/null 2>&1; then
-        # A fresh Debian cluster wants a password over TCP: give the tests a role and a database.
+        # A fresh Debian cluster wants a password over TCP: give the tests a role and a database
+        # of their own (never touching the postgres role's password).
         say "preparing a PostgreSQL role and database for the tests"
-        as_root runuser -u postgres -- psql -q -c "ALTER ROLE postgres PASSWORD 'guestlist'" >/dev/null
-        as_root runuser -u postgres -- createdb test 2>/dev/null || true
-        url="postgres://postgres:guestlist@127.0.0.1:5432/test"
+        as_root runuser -u postgres -- psql -q -c \
+            "DO \$\$ BEGIN CREATE ROLE guestlist LOGIN PASSWORD 'guestlist'; EXCEPTION WHEN duplicate_object THEN NULL; END \$\$" >/dev/null
+        as_root runuser -u postgres -- createdb -O guestlist guestlist_test 2>/dev/null || true
+        url="postgres://guestlist:guestlist@127.0.0.1:5432/guestlist_test"
         psql "$url" -Atqc 'SELECT 1' >/dev/null || { say "cannot reach PostgreSQL at $url"; return 1; }
     fi
     export GUESTLIST_TEST_POSTGRES_URL="$url"
@@ -48,8 +50,14 @@ ensure_mariadb() {
     if ! mariadb-admin -h 127.0.0.1 -P 3306 -u root --connect-timeout=2 ping >/dev/null 2>&1 \
         && ! mariadb-admin --connect-timeout=2 ping >/dev/null 2>&1; then
         say "starting MariaDB"
-        as_root start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd
-        wait_for 60 mariadb-admin --connect-timeout=2 ping || { say "MariaDB did not start"; return 1; }
+        if [ -x /etc/init.d/mariadb ]; then
+            # The package's init script makes /run/mysqld and runs the server as mysql.
+            as_root /etc/init.d/mariadb start >/dev/null
+        else
+            as_root install -d -o mysql -g mysql /run/mysqld
+            as_root start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd -- --user=mysql
+        fi
+        wait_for 60 mariadb-admin --connect-timeout=2 ping || { say "MariaDB did not start; see /var/log/mysql or journal"; return 1; }
     fi
     if ! mariadb -h 127.0.0.1 -P 3306 -u root -e 'CREATE DATABASE IF NOT EXISTS test' >/dev/null 2>&1; then
         # A fresh Debian install lets root in through the socket only: make a TCP user.

@@ -8,10 +8,11 @@ source scripts/services.sh
 ensure_postgres
 ensure_mariadb
 
-if cargo nextest --version >/dev/null 2>&1; then
-    cargo nextest run --workspace --all-features --no-fail-fast "$@"
-else
-    say "cargo-nextest is not installed; running the suite with cargo test"
-    cargo test --workspace --all-features --no-fail-fast --tests "$@"
+if ! cargo nextest --version >/dev/null 2>&1; then
+    # nextest runs each test in its own process with a timeout (.config/nextest.toml), so a
+    # hung lock fails one test instead of hanging the run.
+    say "installing cargo-nextest"
+    cargo install --locked cargo-nextest
 fi
+cargo nextest run --workspace --all-features --no-fail-fast "$@"
 cargo test --workspace --all-features --doc

@@ -78,8 +78,12 @@ pub(crate) struct DemoArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct CrashConsumerArgs {
-    #[arg(long)]
+    /// Passed in the environment, not on the command line, so that a password stays out of `ps`.
+    #[arg(long, env = CRASH_CONSUMER_DATABASE_VAR)]
     pub(crate) database: String,
     #[arg(long)]
     pub(crate) event: String,
 }
+
+/// Where the demo tells its crash consumer the database is.
+pub(crate) const CRASH_CONSUMER_DATABASE_VAR: &str = "GUESTLIST_DEMO_DATABASE_URL";

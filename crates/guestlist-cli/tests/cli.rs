@@ -43,7 +43,10 @@ fn demo_tells_the_warehouse_story_on_sqlite() {
         [5, 5, 1, 1]
     );
     assert_eq!(row(&out, "a second event, evt_7h2m"), [1, 1, 1, 1]);
-    assert_eq!(row(&out, "two consumers race on evt_r4c3"), [2, 2, 1, 1]);
+    assert_eq!(
+        row(&out, "evt_r4c3 reaches two consumers at once"),
+        [2, 2, 1, 1]
+    );
     assert_eq!(
         row(&out, "consumer SIGKILLed mid-handler, evt_k1ll redelivered"),
         [2, 1, 1, 1]

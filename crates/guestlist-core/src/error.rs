@@ -11,9 +11,7 @@ pub enum Error {
         what: &'static str,
     },
     /// The id or name is longer than 255 bytes.
-    #[error(
-        "{what} is {len} bytes; the limit is 255 — derive a shorter one with MessageId::from_raw_bytes"
-    )]
+    #[error("{what} is {len} bytes; the limit is 255 — {}", shorter(what))]
     TooLong {
         /// Which value: "message id" or "handler name".
         what: &'static str,
@@ -22,8 +20,8 @@ pub enum Error {
     },
     /// The id or name holds a byte outside printable ASCII (0x20..=0x7E).
     #[error(
-        "{what} has byte 0x{byte:02x} at position {position}; only printable ASCII (0x20 to 0x7e) is allowed — \
-         derive an id from other bytes with MessageId::from_raw_bytes"
+        "{what} has byte 0x{byte:02x} at position {position}; only printable ASCII (0x20 to 0x7e) is allowed — {}",
+        shorter(what)
     )]
     NotPrintableAscii {
         /// Which value: "message id" or "handler name".
@@ -59,4 +57,14 @@ pub enum Error {
         "retention is zero: every row would be purged at once; keep rows at least as long as upstreams retry"
     )]
     ZeroRetention,
+}
+
+/// What to do with a value that breaks the printable-ASCII rule.
+fn shorter(what: &str) -> &'static str {
+    match what {
+        "message id" => "derive one from the raw bytes with MessageId::from_raw_bytes",
+        "idempotency key" => "send a UUID or another short printable key",
+        "scope" => "derive one with Scope::from_credentials",
+        _ => "choose a short printable ASCII name",
+    }
 }

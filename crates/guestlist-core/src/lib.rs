@@ -1,6 +1,8 @@
 //! Core ideas of guestlist, free of I/O: who handles a message ([`HandlerName`]), which message it
 //! is ([`MessageId`]), what a claim found ([`Claim`]), how long the guest list remembers
-//! ([`Retention`]) and which table holds it ([`TableName`]).
+//! ([`Retention`]) and which table holds it ([`TableName`]); and for HTTP, the client's
+//! [`IdempotencyKey`], its [`Scope`], the request's [`Fingerprint`], the [`StoredResponse`] and
+//! the [`KeyStore`] that keeps them.
 //!
 //! Every type validates on construction, so a value that exists is a value the stores can use.
 //!
@@ -19,15 +21,25 @@
 
 mod claim;
 mod error;
+mod fingerprint;
 mod handler_name;
+mod idempotency_key;
+mod key_store;
 mod message_id;
 mod printable;
 mod retention;
+mod scope;
+mod stored_response;
 mod table_name;
 
 pub use claim::Claim;
 pub use error::Error;
+pub use fingerprint::{Fingerprint, FingerprintBuilder};
 pub use handler_name::HandlerName;
+pub use idempotency_key::IdempotencyKey;
+pub use key_store::{Attempt, Begin, Completed, KeyStore};
 pub use message_id::MessageId;
 pub use retention::Retention;
+pub use scope::Scope;
+pub use stored_response::{StoredBody, StoredResponse};
 pub use table_name::TableName;

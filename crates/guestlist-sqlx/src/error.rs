@@ -19,6 +19,13 @@ pub enum Error {
         #[source]
         source: sqlx::Error,
     },
+    /// A claim was asked for on a connection with no transaction open: the tick would commit on
+    /// its own, before the work, and a crash in between would lose the work for good.
+    #[error(
+        "the claim needs a transaction: begin one (Inbox::begin(&pool) or pool.begin()) and pass \
+         `&mut *tx`, so that the claim commits together with the handler's writes"
+    )]
+    NotInTransaction,
     /// The database refused or failed, or could not be reached.
     #[error("database error: {0}")]
     Database(#[source] sqlx::Error),
@@ -31,6 +38,24 @@ impl Error {
         match self {
             Error::Database(err) => crate::backend::is_retryable(err),
             _ => false,
+        }
+    }
+}
+
+impl Error {
+    /// A database error from a statement on `table`: [`Error::MissingTable`] where the database
+    /// says the table is absent.
+    pub(crate) fn from_store<DB: crate::Backend>(
+        table: &guestlist_core::TableName,
+        err: sqlx::Error,
+    ) -> Self {
+        if DB::is_missing_table(&err) {
+            Error::MissingTable {
+                table: table.to_string(),
+                source: err,
+            }
+        } else {
+            Error::Database(err)
         }
     }
 }

@@ -22,7 +22,9 @@ pub(crate) const DEFAULT_TABLE: &str = "guestlist_inbox";
 /// and the work become durable together. [`Claim::Duplicate`]: roll back and acknowledge, the
 /// work was done before. A crash anywhere before the commit loses both, and the redelivery finds
 /// no row. A concurrent duplicate on another connection waits on the uncommitted row and then
-/// sees [`Claim::Duplicate`] (or [`Claim::Fresh`], if the first one rolled back).
+/// sees [`Claim::Duplicate`] (or [`Claim::Fresh`], if the first one rolled back; on MySQL the
+/// waiters may instead get a deadlock error then, which [`Error::is_retryable`] reports: run the
+/// whole transaction again, as [`Inbox::process`] does).
 ///
 /// Cheap to clone; build one per table and share it.
 ///
@@ -37,7 +39,7 @@ pub(crate) const DEFAULT_TABLE: &str = "guestlist_inbox";
 ///
 /// let warehouse = HandlerName::new("warehouse")?;
 /// let id = MessageId::new("evt_9f3k")?;
-/// let mut tx = pool.begin().await?;
+/// let mut tx = inbox.begin(&pool).await?;
 /// match inbox.claim(&mut *tx, &warehouse, &id).await? {
 ///     Claim::Fresh => {
 ///         sqlx::query("UPDATE orders SET status = 'PICKING' WHERE id = 42")
@@ -70,7 +72,7 @@ impl<DB: Backend> fmt::Debug for Inbox<DB> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Inbox")
             .field("backend", &DB::BACKEND)
-            .field("table", &self.sql.table.as_str())
+            .field("table", &self.table().as_str())
             .finish()
     }
 }
@@ -116,26 +118,38 @@ impl<DB: Backend> Inbox<DB> {
 
     /// How many times [`Inbox::process`] and [`Inbox::process_batch`] run a transaction that hit
     /// a deadlock, a serialization failure or a busy database, the first run included (default 8).
-    pub fn with_attempts(mut self, attempts: u32) -> Self {
+    pub fn max_attempts(mut self, attempts: u32) -> Self {
         self.retry.attempts = attempts.max(1);
         self
     }
 
     /// The table that holds this inbox.
     pub fn table(&self) -> &TableName {
-        &self.sql.table
+        &self.sql.common.table
     }
 
     /// The DDL that [`Inbox::migrate`] runs, one statement per entry, for users who run their
     /// own migrations. The same text ships as `sql/<backend>.sql` in this crate.
     pub fn ddl(&self) -> &[String] {
-        &self.sql.ddl
+        &self.sql.common.ddl
+    }
+
+    /// Begins the transaction a claim and its work should share: `BEGIN IMMEDIATE` on SQLite
+    /// (the write lock up front, so the claim waits for other writers instead of failing with
+    /// `SQLITE_BUSY_SNAPSHOT`), a plain `BEGIN` elsewhere.
+    pub async fn begin(
+        &self,
+        pool: &sqlx::Pool<DB>,
+    ) -> Result<sqlx::Transaction<'static, DB>, Error> {
+        Ok(DB::begin(pool).await?)
     }
 
     /// Claims `id` for `handler` on the caller's transaction: one `INSERT`, no `SELECT` first.
     ///
-    /// Pass the transaction that holds the handler's writes (`&mut *tx`). On [`Claim::Fresh`],
-    /// do the work and commit; on [`Claim::Duplicate`], roll back and acknowledge.
+    /// Pass the transaction that holds the handler's writes (`&mut *tx`), begun with
+    /// [`Inbox::begin`] or `pool.begin()`; a connection outside a transaction is refused with
+    /// [`Error::NotInTransaction`]. On [`Claim::Fresh`], do the work and commit; on
+    /// [`Claim::Duplicate`], roll back and acknowledge.
     pub async fn claim(
         &self,
         conn: &mut DB::Connection,
@@ -150,6 +164,7 @@ impl<DB: Backend> Inbox<DB> {
             outcome = tracing::field::Empty,
         );
         async {
+            require_transaction::<DB>(conn)?;
             let inserted = DB::claim(conn, &self.sql, handler.as_str(), id.as_str())
                 .await
                 .map_err(|err| self.error(err))?;
@@ -166,8 +181,12 @@ impl<DB: Backend> Inbox<DB> {
         .await
     }
 
-    /// Claims a batch of ids for `handler` in one statement (MySQL: one statement per id) on
-    /// the caller's transaction, and returns the fresh ones, sorted.
+    /// Claims a batch of ids for `handler` in one statement on the caller's transaction, and
+    /// returns the fresh ones, sorted.
+    ///
+    /// MySQL has no `RETURNING`, and a multi-row `INSERT` cannot say which rows were new without
+    /// `INSERT IGNORE`, which also swallows unrelated errors: there the batch is claimed one
+    /// prepared `INSERT` per id, in sorted order, on the same transaction.
     ///
     /// An id repeated within `ids` counts once. Ids are claimed in sorted order, so two
     /// consumers holding overlapping batches lock rows in the same order and cannot deadlock.
@@ -188,6 +207,7 @@ impl<DB: Backend> Inbox<DB> {
             fresh = tracing::field::Empty,
         );
         async {
+            require_transaction::<DB>(conn)?;
             if sorted.is_empty() {
                 return Ok(Vec::new());
             }
@@ -212,14 +232,17 @@ impl<DB: Backend> Inbox<DB> {
 
     /// Turns a database error into [`Error::MissingTable`] where it says the table is absent.
     pub(crate) fn error(&self, err: sqlx::Error) -> Error {
-        if DB::is_missing_table(&err) {
-            Error::MissingTable {
-                table: self.sql.table.to_string(),
-                source: err,
-            }
-        } else {
-            Error::Database(err)
-        }
+        Error::from_store::<DB>(self.table(), err)
+    }
+}
+
+/// Refuses a connection with no transaction open.
+fn require_transaction<DB: Backend>(conn: &DB::Connection) -> Result<(), Error> {
+    use sqlx::Connection;
+    if conn.is_in_transaction() {
+        Ok(())
+    } else {
+        Err(Error::NotInTransaction)
     }
 }
 

@@ -15,6 +15,7 @@
 mod backend;
 mod error;
 mod inbox;
+mod keys;
 mod process;
 mod purge;
 mod purger;
@@ -25,9 +26,13 @@ pub use backend::Backend;
 #[cfg(feature = "sqlite")]
 pub use backend::sqlite;
 pub use error::Error;
-pub use guestlist_core::{Claim, HandlerName, MessageId, Retention, TableName};
+pub use guestlist_core::{
+    Attempt, Begin, Claim, Completed, Fingerprint, HandlerName, IdempotencyKey, KeyStore,
+    MessageId, Retention, Scope, StoredBody, StoredResponse, TableName,
+};
 pub use inbox::Inbox;
+pub use keys::SqlKeyStore;
 pub use process::{BatchProcessed, ProcessError, Processed, WorkFuture};
-pub use purge::{Purge, Purged};
+pub use purge::{Purge, Purgeable, Purged};
 pub use purger::{Purger, PurgerHandle};
 pub use sqlx;

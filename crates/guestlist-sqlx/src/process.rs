@@ -41,8 +41,10 @@ pub struct BatchProcessed<T> {
 
 /// A failure of [`Inbox::process`]: the store's, or the work's own.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ProcessError<E> {
-    /// The claim, the commit or the connection failed. Nothing was committed; do not acknowledge.
+    /// The claim, the commit or the connection failed. Do not acknowledge: if the commit itself
+    /// failed its outcome is unknown, and the redelivery finds out (it is fresh, or a duplicate).
     #[error(transparent)]
     Store(#[from] Error),
     /// The work returned an error; the claim was rolled back with it, so a redelivery runs again.
@@ -56,7 +58,7 @@ impl<DB: Backend> Inbox<DB> {
     /// Returns [`Processed::Ran`] with the work's output, or [`Processed::Duplicate`] without
     /// running it. An error from `work` rolls back the claim with the work's writes. A deadlock,
     /// serialization failure or busy database runs the whole transaction again (see
-    /// [`Inbox::with_attempts`]), so `work` may be called more than once, each time on a fresh
+    /// [`Inbox::max_attempts`]), so `work` may be called more than once, each time on a fresh
     /// transaction; it never commits twice.
     ///
     /// The future `work` returns may borrow only the transaction: move or clone into it anything
@@ -90,6 +92,7 @@ impl<DB: Backend> Inbox<DB> {
     ) -> Result<Processed<T>, ProcessError<E>>
     where
         F: for<'c> FnMut(&'c mut DB::Connection) -> WorkFuture<'c, T, E>,
+        E: 'static,
     {
         let mut attempt = 0;
         loop {
@@ -109,11 +112,14 @@ impl<DB: Backend> Inbox<DB> {
             }
             .await;
             match result {
-                Err(ProcessError::Store(err)) if self.retry_after(&err, attempt) => {
+                Err(err) if self.retry_after(handler, &err, attempt) => {
                     self.retry.pause(attempt).await;
                     attempt += 1;
                 }
-                other => return other,
+                other => {
+                    count_processed(handler, other.as_ref().map(Processed::ran));
+                    return other;
+                }
             }
         }
     }
@@ -132,6 +138,7 @@ impl<DB: Backend> Inbox<DB> {
     ) -> Result<BatchProcessed<T>, ProcessError<E>>
     where
         F: for<'c> FnMut(&'c mut DB::Connection, &'c [MessageId]) -> WorkFuture<'c, T, E>,
+        E: 'static,
     {
         let mut attempt = 0;
         loop {
@@ -157,23 +164,80 @@ impl<DB: Backend> Inbox<DB> {
             }
             .await;
             match result {
-                Err(ProcessError::Store(err)) if self.retry_after(&err, attempt) => {
+                Err(err) if self.retry_after(handler, &err, attempt) => {
                     self.retry.pause(attempt).await;
                     attempt += 1;
                 }
-                other => return other,
+                other => {
+                    count_processed(handler, other.as_ref().map(|b| b.output.is_some()));
+                    return other;
+                }
             }
         }
     }
 
     /// `true` when `err` is worth running the transaction again and attempts remain.
-    fn retry_after(&self, err: &Error, attempt: u32) -> bool {
-        let again = err.is_retryable() && attempt + 1 < self.retry.attempts;
+    fn retry_after<E: 'static>(
+        &self,
+        handler: &HandlerName,
+        err: &ProcessError<E>,
+        attempt: u32,
+    ) -> bool {
+        let retryable = match err {
+            ProcessError::Store(err) => err.is_retryable(),
+            ProcessError::Handler(err) => work_error_is_retryable(err),
+        };
+        let again = retryable && attempt + 1 < self.retry.attempts;
         if again {
-            tracing::debug!(backend = DB::BACKEND, attempt, error = %err, "running the transaction again");
+            tracing::debug!(
+                backend = DB::BACKEND,
+                handler = handler.as_str(),
+                attempt,
+                "deadlock or busy database; running the transaction again"
+            );
+            metrics::counter!("guestlist_inbox_retries_total", "handler" => handler.to_string())
+                .increment(1);
         }
         again
     }
+}
+
+/// `true` when the work's own error is a database error worth a retry: a `sqlx::Error`, a
+/// guestlist [`Error`], or a boxed error whose chain holds one.
+fn work_error_is_retryable<E: 'static>(err: &E) -> bool {
+    use std::any::Any;
+    use std::error::Error as StdError;
+    let any: &dyn Any = err;
+    if let Some(err) = any.downcast_ref::<sqlx::Error>() {
+        return crate::backend::is_retryable(err);
+    }
+    if let Some(err) = any.downcast_ref::<Error>() {
+        return err.is_retryable();
+    }
+    let chain_start: Option<&(dyn StdError + 'static)> =
+        if let Some(boxed) = any.downcast_ref::<Box<dyn StdError + Send + Sync>>() {
+            Some(boxed.as_ref())
+        } else {
+            any.downcast_ref::<Box<dyn StdError>>()
+                .map(|boxed| boxed.as_ref())
+        };
+    std::iter::successors(chain_start, |err| (*err).source()).any(|err| {
+        err.downcast_ref::<sqlx::Error>()
+            .is_some_and(crate::backend::is_retryable)
+            || err.downcast_ref::<Error>().is_some_and(Error::is_retryable)
+    })
+}
+
+/// Counts a finished `process` call: the work ran and committed, it was a duplicate, or it
+/// failed (after any retries).
+fn count_processed<E>(handler: &HandlerName, outcome: Result<bool, &ProcessError<E>>) {
+    let outcome = match outcome {
+        Ok(true) => "committed",
+        Ok(false) => "duplicate",
+        Err(_) => "failed",
+    };
+    metrics::counter!("guestlist_inbox_processed_total", "handler" => handler.to_string(), "outcome" => outcome)
+        .increment(1);
 }
 
 /// The distinct ids of `ids` that are not in `fresh`, sorted.

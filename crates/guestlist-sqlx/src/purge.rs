@@ -1,22 +1,25 @@
 //! Deleting rows older than the retention, in bounded batches.
 
+use std::marker::PhantomData;
+use std::sync::Arc;
 use std::time::Duration;
 
 use guestlist_core::Retention;
 use sqlx::Pool;
 use sqlx::pool::PoolConnection;
 
-use crate::backend::Backend;
+use crate::backend::{Backend, TableSql};
 use crate::{Error, Inbox};
 
-/// A purge of one inbox table, built by [`Inbox::purge`].
+/// A purge of one guestlist table (an inbox, or idempotency keys), built by [`Inbox::purge`] or
+/// [`SqlKeyStore::purge`](crate::SqlKeyStore::purge).
 ///
 /// Rows go in batches of [`Purge::batch_size`], each its own short transaction, with a pause
 /// between batches: a live claim waits at most for one batch, never for the whole purge. On
 /// SQLite, where one writer holds the whole file, the pause lasts at least as long as the batch
-/// did, so that writers polling for the lock find it free half the time. On
-/// PostgreSQL and MySQL a session lock lets only one purger work on a table at a time; a second
-/// one returns [`Purged::Busy`] at once.
+/// did, so that writers polling for the lock find it free half the time. On PostgreSQL and
+/// MySQL a session lock lets only one purger work on a table at a time; a second one returns
+/// [`Purged::Busy`] at once.
 ///
 /// ```no_run
 /// # async fn run(pool: sqlx::PgPool) -> Result<(), guestlist_sqlx::Error> {
@@ -29,10 +32,11 @@ use crate::{Error, Inbox};
 #[derive(Debug)]
 #[must_use = "a purge does nothing until run"]
 pub struct Purge<'a, DB: Backend> {
-    inbox: &'a Inbox<DB>,
+    table: &'a TableSql,
     retention: Retention,
     batch_size: u32,
     pause: Duration,
+    db: PhantomData<fn() -> DB>,
 }
 
 /// What a purge did.
@@ -44,28 +48,49 @@ pub enum Purged {
     Busy,
 }
 
-impl<DB: Backend> Inbox<DB> {
-    /// A purge of the rows older than `retention` (run it with [`Purge::run`]).
-    pub fn purge(&self, retention: Retention) -> Purge<'_, DB> {
-        Purge {
-            inbox: self,
-            retention,
-            batch_size: Purge::<DB>::DEFAULT_BATCH_SIZE,
-            pause: Purge::<DB>::DEFAULT_PAUSE,
-        }
-    }
+/// A table a [`Purge`] or a [`Purger`](crate::Purger) can work on: an [`Inbox`] or a
+/// [`SqlKeyStore`](crate::SqlKeyStore). Sealed.
+pub trait Purgeable<DB: Backend>: sealed::Sealed {
+    #[doc(hidden)]
+    fn purge_table(&self) -> Arc<TableSql>;
+}
 
-    /// The name of the lock purgers of this table take turns with.
-    pub(crate) fn purge_lock_name(&self) -> String {
-        format!("guestlist_purge_{}", self.table())
+pub(crate) mod sealed {
+    /// Seals [`super::Purgeable`].
+    #[allow(unreachable_pub)]
+    pub trait Sealed {}
+}
+
+impl<DB: Backend> sealed::Sealed for Inbox<DB> {}
+
+impl<DB: Backend> Purgeable<DB> for Inbox<DB> {
+    fn purge_table(&self) -> Arc<TableSql> {
+        Arc::clone(&self.sql.common)
     }
 }
 
-impl<DB: Backend> Purge<'_, DB> {
+impl<DB: Backend> Inbox<DB> {
+    /// A purge of the rows older than `retention` (run it with [`Purge::run`]).
+    pub fn purge(&self, retention: Retention) -> Purge<'_, DB> {
+        Purge::new(&self.sql.common, retention)
+    }
+}
+
+impl<'a, DB: Backend> Purge<'a, DB> {
     /// Rows deleted per batch unless set: small enough that a batch takes milliseconds.
     pub const DEFAULT_BATCH_SIZE: u32 = 5_000;
     /// Pause between batches unless set: lets waiting writers in (SQLite has one writer).
     pub const DEFAULT_PAUSE: Duration = Duration::from_millis(5);
+
+    pub(crate) fn new(table: &'a TableSql, retention: Retention) -> Self {
+        Self {
+            table,
+            retention,
+            batch_size: Self::DEFAULT_BATCH_SIZE,
+            pause: Self::DEFAULT_PAUSE,
+            db: PhantomData,
+        }
+    }
 
     /// Rows deleted per batch (at least 1).
     pub fn batch_size(mut self, rows: u32) -> Self {
@@ -82,9 +107,9 @@ impl<DB: Backend> Purge<'_, DB> {
     /// Counts the rows the purge would delete now.
     pub async fn count(&self, pool: &Pool<DB>) -> Result<u64, Error> {
         let mut conn = pool.acquire().await?;
-        DB::count_older(&mut conn, &self.inbox.sql, self.older_than_secs())
+        DB::count_older(&mut conn, self.table, self.older_than_secs())
             .await
-            .map_err(|err| self.inbox.error(err))
+            .map_err(|err| self.error(err))
     }
 
     /// Deletes every row older than the retention.
@@ -99,10 +124,13 @@ impl<DB: Backend> Purge<'_, DB> {
         pool: &Pool<DB>,
         mut progress: impl FnMut(u64) + Send,
     ) -> Result<Purged, Error> {
-        let lock = self.inbox.purge_lock_name();
+        let lock = self.table.purge_lock();
         let mut conn = pool.acquire().await?;
+        // The lock belongs to this session: if the purge is cancelled (a timeout, a shutdown), the
+        // session must end rather than go back to the pool still holding it.
+        conn.close_on_drop();
         if !DB::try_lock(&mut conn, &lock).await? {
-            tracing::debug!(table = %self.inbox.table(), "another purger holds the lock");
+            tracing::debug!(table = %self.table.table, "another purger holds the lock");
             return Ok(Purged::Busy);
         }
         match self.delete_batches(&mut conn, &mut progress).await {
@@ -110,11 +138,8 @@ impl<DB: Backend> Purge<'_, DB> {
                 DB::unlock(&mut conn, &lock).await?;
                 Ok(Purged::Deleted(deleted))
             }
-            Err(err) => {
-                // Closing the session releases its lock whatever state it is in.
-                let _ = conn.close().await;
-                Err(err)
-            }
+            // Dropping the connection closes its session, which releases the lock.
+            Err(err) => Err(err),
         }
     }
 
@@ -127,20 +152,15 @@ impl<DB: Backend> Purge<'_, DB> {
         let mut total = 0;
         loop {
             let started = std::time::Instant::now();
-            let deleted = DB::purge_batch(
-                conn,
-                &self.inbox.sql,
-                older_than,
-                i64::from(self.batch_size),
-            )
-            .await
-            .map_err(|err| self.inbox.error(err))?;
+            let deleted = DB::purge_batch(conn, self.table, older_than, i64::from(self.batch_size))
+                .await
+                .map_err(|err| self.error(err))?;
             total += deleted;
-            metrics::counter!("guestlist_inbox_purged_total", "table" => self.inbox.table().to_string())
+            metrics::counter!("guestlist_purged_total", "table" => self.table.table.to_string())
                 .increment(deleted);
             progress(total);
             if deleted < u64::from(self.batch_size) {
-                tracing::info!(table = %self.inbox.table(), deleted = total, "purge done");
+                tracing::info!(table = %self.table.table, deleted = total, "purge done");
                 return Ok(total);
             }
             let pause = if DB::SINGLE_WRITER {
@@ -152,6 +172,10 @@ impl<DB: Backend> Purge<'_, DB> {
                 tokio::time::sleep(pause).await;
             }
         }
+    }
+
+    fn error(&self, err: sqlx::Error) -> Error {
+        Error::from_store::<DB>(&self.table.table, err)
     }
 
     fn older_than_secs(&self) -> i64 {

@@ -1,5 +1,7 @@
 //! A background task that purges on an interval.
 
+use std::marker::PhantomData;
+use std::sync::Arc;
 use std::time::Duration;
 
 use guestlist_core::Retention;
@@ -7,12 +9,15 @@ use sqlx::Pool;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use crate::backend::Backend;
-use crate::{Inbox, Purged};
+use crate::Purged;
+use crate::backend::{Backend, TableSql};
+use crate::purge::{Purge, Purgeable};
 
-/// Purges an inbox on an interval, in the background, for as long as its handle lives.
+/// Purges a guestlist table (an [`Inbox`](crate::Inbox) or a
+/// [`SqlKeyStore`](crate::SqlKeyStore)) on an interval, in the background, for as long as its
+/// handle lives.
 ///
-/// Many instances may run one against one PostgreSQL or MySQL database: a session lock lets one
+/// Many instances may run against one PostgreSQL or MySQL database: a session lock lets one
 /// purge at a time and the others skip their turn. Errors are logged and the next turn tries
 /// again; a purge never stops the service.
 ///
@@ -23,7 +28,7 @@ use crate::{Inbox, Purged};
 ///
 /// const HOUR: Duration = Duration::from_secs(3600);
 /// let retention = Retention::new(7 * 24 * HOUR, 72 * HOUR)?; // refused if shorter than the horizon
-/// let purger = Purger::new(pool, Inbox::<sqlx::Postgres>::new(), retention)
+/// let purger = Purger::new(pool, &Inbox::<sqlx::Postgres>::new(), retention)
 ///     .every(HOUR)
 ///     .spawn();
 /// // … serve …
@@ -34,21 +39,23 @@ use crate::{Inbox, Purged};
 #[must_use = "a purger does nothing until spawned"]
 pub struct Purger<DB: Backend> {
     pool: Pool<DB>,
-    inbox: Inbox<DB>,
+    table: Arc<TableSql>,
     retention: Retention,
     every: Duration,
     batch_size: u32,
+    db: PhantomData<fn() -> DB>,
 }
 
 impl<DB: Backend> Purger<DB> {
-    /// A purger of `inbox` that deletes rows older than `retention`, every hour unless set.
-    pub fn new(pool: Pool<DB>, inbox: Inbox<DB>, retention: Retention) -> Self {
+    /// A purger of `table` that deletes rows older than `retention`, every hour unless set.
+    pub fn new(pool: Pool<DB>, table: &impl Purgeable<DB>, retention: Retention) -> Self {
         Self {
             pool,
-            inbox,
+            table: table.purge_table(),
             retention,
             every: Duration::from_secs(3600),
-            batch_size: crate::Purge::<DB>::DEFAULT_BATCH_SIZE,
+            batch_size: Purge::<DB>::DEFAULT_BATCH_SIZE,
+            db: PhantomData,
         }
     }
 
@@ -70,42 +77,53 @@ impl<DB: Backend> Purger<DB> {
         let task = tokio::spawn(async move {
             let mut ticks = tokio::time::interval(self.every);
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let table = &self.table.table;
             loop {
                 tokio::select! {
                     _ = &mut stopped => return,
                     _ = ticks.tick() => {}
                 }
-                let purge = self
-                    .inbox
-                    .purge(self.retention)
+                let purge = Purge::<DB>::new(&self.table, self.retention)
                     .batch_size(self.batch_size)
                     .run(&self.pool);
                 tokio::select! {
                     _ = &mut stopped => return,
                     result = purge => match result {
-                        Ok(Purged::Deleted(rows)) => tracing::debug!(table = %self.inbox.table(), rows, "purged"),
-                        Ok(Purged::Busy) => tracing::debug!(table = %self.inbox.table(), "another instance is purging"),
-                        Err(err) => tracing::warn!(table = %self.inbox.table(), error = %err, "purge failed; trying again next turn"),
+                        Ok(Purged::Deleted(rows)) => tracing::debug!(%table, rows, "purged"),
+                        Ok(Purged::Busy) => tracing::debug!(%table, "another instance is purging"),
+                        Err(err) => tracing::warn!(%table, error = %err, "purge failed; trying again next turn"),
                     },
                 }
             }
         });
-        PurgerHandle { stop, task }
+        PurgerHandle {
+            stop: Some(stop),
+            task,
+        }
     }
 }
 
-/// The running purger. Dropping it leaves the task running; call [`PurgerHandle::shutdown`].
+/// The running purger. Dropping it stops the purger; [`PurgerHandle::shutdown`] also waits.
 #[derive(Debug)]
 pub struct PurgerHandle {
-    stop: oneshot::Sender<()>,
+    stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<()>,
 }
 
 impl PurgerHandle {
-    /// Stops the purger, abandoning a batch in flight (its transaction rolls back), and waits
-    /// for the task to end.
-    pub async fn shutdown(self) {
-        let _ = self.stop.send(());
-        let _ = self.task.await;
+    /// Stops the purger and waits for its task to end. A batch in flight is abandoned: its
+    /// connection is closed (releasing the purge lock), and the database finishes or rolls back
+    /// that one statement on its own.
+    pub async fn shutdown(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let _ = (&mut self.task).await;
+    }
+}
+
+impl Drop for PurgerHandle {
+    fn drop(&mut self) {
+        self.task.abort();
     }
 }

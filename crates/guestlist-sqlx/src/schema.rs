@@ -8,7 +8,13 @@ impl<DB: Backend> Inbox<DB> {
     /// processes at once and at every start-up.
     pub async fn migrate(&self, pool: &sqlx::Pool<DB>) -> Result<(), Error> {
         let mut conn = pool.acquire().await?;
-        DB::migrate(&mut conn, &self.sql).await?;
+        self.migrate_on(&mut conn).await
+    }
+
+    /// [`Inbox::migrate`] on a connection of the caller's (one that runs the application's own
+    /// migrations, say). It must not be inside a transaction on MySQL, where DDL commits.
+    pub async fn migrate_on(&self, conn: &mut DB::Connection) -> Result<(), Error> {
+        DB::migrate(conn, &self.sql.common).await?;
         tracing::info!(backend = DB::BACKEND, table = %self.table(), "guestlist inbox table ready");
         Ok(())
     }

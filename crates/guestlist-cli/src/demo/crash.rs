@@ -10,8 +10,15 @@ use crate::database::{self, with_pool};
 pub(super) const WORK_DONE: &str = "work done, not committed";
 
 pub(crate) async fn run(args: CrashConsumerArgs) -> anyhow::Result<()> {
-    let pool = database::connect(&args.database, 1).await?;
+    // The event id goes into the demo's SQL text: accept only the demo's own kind of id.
+    anyhow::ensure!(
+        args.event
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'),
+        "the demo's events are named like evt_k1ll"
+    );
     let event = MessageId::new(args.event)?;
+    let pool = database::connect(&args.database, 1).await?;
     with_pool!(pool, |pool| work_then_hang(&pool, &event).await)
 }
 

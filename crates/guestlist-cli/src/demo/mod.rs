@@ -112,7 +112,7 @@ impl<DB: Shop> Story<'_, DB> {
             committed += u32::from(racer.await??.ran());
         }
         self.chapter(
-            format!("two consumers race on {event}"),
+            format!("{event} reaches two consumers at once"),
             event,
             2,
             2,

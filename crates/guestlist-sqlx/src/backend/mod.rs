@@ -21,20 +21,15 @@ use sqlx::{Database, Pool, Transaction};
 /// [`sqlx::MySql`], each behind the feature of the same name.
 ///
 /// The trait is sealed: its methods are guestlist's own business.
-pub trait Backend: sealed::Statements {}
+pub trait Backend: sealed::Statements + sealed::KeyStatements {}
 
-impl<DB: sealed::Statements> Backend for DB {}
+impl<DB: sealed::Statements + sealed::KeyStatements> Backend for DB {}
 
-/// SQL text for one inbox table, formatted once when the [`crate::Inbox`] is built.
+/// SQL text every guestlist table needs: its name, its DDL, and its purge.
 #[derive(Debug)]
-#[allow(unreachable_pub)] // named by the sealed trait, unreachable outside the crate
-pub struct InboxSql {
+#[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
+pub struct TableSql {
     pub(crate) table: TableName,
-    /// Inserts one row; reports 1 row for fresh.
-    pub(crate) claim: Arc<str>,
-    /// Inserts a sorted batch; returns the fresh ids (MySQL claims a batch one id at a time).
-    #[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
-    pub(crate) claim_batch: Arc<str>,
     /// Deletes at most `limit` rows older than a number of seconds.
     pub(crate) purge_batch: Arc<str>,
     /// Counts rows older than a number of seconds.
@@ -43,25 +38,119 @@ pub struct InboxSql {
     pub(crate) ddl: Vec<String>,
 }
 
-impl InboxSql {
-    /// Formats the backend's templates with `table` substituted for `{table}` and for the
-    /// `guestlist_inbox` of its DDL file.
-    pub(crate) fn new<DB: sealed::Statements>(table: &TableName) -> Self {
-        let name = table.as_str();
-        let fill = |template: &str| -> Arc<str> { template.replace("{table}", name).into() };
+impl TableSql {
+    /// Formats `DB`'s purge templates for `table`, whose age is in the column `at`, and its DDL
+    /// file, written for the table `default_name`.
+    fn new<DB: sealed::Statements>(
+        table: &TableName,
+        at: &str,
+        ddl: &str,
+        default_name: &str,
+    ) -> Self {
+        let fill = |template: &str| -> Arc<str> {
+            template
+                .replace("{table}", table.as_str())
+                .replace("{at}", at)
+                .into()
+        };
         Self {
             table: table.clone(),
-            claim: fill(DB::CLAIM),
-            claim_batch: fill(DB::CLAIM_BATCH),
             purge_batch: fill(DB::PURGE_BATCH),
             count_older: fill(DB::COUNT_OLDER),
-            ddl: ddl_statements(DB::DDL, name),
+            ddl: ddl_statements(ddl, default_name, table.as_str()),
+        }
+    }
+
+    /// The name of the lock purgers of this table take turns with.
+    pub(crate) fn purge_lock(&self) -> String {
+        format!("guestlist_purge_{}", self.table)
+    }
+}
+
+/// SQL text for one inbox table, formatted once when the [`crate::Inbox`] is built.
+#[derive(Debug)]
+#[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
+pub struct InboxSql {
+    pub(crate) common: Arc<TableSql>,
+    /// Inserts one row; reports 1 row for fresh.
+    pub(crate) claim: Arc<str>,
+    /// Inserts a sorted batch; returns the fresh ids (MySQL claims a batch one id at a time).
+    #[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
+    pub(crate) claim_batch: Arc<str>,
+}
+
+impl InboxSql {
+    pub(crate) fn new<DB: sealed::Statements>(table: &TableName) -> Self {
+        let fill =
+            |template: &str| -> Arc<str> { template.replace("{table}", table.as_str()).into() };
+        Self {
+            common: Arc::new(TableSql::new::<DB>(
+                table,
+                "seen_at",
+                DB::INBOX_DDL,
+                "guestlist_inbox",
+            )),
+            claim: fill(DB::CLAIM),
+            claim_batch: fill(DB::CLAIM_BATCH),
         }
     }
 }
 
+/// SQL text for one idempotency-key table, formatted once when the store is built.
+#[derive(Debug)]
+#[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
+pub struct KeysSql {
+    pub(crate) common: Arc<TableSql>,
+    /// Inserts an in-flight row with a lease; reports 1 row when new.
+    pub(crate) insert: Arc<str>,
+    /// Reads a row, with the lease's remaining milliseconds by the database's clock.
+    pub(crate) select: Arc<str>,
+    /// Takes over an expired lease by compare-and-set on the attempt.
+    pub(crate) take_over: Arc<str>,
+    /// Stores the response if the attempt still holds the key.
+    pub(crate) complete: Arc<str>,
+    /// Deletes an in-flight row if the attempt still holds it.
+    pub(crate) release: Arc<str>,
+    /// Deletes a row whatever its state (an operator's eviction).
+    pub(crate) evict: Arc<str>,
+}
+
+impl KeysSql {
+    pub(crate) fn new<DB: sealed::KeyStatements>(table: &TableName) -> Self {
+        let fill =
+            |template: &str| -> Arc<str> { template.replace("{table}", table.as_str()).into() };
+        Self {
+            common: Arc::new(TableSql::new::<DB>(
+                table,
+                "created_at",
+                DB::KEYS_DDL,
+                "guestlist_keys",
+            )),
+            insert: fill(DB::KEY_INSERT),
+            select: fill(DB::KEY_SELECT),
+            take_over: fill(DB::KEY_TAKE_OVER),
+            complete: fill(DB::KEY_COMPLETE),
+            release: fill(DB::KEY_RELEASE),
+            evict: fill(DB::KEY_EVICT),
+        }
+    }
+}
+
+/// A key's row as read back.
+#[derive(Debug)]
+#[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
+pub struct KeyRow {
+    pub(crate) fingerprint: Vec<u8>,
+    pub(crate) status: Option<i32>,
+    pub(crate) headers: Option<Vec<u8>>,
+    pub(crate) body: Option<Vec<u8>>,
+    pub(crate) attempt: i64,
+    /// Milliseconds the lease has left (negative once expired; `None` once completed).
+    pub(crate) lease_left_ms: Option<i64>,
+}
+
 /// Splits a DDL file into statements, dropping `--` comment lines and renaming the table.
-fn ddl_statements(file: &str, table: &str) -> Vec<String> {
+fn ddl_statements(file: &str, default_name: &str, table: &str) -> Vec<String> {
     let code: String = file
         .lines()
         .filter(|line| !line.trim_start().starts_with("--"))
@@ -70,7 +159,7 @@ fn ddl_statements(file: &str, table: &str) -> Vec<String> {
     code.split(';')
         .map(str::trim)
         .filter(|statement| !statement.is_empty())
-        .map(|statement| statement.replace("guestlist_inbox", table))
+        .map(|statement| statement.replace(default_name, table))
         .collect()
 }
 
@@ -81,7 +170,7 @@ macro_rules! same_everywhere {
     ($conn:ty) => {
         async fn purge_batch<'c>(
             conn: &'c mut $conn,
-            sql: &'c InboxSql,
+            sql: &'c TableSql,
             older_than_secs: i64,
             limit: i64,
         ) -> Result<u64, sqlx::Error> {
@@ -95,7 +184,7 @@ macro_rules! same_everywhere {
 
         async fn count_older<'c>(
             conn: &'c mut $conn,
-            sql: &'c InboxSql,
+            sql: &'c TableSql,
             older_than_secs: i64,
         ) -> Result<u64, sqlx::Error> {
             let count: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(sql.count_older.clone()))
@@ -131,6 +220,97 @@ macro_rules! claim_by_rows_affected {
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 use claim_by_rows_affected;
 
+/// A key insert that reads "new" from one row affected by `INSERT … ON CONFLICT DO NOTHING`.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+macro_rules! key_insert_by_rows_affected {
+    ($conn:ty) => {
+        async fn key_insert<'c>(
+            conn: &'c mut $conn,
+            sql: &'c KeysSql,
+            scope: &'c str,
+            key: &'c str,
+            fingerprint: &'c [u8],
+            lease_ms: i64,
+        ) -> Result<bool, sqlx::Error> {
+            let done = sqlx::query(sqlx::AssertSqlSafe(sql.insert.clone()))
+                .bind(scope)
+                .bind(key)
+                .bind(fingerprint)
+                .bind(lease_ms)
+                .execute(conn)
+                .await?;
+            Ok(done.rows_affected() == 1)
+        }
+    };
+}
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+use key_insert_by_rows_affected;
+
+/// The key statements every backend binds and reads the same way.
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+macro_rules! keys_same_everywhere {
+    ($conn:ty) => {
+        async fn key_select<'c>(
+            conn: &'c mut $conn,
+            sql: &'c KeysSql,
+            scope: &'c str,
+            key: &'c str,
+        ) -> Result<Option<super::KeyRow>, sqlx::Error> {
+            type Columns = (
+                Vec<u8>,
+                Option<i32>,
+                Option<Vec<u8>>,
+                Option<Vec<u8>>,
+                i64,
+                Option<i64>,
+            );
+            let row: Option<Columns> = sqlx::query_as(sqlx::AssertSqlSafe(sql.select.clone()))
+                .bind(scope)
+                .bind(key)
+                .fetch_optional(conn)
+                .await?;
+            Ok(row.map(
+                |(fingerprint, status, headers, body, attempt, lease_left_ms)| super::KeyRow {
+                    fingerprint,
+                    status,
+                    headers,
+                    body,
+                    attempt,
+                    lease_left_ms,
+                },
+            ))
+        }
+
+        async fn key_update<'c>(
+            conn: &'c mut $conn,
+            statement: &'c std::sync::Arc<str>,
+            values: super::sealed::KeyValues<'c>,
+        ) -> Result<u64, sqlx::Error> {
+            use super::sealed::KeyValues;
+            let query = sqlx::query(sqlx::AssertSqlSafe(statement.clone()));
+            let query = match values {
+                KeyValues::TakeOver(lease_ms, scope, key, attempt) => {
+                    query.bind(lease_ms).bind(scope).bind(key).bind(attempt)
+                }
+                KeyValues::Complete(status, headers, body, scope, key, attempt) => query
+                    .bind(status)
+                    .bind(headers)
+                    .bind(body)
+                    .bind(scope)
+                    .bind(key)
+                    .bind(attempt),
+                KeyValues::Release(scope, key, attempt) => {
+                    query.bind(scope).bind(key).bind(attempt)
+                }
+                KeyValues::Evict(scope, key) => query.bind(scope).bind(key),
+            };
+            Ok(query.execute(conn).await?.rows_affected())
+        }
+    };
+}
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+use keys_same_everywhere;
+
 /// `true` when the error is a deadlock, a serialization failure or a busy database: running the
 /// whole transaction again may succeed.
 pub(crate) fn is_retryable(err: &sqlx::Error) -> bool {
@@ -161,7 +341,7 @@ pub(crate) mod sealed {
         /// The backend's name in logs, metrics and errors.
         const BACKEND: &'static str;
         /// The DDL file for the inbox table.
-        const DDL: &'static str;
+        const INBOX_DDL: &'static str;
         /// One writer at a time for the whole database (SQLite): a purge must leave gaps as
         /// long as its batches, or waiting writers, which poll, may never find the lock free.
         const SINGLE_WRITER: bool = false;
@@ -169,9 +349,9 @@ pub(crate) mod sealed {
         const CLAIM: &'static str;
         /// Template of [`InboxSql::claim_batch`].
         const CLAIM_BATCH: &'static str;
-        /// Template of [`InboxSql::purge_batch`].
+        /// Template of [`TableSql::purge_batch`], with `{table}` and the time column `{at}`.
         const PURGE_BATCH: &'static str;
-        /// Template of [`InboxSql::count_older`].
+        /// Template of [`TableSql::count_older`], with `{table}` and the time column `{at}`.
         const COUNT_OLDER: &'static str;
 
         /// Begins a transaction that is about to write first (SQLite: `BEGIN IMMEDIATE`).
@@ -200,7 +380,7 @@ pub(crate) mod sealed {
         /// Deletes at most `limit` rows older than `older_than_secs`, returning how many went.
         fn purge_batch<'c>(
             conn: &'c mut Self::Connection,
-            sql: &'c InboxSql,
+            sql: &'c TableSql,
             older_than_secs: i64,
             limit: i64,
         ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send + 'c;
@@ -208,14 +388,14 @@ pub(crate) mod sealed {
         /// Counts rows older than `older_than_secs`.
         fn count_older<'c>(
             conn: &'c mut Self::Connection,
-            sql: &'c InboxSql,
+            sql: &'c TableSql,
             older_than_secs: i64,
         ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send + 'c;
 
         /// Creates the table and its index, serialized against other migrating processes.
         fn migrate<'c>(
             conn: &'c mut Self::Connection,
-            sql: &'c InboxSql,
+            sql: &'c TableSql,
         ) -> impl Future<Output = Result<(), sqlx::Error>> + Send + 'c;
 
         /// Tries to take the session lock named `name` without waiting: `true` when taken.
@@ -233,5 +413,64 @@ pub(crate) mod sealed {
 
         /// `true` when `err` says the table does not exist.
         fn is_missing_table(err: &sqlx::Error) -> bool;
+    }
+
+    /// The per-database half of the idempotency-key store.
+    #[allow(unreachable_pub)]
+    pub trait KeyStatements: Statements {
+        /// The DDL file for the key table.
+        const KEYS_DDL: &'static str;
+        /// Template of [`KeysSql::insert`]: scope, key, fingerprint, lease in milliseconds.
+        const KEY_INSERT: &'static str;
+        /// Template of [`KeysSql::select`]: scope, key.
+        const KEY_SELECT: &'static str;
+        /// Template of [`KeysSql::take_over`]: lease in milliseconds, scope, key, attempt.
+        const KEY_TAKE_OVER: &'static str;
+        /// Template of [`KeysSql::complete`]: status, headers, body, scope, key, attempt.
+        const KEY_COMPLETE: &'static str;
+        /// Template of [`KeysSql::release`]: scope, key, attempt.
+        const KEY_RELEASE: &'static str;
+        /// Template of [`KeysSql::evict`]: scope, key.
+        const KEY_EVICT: &'static str;
+
+        /// Inserts an in-flight key; `true` when new.
+        fn key_insert<'c>(
+            conn: &'c mut Self::Connection,
+            sql: &'c KeysSql,
+            scope: &'c str,
+            key: &'c str,
+            fingerprint: &'c [u8],
+            lease_ms: i64,
+        ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send + 'c;
+
+        /// Reads a key's row.
+        fn key_select<'c>(
+            conn: &'c mut Self::Connection,
+            sql: &'c KeysSql,
+            scope: &'c str,
+            key: &'c str,
+        ) -> impl Future<Output = Result<Option<KeyRow>, sqlx::Error>> + Send + 'c;
+
+        /// Runs a statement that binds, in order, the given values and reports rows affected:
+        /// take-over, complete, release and evict share it.
+        fn key_update<'c>(
+            conn: &'c mut Self::Connection,
+            statement: &'c Arc<str>,
+            values: KeyValues<'c>,
+        ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send + 'c;
+    }
+
+    /// The values [`KeyStatements::key_update`] binds, in the order the statement names them.
+    #[derive(Debug)]
+    #[allow(unreachable_pub)]
+    pub enum KeyValues<'a> {
+        /// Lease (ms), scope, key, attempt.
+        TakeOver(i64, &'a str, &'a str, i64),
+        /// Status, headers, body, scope, key, attempt.
+        Complete(i32, &'a [u8], Option<&'a [u8]>, &'a str, &'a str, i64),
+        /// Scope, key, attempt.
+        Release(&'a str, &'a str, i64),
+        /// Scope, key.
+        Evict(&'a str, &'a str),
     }
 }

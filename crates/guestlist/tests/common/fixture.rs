@@ -17,6 +17,8 @@ pub trait Fixture: Backend {
     const HOW_TO_START: &'static str;
     /// Whether purgers of one table take turns through a session lock.
     const PURGE_LOCK: bool;
+    /// Whether two transactions can lock rows in opposite orders (and so deadlock).
+    const ROW_LOCKS: bool;
 
     /// Connects a pool of `max` connections to `url`.
     fn connect(url: &str, max: u32)
@@ -44,6 +46,12 @@ pub async fn pool<DB: Backend>(
     options: <DB::Connection as sqlx::Connection>::Options,
     max: u32,
 ) -> Result<Pool<DB>, sqlx::Error> {
+    use sqlx::Connection;
+    // One plain connection first: a pool retries a refused connection until its timeout.
+    DB::Connection::connect_with(&options)
+        .await?
+        .close()
+        .await?;
     sqlx::pool::PoolOptions::<DB>::new()
         .max_connections(max)
         .acquire_timeout(std::time::Duration::from_secs(60))
@@ -76,8 +84,9 @@ impl Fixture for sqlx::Postgres {
     const URL_VAR: &'static str = "GUESTLIST_TEST_POSTGRES_URL";
     const DEFAULT_URL: Option<&'static str> = Some("postgres://postgres@127.0.0.1:5432/test");
     const HOW_TO_START: &'static str =
-        "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start";
+        "pg_ctlcluster --skip-systemctl-redirect <version> main start";
     const PURGE_LOCK: bool = true;
+    const ROW_LOCKS: bool = true;
 
     fixture_queries!(sqlx::PgConnection);
 
@@ -112,6 +121,7 @@ impl Fixture for sqlx::Sqlite {
     const HOW_TO_START: &'static str =
         "nothing to start: SQLite is embedded; check the path is writable";
     const PURGE_LOCK: bool = false;
+    const ROW_LOCKS: bool = false;
 
     fixture_queries!(sqlx::SqliteConnection);
 
@@ -141,9 +151,9 @@ impl Fixture for sqlx::MySql {
     const LABEL: &'static str = "MariaDB/MySQL";
     const URL_VAR: &'static str = "GUESTLIST_TEST_MYSQL_URL";
     const DEFAULT_URL: Option<&'static str> = Some("mysql://root@127.0.0.1:3306/test");
-    const HOW_TO_START: &'static str =
-        "start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd";
+    const HOW_TO_START: &'static str = "/etc/init.d/mariadb start";
     const PURGE_LOCK: bool = true;
+    const ROW_LOCKS: bool = true;
 
     fixture_queries!(sqlx::MySqlConnection);
 

@@ -45,13 +45,20 @@ impl<DB: Fixture> Harness<DB> {
         let pool = DB::connect(url, max_connections)
             .await
             .unwrap_or_else(|err| {
-                panic!(
-                    "{} is unreachable at {url}: {err}\nStart it with `{}`, or point {} at a running \
-                     server; `bash .ci/run` starts every service the tests need.",
-                    DB::LABEL,
-                    DB::HOW_TO_START,
-                    DB::URL_VAR
-                )
+                let what_to_do = match err {
+                    sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut => format!(
+                        "Nothing answers there. Run scripts/test.sh, which installs and starts every \
+                         service the tests need, or start it with `{}`, or point {} at a running server.",
+                        DB::HOW_TO_START,
+                        DB::URL_VAR
+                    ),
+                    _ => format!(
+                        "The server answered but refused: check the user, password and database, and \
+                         set {} to a URL that works.",
+                        DB::URL_VAR
+                    ),
+                };
+                panic!("{} at {url}: {err}\n{what_to_do}", DB::LABEL)
             });
         let inbox = Inbox::with_table(&format!("gl_{tag}")).expect("a valid table name");
         Self {

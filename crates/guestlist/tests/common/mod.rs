@@ -25,12 +25,17 @@ macro_rules! inbox_suite {
             purge_removes_only_rows_older_than_retention,
             claims_succeed_while_a_million_rows_are_purged,
             purger_task_purges_in_the_background,
-            bad_ids_and_table_names_are_refused_and_nothing_is_written,
+            bad_ids_and_table_names_get_errors_that_say_what_to_do,
             ids_compare_byte_for_byte,
             a_narrow_column_errors_instead_of_truncating,
             a_missing_table_says_to_migrate,
             concurrent_migrations_all_succeed,
             claims_and_purged_rows_are_counted_in_metrics,
+            a_cancelled_purge_releases_its_lock,
+            a_holder_that_rolls_back_lets_exactly_one_waiter_run,
+            a_claim_outside_a_transaction_is_refused,
+            a_deadlock_in_the_work_is_retried,
+            a_retention_shorter_than_the_horizon_is_refused_at_start_up,
         );
 
         /// Not a test on its own: the child process that `sigkill_after_work_before_commit…`

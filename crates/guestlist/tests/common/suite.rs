@@ -218,8 +218,10 @@ pub async fn sigkill_after_work_before_commit_redelivery_runs_once<DB: Fixture>(
 }
 
 pub async fn sigkill_child<DB: Fixture>() {
-    let url = std::env::var(CHILD_URL).expect("started by the SIGKILL test");
-    let name = std::env::var(CHILD_NAME).expect("started by the SIGKILL test");
+    let (Ok(url), Ok(name)) = (std::env::var(CHILD_URL), std::env::var(CHILD_NAME)) else {
+        eprintln!("sigkill_child runs only as the SIGKILL test's child process");
+        return;
+    };
     let h = Harness::<DB>::attach(&url, &super::harness::short_tag(&name), 1).await;
     let event = id("evt_9f3k");
     let mut tx = h.begin().await;
@@ -277,8 +279,9 @@ pub async fn batch_counts_repeats_once_and_skips_seen_ids<DB: Fixture>(name: &st
 }
 
 pub async fn overlapping_batches_in_opposite_orders_never_deadlock<DB: Fixture>(name: &str) {
+    recorder();
     let h = Arc::new(Harness::<DB>::new(name).await);
-    let warehouse = handler("warehouse");
+    let warehouse = handler(&format!("overlap_{}", DB::LABEL));
     const ROUNDS: usize = 30;
     for round in 0..ROUNDS {
         let ids: Vec<MessageId> = (0..100)
@@ -287,10 +290,12 @@ pub async fn overlapping_batches_in_opposite_orders_never_deadlock<DB: Fixture>(
         let forward = ids[..70].to_vec();
         let mut backward = ids[30..].to_vec();
         backward.reverse();
+        let start = Arc::new(Barrier::new(2));
         let consumers = [forward, backward].map(|batch| {
-            let (h, warehouse) = (h.clone(), warehouse.clone());
+            let (h, warehouse, start) = (h.clone(), warehouse.clone(), start.clone());
             tokio::spawn(async move {
                 let picks = h.picks();
+                start.wait().await;
                 h.inbox
                     .process_batch(&h.pool, &warehouse, &batch, |tx, fresh| {
                         let values: Vec<String> =
@@ -321,6 +326,15 @@ pub async fn overlapping_batches_in_opposite_orders_never_deadlock<DB: Fixture>(
             .await,
         (ROUNDS * 100) as i64,
         "no id was worked twice"
+    );
+    let retries = sum(
+        &counters(),
+        "guestlist_inbox_retries_total",
+        &[("handler", warehouse.as_str())],
+    );
+    assert_eq!(
+        retries, 0,
+        "sorted claims never deadlocked, so nothing was retried"
     );
 }
 
@@ -421,7 +435,7 @@ pub async fn purger_task_purges_in_the_background<DB: Fixture>(name: &str) {
         .await;
     deliver(&h, &handler("warehouse"), &id("young")).await;
 
-    let purger = Purger::new(h.pool.clone(), h.inbox.clone(), week())
+    let purger = Purger::new(h.pool.clone(), &h.inbox, week())
         .every(Duration::from_millis(50))
         .spawn();
     let gone = tokio::time::timeout(Duration::from_secs(60), async {
@@ -435,7 +449,7 @@ pub async fn purger_task_purges_in_the_background<DB: Fixture>(name: &str) {
     assert_eq!(h.inbox_rows().await, 1, "the young row stays");
 }
 
-pub async fn bad_ids_and_table_names_are_refused_and_nothing_is_written<DB: Fixture>(name: &str) {
+pub async fn bad_ids_and_table_names_get_errors_that_say_what_to_do<DB: Fixture>(name: &str) {
     let h = Harness::<DB>::new(name).await;
     let errors = [
         (MessageId::new("").unwrap_err(), "message id is empty"),
@@ -493,7 +507,14 @@ pub async fn a_narrow_column_errors_instead_of_truncating<DB: Fixture>(name: &st
     for event in ["evt_0123456789", "evt_0123abcdef"] {
         let mut tx = h.begin().await;
         match h.inbox.claim(&mut tx, &warehouse, &id(event)).await {
-            Err(Error::Database(_)) => {}
+            Err(Error::Database(err)) => {
+                let code = err.as_database_error().and_then(|e| e.code());
+                assert_eq!(
+                    code.as_deref(),
+                    Some("22001"),
+                    "{event}: a value-too-long error, got {err}"
+                );
+            }
             Ok(Claim::Fresh) => {
                 tx.commit().await.unwrap();
                 let stored = h
@@ -562,25 +583,31 @@ fn recorder() -> &'static metrics_util::debugging::Snapshotter {
 /// A counter's name, labels and value.
 type Counter = (String, Vec<(String, String)>, u64);
 
-/// The counters recorded since the last call (a snapshot drains them), by name and labels.
+/// Every counter recorded in this process so far. A snapshot drains the recorder, so totals are
+/// kept here, and tests running in one process never take each other's counts.
 fn counters() -> Vec<Counter> {
     use metrics_util::debugging::DebugValue;
-    recorder()
-        .snapshot()
-        .into_vec()
-        .into_iter()
-        .filter_map(|(key, _, _, value)| match value {
-            DebugValue::Counter(n) => {
-                let key = key.key();
-                let labels = key
-                    .labels()
-                    .map(|l| (l.key().to_owned(), l.value().to_owned()))
-                    .collect();
-                Some((key.name().to_owned(), labels, n))
-            }
-            _ => None,
-        })
-        .collect()
+    static TOTALS: std::sync::Mutex<Vec<Counter>> = std::sync::Mutex::new(Vec::new());
+    let mut totals = TOTALS.lock().unwrap();
+    for (key, _, _, value) in recorder().snapshot().into_vec() {
+        let DebugValue::Counter(n) = value else {
+            continue;
+        };
+        let key = key.key();
+        let name = key.name().to_owned();
+        let labels: Vec<(String, String)> = key
+            .labels()
+            .map(|l| (l.key().to_owned(), l.value().to_owned()))
+            .collect();
+        match totals
+            .iter_mut()
+            .find(|(n2, l2, _)| *n2 == name && *l2 == labels)
+        {
+            Some(total) => total.2 += n,
+            None => totals.push((name, labels, n)),
+        }
+    }
+    totals.clone()
 }
 
 /// The sum of the counters `name` that carry all of `labels`.
@@ -622,6 +649,15 @@ pub async fn claims_and_purged_rows_are_counted_in_metrics<DB: Fixture>(name: &s
         )
     };
     assert_eq!((claims("fresh"), claims("duplicate")), (3, 3));
+    let processed = |outcome| {
+        sum(
+            &recorded,
+            "guestlist_inbox_processed_total",
+            &[("handler", counted.as_str()), ("outcome", outcome)],
+        )
+    };
+    // Three single deliveries (one committed, two duplicates) and one batch that committed.
+    assert_eq!((processed("committed"), processed("duplicate")), (2, 2));
 
     let table = h.inbox.table().to_string();
     h.exec(DB::bulk_old_rows(&table, 7, (8 * DAY).as_secs() as i64))
@@ -630,9 +666,183 @@ pub async fn claims_and_purged_rows_are_counted_in_metrics<DB: Fixture>(name: &s
     assert_eq!(
         sum(
             &counters(),
-            "guestlist_inbox_purged_total",
+            "guestlist_purged_total",
             &[("table", table.as_str())]
         ),
         7
     );
+}
+
+pub async fn a_cancelled_purge_releases_its_lock<DB: Fixture>(name: &str) {
+    let h = Arc::new(Harness::<DB>::new(name).await);
+    let table = h.inbox.table().to_string();
+    h.exec(DB::bulk_old_rows(
+        &table,
+        100_000,
+        (8 * DAY).as_secs() as i64,
+    ))
+    .await;
+    let started = Arc::new(AtomicBool::new(false));
+    let purge = {
+        let (h, started) = (h.clone(), started.clone());
+        tokio::spawn(async move {
+            h.inbox
+                .purge(week())
+                .batch_size(1_000)
+                .pause(Duration::from_millis(50))
+                .run_with_progress(&h.pool, |_| started.store(true, Ordering::SeqCst))
+                .await
+        })
+    };
+    while !started.load(Ordering::SeqCst) {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    purge.abort(); // a timeout, a shutdown: the purge future is dropped mid-run
+    assert!(purge.await.unwrap_err().is_cancelled());
+
+    // The next purge gets the lock (at once, or as soon as the server has seen the session go).
+    let next = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            match h.inbox.purge(week()).run(&h.pool).await.unwrap() {
+                Purged::Busy => tokio::time::sleep(Duration::from_millis(50)).await,
+                deleted => return deleted,
+            }
+        }
+    })
+    .await
+    .expect("the cancelled purge's lock was released");
+    assert!(matches!(next, Purged::Deleted(n) if n > 0));
+    assert_eq!(h.inbox_rows().await, 0);
+}
+
+pub async fn a_holder_that_rolls_back_lets_exactly_one_waiter_run<DB: Fixture>(name: &str) {
+    let h = Arc::new(Harness::<DB>::new(name).await);
+    let warehouse = handler("warehouse");
+    let event = id("evt_9f3k");
+    let mut holder = h.inbox.begin(&h.pool).await.unwrap();
+    assert!(
+        h.inbox
+            .claim(&mut holder, &warehouse, &event)
+            .await
+            .unwrap()
+            .is_fresh()
+    );
+    DB::exec(&mut holder, h.pick_sql(&event)).await.unwrap();
+
+    let waiters: Vec<_> = (0..8)
+        .map(|_| {
+            let (h, warehouse, event) = (h.clone(), warehouse.clone(), event.clone());
+            tokio::spawn(async move {
+                h.inbox
+                    .process(&h.pool, &warehouse, &event, h.pick(&event))
+                    .await
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await; // let the waiters queue on the row
+    holder.rollback().await.unwrap();
+
+    let mut ran = 0;
+    for waiter in waiters {
+        let done = waiter
+            .await
+            .unwrap()
+            .expect("no error reaches a waiter; deadlocks are retried");
+        ran += usize::from(done.ran());
+    }
+    assert_eq!(
+        ran, 1,
+        "after the rollback, exactly one waiter did the work"
+    );
+    assert_eq!(h.picks_for(&event).await, 1);
+}
+
+pub async fn a_claim_outside_a_transaction_is_refused<DB: Fixture>(name: &str) {
+    let h = Harness::<DB>::new(name).await;
+    let mut conn = h.pool.acquire().await.unwrap();
+    let err = h
+        .inbox
+        .claim(&mut conn, &handler("warehouse"), &id("evt_9f3k"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NotInTransaction), "{err:?}");
+    assert!(err.to_string().contains("needs a transaction"), "{err}");
+    assert_eq!(h.inbox_rows().await, 0, "the refused claim wrote nothing");
+}
+
+pub async fn a_deadlock_in_the_work_is_retried<DB: Fixture>(name: &str) {
+    if !DB::ROW_LOCKS {
+        return; // SQLite's BEGIN IMMEDIATE serializes whole transactions: no deadlock to provoke
+    }
+    recorder();
+    let h = Arc::new(Harness::<DB>::new(name).await);
+    let deadlocked = handler(&format!("deadlocked_{}", DB::LABEL));
+    let orders = h.orders();
+    h.exec(format!(
+        "INSERT INTO {orders} (id, status) VALUES (1, 'PAID'), (2, 'PAID')"
+    ))
+    .await;
+    // Two handlers update orders 1 and 2 in opposite orders, meeting in the middle on their
+    // first attempt: the database must break the deadlock, and process() must run the loser again.
+    let middle = Arc::new(Barrier::new(2));
+    let handlers = [(1, 2, "evt_a"), (2, 1, "evt_b")].map(|(first, second, event)| {
+        let (h, middle, orders, deadlocked) = (
+            h.clone(),
+            middle.clone(),
+            orders.clone(),
+            deadlocked.clone(),
+        );
+        let first_try = Arc::new(AtomicBool::new(true));
+        tokio::spawn(async move {
+            h.inbox
+                .process(&h.pool, &deadlocked, &id(event), move |tx| {
+                    let (middle, orders, first_try) =
+                        (middle.clone(), orders.clone(), first_try.clone());
+                    Box::pin(async move {
+                        DB::exec(
+                            tx,
+                            format!("UPDATE {orders} SET status = 'PICKING' WHERE id = {first}"),
+                        )
+                        .await?;
+                        if first_try.swap(false, Ordering::SeqCst) {
+                            let _ =
+                                tokio::time::timeout(Duration::from_secs(5), middle.wait()).await;
+                        }
+                        DB::exec(
+                            tx,
+                            format!("UPDATE {orders} SET status = 'PICKING' WHERE id = {second}"),
+                        )
+                        .await
+                    })
+                })
+                .await
+        })
+    });
+    for handler in handlers {
+        let done = handler
+            .await
+            .unwrap()
+            .expect("the deadlock was retried, not reported");
+        assert!(done.ran());
+    }
+    assert_eq!(h.inbox_rows().await, 2);
+    let retries = sum(
+        &counters(),
+        "guestlist_inbox_retries_total",
+        &[("handler", deadlocked.as_str())],
+    );
+    assert!(retries >= 1, "the deadlock happened and was retried");
+}
+
+pub async fn a_retention_shorter_than_the_horizon_is_refused_at_start_up<DB: Fixture>(name: &str) {
+    let h = Harness::<DB>::new(name).await;
+    let err = Retention::new(24 * HOUR, 72 * HOUR).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("shorter than the redelivery horizon"),
+        "{err}"
+    );
+    // A purger can only be built from a retention that passed that check; the inbox is untouched.
+    deliver(&h, &handler("warehouse"), &id("evt_9f3k")).await;
+    assert_eq!(h.inbox_rows().await, 1);
 }

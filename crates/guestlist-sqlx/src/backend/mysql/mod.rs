@@ -11,8 +11,8 @@ use sqlx::error::DatabaseError;
 use sqlx::mysql::{MySqlConnection, MySqlDatabaseError};
 use sqlx::{AssertSqlSafe, MySql};
 
-use super::InboxSql;
-use super::sealed::Statements;
+use super::sealed::{KeyStatements, Statements};
+use super::{InboxSql, KeysSql, TableSql};
 
 const ER_DUP_ENTRY: u16 = 1062;
 const ER_LOCK_WAIT_TIMEOUT: u16 = 1205;
@@ -33,21 +33,28 @@ fn error_number(err: &sqlx::Error) -> Option<u16> {
         .map(MySqlDatabaseError::number)
 }
 
-/// A lock name within MySQL's 64-character limit.
-fn lock_name(name: &str) -> &str {
-    &name[..name.len().min(64)]
+/// A lock name for a name, within the current database and MySQL's 64-character limit: lock
+/// names are server-wide, and two databases that both hold a `guestlist_inbox` must not block
+/// each other.
+macro_rules! lock_name {
+    () => {
+        "CONCAT('guestlist_', LEFT(SHA2(CONCAT_WS(':', DATABASE(), ?), 256), 48))"
+    };
 }
+
+/// How long a migration waits for another one to finish.
+const MIGRATE_WAIT_SECS: i64 = 60;
 
 impl Statements for MySql {
     const BACKEND: &'static str = "mysql";
-    const DDL: &'static str = include_str!("../../sql/mysql.sql");
+    const INBOX_DDL: &'static str = include_str!("../../../sql/mysql/inbox.sql");
     const CLAIM: &'static str = "INSERT INTO {table} (handler, message_id) VALUES (?, ?)";
     // MySQL has no RETURNING: a batch is claimed one sorted id at a time (see claim_batch).
     const CLAIM_BATCH: &'static str = "";
     const PURGE_BATCH: &'static str = "DELETE FROM {table} \
-         WHERE seen_at < UTC_TIMESTAMP(6) - INTERVAL ? SECOND ORDER BY seen_at LIMIT ?";
+         WHERE {at} < UTC_TIMESTAMP(6) - INTERVAL ? SECOND ORDER BY {at} LIMIT ?";
     const COUNT_OLDER: &'static str =
-        "SELECT count(*) FROM {table} WHERE seen_at < UTC_TIMESTAMP(6) - INTERVAL ? SECOND";
+        "SELECT count(*) FROM {table} WHERE {at} < UTC_TIMESTAMP(6) - INTERVAL ? SECOND";
 
     super::same_everywhere!(MySqlConnection);
 
@@ -88,15 +95,23 @@ impl Statements for MySql {
 
     async fn migrate<'c>(
         conn: &'c mut MySqlConnection,
-        sql: &'c InboxSql,
+        sql: &'c TableSql,
     ) -> Result<(), sqlx::Error> {
         // DDL commits implicitly in MySQL: a session lock, not a transaction, makes migrators
         // take turns.
         let name = format!("guestlist_migrate_{}", sql.table);
-        sqlx::query("SELECT GET_LOCK(?, 60)")
-            .bind(lock_name(&name))
-            .execute(&mut *conn)
-            .await?;
+        let taken: Option<i64> =
+            sqlx::query_scalar(concat!("SELECT GET_LOCK(", lock_name!(), ", ?)"))
+                .bind(&name)
+                .bind(MIGRATE_WAIT_SECS)
+                .fetch_one(&mut *conn)
+                .await?;
+        if taken != Some(1) {
+            return Err(sqlx::Error::Protocol(format!(
+                "another migration of {} held its lock for {MIGRATE_WAIT_SECS}s; run the migration again",
+                sql.table
+            )));
+        }
         let mut result = Ok(());
         for statement in &sql.ddl {
             result = sqlx::query(AssertSqlSafe(statement.as_str()))
@@ -115,16 +130,17 @@ impl Statements for MySql {
         conn: &'c mut MySqlConnection,
         name: &'c str,
     ) -> Result<bool, sqlx::Error> {
-        let taken: Option<i64> = sqlx::query_scalar("SELECT GET_LOCK(?, 0)")
-            .bind(lock_name(name))
-            .fetch_one(conn)
-            .await?;
+        let taken: Option<i64> =
+            sqlx::query_scalar(concat!("SELECT GET_LOCK(", lock_name!(), ", 0)"))
+                .bind(name)
+                .fetch_one(conn)
+                .await?;
         Ok(taken == Some(1))
     }
 
     async fn unlock<'c>(conn: &'c mut MySqlConnection, name: &'c str) -> Result<(), sqlx::Error> {
-        sqlx::query("SELECT RELEASE_LOCK(?)")
-            .bind(lock_name(name))
+        sqlx::query(concat!("SELECT RELEASE_LOCK(", lock_name!(), ")"))
+            .bind(name)
             .execute(conn)
             .await?;
         Ok(())
@@ -133,4 +149,49 @@ impl Statements for MySql {
     fn is_missing_table(err: &sqlx::Error) -> bool {
         error_number(err) == Some(ER_NO_SUCH_TABLE)
     }
+}
+
+impl KeyStatements for MySql {
+    const KEYS_DDL: &'static str = include_str!("../../../sql/mysql/keys.sql");
+    // A plain INSERT, for the reasons the module's documentation gives.
+    const KEY_INSERT: &'static str = "INSERT INTO {table} \
+         (scope, idempotency_key, fingerprint, locked_until) \
+         VALUES (?, ?, ?, UTC_TIMESTAMP(6) + INTERVAL (? * 1000) MICROSECOND)";
+    const KEY_SELECT: &'static str = "SELECT fingerprint, status, headers, body, attempt, \
+         TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), locked_until) DIV 1000 \
+         FROM {table} WHERE scope = ? AND idempotency_key = ?";
+    const KEY_TAKE_OVER: &'static str = "UPDATE {table} \
+         SET attempt = attempt + 1, locked_until = UTC_TIMESTAMP(6) + INTERVAL (? * 1000) MICROSECOND \
+         WHERE scope = ? AND idempotency_key = ? AND attempt = ? \
+         AND status IS NULL AND locked_until <= UTC_TIMESTAMP(6)";
+    const KEY_COMPLETE: &'static str = "UPDATE {table} \
+         SET status = ?, headers = ?, body = ?, locked_until = NULL \
+         WHERE scope = ? AND idempotency_key = ? AND attempt = ? AND status IS NULL";
+    const KEY_RELEASE: &'static str = "DELETE FROM {table} \
+         WHERE scope = ? AND idempotency_key = ? AND attempt = ? AND status IS NULL";
+    const KEY_EVICT: &'static str = "DELETE FROM {table} WHERE scope = ? AND idempotency_key = ?";
+
+    async fn key_insert<'c>(
+        conn: &'c mut MySqlConnection,
+        sql: &'c KeysSql,
+        scope: &'c str,
+        key: &'c str,
+        fingerprint: &'c [u8],
+        lease_ms: i64,
+    ) -> Result<bool, sqlx::Error> {
+        let inserted = sqlx::query(AssertSqlSafe(sql.insert.clone()))
+            .bind(scope)
+            .bind(key)
+            .bind(fingerprint)
+            .bind(lease_ms)
+            .execute(conn)
+            .await;
+        match inserted {
+            Ok(_) => Ok(true),
+            Err(err) if error_number(&err) == Some(ER_DUP_ENTRY) => Ok(false),
+            Err(err) => Err(err),
+        }
+    }
+
+    super::keys_same_everywhere!(MySqlConnection);
 }

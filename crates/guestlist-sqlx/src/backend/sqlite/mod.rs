@@ -10,8 +10,8 @@ use sqlx::sqlite::{
 };
 use sqlx::{AssertSqlSafe, Connection, Pool, Sqlite, Transaction};
 
-use super::InboxSql;
-use super::sealed::Statements;
+use super::sealed::{KeyStatements, Statements};
+use super::{InboxSql, KeysSql, TableSql};
 
 /// SQLite's primary result codes after which the transaction may be run again.
 const SQLITE_BUSY: i32 = 5;
@@ -53,7 +53,7 @@ pub(super) fn is_retryable(err: &dyn DatabaseError) -> Option<bool> {
 
 impl Statements for Sqlite {
     const BACKEND: &'static str = "sqlite";
-    const DDL: &'static str = include_str!("../../sql/sqlite.sql");
+    const INBOX_DDL: &'static str = include_str!("../../../sql/sqlite/inbox.sql");
     const SINGLE_WRITER: bool = true;
     const CLAIM: &'static str =
         "INSERT INTO {table} (handler, message_id) VALUES (?1, ?2) ON CONFLICT DO NOTHING";
@@ -63,10 +63,10 @@ impl Statements for Sqlite {
          ON CONFLICT DO NOTHING RETURNING message_id";
     const PURGE_BATCH: &'static str = "DELETE FROM {table} WHERE rowid IN ( \
          SELECT rowid FROM {table} \
-         WHERE seen_at < strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || ?1 || ' seconds') \
-         ORDER BY seen_at LIMIT ?2)";
+         WHERE {at} < strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || ?1 || ' seconds') \
+         ORDER BY {at} LIMIT ?2)";
     const COUNT_OLDER: &'static str = "SELECT count(*) FROM {table} \
-         WHERE seen_at < strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || ?1 || ' seconds')";
+         WHERE {at} < strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || ?1 || ' seconds')";
 
     async fn begin(pool: &Pool<Sqlite>) -> Result<Transaction<'static, Sqlite>, sqlx::Error> {
         // Take the write lock up front: a deferred transaction that reads first can fail with
@@ -93,7 +93,7 @@ impl Statements for Sqlite {
 
     async fn migrate<'c>(
         conn: &'c mut SqliteConnection,
-        sql: &'c InboxSql,
+        sql: &'c TableSql,
     ) -> Result<(), sqlx::Error> {
         let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
         for statement in &sql.ddl {
@@ -117,4 +117,43 @@ impl Statements for Sqlite {
         err.as_database_error()
             .is_some_and(|e| e.message().starts_with("no such table"))
     }
+}
+
+/// "Now, plus a number of milliseconds" as SQLite text time.
+macro_rules! sqlite_now_plus_ms {
+    ($param:literal) => {
+        concat!(
+            "strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || (",
+            $param,
+            " / 1000.0) || ' seconds')"
+        )
+    };
+}
+
+impl KeyStatements for Sqlite {
+    const KEYS_DDL: &'static str = include_str!("../../../sql/sqlite/keys.sql");
+    const KEY_INSERT: &'static str = concat!(
+        "INSERT INTO {table} (scope, idempotency_key, fingerprint, locked_until) \
+         VALUES (?1, ?2, ?3, ",
+        sqlite_now_plus_ms!("?4"),
+        ") ON CONFLICT DO NOTHING"
+    );
+    const KEY_SELECT: &'static str = "SELECT fingerprint, status, headers, body, attempt, \
+         CAST(round((julianday(locked_until) - julianday('now')) * 86400000.0) AS INTEGER) \
+         FROM {table} WHERE scope = ?1 AND idempotency_key = ?2";
+    const KEY_TAKE_OVER: &'static str = concat!(
+        "UPDATE {table} SET attempt = attempt + 1, locked_until = ",
+        sqlite_now_plus_ms!("?1"),
+        " WHERE scope = ?2 AND idempotency_key = ?3 AND attempt = ?4 AND status IS NULL \
+         AND locked_until <= strftime('%Y-%m-%d %H:%M:%f', 'now')"
+    );
+    const KEY_COMPLETE: &'static str = "UPDATE {table} \
+         SET status = ?1, headers = ?2, body = ?3, locked_until = NULL \
+         WHERE scope = ?4 AND idempotency_key = ?5 AND attempt = ?6 AND status IS NULL";
+    const KEY_RELEASE: &'static str = "DELETE FROM {table} \
+         WHERE scope = ?1 AND idempotency_key = ?2 AND attempt = ?3 AND status IS NULL";
+    const KEY_EVICT: &'static str = "DELETE FROM {table} WHERE scope = ?1 AND idempotency_key = ?2";
+
+    super::key_insert_by_rows_affected!(SqliteConnection);
+    super::keys_same_everywhere!(SqliteConnection);
 }

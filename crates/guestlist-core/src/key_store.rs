@@ -1,0 +1,85 @@
+//! Where idempotency keys live, and what a lookup finds.
+
+use std::future::Future;
+use std::time::Duration;
+
+use crate::{Fingerprint, IdempotencyKey, Scope, StoredResponse};
+
+/// A fencing token: which attempt at a key holds its lease. Every take-over of an expired lease
+/// adds one, so an attempt that lost its lease can no longer complete or release the key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Attempt(pub u32);
+
+impl Attempt {
+    /// The first attempt at a key.
+    pub const FIRST: Attempt = Attempt(1);
+
+    /// `true` for an attempt that took over from a crashed or stalled one.
+    pub fn is_takeover(self) -> bool {
+        self.0 > 1
+    }
+}
+
+/// What the store found when a request arrived with a key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Begin {
+    /// Run the handler: the key is new (attempt 1) or its previous attempt's lease expired
+    /// (a take-over). The key is now locked for the lease.
+    Run {
+        /// The fencing token this attempt must present to complete or release the key.
+        attempt: Attempt,
+    },
+    /// The request already ran: replay this response.
+    Replay(StoredResponse),
+    /// Another attempt holds the key and its lease is still valid: ask the client to retry later.
+    InFlight {
+        /// How long until the lease ends.
+        retry_after: Duration,
+    },
+    /// The key was used before for a different request (another fingerprint).
+    Mismatch,
+}
+
+/// What completing a key did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Completed {
+    /// The response is stored; retries will replay it.
+    Stored,
+    /// This attempt no longer holds the key (its lease expired and another took over): nothing
+    /// was stored, and in transactional mode its writes must roll back.
+    Fenced,
+}
+
+/// A store of idempotency keys used outside the handler's transaction ("plain mode"): each call
+/// commits on its own. SQL stores also offer a transactional mode; Redis offers only this.
+pub trait KeyStore: Clone + Send + Sync + 'static {
+    /// The store's error.
+    type Error: std::error::Error + Send + Sync + 'static;
+
+    /// Claims `key` in `scope` insert-first, or reports what holds it.
+    fn begin(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        lease: Duration,
+    ) -> impl Future<Output = Result<Begin, Self::Error>> + Send;
+
+    /// Stores `response` for `key` if `attempt` still holds it.
+    fn complete(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        attempt: Attempt,
+        response: &StoredResponse,
+    ) -> impl Future<Output = Result<Completed, Self::Error>> + Send;
+
+    /// Forgets `key` if `attempt` still holds it, so that a retry runs the request again (the
+    /// handler failed, or returned a status the policy does not store).
+    fn release(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        attempt: Attempt,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send;
+}

@@ -1,0 +1,28 @@
+//! Whose key it is.
+
+use sha2::{Digest, Sha256};
+
+crate::printable::printable_newtype!(
+    /// Who owns an idempotency key: a client, a tenant, an API key. Keys never cross scopes: the
+    /// same key from two scopes names two operations, and one client's stored response is never
+    /// replayed to another.
+    ///
+    /// ```
+    /// use guestlist_core::Scope;
+    /// let tenant = Scope::new("tenant-42")?;
+    /// let client = Scope::from_credentials(b"Bearer sk_live_abc");
+    /// assert_ne!(tenant, client);
+    /// assert!(!client.as_str().contains("sk_live"), "credentials are hashed, never stored");
+    /// # Ok::<(), guestlist_core::Error>(())
+    /// ```
+    Scope,
+    "scope"
+);
+
+impl Scope {
+    /// A scope derived from the credentials a client sent (an `Authorization` header, an API
+    /// key): `cred:` + the hex SHA-256 of the bytes, so that secrets never reach the store.
+    pub fn from_credentials(credentials: &[u8]) -> Self {
+        Self(format!("cred:{}", hex::encode(Sha256::digest(credentials))))
+    }
+}

@@ -1,0 +1,71 @@
+//! A response kept for replay.
+
+/// The part of a response that is stored and replayed byte for byte: the status, the headers
+/// on the store's allow-list, and the body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredResponse {
+    /// The HTTP status code.
+    pub status: u16,
+    /// Header names (lowercase) and raw values, in the order the handler set them.
+    pub headers: Vec<(String, Vec<u8>)>,
+    /// The body, or the fact that it was too large to keep.
+    pub body: StoredBody,
+}
+
+/// A stored response's body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoredBody {
+    /// The exact bytes the first attempt sent.
+    Bytes(Vec<u8>),
+    /// The body was over the store's limit and was not kept: a retry learns that the request
+    /// ran (and with which status), and is told it cannot be replayed; it never runs again.
+    TooLarge,
+}
+
+impl StoredResponse {
+    /// The headers as stored: one `name: value\r\n` line each (values are raw bytes and never
+    /// hold CR or LF, which HTTP forbids in header values).
+    pub fn encode_headers(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (name, value) in &self.headers {
+            out.extend_from_slice(name.as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(value);
+            out.extend_from_slice(b"\r\n");
+        }
+        out
+    }
+
+    /// Reads headers written by [`StoredResponse::encode_headers`].
+    pub fn decode_headers(stored: &[u8]) -> Vec<(String, Vec<u8>)> {
+        stored
+            .split(|&b| b == b'\n')
+            .filter_map(|line| {
+                let line = line.strip_suffix(b"\r")?;
+                let colon = line.windows(2).position(|w| w == b": ")?;
+                let name = std::str::from_utf8(&line[..colon]).ok()?.to_owned();
+                Some((name, line[colon + 2..].to_vec()))
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headers_round_trip_with_raw_bytes() {
+        let response = StoredResponse {
+            status: 201,
+            headers: vec![
+                ("content-type".into(), b"application/json".to_vec()),
+                ("x-odd".into(), b"a: b \xff".to_vec()),
+                ("empty".into(), Vec::new()),
+            ],
+            body: StoredBody::Bytes(b"{}".to_vec()),
+        };
+        let decoded = StoredResponse::decode_headers(&response.encode_headers());
+        assert_eq!(decoded, response.headers);
+    }
+}

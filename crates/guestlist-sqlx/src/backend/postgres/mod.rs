@@ -1,0 +1,125 @@
+//! PostgreSQL: `ON CONFLICT DO NOTHING`, a batch through `unnest`, advisory locks.
+
+use sqlx::error::DatabaseError;
+use sqlx::postgres::{PgConnection, PgDatabaseError};
+use sqlx::{AssertSqlSafe, Postgres};
+
+use super::sealed::{KeyStatements, Statements};
+use super::{InboxSql, KeysSql, TableSql};
+
+/// SQLSTATEs after which the whole transaction may be run again.
+const SERIALIZATION_FAILURE: &str = "40001";
+const DEADLOCK_DETECTED: &str = "40P01";
+const UNDEFINED_TABLE: &str = "42P01";
+
+pub(super) fn is_retryable(err: &dyn DatabaseError) -> Option<bool> {
+    let err = err.try_downcast_ref::<PgDatabaseError>()?;
+    Some(matches!(
+        err.code(),
+        SERIALIZATION_FAILURE | DEADLOCK_DETECTED
+    ))
+}
+
+/// The advisory lock key for a name, within the current schema: two schemas of one database
+/// that both hold a `guestlist_inbox` do not block each other.
+const LOCK_KEY: &str = "hashtextextended(current_schema() || '.' || $1, 0)";
+
+impl Statements for Postgres {
+    const BACKEND: &'static str = "postgres";
+    const INBOX_DDL: &'static str = include_str!("../../../sql/postgres/inbox.sql");
+    // Never catch a unique violation here: on PostgreSQL it aborts the caller's transaction.
+    const CLAIM: &'static str =
+        "INSERT INTO {table} (handler, message_id) VALUES ($1, $2) ON CONFLICT DO NOTHING";
+    // unnest keeps the array's (sorted) order, so overlapping batches lock rows in one order.
+    const CLAIM_BATCH: &'static str = "INSERT INTO {table} (handler, message_id) \
+         SELECT $1, id FROM unnest($2::text[]) AS batch(id) \
+         ON CONFLICT DO NOTHING RETURNING message_id";
+    // SKIP LOCKED: rows another purger holds are left to it instead of waited for.
+    const PURGE_BATCH: &'static str = "DELETE FROM {table} WHERE ctid = ANY(ARRAY( \
+         SELECT ctid FROM {table} WHERE {at} < now() - make_interval(secs => $1::bigint) \
+         ORDER BY {at} LIMIT $2 FOR UPDATE SKIP LOCKED))";
+    const COUNT_OLDER: &'static str =
+        "SELECT count(*) FROM {table} WHERE {at} < now() - make_interval(secs => $1::bigint)";
+
+    super::same_everywhere!(PgConnection);
+    super::claim_by_rows_affected!(PgConnection);
+
+    async fn claim_batch<'c>(
+        conn: &'c mut PgConnection,
+        sql: &'c InboxSql,
+        handler: &'c str,
+        ids: &'c [&'c str],
+    ) -> Result<Vec<String>, sqlx::Error> {
+        sqlx::query_scalar(AssertSqlSafe(sql.claim_batch.clone()))
+            .bind(handler)
+            .bind(ids)
+            .fetch_all(conn)
+            .await
+    }
+
+    async fn migrate<'c>(conn: &'c mut PgConnection, sql: &'c TableSql) -> Result<(), sqlx::Error> {
+        use sqlx::Connection;
+        // Concurrent CREATE TABLE IF NOT EXISTS can still collide in the catalog: take turns.
+        let mut tx = conn.begin().await?;
+        sqlx::query(AssertSqlSafe(format!(
+            "SELECT pg_advisory_xact_lock({LOCK_KEY})"
+        )))
+        .bind(format!("guestlist_migrate_{}", sql.table))
+        .execute(&mut *tx)
+        .await?;
+        for statement in &sql.ddl {
+            sqlx::query(AssertSqlSafe(statement.as_str()))
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await
+    }
+
+    async fn try_lock<'c>(conn: &'c mut PgConnection, name: &'c str) -> Result<bool, sqlx::Error> {
+        sqlx::query_scalar(AssertSqlSafe(format!(
+            "SELECT pg_try_advisory_lock({LOCK_KEY})"
+        )))
+        .bind(name)
+        .fetch_one(conn)
+        .await
+    }
+
+    async fn unlock<'c>(conn: &'c mut PgConnection, name: &'c str) -> Result<(), sqlx::Error> {
+        sqlx::query(AssertSqlSafe(format!(
+            "SELECT pg_advisory_unlock({LOCK_KEY})"
+        )))
+        .bind(name)
+        .execute(conn)
+        .await?;
+        Ok(())
+    }
+
+    fn is_missing_table(err: &sqlx::Error) -> bool {
+        err.as_database_error()
+            .and_then(|e| e.try_downcast_ref::<PgDatabaseError>())
+            .is_some_and(|e| e.code() == UNDEFINED_TABLE)
+    }
+}
+
+impl KeyStatements for Postgres {
+    const KEYS_DDL: &'static str = include_str!("../../../sql/postgres/keys.sql");
+    const KEY_INSERT: &'static str = "INSERT INTO {table} \
+         (scope, idempotency_key, fingerprint, locked_until) \
+         VALUES ($1, $2, $3, now() + interval '1 millisecond' * $4) ON CONFLICT DO NOTHING";
+    const KEY_SELECT: &'static str = "SELECT fingerprint, status, headers, body, attempt, \
+         (EXTRACT(EPOCH FROM (locked_until - now())) * 1000)::bigint \
+         FROM {table} WHERE scope = $1 AND idempotency_key = $2";
+    const KEY_TAKE_OVER: &'static str = "UPDATE {table} \
+         SET attempt = attempt + 1, locked_until = now() + interval '1 millisecond' * $1 \
+         WHERE scope = $2 AND idempotency_key = $3 AND attempt = $4 \
+         AND status IS NULL AND locked_until <= now()";
+    const KEY_COMPLETE: &'static str = "UPDATE {table} \
+         SET status = $1, headers = $2, body = $3, locked_until = NULL \
+         WHERE scope = $4 AND idempotency_key = $5 AND attempt = $6 AND status IS NULL";
+    const KEY_RELEASE: &'static str = "DELETE FROM {table} \
+         WHERE scope = $1 AND idempotency_key = $2 AND attempt = $3 AND status IS NULL";
+    const KEY_EVICT: &'static str = "DELETE FROM {table} WHERE scope = $1 AND idempotency_key = $2";
+
+    super::key_insert_by_rows_affected!(PgConnection);
+    super::keys_same_everywhere!(PgConnection);
+}

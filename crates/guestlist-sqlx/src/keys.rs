@@ -1,0 +1,312 @@
+//! Idempotency keys in SQL: the store behind the HTTP layer.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use guestlist_core::{
+    Attempt, Begin, Completed, Fingerprint, IdempotencyKey, KeyStore, Retention, Scope, StoredBody,
+    StoredResponse, TableName,
+};
+use sqlx::Pool;
+
+use crate::Error;
+use crate::backend::sealed::KeyValues;
+use crate::backend::{Backend, KeyRow, KeysSql, TableSql};
+use crate::purge::{Purge, Purgeable, sealed};
+
+/// The default table name.
+const DEFAULT_TABLE: &str = "guestlist_keys";
+
+/// How often [`SqlKeyStore::begin`] goes round when the row changes under it (released,
+/// purged, taken over) before it answers "in flight".
+const BEGIN_ROUNDS: usize = 5;
+
+/// Idempotency keys kept in PostgreSQL, SQLite or MySQL/MariaDB.
+///
+/// [`SqlKeyStore::begin`] claims a key insert-first with a lease, committed on its own so that
+/// concurrent retries see it. The response is then stored with [`SqlKeyStore::complete_in`] on
+/// the handler's own transaction (its writes and the response commit together), or with
+/// [`SqlKeyStore::complete`] on its own ("plain mode"). Both check the attempt, a fencing token:
+/// an attempt whose lease expired and was taken over can neither store nor release.
+///
+/// ```no_run
+/// # async fn run(pool: sqlx::PgPool) -> Result<(), guestlist_sqlx::Error> {
+/// use std::time::Duration;
+/// use guestlist_sqlx::{Begin, Fingerprint, IdempotencyKey, Scope, SqlKeyStore};
+///
+/// let keys = SqlKeyStore::new(pool.clone());
+/// keys.migrate().await?;
+/// let scope = Scope::from_credentials(b"Bearer sk_test_123");
+/// let key = IdempotencyKey::new("8e03978e-40d5-43e8-bc93-6894a57f9324")?;
+/// let fingerprint = Fingerprint::builder("POST", "/payments").body(b"{\"amount\":100}");
+/// match keys.begin(&scope, &key, &fingerprint, Duration::from_secs(30)).await? {
+///     Begin::Run { attempt } => { /* run the handler, then complete or release */ }
+///     Begin::Replay(response) => { /* send it again */ }
+///     Begin::InFlight { retry_after } => { /* 409, Retry-After */ }
+///     Begin::Mismatch => { /* 422 */ }
+/// }
+/// # Ok(()) }
+/// ```
+pub struct SqlKeyStore<DB: Backend> {
+    pool: Pool<DB>,
+    sql: Arc<KeysSql>,
+}
+
+impl<DB: Backend> Clone for SqlKeyStore<DB> {
+    fn clone(&self) -> Self {
+        Self {
+            pool: self.pool.clone(),
+            sql: Arc::clone(&self.sql),
+        }
+    }
+}
+
+impl<DB: Backend> fmt::Debug for SqlKeyStore<DB> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqlKeyStore")
+            .field("backend", &DB::BACKEND)
+            .field("table", &self.table().as_str())
+            .finish()
+    }
+}
+
+impl<DB: Backend> SqlKeyStore<DB> {
+    /// Keys in the table `guestlist_keys` of `pool`'s database.
+    pub fn new(pool: Pool<DB>) -> Self {
+        let table = TableName::new(DEFAULT_TABLE).expect("the default table name is valid");
+        Self::in_table(pool, table)
+    }
+
+    /// Keys in the table `name`, refused unless it is a plain identifier.
+    pub fn with_table(pool: Pool<DB>, name: &str) -> Result<Self, Error> {
+        Ok(Self::in_table(pool, TableName::new(name)?))
+    }
+
+    /// Keys in an already validated table.
+    pub fn in_table(pool: Pool<DB>, table: TableName) -> Self {
+        Self {
+            pool,
+            sql: Arc::new(KeysSql::new::<DB>(&table)),
+        }
+    }
+
+    /// The table that holds the keys.
+    pub fn table(&self) -> &TableName {
+        &self.sql.common.table
+    }
+
+    /// The pool the store runs on.
+    pub fn pool(&self) -> &Pool<DB> {
+        &self.pool
+    }
+
+    /// The DDL that [`SqlKeyStore::migrate`] runs, for users who run their own migrations; the
+    /// same text ships as `sql/<backend>/keys.sql`.
+    pub fn ddl(&self) -> &[String] {
+        &self.sql.common.ddl
+    }
+
+    /// Creates the table and its `created_at` index if they are missing.
+    pub async fn migrate(&self) -> Result<(), Error> {
+        let mut conn = self.pool.acquire().await?;
+        DB::migrate(&mut conn, &self.sql.common).await?;
+        Ok(())
+    }
+
+    /// A purge of the keys older than `retention` (24 hours is the usual choice).
+    pub fn purge(&self, retention: Retention) -> Purge<'_, DB> {
+        Purge::new(&self.sql.common, retention)
+    }
+
+    /// Claims `key` in `scope` insert-first with a lease of `lease`, committed at once; or
+    /// reports a stored response, a valid lease held by another attempt, or another request's
+    /// fingerprint. An expired lease is taken over by compare-and-set on the attempt.
+    pub async fn begin(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        lease: Duration,
+    ) -> Result<Begin, Error> {
+        let lease_ms = lease.as_millis().min(i64::MAX as u128) as i64;
+        let (scope, key) = (scope.as_str(), key.as_str());
+        let mut conn = self.pool.acquire().await?;
+        for _ in 0..BEGIN_ROUNDS {
+            let inserted = DB::key_insert(
+                &mut conn,
+                &self.sql,
+                scope,
+                key,
+                fingerprint.as_bytes(),
+                lease_ms,
+            )
+            .await
+            .map_err(|err| self.error(err))?;
+            if inserted {
+                return Ok(Begin::Run {
+                    attempt: Attempt::FIRST,
+                });
+            }
+            let Some(row) = DB::key_select(&mut conn, &self.sql, scope, key)
+                .await
+                .map_err(|err| self.error(err))?
+            else {
+                continue; // released or purged since the insert: insert again
+            };
+            if row.fingerprint != fingerprint.as_bytes() {
+                return Ok(Begin::Mismatch);
+            }
+            if let Some(status) = row.status {
+                return Ok(Begin::Replay(stored_response(status, row)));
+            }
+            let lease_left = row.lease_left_ms.unwrap_or(0);
+            if lease_left > 0 {
+                return Ok(Begin::InFlight {
+                    retry_after: Duration::from_millis(lease_left as u64),
+                });
+            }
+            let values = KeyValues::TakeOver(lease_ms, scope, key, row.attempt);
+            if DB::key_update(&mut conn, &self.sql.take_over, values).await? == 1 {
+                let attempt = Attempt(u32::try_from(row.attempt + 1).unwrap_or(u32::MAX));
+                tracing::info!(
+                    scope,
+                    key,
+                    attempt = attempt.0,
+                    "lease expired; taking over the key"
+                );
+                return Ok(Begin::Run { attempt });
+            }
+            // Another retry took over, or the attempt finished, between our read and our update.
+        }
+        Ok(Begin::InFlight { retry_after: lease })
+    }
+
+    /// Stores `response` on the handler's transaction `conn`, if `attempt` still holds the key.
+    /// On [`Completed::Fenced`] roll the transaction back: another attempt owns the key now.
+    pub async fn complete_in(
+        &self,
+        conn: &mut DB::Connection,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        attempt: Attempt,
+        response: &StoredResponse,
+    ) -> Result<Completed, Error> {
+        let headers = response.encode_headers();
+        let body = match &response.body {
+            StoredBody::Bytes(bytes) => Some(bytes.as_slice()),
+            StoredBody::TooLarge => None,
+        };
+        let values = KeyValues::Complete(
+            i32::from(response.status),
+            &headers,
+            body,
+            scope.as_str(),
+            key.as_str(),
+            i64::from(attempt.0),
+        );
+        let stored = DB::key_update(conn, &self.sql.complete, values)
+            .await
+            .map_err(|err| self.error(err))?;
+        Ok(if stored == 1 {
+            Completed::Stored
+        } else {
+            Completed::Fenced
+        })
+    }
+
+    /// Stores `response` on a connection of its own ("plain mode").
+    pub async fn complete(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        attempt: Attempt,
+        response: &StoredResponse,
+    ) -> Result<Completed, Error> {
+        let mut conn = self.pool.acquire().await?;
+        self.complete_in(&mut conn, scope, key, attempt, response)
+            .await
+    }
+
+    /// Forgets the key if `attempt` still holds it and no response is stored, so that a retry
+    /// runs again. `true` when a row went.
+    pub async fn release(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        attempt: Attempt,
+    ) -> Result<bool, Error> {
+        let mut conn = self.pool.acquire().await?;
+        let values = KeyValues::Release(scope.as_str(), key.as_str(), i64::from(attempt.0));
+        let gone = DB::key_update(&mut conn, &self.sql.release, values)
+            .await
+            .map_err(|err| self.error(err))?;
+        Ok(gone == 1)
+    }
+
+    /// Deletes the key whatever its state (an operator's eviction). `true` when a row went.
+    pub async fn evict(&self, scope: &Scope, key: &IdempotencyKey) -> Result<bool, Error> {
+        let mut conn = self.pool.acquire().await?;
+        let values = KeyValues::Evict(scope.as_str(), key.as_str());
+        let gone = DB::key_update(&mut conn, &self.sql.evict, values)
+            .await
+            .map_err(|err| self.error(err))?;
+        Ok(gone == 1)
+    }
+
+    fn error(&self, err: sqlx::Error) -> Error {
+        Error::from_store::<DB>(self.table(), err)
+    }
+}
+
+/// A stored response read back from its row.
+fn stored_response(status: i32, row: KeyRow) -> StoredResponse {
+    StoredResponse {
+        status: u16::try_from(status).unwrap_or(500),
+        headers: StoredResponse::decode_headers(row.headers.as_deref().unwrap_or_default()),
+        body: row.body.map_or(StoredBody::TooLarge, StoredBody::Bytes),
+    }
+}
+
+impl<DB: Backend> sealed::Sealed for SqlKeyStore<DB> {}
+
+impl<DB: Backend> Purgeable<DB> for SqlKeyStore<DB> {
+    fn purge_table(&self) -> Arc<TableSql> {
+        Arc::clone(&self.sql.common)
+    }
+}
+
+impl<DB: Backend> KeyStore for SqlKeyStore<DB> {
+    type Error = Error;
+
+    async fn begin(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        lease: Duration,
+    ) -> Result<Begin, Error> {
+        SqlKeyStore::begin(self, scope, key, fingerprint, lease).await
+    }
+
+    async fn complete(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        attempt: Attempt,
+        response: &StoredResponse,
+    ) -> Result<Completed, Error> {
+        SqlKeyStore::complete(self, scope, key, attempt, response).await
+    }
+
+    async fn release(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        attempt: Attempt,
+    ) -> Result<(), Error> {
+        SqlKeyStore::release(self, scope, key, attempt)
+            .await
+            .map(drop)
+    }
+}
