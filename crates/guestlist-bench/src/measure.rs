@@ -44,8 +44,13 @@ where
     Ok(handled as f64 / began.elapsed().as_secs_f64())
 }
 
-/// The median of `values` (which must not be empty).
+/// The median of `values` (which must not be empty): the mean of the middle two for an even count.
 pub(crate) fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
+    let mid = values.len() / 2;
+    if values.len() % 2 == 0 {
+        (values[mid - 1] + values[mid]) / 2.0
+    } else {
+        values[mid]
+    }
 }

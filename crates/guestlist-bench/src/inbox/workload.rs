@@ -27,6 +27,8 @@ pub(super) trait Workload: Backend {
     const ADD_PICK: &'static str;
     /// The hand-written single claim.
     const HAND_CLAIM: &'static str;
+    /// The statement that empties a table, followed by its name.
+    const EMPTY: &'static str = "TRUNCATE TABLE";
 
     /// Begins the transaction a consumer would (SQLite: `BEGIN IMMEDIATE`, as guestlist does).
     fn begin_tx(
@@ -189,6 +191,7 @@ const SQLITE_SETUP: &[&str] = &[
 
 impl Workload for sqlx::Sqlite {
     const LABEL: &'static str = "sqlite";
+    const EMPTY: &'static str = "DELETE FROM";
     const SETUP: &'static [&'static str] = SQLITE_SETUP;
     const SET_PICKING: &'static str = "UPDATE bench_orders SET status = 'PICKING' WHERE id = ?1";
     const ADD_PICK: &'static str = "INSERT INTO bench_pick_tasks (order_id, event) VALUES (?1, ?2)";
