@@ -166,7 +166,7 @@ async fn measure_backend<DB: Workload>(
         for round in 0..plan.rounds {
             // Alternate the order, so that no figure always runs right after the same neighbour.
             let mut order = Figure::ALL;
-            if round % 2 == 1 {
+            if !round.is_multiple_of(2) {
                 order.reverse();
             }
             for figure in order {
