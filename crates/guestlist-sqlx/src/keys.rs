@@ -107,6 +107,12 @@ impl<DB: Backend> SqlKeyStore<DB> {
         &self.sql.common.ddl
     }
 
+    /// Begins a transaction for a handler's writes and its stored response: `BEGIN IMMEDIATE` on
+    /// SQLite (the write lock up front), a plain `BEGIN` elsewhere.
+    pub async fn begin_transaction(&self) -> Result<sqlx::Transaction<'static, DB>, Error> {
+        Ok(DB::begin(&self.pool).await?)
+    }
+
     /// Creates the table and its `created_at` index if they are missing.
     pub async fn migrate(&self) -> Result<(), Error> {
         let mut conn = self.pool.acquire().await?;

@@ -3,9 +3,8 @@
 
 use guestlist::sqlx::{self, Pool};
 use guestlist::{HandlerName, Inbox, MessageId, WorkFuture};
-use tempfile::TempDir;
 
-use super::fixture::Fixture;
+use guestlist_testkit::{Database, Fixture, short_tag};
 
 /// The order every story is about.
 pub const ORDER: i64 = 42;
@@ -17,56 +16,29 @@ pub struct Harness<DB: Fixture> {
     /// Where the database is, for child processes.
     pub url: String,
     pub tag: String,
-    _dir: Option<TempDir>,
+    database: Database<DB>,
 }
 
 impl<DB: Fixture> Harness<DB> {
     /// Fresh tables for the test `name`, on the backend's URL (or a new SQLite file).
     pub async fn new(name: &str) -> Self {
-        let tag = short_tag(name);
-        let tag = tag.as_str();
-        let (url, dir) = match (std::env::var(DB::URL_VAR).ok(), DB::DEFAULT_URL) {
-            (Some(url), _) => (url, None),
-            (None, Some(url)) => (url.to_owned(), None),
-            (None, None) => {
-                let dir = tempfile::tempdir().expect("a temporary directory");
-                let path = dir.path().join("guestlist-test.db");
-                (path.to_str().expect("a UTF-8 path").to_owned(), Some(dir))
-            }
-        };
-        let mut harness = Self::attach(&url, tag, 32).await;
-        harness._dir = dir;
+        let harness = Self::around(Database::open(32).await, &short_tag(name));
         harness.reset().await;
         harness
     }
 
     /// The tables of test `tag` at `url`, as they are (for a child process).
     pub async fn attach(url: &str, tag: &str, max_connections: u32) -> Self {
-        let pool = DB::connect(url, max_connections)
-            .await
-            .unwrap_or_else(|err| {
-                let what_to_do = match err {
-                    sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut => format!(
-                        "Nothing answers there. Run scripts/test.sh, which installs and starts every \
-                         service the tests need, or start it with `{}`, or point {} at a running server.",
-                        DB::HOW_TO_START,
-                        DB::URL_VAR
-                    ),
-                    _ => format!(
-                        "The server answered but refused: check the user, password and database, and \
-                         set {} to a URL that works.",
-                        DB::URL_VAR
-                    ),
-                };
-                panic!("{} at {url}: {err}\n{what_to_do}", DB::LABEL)
-            });
-        let inbox = Inbox::with_table(&format!("gl_{tag}")).expect("a valid table name");
+        Self::around(Database::attach(url, max_connections).await, tag)
+    }
+
+    fn around(database: Database<DB>, tag: &str) -> Self {
         Self {
-            pool,
-            inbox,
-            url: url.to_owned(),
+            pool: database.pool.clone(),
+            inbox: Inbox::with_table(&format!("gl_{tag}")).expect("a valid table name"),
+            url: database.url.clone(),
             tag: tag.to_owned(),
-            _dir: None,
+            database,
         }
     }
 
@@ -102,15 +74,12 @@ impl<DB: Fixture> Harness<DB> {
 
     /// Runs `sql` on a connection of its own, outside any transaction.
     pub async fn exec(&self, sql: String) -> u64 {
-        let mut conn = self.pool.acquire().await.expect("a connection");
-        DB::exec(&mut conn, sql.clone())
-            .await
-            .unwrap_or_else(|err| panic!("{sql}: {err}"))
+        self.database.exec(sql).await
     }
 
     /// Runs a query that returns one integer.
     pub async fn scalar(&self, sql: String) -> i64 {
-        DB::scalar(&self.pool, sql).await
+        self.database.scalar(sql).await
     }
 
     /// The warehouse's work for `event`: the order goes to PICKING (idempotent by shape) and a
@@ -159,15 +128,6 @@ impl<DB: Fixture> Harness<DB> {
     pub async fn begin(&self) -> sqlx::Transaction<'static, DB> {
         self.pool.begin().await.expect("begin")
     }
-}
-
-/// Two letters of each word of a test's name: short enough for table names, readable enough to
-/// find a test's leftover tables.
-pub fn short_tag(name: &str) -> String {
-    name.split('_')
-        .map(|word| &word[..word.len().min(2)])
-        .collect::<Vec<_>>()
-        .join("_")
 }
 
 /// A handler name that is known to be valid.

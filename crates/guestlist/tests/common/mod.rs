@@ -4,7 +4,6 @@
 #![allow(dead_code)] // each test binary uses the parts its backend needs
 #![allow(unreachable_pub)] // a test crate has no public API
 
-pub mod fixture;
 pub mod harness;
 pub mod suite;
 

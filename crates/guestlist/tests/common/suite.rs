@@ -12,8 +12,8 @@ use guestlist::{
 };
 use tokio::sync::Barrier;
 
-use super::fixture::Fixture;
 use super::harness::{Harness, handler, id};
+use guestlist_testkit::{Fixture, short_tag};
 
 const HOUR: Duration = Duration::from_secs(3600);
 const DAY: Duration = Duration::from_secs(24 * 3600);
@@ -222,7 +222,7 @@ pub async fn sigkill_child<DB: Fixture>() {
         eprintln!("sigkill_child runs only as the SIGKILL test's child process");
         return;
     };
-    let h = Harness::<DB>::attach(&url, &super::harness::short_tag(&name), 1).await;
+    let h = Harness::<DB>::attach(&url, &short_tag(&name), 1).await;
     let event = id("evt_9f3k");
     let mut tx = h.begin().await;
     let claim = h.inbox.claim(&mut tx, &handler("warehouse"), &event).await;

@@ -1,9 +1,13 @@
-//! What differs between databases in the tests: where they are, and a few lines of SQL.
+//! What guestlist's test suites share: real databases (PostgreSQL, SQLite, MariaDB) found by
+//! environment variable or default URL, a clear failure when one is not there, and the few lines
+//! of SQL that differ between them.
 
 use std::future::Future;
 
-use guestlist::sqlx::{self, AssertSqlSafe, Pool};
-use guestlist::{Backend, WorkFuture};
+use tempfile::TempDir;
+
+use guestlist_sqlx::{Backend, WorkFuture};
+use sqlx::{AssertSqlSafe, Pool};
 
 /// A database the suite runs against, over a real connection.
 pub trait Fixture: Backend {
@@ -78,7 +82,6 @@ macro_rules! fixture_queries {
     };
 }
 
-#[cfg(feature = "postgres")]
 impl Fixture for sqlx::Postgres {
     const LABEL: &'static str = "PostgreSQL";
     const URL_VAR: &'static str = "GUESTLIST_TEST_POSTGRES_URL";
@@ -113,7 +116,6 @@ impl Fixture for sqlx::Postgres {
     }
 }
 
-#[cfg(feature = "sqlite")]
 impl Fixture for sqlx::Sqlite {
     const LABEL: &'static str = "SQLite";
     const URL_VAR: &'static str = "GUESTLIST_TEST_SQLITE_URL";
@@ -126,7 +128,7 @@ impl Fixture for sqlx::Sqlite {
     fixture_queries!(sqlx::SqliteConnection);
 
     async fn connect(url: &str, max: u32) -> Result<Pool<Self>, sqlx::Error> {
-        pool(guestlist::sqlite::connect_options(url)?, max).await
+        pool(guestlist_sqlx::sqlite::connect_options(url)?, max).await
     }
 
     fn bulk_old_rows(table: &str, n: u64, age_secs: i64) -> String {
@@ -146,7 +148,6 @@ impl Fixture for sqlx::Sqlite {
     }
 }
 
-#[cfg(feature = "mysql")]
 impl Fixture for sqlx::MySql {
     const LABEL: &'static str = "MariaDB/MySQL";
     const URL_VAR: &'static str = "GUESTLIST_TEST_MYSQL_URL";
@@ -182,4 +183,84 @@ impl Fixture for sqlx::MySql {
             "ALTER TABLE {table} MODIFY message_id VARBINARY(8) NOT NULL"
         ))
     }
+}
+
+/// A test's database: a pool on the backend's URL (or a fresh SQLite file), and the URL itself
+/// for child processes.
+pub struct Database<DB: Fixture> {
+    /// The pool.
+    pub pool: Pool<DB>,
+    /// Where the database is.
+    pub url: String,
+    _dir: Option<TempDir>,
+}
+
+impl<DB: Fixture> Database<DB> {
+    /// The backend's database: `URL_VAR` if set, else the default URL, else a new SQLite file.
+    pub async fn open(max_connections: u32) -> Self {
+        let (url, dir) = match (std::env::var(DB::URL_VAR).ok(), DB::DEFAULT_URL) {
+            (Some(url), _) => (url, None),
+            (None, Some(url)) => (url.to_owned(), None),
+            (None, None) => {
+                let dir = tempfile::tempdir().expect("a temporary directory");
+                let path = dir.path().join("guestlist-test.db");
+                (path.to_str().expect("a UTF-8 path").to_owned(), Some(dir))
+            }
+        };
+        let mut database = Self::attach(&url, max_connections).await;
+        database._dir = dir;
+        database
+    }
+
+    /// The database at `url` (a child process's view of its parent's database).
+    pub async fn attach(url: &str, max_connections: u32) -> Self {
+        let pool = DB::connect(url, max_connections)
+            .await
+            .unwrap_or_else(|err| panic!("{}", explain::<DB>(url, &err)));
+        Self {
+            pool,
+            url: url.to_owned(),
+            _dir: None,
+        }
+    }
+
+    /// Runs `sql` on a connection of its own, outside any transaction.
+    pub async fn exec(&self, sql: String) -> u64 {
+        let mut conn = self.pool.acquire().await.expect("a connection");
+        DB::exec(&mut conn, sql.clone())
+            .await
+            .unwrap_or_else(|err| panic!("{sql}: {err}"))
+    }
+
+    /// Runs a query that returns one integer.
+    pub async fn scalar(&self, sql: String) -> i64 {
+        DB::scalar(&self.pool, sql).await
+    }
+}
+
+/// What a failed connection means, and what to do about it.
+pub fn explain<DB: Fixture>(url: &str, err: &sqlx::Error) -> String {
+    let what_to_do = match err {
+        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut => format!(
+            "Nothing answers there. Run scripts/test.sh, which installs and starts every service \
+             the tests need, or start it with `{}`, or point {} at a running server.",
+            DB::HOW_TO_START,
+            DB::URL_VAR
+        ),
+        _ => format!(
+            "The server answered but refused: check the user, password and database, and set {} \
+             to a URL that works.",
+            DB::URL_VAR
+        ),
+    };
+    format!("{} at {url}: {err}\n{what_to_do}", DB::LABEL)
+}
+
+/// Two letters of each word of a test's name: short enough for table names, readable enough to
+/// find a test's leftover tables.
+pub fn short_tag(name: &str) -> String {
+    name.split('_')
+        .map(|word| &word[..word.len().min(2)])
+        .collect::<Vec<_>>()
+        .join("_")
 }

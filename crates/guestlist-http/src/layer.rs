@@ -1,0 +1,158 @@
+//! The layer: the configuration, built once and shared by every request.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use guestlist_core::{KeyStore, Scope};
+use http::request::Parts;
+use http::{HeaderName, Method, StatusCode};
+use tower_layer::Layer;
+
+use crate::config::Config;
+use crate::mode::{Mode, Plain};
+use crate::service::Idempotency;
+
+/// Applies Stripe-style `Idempotency-Key` handling to a service: the first request with a key
+/// runs and its response is stored; retries get that response again, byte for byte, with
+/// `Idempotent-Replayed: true`.
+///
+/// - a retry while the first attempt runs gets **409** with `Retry-After`;
+/// - the same key with another request (method, path and query, body) gets **422**;
+/// - a malformed key gets **400**, and so does a missing one where [`require_key`](Self::require_key);
+/// - a body over [`max_request_body`](Self::max_request_body) gets **413**;
+/// - a handler answer of 5xx or 429 releases the key, so the retry runs again.
+///
+/// Every refusal is `application/problem+json` with a `detail` that tells the client what to do.
+/// Keys are scoped per client (by default a hash of `Authorization`) and never cross scopes.
+///
+/// [`IdempotencyLayer::new`] takes any [`KeyStore`] and stores responses on their own;
+/// [`IdempotencyLayer::transactional`] stores them on the handler's own transaction, so that its
+/// writes and its response commit together.
+#[derive(Debug, Clone)]
+pub struct IdempotencyLayer<M> {
+    mode: M,
+    config: Arc<Config>,
+}
+
+impl<K: KeyStore> IdempotencyLayer<Plain<K>> {
+    /// Plain mode on `store`: the stored response is written after the handler, on its own.
+    pub fn new(store: K) -> Self {
+        Self {
+            mode: Plain(store),
+            config: Arc::new(Config::default()),
+        }
+    }
+}
+
+#[cfg(feature = "sql")]
+impl<DB: guestlist_sqlx::Backend> IdempotencyLayer<crate::Transactional<DB>> {
+    /// Transactional mode on a SQL key store: handlers take the request's transaction with
+    /// [`IdempotentTx`](crate::IdempotentTx), and the response is stored on it before it commits.
+    pub fn transactional(store: guestlist_sqlx::SqlKeyStore<DB>) -> Self {
+        Self {
+            mode: crate::Transactional(store),
+            config: Arc::new(Config::default()),
+        }
+    }
+}
+
+impl<M: Mode> IdempotencyLayer<M> {
+    fn config(&mut self) -> &mut Config {
+        Arc::make_mut(&mut self.config)
+    }
+
+    /// The methods whose requests are keyed (default `POST` and `PATCH`); others pass through.
+    pub fn methods(mut self, methods: impl IntoIterator<Item = Method>) -> Self {
+        self.config().methods = methods.into_iter().collect();
+        self
+    }
+
+    /// The header that carries the key (default `Idempotency-Key`).
+    pub fn header_name(mut self, name: HeaderName) -> Self {
+        self.config().header = name;
+        self
+    }
+
+    /// Refuses keyed methods without a key (400) instead of passing them through.
+    pub fn require_key(mut self, required: bool) -> Self {
+        self.config().require_key = required;
+        self
+    }
+
+    /// Chooses the scope of each request's key (default: a hash of `Authorization`). A request
+    /// for which `scope` returns `None` is refused with 400 and `hint` as the advice.
+    pub fn scope(
+        mut self,
+        scope: impl Fn(&Parts) -> Option<Scope> + Send + Sync + 'static,
+        hint: &'static str,
+    ) -> Self {
+        let config = self.config();
+        config.scope = Arc::new(scope);
+        config.scope_hint = hint;
+        self
+    }
+
+    /// Counts a request header in the fingerprint (method, path and query, and body always count).
+    pub fn fingerprint_header(mut self, name: HeaderName) -> Self {
+        self.config().fingerprint_headers.push(name);
+        self
+    }
+
+    /// How long an attempt holds its key before a retry may take over (default 30 s). Set it
+    /// above the handler's longest run.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.config().lease = lease;
+        self
+    }
+
+    /// The largest request body accepted on a keyed request, in bytes (default 1 MiB); larger
+    /// gets 413.
+    pub fn max_request_body(mut self, bytes: usize) -> Self {
+        self.config().max_request_body = bytes;
+        self
+    }
+
+    /// The largest response body stored for replay, in bytes (default 1 MiB). A larger one is
+    /// still sent whole to the first client; its retries get the same status and stored headers
+    /// with an empty body and `Idempotent-Body-Omitted: too-large`, and the handler never runs
+    /// again.
+    pub fn max_stored_body(mut self, bytes: usize) -> Self {
+        self.config().max_stored_body = bytes;
+        self
+    }
+
+    /// The status for a key reused with another request (default 422; Stripe answers 400).
+    pub fn mismatch_status(mut self, status: StatusCode) -> Self {
+        self.config().mismatch_status = status;
+        self
+    }
+
+    /// Stores and replays this response header too (default: `Content-Type`,
+    /// `Content-Language`, `Location`, `ETag`, `Last-Modified`).
+    pub fn store_header(mut self, name: HeaderName) -> Self {
+        self.config().stored_headers.push(name);
+        self
+    }
+
+    /// Which handler statuses release the key instead of storing the response, so that a retry
+    /// runs again (default: 5xx and 429).
+    pub fn release_when(
+        mut self,
+        release: impl Fn(StatusCode) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.config().release_when = Arc::new(release);
+        self
+    }
+}
+
+impl<S, M: Mode> Layer<S> for IdempotencyLayer<M> {
+    type Service = Idempotency<S, M>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Idempotency {
+            inner,
+            mode: self.mode.clone(),
+            config: Arc::clone(&self.config),
+        }
+    }
+}

@@ -1,0 +1,58 @@
+//! Stripe-style `Idempotency-Key` for HTTP APIs, as a [tower] layer.
+//!
+//! A mobile app resubmits a payment because the response died in a tunnel; with
+//! [`IdempotencyLayer`] the retry gets the first attempt's response instead of a second charge.
+//! Status codes follow the IETF httpapi draft: 409 while the first attempt runs, 422 for a key
+//! reused with another request, 400 for a malformed or missing key.
+//!
+//! In **transactional mode** the handler takes the request's database transaction with
+//! [`IdempotentTx`], and the stored response commits with the handler's own writes: there is no
+//! moment where the payment exists and its stored response does not.
+//!
+//! ```no_run
+//! # #[cfg(all(feature = "postgres", feature = "axum"))]
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! use axum::{Router, http::StatusCode, routing::post};
+//! use guestlist_http::{IdempotencyLayer, IdempotentTx};
+//! use guestlist_sqlx::SqlKeyStore;
+//! use sqlx::Postgres;
+//!
+//! async fn create_payment(mut tx: IdempotentTx<Postgres>, body: String) -> (StatusCode, String) {
+//!     sqlx::query("INSERT INTO payments (body) VALUES ($1)")
+//!         .bind(&body)
+//!         .execute(&mut *tx)
+//!         .await
+//!         .unwrap();
+//!     (StatusCode::CREATED, "created".to_owned())
+//! }
+//!
+//! let pool = sqlx::PgPool::connect("postgres://localhost/shop").await?;
+//! let keys = SqlKeyStore::new(pool);
+//! keys.migrate().await?;
+//! let app: Router = Router::new()
+//!     .route("/payments", post(create_payment))
+//!     .layer(IdempotencyLayer::transactional(keys));
+//! # Ok(()) }
+//! ```
+//!
+//! [tower]: https://docs.rs/tower
+
+mod body;
+mod config;
+mod context;
+pub mod key_header;
+mod layer;
+mod mode;
+mod outcome;
+mod problem;
+mod service;
+#[cfg(feature = "sql")]
+mod transactional;
+
+pub use body::{Body, BoxError};
+pub use context::IdempotencyContext;
+pub use layer::IdempotencyLayer;
+pub use mode::{Mode, Plain};
+pub use service::Idempotency;
+#[cfg(feature = "sql")]
+pub use transactional::{IdempotentTx, Transactional, TxSlot};

@@ -1,0 +1,122 @@
+//! Where the response is stored: on its own ("plain"), or on the handler's transaction.
+
+use std::future::Future;
+use std::time::Duration;
+
+use guestlist_core::{
+    Attempt, Begin, Completed, Fingerprint, IdempotencyKey, KeyStore, Scope, StoredResponse,
+};
+use http::Extensions;
+
+use crate::body::BoxError;
+
+/// How the layer stores responses: [`Plain`] on any [`KeyStore`], or transactional on a SQL
+/// store ([`IdempotencyLayer::transactional`](crate::IdempotencyLayer::transactional)). Sealed.
+pub trait Mode: Clone + Send + Sync + 'static + sealed::Sealed {
+    /// What the mode keeps between the handler's start and its end (the transaction).
+    #[doc(hidden)]
+    type Slot: Send + 'static;
+    /// Whether the handler's writes and the stored response commit together.
+    #[doc(hidden)]
+    const TRANSACTIONAL: bool;
+
+    /// Claims the key or reports what holds it.
+    #[doc(hidden)]
+    fn begin(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        lease: Duration,
+    ) -> impl Future<Output = Result<Begin, BoxError>> + Send;
+
+    /// Prepares a request for the handler (transactional: a transaction it can take).
+    #[doc(hidden)]
+    fn open(&self, extensions: &mut Extensions) -> Self::Slot;
+
+    /// Stores the response if the attempt still holds the key (transactional: and commits).
+    #[doc(hidden)]
+    fn complete(
+        &self,
+        slot: Self::Slot,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        attempt: Attempt,
+        response: &StoredResponse,
+    ) -> impl Future<Output = Result<Completed, BoxError>> + Send;
+
+    /// Forgets the key so that a retry runs again (transactional: after rolling back).
+    #[doc(hidden)]
+    fn release(
+        &self,
+        slot: Self::Slot,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        attempt: Attempt,
+    ) -> impl Future<Output = Result<(), BoxError>> + Send;
+
+    /// Ends a request that ran without a key: commits the handler's transaction if `keep`.
+    #[doc(hidden)]
+    fn finish(
+        &self,
+        slot: Self::Slot,
+        keep: bool,
+    ) -> impl Future<Output = Result<(), BoxError>> + Send;
+}
+
+pub(crate) mod sealed {
+    /// Seals [`super::Mode`].
+    #[allow(unreachable_pub)]
+    pub trait Sealed {}
+}
+
+/// Plain mode: the key store is written on its own, outside any handler transaction. It serves
+/// handlers whose work is not in the same database (the gateway, Redis): a crash after the
+/// handler's work and before the store's write leaves the key in flight until its lease ends,
+/// and the retry then runs the handler again.
+#[derive(Debug, Clone)]
+pub struct Plain<K>(pub(crate) K);
+
+impl<K: KeyStore> sealed::Sealed for Plain<K> {}
+
+impl<K: KeyStore> Mode for Plain<K> {
+    type Slot = ();
+    const TRANSACTIONAL: bool = false;
+
+    async fn begin(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        lease: Duration,
+    ) -> Result<Begin, BoxError> {
+        Ok(self.0.begin(scope, key, fingerprint, lease).await?)
+    }
+
+    fn open(&self, _: &mut Extensions) {}
+
+    async fn complete(
+        &self,
+        (): (),
+        scope: &Scope,
+        key: &IdempotencyKey,
+        attempt: Attempt,
+        response: &StoredResponse,
+    ) -> Result<Completed, BoxError> {
+        Ok(self.0.complete(scope, key, attempt, response).await?)
+    }
+
+    async fn release(
+        &self,
+        (): (),
+        scope: &Scope,
+        key: &IdempotencyKey,
+        attempt: Attempt,
+    ) -> Result<(), BoxError> {
+        Ok(self.0.release(scope, key, attempt).await?)
+    }
+
+    async fn finish(&self, (): (), _: bool) -> Result<(), BoxError> {
+        Ok(())
+    }
+}

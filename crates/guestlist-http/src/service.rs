@@ -1,0 +1,457 @@
+//! The service: one keyed request from header to stored response.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use futures_core::future::BoxFuture;
+use guestlist_core::{
+    Attempt, Begin, Completed, Fingerprint, IdempotencyKey, Scope, StoredBody, StoredResponse,
+};
+use http::request::Parts;
+use http::{HeaderValue, Request, Response, StatusCode, header};
+use http_body::Body as HttpBody;
+use tower_service::Service;
+use tracing::Instrument;
+
+use crate::body::{self, Body, BoxError, Captured, ReadError};
+use crate::config::Config;
+use crate::context::IdempotencyContext;
+use crate::key_header::{self, KeyHeader};
+use crate::mode::Mode;
+use crate::outcome::Outcome;
+use crate::problem::Problem;
+
+/// Header set on every replayed response.
+pub(crate) const REPLAYED: &str = "idempotent-replayed";
+/// Header set on a replay whose body was too large to store.
+pub(crate) const BODY_OMITTED: &str = "idempotent-body-omitted";
+
+/// The service [`IdempotencyLayer`](crate::IdempotencyLayer) wraps around a handler.
+#[derive(Debug, Clone)]
+pub struct Idempotency<S, M> {
+    pub(crate) inner: S,
+    pub(crate) mode: M,
+    pub(crate) config: Arc<Config>,
+}
+
+impl<S, M> Idempotency<S, M> {
+    /// The wrapped service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The wrapped service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The wrapped service, unwrapped.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S, M, ReqBody, ResBody> Service<Request<ReqBody>> for Idempotency<S, M>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Error: Send,
+    M: Mode,
+    ReqBody: HttpBody + From<Bytes> + Send + 'static,
+    ReqBody::Data: Send,
+    ReqBody::Error: Into<BoxError>,
+    ResBody: HttpBody<Data = Bytes> + Send + Unpin + 'static,
+    ResBody::Error: Into<BoxError>,
+{
+    type Response = Response<Body>;
+    type Error = S::Error;
+    type Future = BoxFuture<'static, Result<Response<Body>, S::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
+        // The ready service goes with this request; its clone waits for the next poll_ready.
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        let flow = Flow {
+            inner,
+            mode: self.mode.clone(),
+            config: Arc::clone(&self.config),
+            bodies: PhantomData,
+        };
+        Box::pin(flow.run(req))
+    }
+}
+
+/// One request's way through the layer.
+struct Flow<S, M, ReqBody, ResBody> {
+    inner: S,
+    mode: M,
+    config: Arc<Config>,
+    bodies: PhantomData<fn(ReqBody) -> ResBody>,
+}
+
+/// A keyed request's identity.
+struct Keyed {
+    scope: Scope,
+    key: IdempotencyKey,
+}
+
+impl<S, M, ReqBody, ResBody> Flow<S, M, ReqBody, ResBody>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Send + 'static,
+    S::Future: Send,
+    M: Mode,
+    ReqBody: HttpBody + From<Bytes> + Send + 'static,
+    ReqBody::Data: Send,
+    ReqBody::Error: Into<BoxError>,
+    ResBody: HttpBody<Data = Bytes> + Send + Unpin + 'static,
+    ResBody::Error: Into<BoxError>,
+{
+    async fn run(self, req: Request<ReqBody>) -> Result<Response<Body>, S::Error> {
+        if !self.config.methods.contains(req.method()) {
+            return self.unkeyed(req).await;
+        }
+        let key = match key_header::read(req.headers(), &self.config.header) {
+            KeyHeader::Key(key) => key,
+            KeyHeader::Missing if !self.config.require_key => return self.unkeyed(req).await,
+            KeyHeader::Missing => {
+                let name = &self.config.header;
+                return Ok(refuse(Problem::new(
+                    StatusCode::BAD_REQUEST,
+                    "key-required",
+                    "An idempotency key is required",
+                    format!(
+                        "this endpoint needs an {name} header so that a retry cannot run twice: \
+                         send a new random key (a UUID) with each new operation, and the same key \
+                         when you retry it"
+                    ),
+                )));
+            }
+            KeyHeader::Malformed(why) => {
+                let name = &self.config.header;
+                return Ok(refuse(Problem::new(
+                    StatusCode::BAD_REQUEST,
+                    "key-malformed",
+                    "The idempotency key is malformed",
+                    format!(
+                        "{why}; send {name} as 1 to 255 printable ASCII characters, bare or as a quoted string"
+                    ),
+                )));
+            }
+        };
+        let (parts, body) = req.into_parts();
+        let Some(scope) = (self.config.scope)(&parts) else {
+            return Ok(refuse(Problem::new(
+                StatusCode::BAD_REQUEST,
+                "no-scope",
+                "The idempotency key cannot be scoped",
+                format!("{}; nothing was run", self.config.scope_hint),
+            )));
+        };
+        let span = tracing::info_span!(
+            "guestlist.idempotency",
+            method = %parts.method,
+            path = parts.uri.path(),
+            key = key.as_str(),
+            attempt = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+        );
+        self.keyed(parts, body, Keyed { scope, key })
+            .instrument(span)
+            .await
+    }
+
+    /// A request without a key: the handler runs (transactional mode still gives it a
+    /// transaction), nothing is stored.
+    async fn unkeyed(mut self, req: Request<ReqBody>) -> Result<Response<Body>, S::Error> {
+        let (mut parts, body) = req.into_parts();
+        let slot = self.mode.open(&mut parts.extensions);
+        let response = self.inner.call(Request::from_parts(parts, body)).await;
+        let keep = response
+            .as_ref()
+            .is_ok_and(|r| !(self.config.release_when)(r.status()));
+        if let Err(err) = self.mode.finish(slot, keep).await {
+            tracing::error!(error = %err, "cannot end the handler's transaction");
+            return Ok(store_unavailable(&self.config));
+        }
+        response.map(|r| r.map(body::boxed))
+    }
+
+    async fn keyed(
+        mut self,
+        mut parts: Parts,
+        body: ReqBody,
+        keyed: Keyed,
+    ) -> Result<Response<Body>, S::Error> {
+        let limit = self.config.max_request_body;
+        let declared_too_large = parts
+            .headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+            .is_some_and(|len| len > limit as u64);
+        let bytes = match declared_too_large {
+            true => Err(ReadError::TooLarge),
+            false => body::read_request(body, limit).await,
+        };
+        let bytes = match bytes {
+            Ok(bytes) => bytes,
+            Err(ReadError::TooLarge) => {
+                return Ok(refuse(Problem::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "body-too-large",
+                    "The request body is too large",
+                    format!(
+                        "send at most {limit} bytes; nothing was run and the key is still unused"
+                    ),
+                )));
+            }
+            Err(ReadError::Broken(err)) => {
+                return Ok(refuse(Problem::new(
+                    StatusCode::BAD_REQUEST,
+                    "body-unreadable",
+                    "The request body could not be read",
+                    format!("the body broke off ({err}); retry with the same key"),
+                )));
+            }
+        };
+        let fingerprint = self.fingerprint(&parts, &bytes);
+        let begin = self
+            .mode
+            .begin(&keyed.scope, &keyed.key, &fingerprint, self.config.lease)
+            .await;
+        let attempt = match begin {
+            Ok(Begin::Run { attempt }) => attempt,
+            Ok(Begin::Replay(stored)) => {
+                Outcome::Replayed.record();
+                return Ok(replay(stored, self.config.max_stored_body));
+            }
+            Ok(Begin::InFlight { retry_after }) => {
+                Outcome::ConflictInFlight.record();
+                let seconds = retry_after.as_secs_f64().ceil().max(1.0) as u64;
+                return Ok(Problem::new(
+                    StatusCode::CONFLICT,
+                    "key-in-flight",
+                    "A request with this key is in progress",
+                    format!(
+                        "the first request with this key has not finished; retry with the same key \
+                         after {seconds}s to get its result"
+                    ),
+                )
+                .retry_after(seconds)
+                .into_response());
+            }
+            Ok(Begin::Mismatch) => {
+                Outcome::FingerprintMismatch.record();
+                let name = &self.config.header;
+                return Ok(Problem::new(
+                    self.config.mismatch_status,
+                    "key-reused",
+                    "The idempotency key was used for another request",
+                    format!(
+                        "this {name} was first sent with a different method, path, query or body; \
+                         use a new key for a new request, or resend the original request exactly"
+                    ),
+                )
+                .into_response());
+            }
+            Err(err) => {
+                Outcome::StoreError.record();
+                tracing::error!(error = %err, "the key store failed before the handler ran");
+                return Ok(store_unavailable(&self.config));
+            }
+        };
+        tracing::Span::current().record("attempt", attempt.0);
+
+        let slot = self.mode.open(&mut parts.extensions);
+        parts.extensions.insert(IdempotencyContext {
+            scope: keyed.scope.clone(),
+            key: keyed.key.clone(),
+            attempt,
+        });
+        let response = match self
+            .inner
+            .call(Request::from_parts(parts, ReqBody::from(bytes)))
+            .await
+        {
+            Ok(response) => response,
+            Err(err) => {
+                release(&self.mode, slot, &keyed, attempt).await;
+                return Err(err);
+            }
+        };
+        if (self.config.release_when)(response.status()) {
+            release(&self.mode, slot, &keyed, attempt).await;
+            return Ok(response.map(body::boxed));
+        }
+        self.store(slot, keyed, attempt, response).await
+    }
+
+    /// Stores the handler's response (on its transaction, in transactional mode) and sends it.
+    async fn store(
+        self,
+        slot: M::Slot,
+        keyed: Keyed,
+        attempt: Attempt,
+        response: Response<ResBody>,
+    ) -> Result<Response<Body>, S::Error> {
+        let (parts, body) = response.into_parts();
+        let (stored_body, send) = match body::capture(body, self.config.max_stored_body).await {
+            Ok(Captured::Whole(bytes)) => (StoredBody::Bytes(bytes.to_vec()), body::full(bytes)),
+            Ok(Captured::TooLarge { read, rest }) => {
+                (StoredBody::TooLarge, body::resume(read, rest))
+            }
+            Err(err) => {
+                tracing::error!(error = %err, "the handler's response body failed; releasing the key");
+                release(&self.mode, slot, &keyed, attempt).await;
+                return Ok(Problem::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "response-broken",
+                    "The response could not be produced",
+                    "the handler's response broke off; nothing was stored, so retry with the same key"
+                        .to_owned(),
+                )
+                .into_response());
+            }
+        };
+        let stored = StoredResponse {
+            status: parts.status.as_u16(),
+            headers: self
+                .config
+                .stored_headers
+                .iter()
+                .flat_map(|name| {
+                    parts
+                        .headers
+                        .get_all(name)
+                        .iter()
+                        .map(move |value| (name.as_str().to_owned(), value.as_bytes().to_vec()))
+                })
+                .collect(),
+            body: stored_body,
+        };
+        match self
+            .mode
+            .complete(slot, &keyed.scope, &keyed.key, attempt, &stored)
+            .await
+        {
+            Ok(Completed::Stored) => {
+                if attempt.is_takeover() {
+                    Outcome::LeaseTakeover.record();
+                } else {
+                    Outcome::Fresh.record();
+                }
+                Ok(Response::from_parts(parts, send))
+            }
+            Ok(Completed::Fenced) if M::TRANSACTIONAL => {
+                Outcome::Fenced.record();
+                tracing::warn!("this attempt's lease was taken over; its writes rolled back");
+                Ok(Problem::new(
+                    StatusCode::CONFLICT,
+                    "attempt-superseded",
+                    "A retry took over this request",
+                    "this attempt ran past its lease and a retry with the same key took over; its \
+                     writes were rolled back. Retry with the same key to get the result"
+                        .to_owned(),
+                )
+                .into_response())
+            }
+            Ok(Completed::Fenced) => {
+                Outcome::Fenced.record();
+                tracing::warn!(
+                    "this attempt's lease was taken over while it ran; its response was not stored"
+                );
+                Ok(Response::from_parts(parts, send))
+            }
+            Err(err) if M::TRANSACTIONAL => {
+                Outcome::StoreError.record();
+                tracing::error!(error = %err, "cannot store the response with the handler's writes");
+                // Not released: if the commit went through, the retry replays it; if not, the
+                // retry takes over once the lease ends.
+                Ok(store_unavailable(&self.config))
+            }
+            Err(err) => {
+                Outcome::StoreError.record();
+                tracing::error!(error = %err, "the handler ran but its response could not be stored");
+                Ok(Response::from_parts(parts, send))
+            }
+        }
+    }
+
+    fn fingerprint(&self, parts: &Parts, body: &[u8]) -> Fingerprint {
+        let path_and_query = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
+        let mut builder = Fingerprint::builder(parts.method.as_str(), path_and_query);
+        for name in &self.config.fingerprint_headers {
+            builder = builder.header(
+                name.as_str(),
+                parts.headers.get(name).map(HeaderValue::as_bytes),
+            );
+        }
+        builder.body(body)
+    }
+}
+
+/// Releases the key so that a retry runs again (transactional: after rolling back).
+async fn release<M: Mode>(mode: &M, slot: M::Slot, keyed: &Keyed, attempt: Attempt) {
+    Outcome::Released.record();
+    if let Err(err) = mode.release(slot, &keyed.scope, &keyed.key, attempt).await {
+        tracing::error!(error = %err, "cannot release the key; a retry can take over once its lease ends");
+    }
+}
+
+/// A refusal before the key was looked up: nothing stored.
+fn refuse(problem: Problem) -> Response<Body> {
+    Outcome::Refused.record();
+    problem.into_response()
+}
+
+/// 503: the key store failed; the client retries with the same key.
+fn store_unavailable(config: &Config) -> Response<Body> {
+    let seconds = config.lease.as_secs().max(1);
+    Problem::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "store-unavailable",
+        "The idempotency store is unavailable",
+        format!(
+            "the server could not record this request; retry with the same key after {seconds}s"
+        ),
+    )
+    .retry_after(seconds)
+    .into_response()
+}
+
+/// The stored response again, byte for byte, marked as a replay.
+fn replay(stored: StoredResponse, limit: usize) -> Response<Body> {
+    let (body, omitted) = match stored.body {
+        StoredBody::Bytes(bytes) => (Bytes::from(bytes), false),
+        StoredBody::TooLarge => (Bytes::new(), true),
+    };
+    let mut response = Response::new(body::full(body));
+    *response.status_mut() = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::OK);
+    let headers = response.headers_mut();
+    for (name, value) in stored.headers {
+        let (Ok(name), Ok(value)) = (
+            header::HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_bytes(&value),
+        ) else {
+            continue;
+        };
+        if omitted && name == header::CONTENT_TYPE {
+            continue; // there is no body for it to describe
+        }
+        headers.append(name, value);
+    }
+    headers.insert(REPLAYED, HeaderValue::from_static("true"));
+    if omitted {
+        tracing::info!(
+            limit,
+            "replaying a response whose body was too large to store"
+        );
+        headers.insert(BODY_OMITTED, HeaderValue::from_static("too-large"));
+    }
+    response
+}

@@ -1,0 +1,217 @@
+//! Transactional mode: the handler's writes and the stored response commit together.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use guestlist_core::{
+    Attempt, Begin, Completed, Fingerprint, IdempotencyKey, Scope, StoredResponse,
+};
+use guestlist_sqlx::{Backend, SqlKeyStore};
+use http::Extensions;
+use sqlx::Transaction;
+use tokio::sync::{Mutex, OwnedMutexGuard};
+
+use crate::body::BoxError;
+use crate::mode::{Mode, sealed};
+
+/// Transactional mode on a SQL key store: the handler takes the request's transaction with
+/// [`IdempotentTx`], and the layer stores the response on that same transaction before it
+/// commits. A handler that fails or answers 5xx rolls back with its response; an attempt that
+/// lost its lease to a take-over finds the key fenced and rolls back its writes.
+#[derive(Debug)]
+pub struct Transactional<DB: Backend>(pub(crate) SqlKeyStore<DB>);
+
+impl<DB: Backend> Clone for Transactional<DB> {
+    fn clone(&self) -> Self {
+        Self(self.0.clone())
+    }
+}
+
+/// The request's transaction, begun on first use and shared between the handler and the layer.
+pub struct TxSlot<DB: Backend> {
+    store: SqlKeyStore<DB>,
+    tx: Arc<Mutex<Option<Transaction<'static, DB>>>>,
+}
+
+impl<DB: Backend> Clone for TxSlot<DB> {
+    fn clone(&self) -> Self {
+        Self {
+            store: self.store.clone(),
+            tx: Arc::clone(&self.tx),
+        }
+    }
+}
+
+impl<DB: Backend> std::fmt::Debug for TxSlot<DB> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TxSlot").finish_non_exhaustive()
+    }
+}
+
+impl<DB: Backend> TxSlot<DB> {
+    /// The request's transaction, begun now if the handler is the first to ask.
+    pub async fn take(&self) -> Result<IdempotentTx<DB>, guestlist_sqlx::Error> {
+        let mut guard = Arc::clone(&self.tx).lock_owned().await;
+        if guard.is_none() {
+            *guard = Some(self.store.begin_transaction().await?);
+        }
+        Ok(IdempotentTx { guard })
+    }
+
+    /// Takes the transaction back from the handler, if it began one.
+    async fn reclaim(&self) -> Option<Transaction<'static, DB>> {
+        self.tx.lock().await.take()
+    }
+}
+
+/// The request's database transaction, for a handler behind
+/// [`IdempotencyLayer::transactional`](crate::IdempotencyLayer::transactional).
+///
+/// Use it as the connection for the handler's writes (`.execute(&mut *tx)`); do not commit it:
+/// the layer stores the response on it and commits both together after the handler returns, or
+/// rolls both back when the handler answers 5xx.
+pub struct IdempotentTx<DB: Backend> {
+    guard: OwnedMutexGuard<Option<Transaction<'static, DB>>>,
+}
+
+impl<DB: Backend> std::ops::Deref for IdempotentTx<DB> {
+    type Target = DB::Connection;
+
+    fn deref(&self) -> &DB::Connection {
+        self.guard
+            .as_ref()
+            .expect("the transaction is present while the handler holds it")
+    }
+}
+
+impl<DB: Backend> std::ops::DerefMut for IdempotentTx<DB> {
+    fn deref_mut(&mut self) -> &mut DB::Connection {
+        self.guard
+            .as_mut()
+            .expect("the transaction is present while the handler holds it")
+    }
+}
+
+impl<DB: Backend> std::fmt::Debug for IdempotentTx<DB> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IdempotentTx").finish_non_exhaustive()
+    }
+}
+
+#[cfg(feature = "axum")]
+impl<DB: Backend, S: Send + Sync> axum_core::extract::FromRequestParts<S> for IdempotentTx<DB> {
+    type Rejection = axum_core::response::Response;
+
+    async fn from_request_parts(
+        parts: &mut http::request::Parts,
+        _: &S,
+    ) -> Result<Self, Self::Rejection> {
+        use axum_core::response::IntoResponse;
+        let missing = || {
+            crate::problem::Problem::new(
+                http::StatusCode::INTERNAL_SERVER_ERROR,
+                "transaction-unavailable",
+                "No transaction for this handler",
+                "IdempotentTx needs IdempotencyLayer::transactional on this route (with the same \
+                 database type); the server is misconfigured"
+                    .to_owned(),
+            )
+        };
+        let Some(slot) = parts.extensions.get::<TxSlot<DB>>().cloned() else {
+            tracing::error!("IdempotentTx used on a route without IdempotencyLayer::transactional");
+            return Err(missing().into_response().into_response());
+        };
+        slot.take().await.map_err(|err| {
+            tracing::error!(error = %err, "cannot begin the handler's transaction");
+            crate::problem::Problem::new(
+                http::StatusCode::SERVICE_UNAVAILABLE,
+                "store-unavailable",
+                "The database is unavailable",
+                "the server could not begin a transaction; retry with the same key later"
+                    .to_owned(),
+            )
+            .retry_after(1)
+            .into_response()
+            .into_response()
+        })
+    }
+}
+
+impl<DB: Backend> sealed::Sealed for Transactional<DB> {}
+
+impl<DB: Backend> Mode for Transactional<DB> {
+    type Slot = TxSlot<DB>;
+    const TRANSACTIONAL: bool = true;
+
+    async fn begin(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        lease: Duration,
+    ) -> Result<Begin, BoxError> {
+        Ok(self.0.begin(scope, key, fingerprint, lease).await?)
+    }
+
+    fn open(&self, extensions: &mut Extensions) -> TxSlot<DB> {
+        let slot = TxSlot {
+            store: self.0.clone(),
+            tx: Arc::new(Mutex::new(None)),
+        };
+        extensions.insert(slot.clone());
+        slot
+    }
+
+    async fn complete(
+        &self,
+        slot: TxSlot<DB>,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        attempt: Attempt,
+        response: &StoredResponse,
+    ) -> Result<Completed, BoxError> {
+        let mut tx = match slot.reclaim().await {
+            Some(tx) => tx,
+            None => self.0.begin_transaction().await?,
+        };
+        // The fencing check runs inside the handler's transaction: a stale attempt's writes
+        // roll back together with its response.
+        match self
+            .0
+            .complete_in(&mut tx, scope, key, attempt, response)
+            .await?
+        {
+            Completed::Stored => {
+                tx.commit().await?;
+                Ok(Completed::Stored)
+            }
+            Completed::Fenced => {
+                tx.rollback().await?;
+                Ok(Completed::Fenced)
+            }
+        }
+    }
+
+    async fn release(
+        &self,
+        slot: TxSlot<DB>,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        attempt: Attempt,
+    ) -> Result<(), BoxError> {
+        if let Some(tx) = slot.reclaim().await {
+            tx.rollback().await?;
+        }
+        self.0.release(scope, key, attempt).await?;
+        Ok(())
+    }
+
+    async fn finish(&self, slot: TxSlot<DB>, keep: bool) -> Result<(), BoxError> {
+        match slot.reclaim().await {
+            Some(tx) if keep => tx.commit().await?,
+            Some(tx) => tx.rollback().await?,
+            None => {}
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,76 @@
+//! The API under test: `POST /payments` creates a payment and counts every execution.
+//!
+//! Request headers steer the handler: `x-test-status` (the answer's status, default 201),
+//! `x-test-response-bytes` (pad the body to that size), `x-test-hang` (print a marker and hang,
+//! for the SIGKILL test) and `x-test-block` (wait for the test to release it).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use axum::body::Bytes;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use tokio::sync::Notify;
+
+/// What every handler shares: the execution counter and the gate the stale-attempt test holds.
+#[derive(Clone, Default)]
+pub struct AppState {
+    pub executions: Arc<AtomicU64>,
+    pub gate: Arc<Notify>,
+    pub entered: Arc<Notify>,
+}
+
+/// What the handler printed once it wrote its row and started to hang.
+pub const HANGING: &str = "HANDLER WROTE ITS ROW AND HANGS";
+
+impl AppState {
+    /// Counts one execution and returns its payment id.
+    pub fn execute(&self) -> String {
+        format!("pay_{}", self.executions.fetch_add(1, Ordering::SeqCst) + 1)
+    }
+
+    pub fn executions(&self) -> u64 {
+        self.executions.load(Ordering::SeqCst)
+    }
+
+    /// Hangs or blocks where the request asks to, after the handler's writes.
+    pub async fn pause_if_asked(&self, headers: &HeaderMap) {
+        if headers.contains_key("x-test-hang") {
+            println!("{HANGING}");
+            std::future::pending::<()>().await;
+        }
+        if headers.contains_key("x-test-block") {
+            self.entered.notify_one();
+            self.gate.notified().await;
+        }
+    }
+}
+
+/// The handler's answer: the payment id and what it was asked, with a `Location`.
+pub fn answer(payment: &str, headers: &HeaderMap, body: &Bytes) -> Response {
+    let status = headers
+        .get("x-test-status")
+        .and_then(|v| v.to_str().ok()?.parse().ok())
+        .and_then(|code| StatusCode::from_u16(code).ok())
+        .unwrap_or(StatusCode::CREATED);
+    let mut text = format!(
+        "{{\"payment\":\"{payment}\",\"request_bytes\":{}}}",
+        body.len()
+    );
+    if let Some(size) = headers
+        .get("x-test-response-bytes")
+        .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
+    {
+        text = format!("{text}{}", " ".repeat(size.saturating_sub(text.len())));
+    }
+    (
+        status,
+        [
+            (header::CONTENT_TYPE, "application/json".to_owned()),
+            (header::LOCATION, format!("/payments/{payment}")),
+            (header::HeaderName::from_static("x-not-stored"), "1".to_owned()),
+        ],
+        text,
+    )
+        .into_response()
+}
