@@ -82,7 +82,7 @@ mod tests {
             b"\"\"",
             b"\"open",
             b"a b",
-            b"?1",
+            b"a\\b",
             b"\"\xff\"",
             b"a\"b",
         ] {

@@ -33,8 +33,14 @@ impl AppState {
         self.executions.load(Ordering::SeqCst)
     }
 
-    /// Hangs or blocks where the request asks to, after the handler's writes.
+    /// Hangs, blocks or dawdles where the request asks to, after the handler's writes.
     pub async fn pause_if_asked(&self, headers: &HeaderMap) {
+        if let Some(ms) = headers
+            .get("x-test-delay-ms")
+            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+        {
+            tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+        }
         if headers.contains_key("x-test-hang") {
             println!("{HANGING}");
             std::future::pending::<()>().await;
@@ -68,7 +74,10 @@ pub fn answer(payment: &str, headers: &HeaderMap, body: &Bytes) -> Response {
         [
             (header::CONTENT_TYPE, "application/json".to_owned()),
             (header::LOCATION, format!("/payments/{payment}")),
-            (header::HeaderName::from_static("x-not-stored"), "1".to_owned()),
+            (
+                header::HeaderName::from_static("x-not-stored"),
+                "1".to_owned(),
+            ),
         ],
         text,
     )

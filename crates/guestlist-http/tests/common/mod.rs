@@ -1,0 +1,53 @@
+//! The Idempotency-Key suite, run against every key store by [`http_suite!`], so that no store
+//! can quietly differ.
+
+#![allow(dead_code)] // each test binary uses the parts its stores need
+#![allow(unreachable_pub)] // a test crate has no public API
+
+pub mod app;
+pub mod client;
+pub mod stores;
+pub mod suite;
+
+/// Generates one `#[tokio::test]` per story in [`suite`] for the store `$store`, in module `$m`.
+#[macro_export]
+macro_rules! http_suite {
+    ($m:ident, $store:ty) => {
+        mod $m {
+            use super::common;
+            $crate::http_suite!(@tests $m, $store;
+                five_identical_retries_run_the_handler_once,
+                thirty_two_concurrent_requests_run_the_handler_once,
+                the_same_key_with_another_body_is_422,
+                the_same_key_from_two_clients_runs_twice_without_cross_replay,
+                the_row_and_the_stored_response_are_both_there,
+                a_500_rolls_back_and_releases_the_key,
+                a_4xx_from_the_handler_is_stored_and_replayed,
+                a_server_killed_mid_handler_recovers_after_the_lease,
+                a_stale_attempt_finishing_late_cannot_overwrite,
+                malformed_and_overlong_keys_get_400_and_store_nothing,
+                a_body_over_the_limit_gets_413_and_stores_nothing,
+                a_missing_key_passes_through_or_is_refused_where_required,
+                a_keyed_request_without_credentials_is_refused,
+                an_oversize_response_is_sent_whole_and_never_run_again,
+                quoted_and_bare_keys_name_the_same_key,
+            );
+
+            /// Not a test on its own: the server that the SIGKILL test starts and kills.
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            #[ignore = "child process of a_server_killed_mid_handler_recovers_after_the_lease"]
+            async fn sigkill_child() {
+                common::suite::sigkill_child::<$store>().await;
+            }
+        }
+    };
+    (@tests $m:ident, $store:ty; $($name:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                // "<module>_<test>": the module (one word) names the tables and the child test.
+                common::suite::$name::<$store>(concat!(stringify!($m), "_", stringify!($name))).await;
+            }
+        )*
+    };
+}

@@ -1,0 +1,212 @@
+//! The key stores the suite runs against, each behind the same API under test.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::Response;
+use axum::routing::post;
+use guestlist_http::{IdempotencyLayer, IdempotentTx, Mode};
+use guestlist_sqlx::SqlKeyStore;
+use guestlist_testkit::{Database, Fixture, short_tag};
+
+use super::app::{AppState, answer};
+
+/// The layer's settings a test chooses.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub lease: Duration,
+    pub max_request_body: usize,
+    pub max_stored_body: usize,
+    pub require_key: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            lease: Duration::from_secs(30),
+            max_request_body: 64 * 1024,
+            max_stored_body: 64 * 1024,
+            require_key: false,
+        }
+    }
+}
+
+/// Applies `settings` to a layer of any mode.
+pub fn configure<M: Mode>(layer: IdempotencyLayer<M>, settings: &Settings) -> IdempotencyLayer<M> {
+    layer
+        .lease(settings.lease)
+        .max_request_body(settings.max_request_body)
+        .max_stored_body(settings.max_stored_body)
+        .require_key(settings.require_key)
+}
+
+/// A key store with the API under test in front of it.
+pub trait Store: Send + Sync + Sized + 'static {
+    const LABEL: &'static str;
+    /// Whether the handler's writes and the stored response commit together.
+    const TRANSACTIONAL: bool;
+    /// Whether one writer holds the whole store (SQLite): a handler's open transaction keeps
+    /// every other request's claim waiting, so an attempt can never lose its key mid-run.
+    const SINGLE_WRITER: bool;
+
+    /// Fresh tables for the test `name`.
+    fn open(name: &str) -> impl Future<Output = Self> + Send;
+    /// The tables of test `tag` at `url`, as they are (for a child process).
+    fn attach(url: &str, tag: &str) -> impl Future<Output = Self> + Send;
+    fn url(&self) -> &str;
+    fn tag(&self) -> &str;
+    /// `POST /payments` behind the layer.
+    fn router(&self, state: AppState, settings: &Settings) -> Router;
+    /// The effects that survived: committed payment rows, or executions where the handler's
+    /// work is not in the store's database.
+    fn effects(&self, state: &AppState) -> impl Future<Output = u64> + Send;
+    /// Keys the store holds.
+    fn stored_keys(&self) -> impl Future<Output = u64> + Send;
+}
+
+/// A SQL store in transactional mode: the payment row and the response commit together.
+pub struct Sql<DB: Fixture> {
+    db: Database<DB>,
+    keys: SqlKeyStore<DB>,
+    tag: String,
+}
+
+impl<DB: Fixture> Sql<DB> {
+    fn payments(&self) -> String {
+        format!("payments_{}", self.tag)
+    }
+
+    async fn around(db: Database<DB>, tag: &str) -> Self {
+        let keys = SqlKeyStore::with_table(db.pool.clone(), &format!("keys_{tag}")).unwrap();
+        Self {
+            db,
+            keys,
+            tag: tag.to_owned(),
+        }
+    }
+}
+
+/// The payment handler in transactional mode: its row rides on the request's transaction.
+async fn pay_in_transaction<DB: Fixture>(
+    State((state, table)): State<(AppState, Arc<str>)>,
+    mut tx: IdempotentTx<DB>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let payment = state.execute();
+    let insert = format!(
+        "INSERT INTO {table} (id, request_bytes) VALUES ('{payment}', {})",
+        body.len()
+    );
+    DB::exec(&mut tx, insert).await.expect("insert the payment");
+    state.pause_if_asked(&headers).await;
+    answer(&payment, &headers, &body)
+}
+
+impl<DB: Fixture> Store for Sql<DB> {
+    const LABEL: &'static str = DB::LABEL;
+    const TRANSACTIONAL: bool = true;
+    const SINGLE_WRITER: bool = !DB::ROW_LOCKS;
+
+    async fn open(name: &str) -> Self {
+        let store = Self::around(Database::open(48).await, &short_tag(name)).await;
+        for table in [store.keys.table().to_string(), store.payments()] {
+            store.db.exec(format!("DROP TABLE IF EXISTS {table}")).await;
+        }
+        store.keys.migrate().await.expect("migrate the key store");
+        store
+            .db
+            .exec(format!(
+                "CREATE TABLE {} (id VARCHAR(64) PRIMARY KEY, request_bytes BIGINT NOT NULL)",
+                store.payments()
+            ))
+            .await;
+        store
+    }
+
+    async fn attach(url: &str, tag: &str) -> Self {
+        Self::around(Database::attach(url, 8).await, tag).await
+    }
+
+    fn url(&self) -> &str {
+        &self.db.url
+    }
+
+    fn tag(&self) -> &str {
+        &self.tag
+    }
+
+    fn router(&self, state: AppState, settings: &Settings) -> Router {
+        let layer = configure(IdempotencyLayer::transactional(self.keys.clone()), settings);
+        Router::new()
+            .route("/payments", post(pay_in_transaction::<DB>))
+            .with_state((state, Arc::from(self.payments())))
+            .layer(layer)
+    }
+
+    async fn effects(&self, _: &AppState) -> u64 {
+        self.db
+            .scalar(format!("SELECT count(*) FROM {}", self.payments()))
+            .await as u64
+    }
+
+    async fn stored_keys(&self) -> u64 {
+        self.db
+            .scalar(format!("SELECT count(*) FROM {}", self.keys.table()))
+            .await as u64
+    }
+}
+
+/// A SQL store in plain mode, as the gateway uses it: the handler's work is elsewhere (here, a
+/// counter in memory), and the response is stored on its own after the handler.
+pub struct PlainSql<DB: Fixture>(Sql<DB>);
+
+/// The payment handler in plain mode.
+async fn pay(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+    let payment = state.execute();
+    state.pause_if_asked(&headers).await;
+    answer(&payment, &headers, &body)
+}
+
+impl<DB: Fixture> Store for PlainSql<DB> {
+    const LABEL: &'static str = DB::LABEL;
+    const TRANSACTIONAL: bool = false;
+    const SINGLE_WRITER: bool = false;
+
+    async fn open(name: &str) -> Self {
+        Self(Sql::open(name).await)
+    }
+
+    async fn attach(url: &str, tag: &str) -> Self {
+        Self(Sql::attach(url, tag).await)
+    }
+
+    fn url(&self) -> &str {
+        self.0.url()
+    }
+
+    fn tag(&self) -> &str {
+        self.0.tag()
+    }
+
+    fn router(&self, state: AppState, settings: &Settings) -> Router {
+        let layer = configure(IdempotencyLayer::new(self.0.keys.clone()), settings);
+        Router::new()
+            .route("/payments", post(pay))
+            .with_state(state)
+            .layer(layer)
+    }
+
+    async fn effects(&self, state: &AppState) -> u64 {
+        state.executions()
+    }
+
+    async fn stored_keys(&self) -> u64 {
+        self.0.stored_keys().await
+    }
+}

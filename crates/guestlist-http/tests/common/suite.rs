@@ -1,0 +1,450 @@
+//! The stories every key store must tell the same way. Each counts executions and rows.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest::StatusCode;
+
+use super::app::{AppState, HANGING};
+use super::client::{Answer, Call, Server};
+use super::stores::{Settings, Store};
+
+/// A test's store, state and server.
+struct Api<S: Store> {
+    store: S,
+    state: AppState,
+    server: Server,
+}
+
+impl<S: Store> Api<S> {
+    async fn start(name: &str, settings: Settings) -> Self {
+        let store = S::open(name).await;
+        let state = AppState::default();
+        let server = Server::start(store.router(state.clone(), &settings)).await;
+        Self {
+            store,
+            state,
+            server,
+        }
+    }
+
+    async fn send(&self, call: &Call) -> Answer {
+        call.send(&self.server.base).await
+    }
+
+    fn executions(&self) -> u64 {
+        self.state.executions()
+    }
+
+    async fn effects(&self) -> u64 {
+        self.store.effects(&self.state).await
+    }
+}
+
+pub async fn five_identical_retries_run_the_handler_once<S: Store>(name: &str) {
+    let api = Api::<S>::start(name, Settings::default()).await;
+    let call = Call::new("5f1d2c3a-retry-five");
+    let mut answers = Vec::new();
+    for _ in 0..5 {
+        answers.push(api.send(&call).await);
+    }
+    assert_eq!(api.executions(), 1, "the handler ran once");
+    assert_eq!(api.effects().await, 1, "one payment exists");
+    let first = &answers[0];
+    assert_eq!(first.status, StatusCode::CREATED);
+    assert!(!first.replayed());
+    assert_eq!(first.header("x-not-stored"), Some("1"));
+    for again in &answers[1..] {
+        assert_eq!(again.status, first.status);
+        assert_eq!(again.body, first.body, "byte for byte");
+        assert_eq!(again.header("content-type"), first.header("content-type"));
+        assert_eq!(again.header("location"), first.header("location"));
+        assert!(again.replayed(), "marked Idempotent-Replayed");
+        assert_eq!(
+            again.header("x-not-stored"),
+            None,
+            "headers off the allow-list are not replayed"
+        );
+    }
+}
+
+pub async fn thirty_two_concurrent_requests_run_the_handler_once<S: Store>(name: &str) {
+    let api = Arc::new(Api::<S>::start(name, Settings::default()).await);
+    let call = Call::new("concurrent-32").header("x-test-delay-ms", "300");
+    let requests: Vec<_> = (0..32)
+        .map(|_| {
+            let (api, call) = (api.clone(), call.clone());
+            tokio::spawn(async move { api.send(&call).await })
+        })
+        .collect();
+    let mut ran = 0;
+    for request in requests {
+        let answer = request.await.unwrap();
+        match answer.status {
+            StatusCode::CREATED if !answer.replayed() => ran += 1,
+            StatusCode::CREATED => {}
+            StatusCode::CONFLICT => {
+                assert_eq!(answer.problem().as_deref(), Some("key-in-flight"));
+                assert!(
+                    answer.header("retry-after").is_some(),
+                    "409 says when to retry"
+                );
+            }
+            other => panic!("unexpected {other}: {}", answer.text()),
+        }
+    }
+    assert_eq!(ran, 1, "exactly one request ran the handler");
+    assert_eq!(api.executions(), 1);
+    assert_eq!(api.effects().await, 1);
+}
+
+pub async fn the_same_key_with_another_body_is_422<S: Store>(name: &str) {
+    let api = Api::<S>::start(name, Settings::default()).await;
+    let first = api.send(&Call::new("reused")).await;
+    assert_eq!(first.status, StatusCode::CREATED);
+    let other = api
+        .send(&Call::new("reused").body(br#"{"amount":101}"#))
+        .await;
+    assert_eq!(other.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(other.problem().as_deref(), Some("key-reused"));
+    assert!(other.text().contains("use a new key"), "{}", other.text());
+    assert_eq!(api.executions(), 1);
+}
+
+pub async fn the_same_key_from_two_clients_runs_twice_without_cross_replay<S: Store>(name: &str) {
+    let api = Api::<S>::start(name, Settings::default()).await;
+    let alice = Call::new("shared-key").by(Some("Bearer alice"));
+    let bob = Call::new("shared-key").by(Some("Bearer bob"));
+    let alice_first = api.send(&alice).await;
+    let bob_first = api.send(&bob).await;
+    assert!(!bob_first.replayed(), "bob's request is his own");
+    assert_ne!(alice_first.body, bob_first.body, "two payments");
+    let alice_again = api.send(&alice).await;
+    let bob_again = api.send(&bob).await;
+    assert_eq!(alice_again.body, alice_first.body);
+    assert_eq!(bob_again.body, bob_first.body);
+    assert_eq!(api.executions(), 2);
+}
+
+pub async fn the_row_and_the_stored_response_are_both_there<S: Store>(name: &str) {
+    let api = Api::<S>::start(name, Settings::default()).await;
+    let first = api.send(&Call::new("both")).await;
+    assert_eq!(first.status, StatusCode::CREATED);
+    assert_eq!(api.effects().await, 1, "the handler's row");
+    assert_eq!(api.store.stored_keys().await, 1, "and the stored response");
+    let replay = api.send(&Call::new("both")).await;
+    assert!(replay.replayed());
+    assert_eq!(replay.body, first.body);
+}
+
+pub async fn a_500_rolls_back_and_releases_the_key<S: Store>(name: &str) {
+    let api = Api::<S>::start(name, Settings::default()).await;
+    let failed = api
+        .send(&Call::new("flaky").header("x-test-status", "500"))
+        .await;
+    assert_eq!(failed.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(api.store.stored_keys().await, 0, "the key was released");
+    if S::TRANSACTIONAL {
+        assert_eq!(
+            api.effects().await,
+            0,
+            "the handler's row rolled back with it"
+        );
+    }
+    let retry = api.send(&Call::new("flaky")).await;
+    assert_eq!(retry.status, StatusCode::CREATED);
+    assert!(!retry.replayed(), "the retry ran the handler again");
+    assert_eq!(api.executions(), 2);
+    if S::TRANSACTIONAL {
+        assert_eq!(api.effects().await, 1);
+    }
+}
+
+pub async fn a_4xx_from_the_handler_is_stored_and_replayed<S: Store>(name: &str) {
+    let api = Api::<S>::start(name, Settings::default()).await;
+    let call = Call::new("declined").header("x-test-status", "402");
+    let first = api.send(&call).await;
+    let again = api.send(&call).await;
+    assert_eq!(
+        (first.status, again.status),
+        (StatusCode::PAYMENT_REQUIRED, StatusCode::PAYMENT_REQUIRED)
+    );
+    assert!(again.replayed());
+    assert_eq!(
+        api.executions(),
+        1,
+        "a decline is an answer, not a failure: it is not run twice"
+    );
+}
+
+/// Environment of the SIGKILL child: where the store is, and which test's tables.
+const CHILD_URL: &str = "GUESTLIST_HTTP_CHILD_URL";
+const CHILD_TAG: &str = "GUESTLIST_HTTP_CHILD_TAG";
+const CHILD_LEASE_MS: &str = "GUESTLIST_HTTP_CHILD_LEASE_MS";
+/// What the child prints once it listens.
+const LISTENING: &str = "LISTENING ON";
+
+pub async fn a_server_killed_mid_handler_recovers_after_the_lease<S: Store>(name: &str) {
+    let lease = Duration::from_secs(3);
+    let settings = Settings {
+        lease,
+        ..Settings::default()
+    };
+    let api = Api::<S>::start(name, settings).await;
+
+    let module = name.split('_').next().unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            &format!("{module}::sigkill_child"),
+            "--exact",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env(CHILD_URL, api.store.url())
+        .env(CHILD_TAG, api.store.tag())
+        .env(CHILD_LEASE_MS, lease.as_millis().to_string())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start the child server");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let base = loop {
+        let line = lines.next().expect("the child prints its address").unwrap();
+        if let Some(base) = line.strip_prefix(LISTENING) {
+            break base.trim().to_owned();
+        }
+    };
+    let call = Call::new("killed-mid-handler");
+    let doomed = {
+        let call = call.clone().header("x-test-hang", "1");
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(Duration::from_secs(60), call.send(&base)).await;
+        })
+    };
+    let hanging = tokio::task::spawn_blocking(move || {
+        lines
+            .map_while(Result::ok)
+            .any(|line| line.contains(HANGING))
+    });
+    assert!(
+        tokio::time::timeout(Duration::from_secs(60), hanging)
+            .await
+            .unwrap()
+            .unwrap(),
+        "the child's handler did its work and hung"
+    );
+    let killed_at = std::time::Instant::now();
+    child.kill().expect("SIGKILL the child");
+    child.wait().unwrap();
+    doomed.abort();
+
+    let early = api.send(&call).await;
+    assert_eq!(early.status, StatusCode::CONFLICT, "{}", early.text());
+    assert_eq!(early.problem().as_deref(), Some("key-in-flight"));
+    assert_eq!(
+        api.executions(),
+        0,
+        "nothing ran while the dead attempt's lease held"
+    );
+
+    tokio::time::sleep(lease.saturating_sub(killed_at.elapsed()) + Duration::from_millis(300))
+        .await;
+    let late = api.send(&call).await;
+    assert_eq!(late.status, StatusCode::CREATED, "{}", late.text());
+    assert!(
+        !late.replayed(),
+        "the retry took over the expired lease and ran"
+    );
+    let again = api.send(&call).await;
+    assert!(again.replayed());
+    assert_eq!(api.executions(), 1, "it ran once here");
+    if S::TRANSACTIONAL {
+        assert_eq!(
+            api.effects().await,
+            1,
+            "the killed attempt's row never committed"
+        );
+    }
+}
+
+pub async fn sigkill_child<S: Store>() {
+    let (Ok(url), Ok(tag), Ok(lease)) = (
+        std::env::var(CHILD_URL),
+        std::env::var(CHILD_TAG),
+        std::env::var(CHILD_LEASE_MS),
+    ) else {
+        eprintln!("sigkill_child runs only as the SIGKILL test's child process");
+        return;
+    };
+    let store = S::attach(&url, &tag).await;
+    let settings = Settings {
+        lease: Duration::from_millis(lease.parse().unwrap()),
+        ..Settings::default()
+    };
+    let server = Server::start(store.router(AppState::default(), &settings)).await;
+    println!("{LISTENING} {}", server.base);
+    std::future::pending::<()>().await;
+}
+
+pub async fn a_stale_attempt_finishing_late_cannot_overwrite<S: Store>(name: &str) {
+    if S::SINGLE_WRITER {
+        // SQLite: the first attempt's open transaction holds the only write lock, so no retry can
+        // claim the key while it runs; there is no stale attempt to fence.
+        return;
+    }
+    let lease = Duration::from_millis(1500);
+    let api = Arc::new(
+        Api::<S>::start(
+            name,
+            Settings {
+                lease,
+                ..Settings::default()
+            },
+        )
+        .await,
+    );
+    let call = Call::new("slow-then-stale");
+    let stale = {
+        let (api, call) = (api.clone(), call.clone().header("x-test-block", "1"));
+        tokio::spawn(async move { api.send(&call).await })
+    };
+    api.state.entered.notified().await; // the first attempt wrote its row and waits
+    tokio::time::sleep(lease + Duration::from_millis(300)).await;
+
+    let takeover = api.send(&call).await;
+    assert_eq!(takeover.status, StatusCode::CREATED, "{}", takeover.text());
+    assert!(
+        !takeover.replayed(),
+        "the retry took over the expired lease"
+    );
+    api.state.gate.notify_one(); // the stale attempt finishes late
+    let stale = stale.await.unwrap();
+
+    let replay = api.send(&call).await;
+    assert_eq!(
+        replay.body, takeover.body,
+        "the stored response is the take-over's"
+    );
+    assert_eq!(api.executions(), 2, "both attempts ran their handler");
+    if S::TRANSACTIONAL {
+        assert_eq!(stale.status, StatusCode::CONFLICT, "{}", stale.text());
+        assert_eq!(stale.problem().as_deref(), Some("attempt-superseded"));
+        assert_eq!(
+            api.effects().await,
+            1,
+            "the stale attempt's row rolled back"
+        );
+    }
+}
+
+pub async fn malformed_and_overlong_keys_get_400_and_store_nothing<S: Store>(name: &str) {
+    let api = Api::<S>::start(name, Settings::default()).await;
+    let long = "k".repeat(256);
+    for key in ["\"unterminated", "two words", "\"\"", long.as_str()] {
+        let answer = api.send(&Call::new("x").raw_key(Some(key))).await;
+        assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{key:?}");
+        assert_eq!(
+            answer.problem().as_deref(),
+            Some("key-malformed"),
+            "{key:?}"
+        );
+    }
+    assert!(
+        api.send(&Call::new("x").raw_key(Some(&long)))
+            .await
+            .text()
+            .contains("256 bytes"),
+        "the detail says what was wrong"
+    );
+    assert_eq!(api.executions(), 0);
+    assert_eq!(api.store.stored_keys().await, 0, "nothing stored");
+}
+
+pub async fn a_body_over_the_limit_gets_413_and_stores_nothing<S: Store>(name: &str) {
+    let settings = Settings {
+        max_request_body: 1024,
+        ..Settings::default()
+    };
+    let api = Api::<S>::start(name, settings).await;
+    let answer = api.send(&Call::new("big").body(&[b'x'; 2048])).await;
+    assert_eq!(answer.status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(answer.problem().as_deref(), Some("body-too-large"));
+    assert!(answer.text().contains("1024 bytes"), "{}", answer.text());
+    assert_eq!(api.executions(), 0);
+    assert_eq!(api.store.stored_keys().await, 0);
+    let fits = api.send(&Call::new("big").body(&[b'x'; 1024])).await;
+    assert_eq!(fits.status, StatusCode::CREATED, "the key is still unused");
+}
+
+pub async fn a_missing_key_passes_through_or_is_refused_where_required<S: Store>(name: &str) {
+    let api = Api::<S>::start(name, Settings::default()).await;
+    let open = api.send(&Call::new("x").raw_key(None)).await;
+    assert_eq!(
+        open.status,
+        StatusCode::CREATED,
+        "without a key the request runs as usual"
+    );
+    assert_eq!(api.store.stored_keys().await, 0, "and nothing is stored");
+    let strict = Api::<S>::start(
+        &format!("{name}_strict"),
+        Settings {
+            require_key: true,
+            ..Settings::default()
+        },
+    )
+    .await;
+    let refused = strict.send(&Call::new("x").raw_key(None)).await;
+    assert_eq!(refused.status, StatusCode::BAD_REQUEST);
+    assert_eq!(refused.problem().as_deref(), Some("key-required"));
+    assert_eq!(strict.executions(), 0);
+}
+
+pub async fn a_keyed_request_without_credentials_is_refused<S: Store>(name: &str) {
+    let api = Api::<S>::start(name, Settings::default()).await;
+    let answer = api.send(&Call::new("anonymous").by(None)).await;
+    assert_eq!(answer.status, StatusCode::BAD_REQUEST);
+    assert_eq!(answer.problem().as_deref(), Some("no-scope"));
+    assert!(answer.text().contains("Authorization"), "{}", answer.text());
+    assert_eq!(api.executions(), 0);
+}
+
+pub async fn an_oversize_response_is_sent_whole_and_never_run_again<S: Store>(name: &str) {
+    let settings = Settings {
+        max_stored_body: 1024,
+        ..Settings::default()
+    };
+    let api = Api::<S>::start(name, settings).await;
+    let call = Call::new("huge-answer").header("x-test-response-bytes", "4096");
+    let first = api.send(&call).await;
+    assert_eq!(first.status, StatusCode::CREATED);
+    assert_eq!(
+        first.body.len(),
+        4096,
+        "the first client gets the whole body"
+    );
+    let retry = api.send(&call).await;
+    assert_eq!(
+        retry.status,
+        StatusCode::CREATED,
+        "the retry learns the request succeeded"
+    );
+    assert!(retry.replayed());
+    assert_eq!(retry.header("idempotent-body-omitted"), Some("too-large"));
+    assert_eq!(
+        retry.header("location"),
+        first.header("location"),
+        "and where the result is"
+    );
+    assert!(retry.body.is_empty());
+    assert_eq!(api.executions(), 1, "never a silent re-execution");
+}
+
+pub async fn quoted_and_bare_keys_name_the_same_key<S: Store>(name: &str) {
+    let api = Api::<S>::start(name, Settings::default()).await;
+    let quoted = api.send(&Call::new("x").raw_key(Some("\"k-1\""))).await;
+    let bare = api.send(&Call::new("x").raw_key(Some("k-1"))).await;
+    assert!(!quoted.replayed());
+    assert!(bare.replayed(), "\"k-1\" and k-1 are one key");
+    assert_eq!(api.executions(), 1);
+}
