@@ -69,3 +69,16 @@ ensure_mariadb() {
     fi
     export GUESTLIST_TEST_MYSQL_URL="$url"
 }
+
+ensure_redis() {
+    command -v redis-server >/dev/null || apt_install redis-server
+    local url="${GUESTLIST_TEST_REDIS_URL:-redis://127.0.0.1:6379}"
+    if ! redis-cli -u "$url" ping >/dev/null 2>&1; then
+        say "starting Redis"
+        as_root install -d -o redis -g redis /var/lib/redis /var/log/redis 2>/dev/null || as_root mkdir -p /var/lib/redis /var/log/redis
+        as_root redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no \
+            --dir /var/lib/redis --logfile /var/log/redis/ci.log
+        wait_for 30 redis-cli -u "$url" ping || { say "Redis did not start; see /var/log/redis/ci.log"; return 1; }
+    fi
+    export GUESTLIST_TEST_REDIS_URL="$url"
+}

@@ -7,6 +7,7 @@ source scripts/services.sh
 
 ensure_postgres
 ensure_mariadb
+ensure_redis
 
 if ! cargo nextest --version >/dev/null 2>&1; then
     # nextest runs each test in its own process with a timeout (.config/nextest.toml), so a

@@ -53,12 +53,15 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-pub use guestlist_core::{Claim, HandlerName, MessageId, Retention, TableName};
+pub use guestlist_core::{
+    Attempt, Begin, Claim, Completed, Fingerprint, HandlerName, IdempotencyKey, KeyStore,
+    MessageId, Retention, Scope, StoredBody, StoredResponse, TableName,
+};
 #[cfg(feature = "sqlite")]
 pub use guestlist_sqlx::sqlite;
 pub use guestlist_sqlx::{
-    Backend, BatchProcessed, Error, Inbox, ProcessError, Processed, Purge, Purged, Purger,
-    PurgerHandle, WorkFuture, sqlx,
+    Backend, BatchProcessed, Error, Inbox, ProcessError, Processed, Purge, Purgeable, Purged,
+    Purger, PurgerHandle, SqlKeyStore, WorkFuture, sqlx,
 };
 
 /// Errors of the core types: invalid ids, names, table names and retentions.

@@ -210,3 +210,96 @@ impl<DB: Fixture> Store for PlainSql<DB> {
         self.0.stored_keys().await
     }
 }
+
+/// Redis, in plain mode: the key and the response live outside the handler's work.
+pub struct Redis {
+    keys: guestlist_redis::RedisKeyStore,
+    conn: redis::aio::ConnectionManager,
+    url: String,
+    tag: String,
+}
+
+impl Redis {
+    const URL_VAR: &'static str = "GUESTLIST_TEST_REDIS_URL";
+
+    async fn around(url: &str, tag: &str) -> Self {
+        let connect = async {
+            let client = redis::Client::open(url)?;
+            redis::aio::ConnectionManager::new(client).await
+        };
+        let conn = tokio::time::timeout(Duration::from_secs(10), connect)
+            .await
+            .map_err(|_| "timed out".to_owned())
+            .and_then(|conn| conn.map_err(|err| err.to_string()))
+            .unwrap_or_else(|err| {
+                panic!(
+                    "Redis at {url}: {err}\nRun scripts/test.sh, which installs and starts every \
+                     service the tests need, or start it with `redis-server --daemonize yes --bind \
+                     127.0.0.1 --port 6379 --save \"\" --appendonly no`, or point {} at a running server.",
+                    Self::URL_VAR
+                )
+            });
+        Self {
+            keys: guestlist_redis::RedisKeyStore::new(conn.clone()).prefix(format!("gltest:{tag}")),
+            conn,
+            url: url.to_owned(),
+            tag: tag.to_owned(),
+        }
+    }
+
+    async fn our_keys(&self) -> Vec<String> {
+        redis::cmd("KEYS")
+            .arg(format!("gltest:{}:*", self.tag))
+            .query_async(&mut self.conn.clone())
+            .await
+            .expect("KEYS")
+    }
+}
+
+impl Store for Redis {
+    const LABEL: &'static str = "Redis";
+    const TRANSACTIONAL: bool = false;
+    const SINGLE_WRITER: bool = false;
+
+    async fn open(name: &str) -> Self {
+        let url =
+            std::env::var(Self::URL_VAR).unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+        let store = Self::around(&url, &short_tag(name)).await;
+        for key in store.our_keys().await {
+            let _: i64 = redis::cmd("DEL")
+                .arg(key)
+                .query_async(&mut store.conn.clone())
+                .await
+                .unwrap();
+        }
+        store
+    }
+
+    async fn attach(url: &str, tag: &str) -> Self {
+        Self::around(url, tag).await
+    }
+
+    fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn tag(&self) -> &str {
+        &self.tag
+    }
+
+    fn router(&self, state: AppState, settings: &Settings) -> Router {
+        let layer = configure(IdempotencyLayer::new(self.keys.clone()), settings);
+        Router::new()
+            .route("/payments", post(pay))
+            .with_state(state)
+            .layer(layer)
+    }
+
+    async fn effects(&self, state: &AppState) -> u64 {
+        state.executions()
+    }
+
+    async fn stored_keys(&self) -> u64 {
+        self.our_keys().await.len() as u64
+    }
+}

@@ -35,6 +35,7 @@ macro_rules! inbox_suite {
             a_claim_outside_a_transaction_is_refused,
             a_deadlock_in_the_work_is_retried,
             a_retention_shorter_than_the_horizon_is_refused_at_start_up,
+            old_idempotency_keys_are_purged_and_young_ones_stay,
         );
 
         /// Not a test on its own: the child process that `sigkill_after_work_before_commit…`

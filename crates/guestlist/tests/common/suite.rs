@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use guestlist::sqlx::{self, Connection};
 use guestlist::{
-    Claim, Error, HandlerName, Inbox, MessageId, ProcessError, Purged, Purger, Retention,
+    Begin, Claim, Error, Fingerprint, HandlerName, IdempotencyKey, Inbox, MessageId, ProcessError,
+    Purged, Purger, Retention, Scope, SqlKeyStore, StoredBody, StoredResponse,
 };
 use tokio::sync::Barrier;
 
@@ -845,4 +846,56 @@ pub async fn a_retention_shorter_than_the_horizon_is_refused_at_start_up<DB: Fix
     // A purger can only be built from a retention that passed that check; the inbox is untouched.
     deliver(&h, &handler("warehouse"), &id("evt_9f3k")).await;
     assert_eq!(h.inbox_rows().await, 1);
+}
+
+pub async fn old_idempotency_keys_are_purged_and_young_ones_stay<DB: Fixture>(name: &str) {
+    let h = Harness::<DB>::new(name).await;
+    let keys = SqlKeyStore::with_table(h.pool.clone(), &format!("keys_{}", h.tag)).unwrap();
+    h.exec(format!("DROP TABLE IF EXISTS {}", keys.table()))
+        .await;
+    keys.migrate().await.unwrap();
+    let scope = Scope::from_credentials(b"Bearer alice");
+    let fingerprint = Fingerprint::builder("POST", "/payments").body(b"{}");
+    let response = StoredResponse {
+        status: 201,
+        headers: vec![],
+        body: StoredBody::Bytes(b"{}".to_vec()),
+    };
+    for key in ["old", "young"] {
+        let key = IdempotencyKey::new(key).unwrap();
+        let Begin::Run { attempt } = keys.begin(&scope, &key, &fingerprint, HOUR).await.unwrap()
+        else {
+            panic!("a new key runs");
+        };
+        keys.complete(&scope, &key, attempt, &response)
+            .await
+            .unwrap();
+    }
+    h.exec(format!(
+        "UPDATE {} SET created_at = {} WHERE idempotency_key = 'old'",
+        keys.table(),
+        DB::ago(25 * 3600)
+    ))
+    .await;
+    // Keys live 24 hours: clients retry within that day.
+    let day = Retention::new(24 * HOUR, 24 * HOUR).unwrap();
+    assert_eq!(
+        keys.purge(day).run(&h.pool).await.unwrap(),
+        Purged::Deleted(1)
+    );
+    let young = IdempotencyKey::new("young").unwrap();
+    assert!(matches!(
+        keys.begin(&scope, &young, &fingerprint, HOUR)
+            .await
+            .unwrap(),
+        Begin::Replay(_)
+    ));
+    let old = IdempotencyKey::new("old").unwrap();
+    assert!(
+        matches!(
+            keys.begin(&scope, &old, &fingerprint, HOUR).await.unwrap(),
+            Begin::Run { .. }
+        ),
+        "a purged key is new again"
+    );
 }

@@ -1,0 +1,5 @@
+//! The Idempotency-Key suite on Redis, in plain mode (the work is outside the store).
+
+mod common;
+
+http_suite!(plain, common::stores::Redis);

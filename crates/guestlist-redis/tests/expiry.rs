@@ -1,0 +1,51 @@
+//! Keys expire after the retention on their own: Redis needs no purge.
+
+use std::time::Duration;
+
+use guestlist_core::{Begin, Fingerprint, IdempotencyKey, KeyStore, Retention, Scope};
+use guestlist_redis::RedisKeyStore;
+
+#[tokio::test]
+async fn a_key_is_forgotten_after_the_retention() {
+    let url = std::env::var("GUESTLIST_TEST_REDIS_URL")
+        .unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let retention = Retention::new(Duration::from_secs(2), Duration::from_secs(2)).unwrap();
+    let keys = RedisKeyStore::connect(&url)
+        .await
+        .unwrap_or_else(|err| panic!("{err}: run scripts/test.sh, which starts Redis"))
+        .prefix(format!("gltest:expiry:{}", std::process::id()))
+        .retention(retention);
+    let scope = Scope::from_credentials(b"Bearer alice");
+    let key = IdempotencyKey::new("expires").unwrap();
+    let fingerprint = Fingerprint::builder("POST", "/payments").body(b"{}");
+    let lease = Duration::from_millis(500);
+
+    assert!(matches!(
+        keys.begin(&scope, &key, &fingerprint, lease).await.unwrap(),
+        Begin::Run { .. }
+    ));
+    assert!(
+        matches!(
+            keys.begin(&scope, &key, &fingerprint, lease).await.unwrap(),
+            Begin::InFlight { .. }
+        ),
+        "within the lease the key is held"
+    );
+    tokio::time::sleep(Duration::from_millis(2300)).await;
+    let again = keys.begin(&scope, &key, &fingerprint, lease).await.unwrap();
+    assert_eq!(
+        again,
+        Begin::Run {
+            attempt: guestlist_core::Attempt::FIRST
+        },
+        "expired, so new again"
+    );
+}
+
+#[tokio::test]
+async fn an_unreachable_redis_says_what_to_check() {
+    let err = RedisKeyStore::connect("redis://127.0.0.1:1")
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("check that Redis runs"), "{err}");
+}
