@@ -57,6 +57,23 @@ impl Default for Config {
     }
 }
 
+impl Config {
+    /// The key header's name as people write it in messages: `Idempotency-Key`.
+    pub(crate) fn header_title(&self) -> String {
+        self.header
+            .as_str()
+            .split('-')
+            .map(|word| {
+                let mut chars = word.chars();
+                chars.next().map_or_else(String::new, |first| {
+                    first.to_ascii_uppercase().to_string() + chars.as_str()
+                })
+            })
+            .collect::<Vec<_>>()
+            .join("-")
+    }
+}
+
 impl fmt::Debug for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Config")

@@ -120,7 +120,7 @@ where
             KeyHeader::Key(key) => key,
             KeyHeader::Missing if !self.config.require_key => return self.unkeyed(req).await,
             KeyHeader::Missing => {
-                let name = &self.config.header;
+                let name = self.config.header_title();
                 return Ok(refuse(Problem::new(
                     StatusCode::BAD_REQUEST,
                     "key-required",
@@ -133,7 +133,7 @@ where
                 )));
             }
             KeyHeader::Malformed(why) => {
-                let name = &self.config.header;
+                let name = self.config.header_title();
                 return Ok(refuse(Problem::new(
                     StatusCode::BAD_REQUEST,
                     "key-malformed",
@@ -247,7 +247,7 @@ where
             }
             Ok(Begin::Mismatch) => {
                 Outcome::FingerprintMismatch.record();
-                let name = &self.config.header;
+                let name = self.config.header_title();
                 return Ok(Problem::new(
                     self.config.mismatch_status,
                     "key-reused",

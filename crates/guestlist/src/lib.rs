@@ -13,7 +13,9 @@
 //! ## Features
 //!
 //! One per database, none by default: `postgres` (production; many instances share one table),
-//! `sqlite` (embedded; no server), `mysql` (MySQL 8.0.13+ and MariaDB 10.3+).
+//! `sqlite` (embedded; no server), `mysql` (MySQL 8.0.13+ and MariaDB 10.3+). `http` adds the
+//! `Idempotency-Key` layer as [`guestlist::http`](crate#features), `axum` its extractors, and
+//! `redis` a key store on Redis.
 //!
 //! ## The inbox in one call
 //!
@@ -66,6 +68,14 @@ pub use guestlist_sqlx::{
 
 /// Errors of the core types: invalid ids, names, table names and retentions.
 pub use guestlist_core::Error as InvalidValue;
+
+/// Stripe-style `Idempotency-Key` for HTTP APIs: the tower layer (feature `http`).
+#[cfg(feature = "http")]
+pub use guestlist_http as http;
+
+/// The idempotency-key store on Redis (feature `redis`).
+#[cfg(feature = "redis")]
+pub use guestlist_redis as redis;
 
 pub mod guide {
     #![doc = include_str!("docs/boundary.md")]

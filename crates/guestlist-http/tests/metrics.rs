@@ -1,0 +1,66 @@
+//! Every outcome of a keyed request reaches the metrics recorder.
+
+mod common;
+
+use common::client::{Call, Server};
+use common::stores::{Settings, Sql, Store};
+use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+
+/// The `guestlist_http_requests_total` counters recorded so far, by outcome.
+fn outcomes(snapshotter: &metrics_util::debugging::Snapshotter) -> Vec<(String, u64)> {
+    snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter(|(key, ..)| key.key().name() == "guestlist_http_requests_total")
+        .filter_map(|(key, _, _, value)| {
+            let outcome = key
+                .key()
+                .labels()
+                .find(|l| l.key() == "outcome")?
+                .value()
+                .to_owned();
+            match value {
+                DebugValue::Counter(n) => Some((outcome, n)),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_outcome_is_counted() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    recorder
+        .install()
+        .expect("the only recorder in this test binary");
+
+    let store = Sql::<sqlx::Sqlite>::open("metrics_every_outcome").await;
+    let state = common::app::AppState::default();
+    let server = Server::start(store.router(state, &Settings::default())).await;
+    let base = &server.base;
+    Call::new("counted").send(base).await; // fresh
+    Call::new("counted").send(base).await; // replayed
+    Call::new("counted").send(base).await; // replayed
+    Call::new("counted").body(b"other").send(base).await; // fingerprint_mismatch
+    Call::new("failing")
+        .header("x-test-status", "503")
+        .send(base)
+        .await; // released
+    Call::new("x").raw_key(Some("two words")).send(base).await; // refused
+
+    let counted = outcomes(&snapshotter);
+    let count = |outcome: &str| {
+        counted
+            .iter()
+            .filter(|(o, _)| o == outcome)
+            .map(|(_, n)| n)
+            .sum::<u64>()
+    };
+    assert_eq!(count("fresh"), 1, "{counted:?}");
+    assert_eq!(count("replayed"), 2, "{counted:?}");
+    assert_eq!(count("fingerprint_mismatch"), 1, "{counted:?}");
+    assert_eq!(count("released"), 1, "{counted:?}");
+    assert_eq!(count("refused"), 1, "{counted:?}");
+}
