@@ -4,6 +4,7 @@
 //! on the same machine, database and load, interleaved, and reports throughput and the ratios
 //! between them. Timing is only ever reported here, never asserted in a test.
 
+mod http;
 mod inbox;
 mod measure;
 mod report;
@@ -22,6 +23,8 @@ struct Cli {
 enum Bench {
     /// The inbox: work alone, a hand-written claim, guestlist's claim, duplicates, batches.
     Inbox(Common),
+    /// The Idempotency-Key layer: an axum handler unprotected, with fresh keys, and replaying.
+    Http(Common),
 }
 
 /// Flags every bench takes.
@@ -50,12 +53,14 @@ fn main() -> anyhow::Result<()> {
     let report = runtime.block_on(async {
         match &cli.bench {
             Bench::Inbox(common) => inbox::run(common).await,
+            Bench::Http(common) => http::run(common).await,
         }
     })?;
     report.print();
-    if let Some(path) = match &cli.bench {
-        Bench::Inbox(common) => &common.json,
-    } {
+    let common = match &cli.bench {
+        Bench::Inbox(common) | Bench::Http(common) => common,
+    };
+    if let Some(path) = &common.json {
         report.write_json(path)?;
         println!("\nwrote {}", path.display());
     }

@@ -6,6 +6,14 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Barrier;
 
+/// What a closed-loop load measured.
+pub(crate) struct Load {
+    /// Items handled per second.
+    pub(crate) per_sec: f64,
+    /// How long each call to the step took.
+    pub(crate) latencies: Vec<Duration>,
+}
+
 /// Runs `workers` copies of `step` back to back until `duration` has passed; each call to
 /// `step(worker, iteration)` returns how many messages it handled. Returns messages per second.
 pub(crate) async fn throughput<F, Fut>(
@@ -13,6 +21,19 @@ pub(crate) async fn throughput<F, Fut>(
     duration: Duration,
     step: F,
 ) -> anyhow::Result<f64>
+where
+    F: Fn(usize, u64) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = anyhow::Result<u64>> + Send,
+{
+    Ok(load(workers, duration, step).await?.per_sec)
+}
+
+/// [`throughput`], keeping every call's latency too.
+pub(crate) async fn load<F, Fut>(
+    workers: usize,
+    duration: Duration,
+    step: F,
+) -> anyhow::Result<Load>
 where
     F: Fn(usize, u64) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = anyhow::Result<u64>> + Send,
@@ -26,22 +47,42 @@ where
                 start.wait().await;
                 let deadline = Instant::now() + duration;
                 let mut handled = 0;
-                let mut iteration = 0;
-                while Instant::now() < deadline {
+                let mut latencies = Vec::new();
+                for iteration in 0.. {
+                    let started = Instant::now();
+                    if started >= deadline {
+                        break;
+                    }
                     handled += step(worker, iteration).await?;
-                    iteration += 1;
+                    latencies.push(started.elapsed());
                 }
-                anyhow::Ok(handled)
+                anyhow::Ok((handled, latencies))
             })
         })
         .collect();
     start.wait().await;
     let began = Instant::now();
     let mut handled = 0;
+    let mut latencies = Vec::new();
     for task in tasks {
-        handled += task.await??;
+        let (n, mut more) = task.await??;
+        handled += n;
+        latencies.append(&mut more);
     }
-    Ok(handled as f64 / began.elapsed().as_secs_f64())
+    Ok(Load {
+        per_sec: handled as f64 / began.elapsed().as_secs_f64(),
+        latencies,
+    })
+}
+
+/// The `q`-quantile (0.5 for the median) of `latencies`, in milliseconds.
+pub(crate) fn percentile_ms(latencies: &mut [Duration], q: f64) -> f64 {
+    if latencies.is_empty() {
+        return f64::NAN;
+    }
+    latencies.sort_unstable();
+    let at = ((latencies.len() - 1) as f64 * q).round() as usize;
+    latencies[at].as_secs_f64() * 1000.0
 }
 
 /// The median of `values` (which must not be empty): the mean of the middle two for an even count.
@@ -52,5 +93,40 @@ pub(crate) fn median(mut values: Vec<f64>) -> f64 {
         (values[mid - 1] + values[mid]) / 2.0
     } else {
         values[mid]
+    }
+}
+
+/// How long and how often each figure is measured.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Plan {
+    pub(crate) rounds: usize,
+    pub(crate) each: Duration,
+}
+
+impl Plan {
+    /// An even number of rounds, so that [`Plan::order`] runs each figure first as often as
+    /// last: whichever of two neighbours runs first pays for warming the database (measured on
+    /// the inbox bench: about 5%).
+    pub(crate) fn new(quick: bool) -> Self {
+        if quick {
+            Self {
+                rounds: 2,
+                each: Duration::from_millis(800),
+            }
+        } else {
+            Self {
+                rounds: 4,
+                each: Duration::from_millis(2500),
+            }
+        }
+    }
+
+    /// The figures in the order round `round` runs them: as given, reversed every other round.
+    pub(crate) fn order<T: Copy>(&self, round: usize, figures: &[T]) -> Vec<T> {
+        let mut order = figures.to_vec();
+        if !round.is_multiple_of(2) {
+            order.reverse();
+        }
+        order
     }
 }

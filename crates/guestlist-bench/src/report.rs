@@ -13,9 +13,21 @@ pub(crate) struct Row {
     /// `postgres`, `sqlite` or `mysql`.
     pub(crate) backend: &'static str,
     pub(crate) workers: usize,
-    /// Messages per transaction.
+    /// Messages per transaction (1 for HTTP requests).
     pub(crate) batch: usize,
-    pub(crate) msgs_per_sec: f64,
+    /// Throughput, in `unit`.
+    pub(crate) per_sec: f64,
+    /// `msgs/s` or `req/s`.
+    pub(crate) unit: &'static str,
+    /// Latency percentiles in milliseconds, where measured.
+    pub(crate) latency: Option<Latency>,
+}
+
+/// Latency percentiles of a figure, in milliseconds.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Latency {
+    pub(crate) p50_ms: f64,
+    pub(crate) p99_ms: f64,
 }
 
 /// Every figure of a run, and the ratios between them.
@@ -31,18 +43,21 @@ impl Report {
         self.rows
             .iter()
             .find(|r| r.name == name && r.backend == backend && r.workers == workers)
-            .map_or(f64::NAN, |r| r.msgs_per_sec)
+            .map_or(f64::NAN, |r| r.per_sec)
     }
 
     pub(crate) fn print(&self) {
         println!(
-            "\n{:<22} {:<9} {:>7} {:>6} {:>12}",
-            "figure", "backend", "workers", "batch", "msgs/s"
+            "\n{:<22} {:<9} {:>7} {:>6} {:>12} {:>6} {:>9} {:>9}",
+            "figure", "backend", "workers", "batch", "throughput", "unit", "p50 ms", "p99 ms"
         );
         for r in &self.rows {
+            let (p50, p99) = r.latency.map_or((String::new(), String::new()), |l| {
+                (format!("{:.2}", l.p50_ms), format!("{:.2}", l.p99_ms))
+            });
             println!(
-                "{:<22} {:<9} {:>7} {:>6} {:>12.0}",
-                r.name, r.backend, r.workers, r.batch, r.msgs_per_sec
+                "{:<22} {:<9} {:>7} {:>6} {:>12.0} {:>6} {p50:>9} {p99:>9}",
+                r.name, r.backend, r.workers, r.batch, r.per_sec, r.unit
             );
         }
         println!("\n{:<44} {:>10}", "ratio", "value");
@@ -56,13 +71,19 @@ impl Report {
             .rows
             .iter()
             .map(|r| {
-                json!({
+                let mut row = json!({
                     "name": r.name,
                     "backend": r.backend,
                     "workers": r.workers,
                     "batch": r.batch,
-                    "msgs_per_sec": r.msgs_per_sec.round(),
-                })
+                    "per_sec": r.per_sec.round(),
+                    "unit": r.unit,
+                });
+                if let Some(latency) = r.latency {
+                    row["p50_ms"] = json!((latency.p50_ms * 100.0).round() / 100.0);
+                    row["p99_ms"] = json!((latency.p99_ms * 100.0).round() / 100.0);
+                }
+                row
             })
             .collect();
         let ratios: serde_json::Map<_, _> = self

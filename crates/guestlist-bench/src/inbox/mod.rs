@@ -20,7 +20,7 @@ use guestlist::{HandlerName, Inbox, MessageId};
 
 use self::workload::{HAND_TABLE, INBOX_TABLE, ORDERS, ORDERS_TABLE, PICKS_TABLE, Workload};
 use crate::Common;
-use crate::measure::{median, throughput};
+use crate::measure::{Plan, median, throughput};
 use crate::report::{Report, Row};
 
 const WORKERS: [usize; 2] = [1, 16];
@@ -68,27 +68,8 @@ impl Figure {
     }
 }
 
-/// How long and how often each figure is measured.
-#[derive(Debug, Clone, Copy)]
-struct Plan {
-    rounds: usize,
-    each: Duration,
-}
-
 pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
-    // An even number of rounds: odd rounds run the figures in reverse, and whichever of two
-    // neighbours runs first pays for warming the database (measured: about 5%).
-    let plan = if common.quick {
-        Plan {
-            rounds: 2,
-            each: Duration::from_millis(800),
-        }
-    } else {
-        Plan {
-            rounds: 4,
-            each: Duration::from_millis(2500),
-        }
-    };
+    let plan = Plan::new(common.quick);
     let mut report = Report::default();
     let scratch = tempfile::tempdir()?;
     let sqlite_url = format!("sqlite:{}", scratch.path().join("bench.db").display());
@@ -164,12 +145,7 @@ async fn measure_backend<DB: Workload>(
     for workers in WORKERS {
         let mut samples: Vec<(Figure, f64)> = Vec::new();
         for round in 0..plan.rounds {
-            // Alternate the order, so that no figure always runs right after the same neighbour.
-            let mut order = Figure::ALL;
-            if !round.is_multiple_of(2) {
-                order.reverse();
-            }
-            for figure in order {
+            for figure in plan.order(round, &Figure::ALL) {
                 bench.reset().await?;
                 let rate = bench
                     .clone()
@@ -193,7 +169,9 @@ async fn measure_backend<DB: Workload>(
                 backend: DB::LABEL,
                 workers,
                 batch: figure.batch(),
-                msgs_per_sec: median(rates),
+                per_sec: median(rates),
+                unit: "msgs/s",
+                latency: None,
             });
         }
     }

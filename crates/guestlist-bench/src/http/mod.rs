@@ -1,0 +1,287 @@
+//! `guestlist-bench http`: an axum handler that writes one row, under load on loopback, with
+//! and without the Idempotency-Key layer, in one run.
+//!
+//! Four figures, interleaved round by round (odd rounds reversed):
+//! `unprotected` (the handler alone, its one INSERT on a pool connection: 1 statement),
+//! `unprotected_tx` (the same INSERT inside BEGIN/COMMIT: 3 statements), `fresh` (the layer in
+//! transactional mode, a new key on every request: the claim, then BEGIN, the row, the stored
+//! response and COMMIT: 5 statements, 2 commits), and `replay` (the layer answering retries of
+//! stored keys: the claim's INSERT and a SELECT, no commit). The load generator runs in the same
+//! process: 32 keep-alive connections in a closed loop.
+
+mod workload;
+
+use std::time::Duration;
+
+use anyhow::Context;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::post;
+use guestlist::SqlKeyStore;
+use guestlist::http::{IdempotencyLayer, IdempotentTx};
+use guestlist::sqlx::{self, Pool};
+
+use self::workload::{HttpWorkload, KEYS};
+use crate::Common;
+use crate::measure::{Plan, load, median, percentile_ms};
+use crate::report::{Latency, Report, Row};
+
+/// Concurrent connections of the load generator.
+const CONNECTIONS: usize = 32;
+/// Stored keys the replay figure cycles through.
+const STORED_KEYS: u64 = 1_000;
+/// What every request sends.
+const BODY: &[u8] = br#"{"amount":100,"currency":"eur","customer":"cus_9f3k"}"#;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Figure {
+    Unprotected,
+    UnprotectedTx,
+    Fresh,
+    Replay,
+}
+
+impl Figure {
+    const ALL: [Figure; 4] = [
+        Figure::Unprotected,
+        Figure::UnprotectedTx,
+        Figure::Fresh,
+        Figure::Replay,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Figure::Unprotected => "unprotected",
+            Figure::UnprotectedTx => "unprotected_tx",
+            Figure::Fresh => "fresh",
+            Figure::Replay => "replay",
+        }
+    }
+}
+
+pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
+    let plan = Plan::new(common.quick);
+    let mut report = Report::default();
+    let scratch = tempfile::tempdir()?;
+    let sqlite_url = format!("sqlite:{}", scratch.path().join("bench-http.db").display());
+    let mut urls = vec![common.database.clone()];
+    if !common.database.starts_with("sqlite:") {
+        urls.push(sqlite_url);
+    }
+    for url in urls {
+        match url.split(':').next().unwrap_or_default() {
+            "postgres" | "postgresql" => {
+                let pool = connect::<sqlx::Postgres>(url.parse()?, &url).await?;
+                measure_backend(pool, plan, &mut report).await?;
+            }
+            "mysql" | "mariadb" => {
+                let url = url.replacen("mariadb:", "mysql:", 1);
+                let pool = connect::<sqlx::MySql>(url.parse()?, &url).await?;
+                measure_backend(pool, plan, &mut report).await?;
+            }
+            "sqlite" => {
+                let options = guestlist::sqlite::connect_options(&url)?;
+                let pool = connect::<sqlx::Sqlite>(options, &url).await?;
+                measure_backend(pool, plan, &mut report).await?;
+            }
+            _ => anyhow::bail!(
+                "cannot tell the database from {url:?}: use postgres://, mysql:// or sqlite:"
+            ),
+        }
+    }
+    for backend in report
+        .rows
+        .iter()
+        .map(|r| r.backend)
+        .collect::<std::collections::BTreeSet<_>>()
+    {
+        let unprotected = report.get("unprotected", backend, CONNECTIONS);
+        let unprotected_tx = report.get("unprotected_tx", backend, CONNECTIONS);
+        let fresh = report.get("fresh", backend, CONNECTIONS);
+        let replay = report.get("replay", backend, CONNECTIONS);
+        report.ratios.insert(
+            format!("fresh_vs_unprotected_{backend}"),
+            fresh / unprotected,
+        );
+        report.ratios.insert(
+            format!("fresh_vs_unprotected_tx_{backend}"),
+            fresh / unprotected_tx,
+        );
+        report
+            .ratios
+            .insert(format!("replay_vs_fresh_{backend}"), replay / fresh);
+    }
+    Ok(report)
+}
+
+async fn connect<DB: HttpWorkload>(
+    options: <DB::Connection as sqlx::Connection>::Options,
+    url: &str,
+) -> anyhow::Result<Pool<DB>> {
+    sqlx::pool::PoolOptions::new()
+        .max_connections(DB::POOL)
+        .connect_with(options)
+        .await
+        .with_context(|| format!("cannot connect to {url}; is the server running?"))
+}
+
+/// The handler without the layer: one row, on a pool connection.
+async fn unprotected<DB: HttpWorkload>(State(pool): State<Pool<DB>>, body: Bytes) -> StatusCode {
+    let mut conn = match pool.acquire().await {
+        Ok(conn) => conn,
+        Err(_) => return StatusCode::SERVICE_UNAVAILABLE,
+    };
+    match DB::insert(&mut conn, &body).await {
+        Ok(()) => StatusCode::CREATED,
+        Err(_) => StatusCode::SERVICE_UNAVAILABLE,
+    }
+}
+
+/// The handler without the layer, its row in a transaction of its own (BEGIN, INSERT, COMMIT),
+/// as a handler that writes more than one row runs.
+async fn unprotected_tx<DB: HttpWorkload>(State(pool): State<Pool<DB>>, body: Bytes) -> StatusCode {
+    let written = async {
+        let mut tx = pool.begin().await?;
+        DB::insert(&mut tx, &body).await?;
+        tx.commit().await
+    };
+    match written.await {
+        Ok(()) => StatusCode::CREATED,
+        Err(_) => StatusCode::SERVICE_UNAVAILABLE,
+    }
+}
+
+/// The same handler behind the layer: the row on the request's transaction.
+async fn protected<DB: HttpWorkload>(mut tx: IdempotentTx<DB>, body: Bytes) -> StatusCode {
+    match DB::insert(&mut tx, &body).await {
+        Ok(()) => StatusCode::CREATED,
+        Err(_) => StatusCode::SERVICE_UNAVAILABLE,
+    }
+}
+
+/// Serves `router` on a loopback port; returns its base URL.
+async fn serve(router: Router) -> anyhow::Result<String> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let base = format!("http://{}/payments", listener.local_addr()?);
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    Ok(base)
+}
+
+async fn measure_backend<DB: HttpWorkload>(
+    pool: Pool<DB>,
+    plan: Plan,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    eprintln!("measuring {} …", DB::LABEL);
+    for table in [
+        "DROP TABLE IF EXISTS bench_http_payments",
+        "DROP TABLE IF EXISTS bench_http_keys",
+    ] {
+        DB::exec(&pool, table).await?;
+    }
+    DB::exec(&pool, DB::CREATE).await?;
+    let keys = SqlKeyStore::with_table(pool.clone(), KEYS)?;
+    keys.migrate().await?;
+    let plain = serve(
+        Router::new()
+            .route("/payments", post(unprotected::<DB>))
+            .with_state(pool.clone()),
+    )
+    .await?;
+    let plain_tx = serve(
+        Router::new()
+            .route("/payments", post(unprotected_tx::<DB>))
+            .with_state(pool.clone()),
+    )
+    .await?;
+    let guarded = serve(
+        Router::new()
+            .route("/payments", post(protected::<DB>))
+            .layer(IdempotencyLayer::transactional(keys)),
+    )
+    .await?;
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(CONNECTIONS)
+        .build()?;
+    // The keys the replay figure retries.
+    for n in 0..STORED_KEYS {
+        send(&client, &guarded, Some(&format!("stored-{n}"))).await?;
+    }
+
+    let mut samples: Vec<(Figure, f64, Vec<Duration>)> = Vec::new();
+    for round in 0..plan.rounds {
+        for figure in plan.order(round, &Figure::ALL) {
+            let urls = (plain.clone(), plain_tx.clone(), guarded.clone());
+            let client = client.clone();
+            let measured = load(CONNECTIONS, plan.each, move |worker, n| {
+                let (client, (plain, plain_tx, guarded)) = (client.clone(), urls.clone());
+                async move {
+                    match figure {
+                        Figure::Unprotected => send(&client, &plain, None).await,
+                        Figure::UnprotectedTx => send(&client, &plain_tx, None).await,
+                        Figure::Fresh => {
+                            send(&client, &guarded, Some(&format!("r{round}-w{worker}-{n}"))).await
+                        }
+                        Figure::Replay => {
+                            let key = format!("stored-{}", (worker as u64 * 31 + n) % STORED_KEYS);
+                            send(&client, &guarded, Some(&key)).await
+                        }
+                    }
+                }
+            })
+            .await?;
+            eprintln!(
+                "  {:<12} round {round}  {:>8.0} req/s",
+                figure.name(),
+                measured.per_sec
+            );
+            samples.push((figure, measured.per_sec, measured.latencies));
+        }
+    }
+    for figure in Figure::ALL {
+        let rates = samples
+            .iter()
+            .filter(|(f, ..)| *f == figure)
+            .map(|(_, r, _)| *r)
+            .collect();
+        let mut latencies: Vec<Duration> = samples
+            .iter()
+            .filter(|(f, ..)| *f == figure)
+            .flat_map(|(_, _, l)| l.iter().copied())
+            .collect();
+        report.rows.push(Row {
+            name: figure.name().to_owned(),
+            backend: DB::LABEL,
+            workers: CONNECTIONS,
+            batch: 1,
+            per_sec: median(rates),
+            unit: "req/s",
+            latency: Some(Latency {
+                p50_ms: percentile_ms(&mut latencies, 0.5),
+                p99_ms: percentile_ms(&mut latencies, 0.99),
+            }),
+        });
+    }
+    Ok(())
+}
+
+/// One `POST /payments`; fails unless the answer is 201 (first run or replay).
+async fn send(client: &reqwest::Client, url: &str, key: Option<&str>) -> anyhow::Result<u64> {
+    let mut request = client
+        .post(url)
+        .header("authorization", "Bearer bench")
+        .body(BODY);
+    if let Some(key) = key {
+        request = request.header("idempotency-key", key);
+    }
+    let response = request.send().await?;
+    anyhow::ensure!(
+        response.status() == reqwest::StatusCode::CREATED,
+        "{url}: {} {}",
+        response.status(),
+        response.text().await.unwrap_or_default()
+    );
+    Ok(1)
+}

@@ -1,0 +1,75 @@
+//! The one row every measured handler writes, in each backend's SQL.
+
+use guestlist::sqlx::{self, Pool};
+use guestlist::{Backend, WorkFuture};
+
+/// The key table of the protected handlers.
+pub(super) const KEYS: &str = "bench_http_keys";
+
+/// A backend's SQL for the HTTP bench.
+pub(super) trait HttpWorkload: Backend {
+    const LABEL: &'static str;
+    const CREATE: &'static str;
+    /// Connections in the pool. SQLite has one writer: a few connections queue fairly in the
+    /// pool, where many would poll for the file lock in its busy handler.
+    const POOL: u32;
+    /// Writes one payment on `conn` (a pool connection, or the request's transaction).
+    fn insert<'c>(
+        conn: &'c mut Self::Connection,
+        body: &'c [u8],
+    ) -> WorkFuture<'c, (), sqlx::Error>;
+    /// Runs one statement on the pool.
+    fn exec<'p>(pool: &'p Pool<Self>, sql: &'static str) -> WorkFuture<'p, (), sqlx::Error>;
+}
+
+macro_rules! http_workload {
+    ($db:ty, $conn:ty, $label:literal, $pool:literal, $create:literal, $insert:literal) => {
+        impl HttpWorkload for $db {
+            const LABEL: &'static str = $label;
+            const CREATE: &'static str = $create;
+            const POOL: u32 = $pool;
+
+            fn insert<'c>(conn: &'c mut $conn, body: &'c [u8]) -> WorkFuture<'c, (), sqlx::Error> {
+                Box::pin(async move {
+                    sqlx::query($insert)
+                        .bind(body)
+                        .execute(conn)
+                        .await
+                        .map(drop)
+                })
+            }
+
+            fn exec<'p>(
+                pool: &'p Pool<Self>,
+                sql: &'static str,
+            ) -> WorkFuture<'p, (), sqlx::Error> {
+                Box::pin(async move { sqlx::query(sql).execute(pool).await.map(drop) })
+            }
+        }
+    };
+}
+
+http_workload!(
+    sqlx::Postgres,
+    sqlx::PgConnection,
+    "postgres",
+    32,
+    "CREATE TABLE bench_http_payments (id BIGSERIAL PRIMARY KEY, body BYTEA NOT NULL)",
+    "INSERT INTO bench_http_payments (body) VALUES ($1)"
+);
+http_workload!(
+    sqlx::Sqlite,
+    sqlx::SqliteConnection,
+    "sqlite",
+    4,
+    "CREATE TABLE bench_http_payments (id INTEGER PRIMARY KEY, body BLOB NOT NULL)",
+    "INSERT INTO bench_http_payments (body) VALUES (?1)"
+);
+http_workload!(
+    sqlx::MySql,
+    sqlx::MySqlConnection,
+    "mysql",
+    32,
+    "CREATE TABLE bench_http_payments (id BIGINT AUTO_INCREMENT PRIMARY KEY, body BLOB NOT NULL)",
+    "INSERT INTO bench_http_payments (body) VALUES (?)"
+);
