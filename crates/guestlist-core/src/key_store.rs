@@ -5,18 +5,38 @@ use std::time::Duration;
 
 use crate::{Fingerprint, IdempotencyKey, Scope, StoredResponse};
 
-/// A fencing token: which attempt at a key holds its lease. Every take-over of an expired lease
-/// adds one, so an attempt that lost its lease can no longer complete or release the key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Attempt(pub u32);
+/// Which attempt at a key holds its lease: its number, and a random fencing token.
+///
+/// Every claim and every take-over of an expired lease draws a new token, and completing or
+/// releasing the key requires the token of the attempt that holds it. An attempt that lost its
+/// lease can therefore neither overwrite the response of the attempt that took over, nor that of
+/// a later request which claimed the key again after a release or a purge: numbers restart, tokens
+/// do not repeat.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Attempt {
+    number: u32,
+    token: u64,
+}
 
 impl Attempt {
-    /// The first attempt at a key.
-    pub const FIRST: Attempt = Attempt(1);
+    /// Attempt `number` (1 for a new claim) holding the fencing token `token`.
+    pub fn new(number: u32, token: u64) -> Self {
+        Self { number, token }
+    }
+
+    /// 1 for the first attempt, one more for each take-over.
+    pub fn number(self) -> u32 {
+        self.number
+    }
+
+    /// The fencing token.
+    pub fn token(self) -> u64 {
+        self.token
+    }
 
     /// `true` for an attempt that took over from a crashed or stalled one.
     pub fn is_takeover(self) -> bool {
-        self.0 > 1
+        self.number > 1
     }
 }
 

@@ -1,6 +1,7 @@
 //! Bodies: buffering the request (to fingerprint it) and the response (to store it).
 
 use std::collections::VecDeque;
+use std::pin::Pin;
 
 use bytes::{Bytes, BytesMut};
 use http_body::{Body as HttpBody, Frame};
@@ -54,26 +55,60 @@ where
 
 /// A response body read up to a limit.
 pub(crate) enum Captured<B> {
-    /// The whole body, within the limit.
-    Whole(Bytes),
+    /// The whole body, within the limit, and its trailers (sent on, never stored or replayed).
+    Whole {
+        bytes: Bytes,
+        trailers: Option<http::HeaderMap>,
+    },
     /// Over the limit: what was read, and the rest still to stream.
-    TooLarge { read: Vec<Bytes>, rest: B },
+    TooLarge { read: Vec<Bytes>, rest: Pin<Box<B>> },
+}
+
+impl<B> Captured<B>
+where
+    B: HttpBody<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    /// The body to send the client: all of it, trailers included.
+    pub(crate) fn into_body(self) -> Body {
+        match self {
+            Captured::Whole {
+                bytes,
+                trailers: None,
+            } => full(bytes),
+            Captured::Whole {
+                bytes,
+                trailers: Some(trailers),
+            } => {
+                let frames: [Result<Frame<Bytes>, BoxError>; 2] =
+                    [Ok(Frame::data(bytes)), Ok(Frame::trailers(trailers))];
+                StreamBody::new(futures_util::stream::iter(frames)).boxed_unsync()
+            }
+            Captured::TooLarge { read, rest } => resume(read, rest),
+        }
+    }
 }
 
 /// Reads a response body while it fits in `limit` bytes.
-pub(crate) async fn capture<B>(mut body: B, limit: usize) -> Result<Captured<B>, BoxError>
+pub(crate) async fn capture<B>(body: B, limit: usize) -> Result<Captured<B>, BoxError>
 where
-    B: HttpBody<Data = Bytes> + Unpin + Send,
+    B: HttpBody<Data = Bytes> + Send,
     B::Error: Into<BoxError>,
 {
+    let mut body = Box::pin(body);
     let mut read = Vec::new();
     let mut len = 0;
+    let mut trailers = None;
     while let Some(frame) = body.frame().await {
-        let Ok(data) = frame.map_err(Into::into)?.into_data() else {
-            continue; // trailers are not stored or replayed
+        let frame = match frame.map_err(Into::into)?.into_data() {
+            Ok(data) => data,
+            Err(frame) => {
+                trailers = frame.into_trailers().ok();
+                continue;
+            }
         };
-        len += data.len();
-        read.push(data);
+        len += frame.len();
+        read.push(frame);
         if len > limit {
             return Ok(Captured::TooLarge { read, rest: body });
         }
@@ -82,11 +117,14 @@ where
     for chunk in read {
         whole.extend_from_slice(&chunk);
     }
-    Ok(Captured::Whole(whole.freeze()))
+    Ok(Captured::Whole {
+        bytes: whole.freeze(),
+        trailers,
+    })
 }
 
 /// The chunks already read, then the rest of the stream.
-pub(crate) fn resume<B>(read: Vec<Bytes>, rest: B) -> Body
+fn resume<B>(read: Vec<Bytes>, rest: Pin<Box<B>>) -> Body
 where
     B: HttpBody<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,

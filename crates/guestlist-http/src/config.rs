@@ -45,6 +45,8 @@ impl Default for Config {
             mismatch_status: StatusCode::UNPROCESSABLE_ENTITY,
             stored_headers: vec![
                 header::CONTENT_TYPE,
+                header::CONTENT_ENCODING,
+                header::CONTENT_DISPOSITION,
                 header::CONTENT_LANGUAGE,
                 header::LOCATION,
                 header::ETAG,

@@ -79,16 +79,22 @@ impl<M: Mode> IdempotencyLayer<M> {
         self
     }
 
-    /// Chooses the scope of each request's key (default: a hash of `Authorization`). A request
-    /// for which `scope` returns `None` is refused with 400 and `hint` as the advice.
+    /// Chooses the scope of each request's key (default: a hash of `Authorization`). Scope by
+    /// the principal (a user or tenant id your authentication produced) rather than by raw
+    /// credentials where tokens rotate: a refreshed token would otherwise make a retry a new
+    /// request. A request for which `scope` returns `None` is refused with 400.
     pub fn scope(
         mut self,
         scope: impl Fn(&Parts) -> Option<Scope> + Send + Sync + 'static,
-        hint: &'static str,
     ) -> Self {
-        let config = self.config();
-        config.scope = Arc::new(scope);
-        config.scope_hint = hint;
+        self.config().scope = Arc::new(scope);
+        self
+    }
+
+    /// What a refused request without a scope is told to do (default: to send credentials in
+    /// `Authorization`).
+    pub fn scope_hint(mut self, hint: &'static str) -> Self {
+        self.config().scope_hint = hint;
         self
     }
 
@@ -128,7 +134,8 @@ impl<M: Mode> IdempotencyLayer<M> {
     }
 
     /// Stores and replays this response header too (default: `Content-Type`,
-    /// `Content-Language`, `Location`, `ETag`, `Last-Modified`).
+    /// `Content-Encoding`, `Content-Disposition`, `Content-Language`, `Location`, `ETag`,
+    /// `Last-Modified`).
     pub fn store_header(mut self, name: HeaderName) -> Self {
         self.config().stored_headers.push(name);
         self

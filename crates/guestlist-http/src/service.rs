@@ -57,12 +57,12 @@ impl<S, M, ReqBody, ResBody> Service<Request<ReqBody>> for Idempotency<S, M>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
     S::Future: Send,
-    S::Error: Send,
+    S::Error: Send + 'static,
     M: Mode,
     ReqBody: HttpBody + From<Bytes> + Send + 'static,
     ReqBody::Data: Send,
     ReqBody::Error: Into<BoxError>,
-    ResBody: HttpBody<Data = Bytes> + Send + Unpin + 'static,
+    ResBody: HttpBody<Data = Bytes> + Send + 'static,
     ResBody::Error: Into<BoxError>,
 {
     type Response = Response<Body>;
@@ -105,11 +105,12 @@ impl<S, M, ReqBody, ResBody> Flow<S, M, ReqBody, ResBody>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Send + 'static,
     S::Future: Send,
+    S::Error: Send + 'static,
     M: Mode,
     ReqBody: HttpBody + From<Bytes> + Send + 'static,
     ReqBody::Data: Send,
     ReqBody::Error: Into<BoxError>,
-    ResBody: HttpBody<Data = Bytes> + Send + Unpin + 'static,
+    ResBody: HttpBody<Data = Bytes> + Send + 'static,
     ResBody::Error: Into<BoxError>,
 {
     async fn run(self, req: Request<ReqBody>) -> Result<Response<Body>, S::Error> {
@@ -183,8 +184,8 @@ where
     }
 
     async fn keyed(
-        mut self,
-        mut parts: Parts,
+        self,
+        parts: Parts,
         body: ReqBody,
         keyed: Keyed,
     ) -> Result<Response<Body>, S::Error> {
@@ -265,8 +266,36 @@ where
                 return Ok(store_unavailable(&self.config));
             }
         };
-        tracing::Span::current().record("attempt", attempt.0);
+        tracing::Span::current().record("attempt", attempt.number());
+        // The attempt runs to its end on a task of its own: a client that hangs up (the response
+        // died in a tunnel) must not cancel the handler halfway, leaving the key locked for the
+        // whole lease; its retry should find the stored response instead.
+        let span = tracing::Span::current();
+        let attempt_run = tokio::spawn(self.attempt(parts, bytes, keyed, attempt).instrument(span));
+        match attempt_run.await {
+            Ok(response) => response,
+            Err(panicked) => {
+                tracing::error!(error = %panicked, "the handler panicked; its key stays locked until the lease ends");
+                Ok(Problem::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "handler-panicked",
+                    "The request failed",
+                    "the server failed while handling this request; retry with the same key after the lease"
+                        .to_owned(),
+                )
+                .into_response())
+            }
+        }
+    }
 
+    /// The attempt that holds the key: the handler, then the stored response or the release.
+    async fn attempt(
+        mut self,
+        mut parts: Parts,
+        bytes: Bytes,
+        keyed: Keyed,
+        attempt: Attempt,
+    ) -> Result<Response<Body>, S::Error> {
         let slot = self.mode.open(&mut parts.extensions);
         parts.extensions.insert(IdempotencyContext {
             scope: keyed.scope.clone(),
@@ -300,13 +329,12 @@ where
         response: Response<ResBody>,
     ) -> Result<Response<Body>, S::Error> {
         let (parts, body) = response.into_parts();
-        let (stored_body, send) = match body::capture(body, self.config.max_stored_body).await {
-            Ok(Captured::Whole(bytes)) => (StoredBody::Bytes(bytes.to_vec()), body::full(bytes)),
-            Ok(Captured::TooLarge { read, rest }) => {
-                (StoredBody::TooLarge, body::resume(read, rest))
-            }
-            Err(err) => {
-                tracing::error!(error = %err, "the handler's response body failed; releasing the key");
+        let captured = body::capture(body, self.config.max_stored_body).await;
+        let stored_body = match &captured {
+            Ok(Captured::Whole { bytes, .. }) => StoredBody::Bytes(bytes.to_vec()),
+            Ok(Captured::TooLarge { .. }) => StoredBody::TooLarge,
+            Err(err) if M::TRANSACTIONAL => {
+                tracing::error!(error = %err, "the handler's response body failed; rolling back and releasing the key");
                 release(&self.mode, slot, &keyed, attempt).await;
                 return Ok(Problem::new(
                     StatusCode::INTERNAL_SERVER_ERROR,
@@ -317,7 +345,23 @@ where
                 )
                 .into_response());
             }
+            Err(err) => {
+                // Plain mode: the handler's work happened and cannot be undone, so the key is not
+                // released; a retry runs it again only once the lease ends.
+                tracing::error!(error = %err, "the handler's response body failed; the key stays locked until the lease ends");
+                return Ok(Problem::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "response-broken",
+                    "The response could not be produced",
+                    "the handler's response broke off after it ran; retry with the same key after the lease"
+                        .to_owned(),
+                )
+                .into_response());
+            }
         };
+        let send = captured
+            .map(Captured::into_body)
+            .expect("errors returned above");
         let stored = StoredResponse {
             status: parts.status.as_u16(),
             headers: self

@@ -58,9 +58,18 @@ impl<DB: Backend> TxSlot<DB> {
         Ok(IdempotentTx { guard })
     }
 
-    /// Takes the transaction back from the handler, if it began one.
-    async fn reclaim(&self) -> Option<Transaction<'static, DB>> {
-        self.tx.lock().await.take()
+    /// Takes the transaction back from the handler, if it began one. A handler that still holds
+    /// it after answering (it moved it into a task, say) gets no commit: waiting would hang the
+    /// request, and on SQLite every writer with it.
+    fn reclaim(&self) -> Result<Option<Transaction<'static, DB>>, BoxError> {
+        match self.tx.try_lock() {
+            Ok(mut slot) => Ok(slot.take()),
+            Err(_) => Err(
+                "the handler still holds its IdempotentTx after answering; drop it \
+                           before returning, or nothing it wrote will commit"
+                    .into(),
+            ),
+        }
     }
 }
 
@@ -170,7 +179,7 @@ impl<DB: Backend> Mode for Transactional<DB> {
         attempt: Attempt,
         response: &StoredResponse,
     ) -> Result<Completed, BoxError> {
-        let mut tx = match slot.reclaim().await {
+        let mut tx = match slot.reclaim()? {
             Some(tx) => tx,
             None => self.0.begin_transaction().await?,
         };
@@ -199,15 +208,18 @@ impl<DB: Backend> Mode for Transactional<DB> {
         key: &IdempotencyKey,
         attempt: Attempt,
     ) -> Result<(), BoxError> {
-        if let Some(tx) = slot.reclaim().await {
-            tx.rollback().await?;
-        }
+        let held = match slot.reclaim() {
+            Ok(Some(tx)) => tx.rollback().await.map_err(BoxError::from),
+            Ok(None) => Ok(()),
+            Err(err) => Err(err),
+        };
+        // A transaction the handler still holds never commits: the key is free either way.
         self.0.release(scope, key, attempt).await?;
-        Ok(())
+        held
     }
 
     async fn finish(&self, slot: TxSlot<DB>, keep: bool) -> Result<(), BoxError> {
-        match slot.reclaim().await {
+        match slot.reclaim()? {
             Some(tx) if keep => tx.commit().await?,
             Some(tx) => tx.rollback().await?,
             None => {}

@@ -124,6 +124,8 @@ impl KeyStore for RedisKeyStore {
         fingerprint: &Fingerprint,
         lease: Duration,
     ) -> Result<Begin, Error> {
+        let token = getrandom::u64()
+            .map_err(|err| Error::Protocol(format!("no randomness for a fencing token: {err}")))?;
         let answer: Vec<Value> = self
             .scripts
             .begin
@@ -131,11 +133,12 @@ impl KeyStore for RedisKeyStore {
             .arg(fingerprint.to_hex())
             .arg(lease.as_millis() as u64)
             .arg(self.retention.as_millis() as u64)
+            .arg(token.to_string())
             .invoke_async(&mut self.conn.clone())
             .await?;
         match answer.as_slice() {
             [tag, attempt] if text(tag) == "run" => Ok(Begin::Run {
-                attempt: Attempt(number(attempt)? as u32),
+                attempt: Attempt::new(number(attempt)? as u32, token),
             }),
             [tag] if text(tag) == "mismatch" => Ok(Begin::Mismatch),
             [tag, left] if text(tag) == "in_flight" => Ok(Begin::InFlight {
@@ -171,7 +174,7 @@ impl KeyStore for RedisKeyStore {
             .scripts
             .complete
             .key(self.redis_key(scope, key))
-            .arg(attempt.0)
+            .arg(attempt.token().to_string())
             .arg(response.status)
             .arg(response.encode_headers())
             .arg(body)
@@ -195,7 +198,7 @@ impl KeyStore for RedisKeyStore {
             .scripts
             .release
             .key(self.redis_key(scope, key))
-            .arg(attempt.0)
+            .arg(attempt.token().to_string())
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(())

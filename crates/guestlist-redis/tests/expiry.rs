@@ -33,12 +33,9 @@ async fn a_key_is_forgotten_after_the_retention() {
     );
     tokio::time::sleep(Duration::from_millis(2300)).await;
     let again = keys.begin(&scope, &key, &fingerprint, lease).await.unwrap();
-    assert_eq!(
-        again,
-        Begin::Run {
-            attempt: guestlist_core::Attempt::FIRST
-        },
-        "expired, so new again"
+    assert!(
+        matches!(again, Begin::Run { attempt } if attempt.number() == 1),
+        "expired, so new again: {again:?}"
     );
 }
 

@@ -139,19 +139,21 @@ impl<DB: Backend> SqlKeyStore<DB> {
         let (scope, key) = (scope.as_str(), key.as_str());
         let mut conn = self.pool.acquire().await?;
         for _ in 0..BEGIN_ROUNDS {
+            let token = new_token()?;
             let inserted = DB::key_insert(
                 &mut conn,
                 &self.sql,
                 scope,
                 key,
                 fingerprint.as_bytes(),
+                token as i64,
                 lease_ms,
             )
             .await
             .map_err(|err| self.error(err))?;
             if inserted {
                 return Ok(Begin::Run {
-                    attempt: Attempt::FIRST,
+                    attempt: Attempt::new(1, token),
                 });
             }
             let Some(row) = DB::key_select(&mut conn, &self.sql, scope, key)
@@ -172,16 +174,19 @@ impl<DB: Backend> SqlKeyStore<DB> {
                     retry_after: Duration::from_millis(lease_left as u64),
                 });
             }
-            let values = KeyValues::TakeOver(lease_ms, scope, key, row.attempt);
+            let token = new_token()?;
+            let values = KeyValues::TakeOver(token as i64, lease_ms, scope, key, row.token);
             if DB::key_update(&mut conn, &self.sql.take_over, values).await? == 1 {
-                let attempt = Attempt(u32::try_from(row.attempt + 1).unwrap_or(u32::MAX));
+                let number = u32::try_from(row.attempt + 1).unwrap_or(u32::MAX);
                 tracing::info!(
                     scope,
                     key,
-                    attempt = attempt.0,
+                    attempt = number,
                     "lease expired; taking over the key"
                 );
-                return Ok(Begin::Run { attempt });
+                return Ok(Begin::Run {
+                    attempt: Attempt::new(number, token),
+                });
             }
             // Another retry took over, or the attempt finished, between our read and our update.
         }
@@ -209,7 +214,7 @@ impl<DB: Backend> SqlKeyStore<DB> {
             body,
             scope.as_str(),
             key.as_str(),
-            i64::from(attempt.0),
+            attempt.token() as i64,
         );
         let stored = DB::key_update(conn, &self.sql.complete, values)
             .await
@@ -243,7 +248,7 @@ impl<DB: Backend> SqlKeyStore<DB> {
         attempt: Attempt,
     ) -> Result<bool, Error> {
         let mut conn = self.pool.acquire().await?;
-        let values = KeyValues::Release(scope.as_str(), key.as_str(), i64::from(attempt.0));
+        let values = KeyValues::Release(scope.as_str(), key.as_str(), attempt.token() as i64);
         let gone = DB::key_update(&mut conn, &self.sql.release, values)
             .await
             .map_err(|err| self.error(err))?;
@@ -263,6 +268,15 @@ impl<DB: Backend> SqlKeyStore<DB> {
     fn error(&self, err: sqlx::Error) -> Error {
         Error::from_store::<DB>(self.table(), err)
     }
+}
+
+/// A fresh fencing token from the operating system's random source.
+fn new_token() -> Result<u64, Error> {
+    getrandom::u64().map_err(|err| {
+        Error::Database(sqlx::Error::Protocol(format!(
+            "no randomness for a fencing token: {err}"
+        )))
+    })
 }
 
 /// A stored response read back from its row.

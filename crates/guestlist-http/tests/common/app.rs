@@ -4,20 +4,28 @@
 //! `x-test-response-bytes` (pad the body to that size), `x-test-hang` (print a marker and hang,
 //! for the SIGKILL test) and `x-test-block` (wait for the test to release it).
 
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use axum::body::Bytes;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use tokio::sync::Notify;
 
-/// What every handler shares: the execution counter and the gate the stale-attempt test holds.
+/// What every handler shares: the execution counter, and the named gates that hold a handler
+/// until the test lets it go (`x-test-block: <name>`).
 #[derive(Clone, Default)]
 pub struct AppState {
     pub executions: Arc<AtomicU64>,
-    pub gate: Arc<Notify>,
+    gates: Arc<Mutex<HashMap<String, Gate>>>,
+}
+
+/// A handler held at a gate: `entered` fires when it arrives, `open` lets it go.
+#[derive(Clone, Default)]
+pub struct Gate {
     pub entered: Arc<Notify>,
+    pub open: Arc<Notify>,
 }
 
 /// What the handler printed once it wrote its row and started to hang.
@@ -33,6 +41,16 @@ impl AppState {
         self.executions.load(Ordering::SeqCst)
     }
 
+    /// The gate called `name`.
+    pub fn gate(&self, name: &str) -> Gate {
+        self.gates
+            .lock()
+            .unwrap()
+            .entry(name.to_owned())
+            .or_default()
+            .clone()
+    }
+
     /// Hangs, blocks or dawdles where the request asks to, after the handler's writes.
     pub async fn pause_if_asked(&self, headers: &HeaderMap) {
         if let Some(ms) = headers
@@ -45,9 +63,10 @@ impl AppState {
             println!("{HANGING}");
             std::future::pending::<()>().await;
         }
-        if headers.contains_key("x-test-block") {
-            self.entered.notify_one();
-            self.gate.notified().await;
+        if let Some(name) = headers.get("x-test-block").and_then(|v| v.to_str().ok()) {
+            let gate = self.gate(name);
+            gate.entered.notify_one();
+            gate.open.notified().await;
         }
     }
 }

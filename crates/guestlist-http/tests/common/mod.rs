@@ -25,6 +25,8 @@ macro_rules! http_suite {
                 a_4xx_from_the_handler_is_stored_and_replayed,
                 a_server_killed_mid_handler_recovers_after_the_lease,
                 a_stale_attempt_finishing_late_cannot_overwrite,
+                a_stale_attempt_cannot_complete_a_newer_claim_of_its_key,
+                a_client_that_hangs_up_gets_the_result_on_retry,
                 malformed_and_overlong_keys_get_400_and_store_nothing,
                 a_body_over_the_limit_gets_413_and_stores_nothing,
                 a_missing_key_passes_through_or_is_refused_where_required,

@@ -41,6 +41,15 @@ impl<S: Store> Api<S> {
     async fn effects(&self) -> u64 {
         self.store.effects(&self.state).await
     }
+
+    /// Sends `call` held at the gate `gate`, and returns once its handler has arrived there.
+    async fn held(self: &Arc<Self>, call: &Call, gate: &str) -> tokio::task::JoinHandle<Answer> {
+        let entered = self.state.gate(gate).entered;
+        let (api, call) = (self.clone(), call.clone().header("x-test-block", gate));
+        let answer = tokio::spawn(async move { api.send(&call).await });
+        entered.notified().await;
+        answer
+    }
 }
 
 pub async fn five_identical_retries_run_the_handler_once<S: Store>(name: &str) {
@@ -305,22 +314,19 @@ pub async fn a_stale_attempt_finishing_late_cannot_overwrite<S: Store>(name: &st
         .await,
     );
     let call = Call::new("slow-then-stale");
-    let stale = {
-        let (api, call) = (api.clone(), call.clone().header("x-test-block", "1"));
-        tokio::spawn(async move { api.send(&call).await })
-    };
-    api.state.entered.notified().await; // the first attempt wrote its row and waits
+    let stale = api.held(&call, "stale").await;
     tokio::time::sleep(lease + Duration::from_millis(300)).await;
+    let takeover = api.held(&call, "takeover").await;
 
-    let takeover = api.send(&call).await;
-    assert_eq!(takeover.status, StatusCode::CREATED, "{}", takeover.text());
-    assert!(
-        !takeover.replayed(),
-        "the retry took over the expired lease"
-    );
-    api.state.gate.notify_one(); // the stale attempt finishes late
+    // The stale attempt finishes while the take-over still runs: only the fencing token can
+    // tell them apart, since neither has stored anything yet.
+    api.state.gate("stale").open.notify_one();
     let stale = stale.await.unwrap();
+    api.state.gate("takeover").open.notify_one();
+    let takeover = takeover.await.unwrap();
 
+    assert_eq!(takeover.status, StatusCode::CREATED, "{}", takeover.text());
+    assert!(!takeover.replayed());
     let replay = api.send(&call).await;
     assert_eq!(
         replay.body, takeover.body,
@@ -336,6 +342,75 @@ pub async fn a_stale_attempt_finishing_late_cannot_overwrite<S: Store>(name: &st
             "the stale attempt's row rolled back"
         );
     }
+}
+
+pub async fn a_stale_attempt_cannot_complete_a_newer_claim_of_its_key<S: Store>(name: &str) {
+    if S::SINGLE_WRITER {
+        return; // as above: no retry can claim the key while an attempt holds SQLite's lock
+    }
+    let lease = Duration::from_millis(1500);
+    let api = Arc::new(
+        Api::<S>::start(
+            name,
+            Settings {
+                lease,
+                ..Settings::default()
+            },
+        )
+        .await,
+    );
+    let first = Call::new("reclaimed");
+    let stale = api.held(&first, "stale").await;
+    tokio::time::sleep(lease + Duration::from_millis(300)).await;
+    // A retry takes over and fails: the key is released, the row gone.
+    let failed = api
+        .send(&first.clone().header("x-test-status", "500"))
+        .await;
+    assert_eq!(failed.status, StatusCode::INTERNAL_SERVER_ERROR);
+    // A new request claims the key again (attempt 1 once more) and is still running when the
+    // stale attempt of the old claim finishes.
+    let newer = Call::new("reclaimed").body(br#"{"amount":7}"#);
+    let newer_run = api.held(&newer, "newer").await;
+    api.state.gate("stale").open.notify_one();
+    stale.await.unwrap();
+    api.state.gate("newer").open.notify_one();
+    let newer_answer = newer_run.await.unwrap();
+
+    assert_eq!(
+        newer_answer.status,
+        StatusCode::CREATED,
+        "{}",
+        newer_answer.text()
+    );
+    let replay = api.send(&newer).await;
+    assert!(replay.replayed());
+    assert_eq!(
+        replay.body, newer_answer.body,
+        "the newer request's own response, not the stale one's"
+    );
+    if S::TRANSACTIONAL {
+        assert_eq!(
+            api.effects().await,
+            1,
+            "only the newer request's row committed"
+        );
+    }
+}
+
+pub async fn a_client_that_hangs_up_gets_the_result_on_retry<S: Store>(name: &str) {
+    let api = Api::<S>::start(name, Settings::default()).await;
+    let call = Call::new("tunnel").header("x-test-delay-ms", "600");
+    let hung_up = tokio::time::timeout(Duration::from_millis(150), api.send(&call)).await;
+    assert!(hung_up.is_err(), "the client gave up before the answer");
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    let retry = api.send(&Call::new("tunnel")).await;
+    assert_eq!(retry.status, StatusCode::CREATED, "{}", retry.text());
+    assert!(
+        retry.replayed(),
+        "the handler finished though its client hung up"
+    );
+    assert_eq!(api.executions(), 1);
+    assert_eq!(api.effects().await, 1);
 }
 
 pub async fn malformed_and_overlong_keys_get_400_and_store_nothing<S: Store>(name: &str) {
@@ -398,6 +473,7 @@ pub async fn a_missing_key_passes_through_or_is_refused_where_required<S: Store>
     assert_eq!(refused.status, StatusCode::BAD_REQUEST);
     assert_eq!(refused.problem().as_deref(), Some("key-required"));
     assert_eq!(strict.executions(), 0);
+    assert_eq!(strict.store.stored_keys().await, 0, "nothing stored");
 }
 
 pub async fn a_keyed_request_without_credentials_is_refused<S: Store>(name: &str) {

@@ -1,8 +1,8 @@
 -- Stores a response if the attempt still holds the key and nothing is stored yet.
--- KEYS[1] the key; ARGV[1] attempt, ARGV[2] status, ARGV[3] headers, ARGV[4] body,
+-- KEYS[1] the key; ARGV[1] the attempt's fencing token, ARGV[2] status, ARGV[3] headers, ARGV[4] body,
 -- ARGV[5] '1' when the body was too large to store.
-local row = redis.call('HMGET', KEYS[1], 'attempt', 'status')
-if not row[1] or tonumber(row[1]) ~= tonumber(ARGV[1]) or row[2] then
+local row = redis.call('HMGET', KEYS[1], 'token', 'status')
+if row[1] ~= ARGV[1] or row[2] then
   return 0
 end
 redis.call('HSET', KEYS[1], 'status', ARGV[2], 'headers', ARGV[3], 'body', ARGV[4], 'omitted', ARGV[5])

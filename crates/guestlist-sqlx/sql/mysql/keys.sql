@@ -11,6 +11,7 @@ CREATE TABLE IF NOT EXISTS guestlist_keys (
     body            LONGBLOB,
     locked_until    DATETIME(6),
     attempt         BIGINT         NOT NULL DEFAULT 1,
+    token           BIGINT NOT NULL,
     created_at      DATETIME(6)    NOT NULL DEFAULT (UTC_TIMESTAMP(6)),
     PRIMARY KEY (scope, idempotency_key),
     -- The purge deletes by age.

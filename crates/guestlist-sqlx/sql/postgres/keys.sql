@@ -10,6 +10,7 @@ CREATE TABLE IF NOT EXISTS guestlist_keys (
     body            BYTEA,
     locked_until    TIMESTAMPTZ,
     attempt         BIGINT      NOT NULL DEFAULT 1,
+    token           BIGINT NOT NULL,
     created_at      TIMESTAMPTZ NOT NULL DEFAULT now(),
     PRIMARY KEY (scope, idempotency_key)
 );

@@ -10,6 +10,7 @@ CREATE TABLE IF NOT EXISTS guestlist_keys (
     body            BLOB,
     locked_until    TEXT,
     attempt         INTEGER NOT NULL DEFAULT 1,
+    token           INTEGER NOT NULL,
     created_at      TEXT    NOT NULL DEFAULT (strftime('%Y-%m-%d %H:%M:%f', 'now')),
     PRIMARY KEY (scope, idempotency_key)
 );

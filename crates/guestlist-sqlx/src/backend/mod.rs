@@ -145,6 +145,8 @@ pub struct KeyRow {
     pub(crate) headers: Option<Vec<u8>>,
     pub(crate) body: Option<Vec<u8>>,
     pub(crate) attempt: i64,
+    /// The fencing token of the attempt that holds the key.
+    pub(crate) token: i64,
     /// Milliseconds the lease has left (negative once expired; `None` once completed).
     pub(crate) lease_left_ms: Option<i64>,
 }
@@ -230,12 +232,14 @@ macro_rules! key_insert_by_rows_affected {
             scope: &'c str,
             key: &'c str,
             fingerprint: &'c [u8],
+            token: i64,
             lease_ms: i64,
         ) -> Result<bool, sqlx::Error> {
             let done = sqlx::query(sqlx::AssertSqlSafe(sql.insert.clone()))
                 .bind(scope)
                 .bind(key)
                 .bind(fingerprint)
+                .bind(token)
                 .bind(lease_ms)
                 .execute(conn)
                 .await?;
@@ -262,6 +266,7 @@ macro_rules! keys_same_everywhere {
                 Option<Vec<u8>>,
                 Option<Vec<u8>>,
                 i64,
+                i64,
                 Option<i64>,
             );
             let row: Option<Columns> = sqlx::query_as(sqlx::AssertSqlSafe(sql.select.clone()))
@@ -270,13 +275,16 @@ macro_rules! keys_same_everywhere {
                 .fetch_optional(conn)
                 .await?;
             Ok(row.map(
-                |(fingerprint, status, headers, body, attempt, lease_left_ms)| super::KeyRow {
-                    fingerprint,
-                    status,
-                    headers,
-                    body,
-                    attempt,
-                    lease_left_ms,
+                |(fingerprint, status, headers, body, attempt, token, lease_left_ms)| {
+                    super::KeyRow {
+                        fingerprint,
+                        status,
+                        headers,
+                        body,
+                        attempt,
+                        token,
+                        lease_left_ms,
+                    }
                 },
             ))
         }
@@ -289,9 +297,12 @@ macro_rules! keys_same_everywhere {
             use super::sealed::KeyValues;
             let query = sqlx::query(sqlx::AssertSqlSafe(statement.clone()));
             let query = match values {
-                KeyValues::TakeOver(lease_ms, scope, key, attempt) => {
-                    query.bind(lease_ms).bind(scope).bind(key).bind(attempt)
-                }
+                KeyValues::TakeOver(token, lease_ms, scope, key, held) => query
+                    .bind(token)
+                    .bind(lease_ms)
+                    .bind(scope)
+                    .bind(key)
+                    .bind(held),
                 KeyValues::Complete(status, headers, body, scope, key, attempt) => query
                     .bind(status)
                     .bind(headers)
@@ -420,15 +431,16 @@ pub(crate) mod sealed {
     pub trait KeyStatements: Statements {
         /// The DDL file for the key table.
         const KEYS_DDL: &'static str;
-        /// Template of [`KeysSql::insert`]: scope, key, fingerprint, lease in milliseconds.
+        /// Template of [`KeysSql::insert`]: scope, key, fingerprint, token, lease in milliseconds.
         const KEY_INSERT: &'static str;
         /// Template of [`KeysSql::select`]: scope, key.
         const KEY_SELECT: &'static str;
-        /// Template of [`KeysSql::take_over`]: lease in milliseconds, scope, key, attempt.
+        /// Template of [`KeysSql::take_over`]: new token, lease in milliseconds, scope, key, the
+        /// token read.
         const KEY_TAKE_OVER: &'static str;
-        /// Template of [`KeysSql::complete`]: status, headers, body, scope, key, attempt.
+        /// Template of [`KeysSql::complete`]: status, headers, body, scope, key, token.
         const KEY_COMPLETE: &'static str;
-        /// Template of [`KeysSql::release`]: scope, key, attempt.
+        /// Template of [`KeysSql::release`]: scope, key, token.
         const KEY_RELEASE: &'static str;
         /// Template of [`KeysSql::evict`]: scope, key.
         const KEY_EVICT: &'static str;
@@ -440,6 +452,7 @@ pub(crate) mod sealed {
             scope: &'c str,
             key: &'c str,
             fingerprint: &'c [u8],
+            token: i64,
             lease_ms: i64,
         ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send + 'c;
 
@@ -464,11 +477,11 @@ pub(crate) mod sealed {
     #[derive(Debug)]
     #[allow(unreachable_pub)]
     pub enum KeyValues<'a> {
-        /// Lease (ms), scope, key, attempt.
-        TakeOver(i64, &'a str, &'a str, i64),
-        /// Status, headers, body, scope, key, attempt.
+        /// New token, lease (ms), scope, key, the token read.
+        TakeOver(i64, i64, &'a str, &'a str, i64),
+        /// Status, headers, body, scope, key, token.
         Complete(i32, &'a [u8], Option<&'a [u8]>, &'a str, &'a str, i64),
-        /// Scope, key, attempt.
+        /// Scope, key, token.
         Release(&'a str, &'a str, i64),
         /// Scope, key.
         Evict(&'a str, &'a str),

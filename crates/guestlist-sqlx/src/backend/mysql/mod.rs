@@ -155,20 +155,21 @@ impl KeyStatements for MySql {
     const KEYS_DDL: &'static str = include_str!("../../../sql/mysql/keys.sql");
     // A plain INSERT, for the reasons the module's documentation gives.
     const KEY_INSERT: &'static str = "INSERT INTO {table} \
-         (scope, idempotency_key, fingerprint, locked_until) \
-         VALUES (?, ?, ?, UTC_TIMESTAMP(6) + INTERVAL (? * 1000) MICROSECOND)";
-    const KEY_SELECT: &'static str = "SELECT fingerprint, status, headers, body, attempt, \
+         (scope, idempotency_key, fingerprint, token, locked_until) \
+         VALUES (?, ?, ?, ?, UTC_TIMESTAMP(6) + INTERVAL (? * 1000) MICROSECOND)";
+    const KEY_SELECT: &'static str = "SELECT fingerprint, status, headers, body, attempt, token, \
          TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), locked_until) DIV 1000 \
          FROM {table} WHERE scope = ? AND idempotency_key = ?";
     const KEY_TAKE_OVER: &'static str = "UPDATE {table} \
-         SET attempt = attempt + 1, locked_until = UTC_TIMESTAMP(6) + INTERVAL (? * 1000) MICROSECOND \
-         WHERE scope = ? AND idempotency_key = ? AND attempt = ? \
+         SET attempt = attempt + 1, token = ?, \
+         locked_until = UTC_TIMESTAMP(6) + INTERVAL (? * 1000) MICROSECOND \
+         WHERE scope = ? AND idempotency_key = ? AND token = ? \
          AND status IS NULL AND locked_until <= UTC_TIMESTAMP(6)";
     const KEY_COMPLETE: &'static str = "UPDATE {table} \
          SET status = ?, headers = ?, body = ?, locked_until = NULL \
-         WHERE scope = ? AND idempotency_key = ? AND attempt = ? AND status IS NULL";
+         WHERE scope = ? AND idempotency_key = ? AND token = ? AND status IS NULL";
     const KEY_RELEASE: &'static str = "DELETE FROM {table} \
-         WHERE scope = ? AND idempotency_key = ? AND attempt = ? AND status IS NULL";
+         WHERE scope = ? AND idempotency_key = ? AND token = ? AND status IS NULL";
     const KEY_EVICT: &'static str = "DELETE FROM {table} WHERE scope = ? AND idempotency_key = ?";
 
     async fn key_insert<'c>(
@@ -177,12 +178,14 @@ impl KeyStatements for MySql {
         scope: &'c str,
         key: &'c str,
         fingerprint: &'c [u8],
+        token: i64,
         lease_ms: i64,
     ) -> Result<bool, sqlx::Error> {
         let inserted = sqlx::query(AssertSqlSafe(sql.insert.clone()))
             .bind(scope)
             .bind(key)
             .bind(fingerprint)
+            .bind(token)
             .bind(lease_ms)
             .execute(conn)
             .await;

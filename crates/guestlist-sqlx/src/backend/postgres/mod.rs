@@ -104,20 +104,20 @@ impl Statements for Postgres {
 impl KeyStatements for Postgres {
     const KEYS_DDL: &'static str = include_str!("../../../sql/postgres/keys.sql");
     const KEY_INSERT: &'static str = "INSERT INTO {table} \
-         (scope, idempotency_key, fingerprint, locked_until) \
-         VALUES ($1, $2, $3, now() + interval '1 millisecond' * $4) ON CONFLICT DO NOTHING";
-    const KEY_SELECT: &'static str = "SELECT fingerprint, status, headers, body, attempt, \
+         (scope, idempotency_key, fingerprint, token, locked_until) \
+         VALUES ($1, $2, $3, $4, now() + interval '1 millisecond' * $5) ON CONFLICT DO NOTHING";
+    const KEY_SELECT: &'static str = "SELECT fingerprint, status, headers, body, attempt, token, \
          (EXTRACT(EPOCH FROM (locked_until - now())) * 1000)::bigint \
          FROM {table} WHERE scope = $1 AND idempotency_key = $2";
     const KEY_TAKE_OVER: &'static str = "UPDATE {table} \
-         SET attempt = attempt + 1, locked_until = now() + interval '1 millisecond' * $1 \
-         WHERE scope = $2 AND idempotency_key = $3 AND attempt = $4 \
+         SET attempt = attempt + 1, token = $1, locked_until = now() + interval '1 millisecond' * $2 \
+         WHERE scope = $3 AND idempotency_key = $4 AND token = $5 \
          AND status IS NULL AND locked_until <= now()";
     const KEY_COMPLETE: &'static str = "UPDATE {table} \
          SET status = $1, headers = $2, body = $3, locked_until = NULL \
-         WHERE scope = $4 AND idempotency_key = $5 AND attempt = $6 AND status IS NULL";
+         WHERE scope = $4 AND idempotency_key = $5 AND token = $6 AND status IS NULL";
     const KEY_RELEASE: &'static str = "DELETE FROM {table} \
-         WHERE scope = $1 AND idempotency_key = $2 AND attempt = $3 AND status IS NULL";
+         WHERE scope = $1 AND idempotency_key = $2 AND token = $3 AND status IS NULL";
     const KEY_EVICT: &'static str = "DELETE FROM {table} WHERE scope = $1 AND idempotency_key = $2";
 
     super::key_insert_by_rows_affected!(PgConnection);

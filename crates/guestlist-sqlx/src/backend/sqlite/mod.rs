@@ -133,25 +133,25 @@ macro_rules! sqlite_now_plus_ms {
 impl KeyStatements for Sqlite {
     const KEYS_DDL: &'static str = include_str!("../../../sql/sqlite/keys.sql");
     const KEY_INSERT: &'static str = concat!(
-        "INSERT INTO {table} (scope, idempotency_key, fingerprint, locked_until) \
-         VALUES (?1, ?2, ?3, ",
-        sqlite_now_plus_ms!("?4"),
+        "INSERT INTO {table} (scope, idempotency_key, fingerprint, token, locked_until) \
+         VALUES (?1, ?2, ?3, ?4, ",
+        sqlite_now_plus_ms!("?5"),
         ") ON CONFLICT DO NOTHING"
     );
-    const KEY_SELECT: &'static str = "SELECT fingerprint, status, headers, body, attempt, \
+    const KEY_SELECT: &'static str = "SELECT fingerprint, status, headers, body, attempt, token, \
          CAST(round((julianday(locked_until) - julianday('now')) * 86400000.0) AS INTEGER) \
          FROM {table} WHERE scope = ?1 AND idempotency_key = ?2";
     const KEY_TAKE_OVER: &'static str = concat!(
-        "UPDATE {table} SET attempt = attempt + 1, locked_until = ",
-        sqlite_now_plus_ms!("?1"),
-        " WHERE scope = ?2 AND idempotency_key = ?3 AND attempt = ?4 AND status IS NULL \
+        "UPDATE {table} SET attempt = attempt + 1, token = ?1, locked_until = ",
+        sqlite_now_plus_ms!("?2"),
+        " WHERE scope = ?3 AND idempotency_key = ?4 AND token = ?5 AND status IS NULL \
          AND locked_until <= strftime('%Y-%m-%d %H:%M:%f', 'now')"
     );
     const KEY_COMPLETE: &'static str = "UPDATE {table} \
          SET status = ?1, headers = ?2, body = ?3, locked_until = NULL \
-         WHERE scope = ?4 AND idempotency_key = ?5 AND attempt = ?6 AND status IS NULL";
+         WHERE scope = ?4 AND idempotency_key = ?5 AND token = ?6 AND status IS NULL";
     const KEY_RELEASE: &'static str = "DELETE FROM {table} \
-         WHERE scope = ?1 AND idempotency_key = ?2 AND attempt = ?3 AND status IS NULL";
+         WHERE scope = ?1 AND idempotency_key = ?2 AND token = ?3 AND status IS NULL";
     const KEY_EVICT: &'static str = "DELETE FROM {table} WHERE scope = ?1 AND idempotency_key = ?2";
 
     super::key_insert_by_rows_affected!(SqliteConnection);
