@@ -50,6 +50,28 @@ async fn every_outcome_is_counted() {
         .await; // released
     Call::new("x").raw_key(Some("two words")).send(base).await; // refused
 
+    // An attempt that holds a key and never finishes (it crashed), claimed straight on the store
+    // with the fingerprint the layer computes for the same request.
+    let scope = guestlist_core::Scope::from_credentials(b"Bearer alice");
+    let key = guestlist_core::IdempotencyKey::new("crashed").unwrap();
+    let fingerprint =
+        guestlist_core::Fingerprint::builder("POST", "/payments").body(br#"{"amount":100}"#);
+    let lease = std::time::Duration::from_millis(400);
+    store
+        .keys()
+        .begin(&scope, &key, &fingerprint, lease)
+        .await
+        .unwrap();
+    Call::new("crashed").send(base).await; // conflict_in_flight
+    tokio::time::sleep(lease + std::time::Duration::from_millis(100)).await;
+    let taken = Call::new("crashed").send(base).await; // lease_takeover
+    assert_eq!(
+        taken.status,
+        reqwest::StatusCode::CREATED,
+        "{}",
+        taken.text()
+    );
+
     let counted = outcomes(&snapshotter);
     let count = |outcome: &str| {
         counted
@@ -63,4 +85,6 @@ async fn every_outcome_is_counted() {
     assert_eq!(count("fingerprint_mismatch"), 1, "{counted:?}");
     assert_eq!(count("released"), 1, "{counted:?}");
     assert_eq!(count("refused"), 1, "{counted:?}");
+    assert_eq!(count("conflict_in_flight"), 1, "{counted:?}");
+    assert_eq!(count("lease_takeover"), 1, "{counted:?}");
 }

@@ -64,6 +64,9 @@ impl Answer {
 /// A `POST /payments` with its key, credentials, body and extra headers.
 #[derive(Debug, Clone)]
 pub struct Call {
+    pub method: reqwest::Method,
+    pub path: String,
+    pub key_header: String,
     pub key: Option<String>,
     pub authorization: Option<String>,
     pub body: Vec<u8>,
@@ -74,6 +77,9 @@ impl Call {
     /// A payment of 100 by alice with `key`.
     pub fn new(key: &str) -> Self {
         Self {
+            method: reqwest::Method::POST,
+            path: "/payments".to_owned(),
+            key_header: "idempotency-key".to_owned(),
             key: Some(key.to_owned()),
             authorization: Some("Bearer alice".to_owned()),
             body: br#"{"amount":100}"#.to_vec(),
@@ -96,6 +102,21 @@ impl Call {
         self
     }
 
+    pub fn method(mut self, method: reqwest::Method) -> Self {
+        self.method = method;
+        self
+    }
+
+    pub fn path(mut self, path: &str) -> Self {
+        self.path = path.to_owned();
+        self
+    }
+
+    pub fn key_header(mut self, name: &str) -> Self {
+        self.key_header = name.to_owned();
+        self
+    }
+
     pub fn raw_key(mut self, key: Option<&str>) -> Self {
         self.key = key.map(str::to_owned);
         self
@@ -103,10 +124,10 @@ impl Call {
 
     pub async fn send(&self, base: &str) -> Answer {
         let mut request = reqwest::Client::new()
-            .post(format!("{base}/payments"))
+            .request(self.method.clone(), format!("{base}{}", self.path))
             .body(self.body.clone());
         if let Some(key) = &self.key {
-            request = request.header("idempotency-key", key);
+            request = request.header(self.key_header.as_str(), key);
         }
         if let Some(authorization) = &self.authorization {
             request = request.header("authorization", authorization);

@@ -23,6 +23,12 @@ pub struct Settings {
     pub max_request_body: usize,
     pub max_stored_body: usize,
     pub require_key: bool,
+    pub methods: Option<Vec<axum::http::Method>>,
+    pub header_name: Option<axum::http::HeaderName>,
+    pub mismatch_status: Option<axum::http::StatusCode>,
+    /// Scope keys by this request header instead of `Authorization`.
+    pub scope_header: Option<&'static str>,
+    pub fingerprint_header: Option<axum::http::HeaderName>,
 }
 
 impl Default for Settings {
@@ -32,17 +38,43 @@ impl Default for Settings {
             max_request_body: 64 * 1024,
             max_stored_body: 64 * 1024,
             require_key: false,
+            methods: None,
+            header_name: None,
+            mismatch_status: None,
+            scope_header: None,
+            fingerprint_header: None,
         }
     }
 }
 
 /// Applies `settings` to a layer of any mode.
 pub fn configure<M: Mode>(layer: IdempotencyLayer<M>, settings: &Settings) -> IdempotencyLayer<M> {
-    layer
+    let mut layer = layer
         .lease(settings.lease)
         .max_request_body(settings.max_request_body)
         .max_stored_body(settings.max_stored_body)
-        .require_key(settings.require_key)
+        .require_key(settings.require_key);
+    if let Some(methods) = &settings.methods {
+        layer = layer.methods(methods.clone());
+    }
+    if let Some(name) = &settings.header_name {
+        layer = layer.header_name(name.clone());
+    }
+    if let Some(status) = settings.mismatch_status {
+        layer = layer.mismatch_status(status);
+    }
+    if let Some(header) = settings.scope_header {
+        layer = layer
+            .scope(move |parts| {
+                let tenant = parts.headers.get(header)?.to_str().ok()?;
+                guestlist_core::Scope::new(format!("tenant:{tenant}")).ok()
+            })
+            .scope_hint("send X-Tenant");
+    }
+    if let Some(name) = &settings.fingerprint_header {
+        layer = layer.fingerprint_header(name.clone());
+    }
+    layer
 }
 
 /// A key store with the API under test in front of it.
@@ -77,6 +109,11 @@ pub struct Sql<DB: Fixture> {
 }
 
 impl<DB: Fixture> Sql<DB> {
+    /// The key store behind the layer.
+    pub fn keys(&self) -> &SqlKeyStore<DB> {
+        &self.keys
+    }
+
     fn payments(&self) -> String {
         format!("payments_{}", self.tag)
     }
@@ -144,7 +181,12 @@ impl<DB: Fixture> Store for Sql<DB> {
     fn router(&self, state: AppState, settings: &Settings) -> Router {
         let layer = configure(IdempotencyLayer::transactional(self.keys.clone()), settings);
         Router::new()
-            .route("/payments", post(pay_in_transaction::<DB>))
+            .route(
+                "/payments",
+                post(pay_in_transaction::<DB>)
+                    .patch(pay_in_transaction::<DB>)
+                    .put(pay_in_transaction::<DB>),
+            )
             .with_state((state, Arc::from(self.payments())))
             .layer(layer)
     }
