@@ -33,6 +33,16 @@ fn error_number(err: &sqlx::Error) -> Option<u16> {
         .map(MySqlDatabaseError::number)
 }
 
+/// A plain INSERT's answer: `true` when it inserted, `false` on `ER_DUP_ENTRY` (which InnoDB
+/// rolls back alone, leaving the caller's transaction intact), any other error as it is.
+fn inserted_unless_duplicate<T>(result: Result<T, sqlx::Error>) -> Result<bool, sqlx::Error> {
+    match result {
+        Ok(_) => Ok(true),
+        Err(err) if error_number(&err) == Some(ER_DUP_ENTRY) => Ok(false),
+        Err(err) => Err(err),
+    }
+}
+
 /// A lock name for a name, within the current database and MySQL's 64-character limit: lock
 /// names are server-wide, and two databases that both hold a `guestlist_inbox` must not block
 /// each other.
@@ -69,11 +79,7 @@ impl Statements for MySql {
             .bind(id)
             .execute(conn)
             .await;
-        match inserted {
-            Ok(_) => Ok(true),
-            Err(err) if error_number(&err) == Some(ER_DUP_ENTRY) => Ok(false),
-            Err(err) => Err(err),
-        }
+        inserted_unless_duplicate(inserted)
     }
 
     async fn claim_batch<'c>(
@@ -189,11 +195,7 @@ impl KeyStatements for MySql {
             .bind(lease_ms)
             .execute(conn)
             .await;
-        match inserted {
-            Ok(_) => Ok(true),
-            Err(err) if error_number(&err) == Some(ER_DUP_ENTRY) => Ok(false),
-            Err(err) => Err(err),
-        }
+        inserted_unless_duplicate(inserted)
     }
 
     super::keys_same_everywhere!(MySqlConnection);
