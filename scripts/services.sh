@@ -82,3 +82,27 @@ ensure_redis() {
     fi
     export GUESTLIST_TEST_REDIS_URL="$url"
 }
+
+ensure_nats() {
+    command -v nats-server >/dev/null || [ -x /usr/sbin/nats-server ] || apt_install nats-server
+    local url="${GUESTLIST_TEST_NATS_URL:-nats://127.0.0.1:4222}"
+    local hostport="${url#nats://}"
+    if ! (exec 3<>"/dev/tcp/${hostport%:*}/${hostport#*:}") 2>/dev/null; then
+        say "starting NATS with JetStream"
+        as_root mkdir -p /var/lib/nats-server /var/log
+        as_root start-stop-daemon --start --oknodo --background --exec "$(command -v nats-server || echo /usr/sbin/nats-server)" -- \
+            -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server -l /var/log/nats-server.log
+        wait_for 30 bash -c "exec 3<>/dev/tcp/${hostport%:*}/${hostport#*:}" || { say "NATS did not start; see /var/log/nats-server.log"; return 1; }
+    fi
+    export GUESTLIST_TEST_NATS_URL="$url"
+}
+
+ensure_rabbitmq() {
+    command -v rabbitmq-server >/dev/null || [ -x /usr/sbin/rabbitmq-server ] || apt_install rabbitmq-server
+    if ! (exec 3<>/dev/tcp/127.0.0.1/5672) 2>/dev/null; then
+        say "starting RabbitMQ"
+        as_root rabbitmq-server -detached
+        wait_for 120 bash -c "exec 3<>/dev/tcp/127.0.0.1/5672" || { say "RabbitMQ did not start; see /var/log/rabbitmq"; return 1; }
+    fi
+    export GUESTLIST_TEST_AMQP_URL="${GUESTLIST_TEST_AMQP_URL:-amqp://guest:guest@127.0.0.1:5672/%2f}"
+}

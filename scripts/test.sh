@@ -8,6 +8,8 @@ source scripts/services.sh
 ensure_postgres
 ensure_mariadb
 ensure_redis
+ensure_nats
+ensure_rabbitmq
 
 if ! cargo nextest --version >/dev/null 2>&1; then
     # nextest runs each test in its own process with a timeout (.config/nextest.toml), so a

@@ -1,0 +1,482 @@
+//! The loop: fetch, claim, handle, commit, acknowledge.
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_core::future::BoxFuture;
+use guestlist_core::{HandlerName, MessageId, Retention};
+use guestlist_sqlx::{Backend, Inbox, ProcessError, Processed};
+use sqlx::Pool;
+
+use crate::{Delivery, IdFrom, Message, Source};
+
+/// The future a handler returns: it borrows the transaction and the message for `'c`.
+pub type HandlerFuture<'c, E> = BoxFuture<'c, Result<(), E>>;
+
+/// A consumer that refuses to start, or whose store failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConsumerError {
+    /// The broker's ack wait is shorter than a handler may run, and keep-alives are off.
+    #[error(
+        "the broker redelivers after {ack_wait:?} without an acknowledgement, but handlers may run \
+         {handler_timeout:?}: raise the consumer's ack wait, lower Consumer::handler_timeout, or \
+         keep keep-alives on"
+    )]
+    AckWaitTooShort {
+        /// The broker's ack wait.
+        ack_wait: Duration,
+        /// The consumer's handler timeout.
+        handler_timeout: Duration,
+    },
+    /// The inbox would forget messages the broker may still redeliver.
+    #[error(
+        "the inbox keeps rows {retention:?}, but the broker may redeliver a message up to {horizon:?} \
+         after its first delivery: keep rows longer (Retention::new), or bound the broker's redeliveries"
+    )]
+    RetentionShorterThanRedelivery {
+        /// The inbox's retention.
+        retention: Duration,
+        /// The broker's redelivery horizon.
+        horizon: Duration,
+    },
+    /// The broker failed.
+    #[error("broker error: {0}")]
+    Broker(#[source] crate::BrokerError),
+}
+
+/// What a run of the consumer did, counted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Handled {
+    /// Deliveries fetched.
+    pub delivered: u64,
+    /// Messages whose handler ran and committed.
+    pub fresh: u64,
+    /// Deliveries of messages already handled: acknowledged without running the handler.
+    pub duplicates: u64,
+    /// Handler runs that failed (the message went back with backoff, or to the dead letters).
+    pub failed: u64,
+    /// Messages moved to the dead-letter place.
+    pub dead_lettered: u64,
+}
+
+/// Why a handler run failed: its own error, or it ran out of time.
+#[derive(Debug)]
+enum Failure<E> {
+    Handler(E),
+    TimedOut(Duration),
+}
+
+impl<E: std::fmt::Display> std::fmt::Display for Failure<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Handler(err) => write!(f, "{err}"),
+            Failure::TimedOut(limit) => write!(f, "the handler ran longer than {limit:?}"),
+        }
+    }
+}
+
+/// A consumer: a [`Source`] of deliveries, an [`Inbox`] on a pool, and a handler that does its
+/// work on the transaction it is given.
+///
+/// ```no_run
+/// # async fn run<S: guestlist_consumer::Source>(source: S, pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+/// use guestlist_consumer::{Consumer, IdFrom};
+/// use guestlist_core::HandlerName;
+/// use guestlist_sqlx::Inbox;
+///
+/// let consumer = Consumer::new(
+///     source,
+///     pool,
+///     Inbox::<sqlx::Postgres>::new(),
+///     HandlerName::new("warehouse")?,
+///     IdFrom::BrokerId,
+///     |tx, message| {
+///         Box::pin(async move {
+///             sqlx::query("INSERT INTO pick_tasks (event) VALUES ($1)")
+///                 .bind(message.id.as_str())
+///                 .execute(&mut *tx)
+///                 .await
+///                 .map(drop)
+///         })
+///     },
+/// )
+/// .batch_size(100);
+/// consumer.run(async { let _ = tokio::signal::ctrl_c().await; }).await?;
+/// # Ok(()) }
+/// ```
+pub struct Consumer<S, DB: Backend, H> {
+    source: S,
+    pool: Pool<DB>,
+    inbox: Inbox<DB>,
+    name: HandlerName,
+    id_from: IdFrom,
+    handler: Arc<H>,
+    batch_size: usize,
+    max_deliveries: u32,
+    backoff: (Duration, Duration),
+    handler_timeout: Duration,
+    keep_alive: bool,
+    retention: Option<Retention>,
+}
+
+impl<S, DB, H, E> Consumer<S, DB, H>
+where
+    S: Source,
+    DB: Backend,
+    H: for<'c> Fn(&'c mut DB::Connection, &'c Message) -> HandlerFuture<'c, E>
+        + Send
+        + Sync
+        + 'static,
+    E: std::fmt::Display + Send + 'static,
+{
+    /// A consumer of `source` that claims each message for `name` in `inbox` on `pool`, finding
+    /// its id by `id_from`, and runs `handler` for fresh ones.
+    pub fn new(
+        source: S,
+        pool: Pool<DB>,
+        inbox: Inbox<DB>,
+        name: HandlerName,
+        id_from: IdFrom,
+        handler: H,
+    ) -> Self {
+        Self {
+            source,
+            pool,
+            inbox,
+            name,
+            id_from,
+            handler: Arc::new(handler),
+            batch_size: 1,
+            max_deliveries: 5,
+            backoff: (Duration::from_millis(500), Duration::from_secs(60)),
+            handler_timeout: Duration::from_secs(300),
+            keep_alive: true,
+            retention: None,
+        }
+    }
+
+    /// Messages fetched, claimed and committed together (default 1). A batch is one
+    /// transaction and one fsync; a failing handler sends the batch through one by one.
+    pub fn batch_size(mut self, messages: usize) -> Self {
+        self.batch_size = messages.max(1);
+        self
+    }
+
+    /// Deliveries after which a failing message is dead-lettered (default 5).
+    pub fn max_deliveries(mut self, deliveries: u32) -> Self {
+        self.max_deliveries = deliveries.max(1);
+        self
+    }
+
+    /// The delay before a failed message comes back: `first`, doubled per delivery, at most `max`.
+    pub fn backoff(mut self, first: Duration, max: Duration) -> Self {
+        self.backoff = (first, max.max(first));
+        self
+    }
+
+    /// The longest a handler may run before it is abandoned as failed (default 5 minutes).
+    pub fn handler_timeout(mut self, limit: Duration) -> Self {
+        self.handler_timeout = limit;
+        self
+    }
+
+    /// Whether deliveries in hand are kept alive while handlers run (default on). Off, the
+    /// broker's ack wait must exceed the handler timeout.
+    pub fn keep_alive(mut self, on: bool) -> Self {
+        self.keep_alive = on;
+        self
+    }
+
+    /// The inbox's retention, checked at start against the broker's redelivery horizon.
+    pub fn retention(mut self, retention: Retention) -> Self {
+        self.retention = Some(retention);
+        self
+    }
+
+    /// Refuses settings that would redeliver a message the inbox has forgotten, or while its
+    /// handler still runs.
+    pub fn check(&self) -> Result<(), ConsumerError> {
+        if let Some(ack_wait) = self.source.ack_wait()
+            && !self.keep_alive
+            && ack_wait <= self.handler_timeout
+        {
+            return Err(ConsumerError::AckWaitTooShort {
+                ack_wait,
+                handler_timeout: self.handler_timeout,
+            });
+        }
+        if let (Some(retention), Some(horizon)) = (self.retention, self.source.redelivery_horizon())
+            && retention.duration() < horizon
+        {
+            return Err(ConsumerError::RetentionShorterThanRedelivery {
+                retention: retention.duration(),
+                horizon,
+            });
+        }
+        Ok(())
+    }
+
+    /// Consumes until `shutdown` completes, then finishes and acknowledges the batch in hand
+    /// and returns what it did.
+    pub async fn run(
+        mut self,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> Result<Handled, ConsumerError> {
+        self.check()?;
+        let mut handled = Handled::default();
+        tokio::pin!(shutdown);
+        loop {
+            let fetched = tokio::select! {
+                biased;
+                _ = &mut shutdown => break,
+                fetched = self.source.fetch(self.batch_size) => fetched,
+            };
+            let deliveries = match fetched {
+                Ok(deliveries) => deliveries,
+                Err(err) => {
+                    tracing::warn!(handler = %self.name, error = %err, "fetch failed; trying again");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    continue;
+                }
+            };
+            if !deliveries.is_empty() {
+                // Not raced against shutdown: what is in hand is finished and acknowledged.
+                self.handle(deliveries, &mut handled).await;
+            }
+        }
+        tracing::info!(handler = %self.name, ?handled, "consumer stopped");
+        Ok(handled)
+    }
+
+    /// Handles one fetched batch to its end.
+    async fn handle(&self, deliveries: Vec<S::Delivery>, handled: &mut Handled) {
+        let name = self.name.as_str().to_owned();
+        self.count("delivered", deliveries.len() as u64);
+        handled.delivered += deliveries.len() as u64;
+        metrics::histogram!("guestlist_consumer_batch_size", "handler" => name)
+            .record(deliveries.len() as f64);
+        let mut ready = Vec::with_capacity(deliveries.len());
+        for delivery in deliveries {
+            let id = match self.id_from.id_of(&delivery) {
+                Ok(id) => id,
+                Err(why) => {
+                    self.dead_letter(&delivery, &format!("no message id: {why}"), handled)
+                        .await;
+                    continue;
+                }
+            };
+            if delivery.delivery_count() > self.max_deliveries {
+                let why = format!(
+                    "delivered {} times without being handled (the consumer may have died on it each time)",
+                    delivery.delivery_count() - 1
+                );
+                self.dead_letter(&delivery, &why, handled).await;
+                continue;
+            }
+            let message = Arc::new(Message {
+                id,
+                payload: delivery.payload().to_vec(),
+                delivery_count: delivery.delivery_count(),
+            });
+            ready.push((Arc::new(delivery), message));
+        }
+        if ready.is_empty() {
+            return;
+        }
+        let keep_alive = self.keep_alive_while(&ready);
+        let batched = if ready.len() > 1 {
+            self.in_one_transaction(&ready).await
+        } else {
+            Err(())
+        };
+        match batched {
+            Ok(fresh) => {
+                for (delivery, message) in &ready {
+                    if fresh.contains(&message.id) {
+                        handled.fresh += 1;
+                        self.count("fresh", 1);
+                    } else {
+                        handled.duplicates += 1;
+                        self.count("duplicate", 1);
+                    }
+                    self.ack(delivery.as_ref()).await;
+                }
+            }
+            Err(()) => {
+                for (delivery, message) in &ready {
+                    self.one_by_one(delivery.as_ref(), message, handled).await;
+                }
+            }
+        }
+        if let Some(keep_alive) = keep_alive {
+            keep_alive.abort();
+        }
+    }
+
+    /// Claims the whole batch and runs the handler for its fresh messages on one transaction.
+    /// Any failure rolls it all back (`Err`), and the batch goes through one by one.
+    async fn in_one_transaction(
+        &self,
+        ready: &[(Arc<S::Delivery>, Arc<Message>)],
+    ) -> Result<HashSet<MessageId>, ()> {
+        let attempt = async {
+            let mut tx = self
+                .inbox
+                .begin(&self.pool)
+                .await
+                .map_err(|e| e.to_string())?;
+            let ids: Vec<MessageId> = ready.iter().map(|(_, m)| m.id.clone()).collect();
+            let fresh: HashSet<MessageId> = self
+                .inbox
+                .claim_batch(&mut tx, &self.name, &ids)
+                .await
+                .map_err(|e| e.to_string())?
+                .into_iter()
+                .collect();
+            let mut ran = HashSet::new();
+            for (_, message) in ready {
+                // An id twice in one batch runs once.
+                if fresh.contains(&message.id) && ran.insert(message.id.clone()) {
+                    self.run_handler(&mut tx, message)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                }
+            }
+            tx.commit().await.map_err(|e| e.to_string())?;
+            Ok::<_, String>(fresh)
+        };
+        attempt.await.map_err(|why| {
+            tracing::info!(handler = %self.name, error = %why, "batch rolled back; handling its messages one by one");
+        })
+    }
+
+    /// One message on its own transaction (with the inbox's retries), then its acknowledgement.
+    async fn one_by_one(
+        &self,
+        delivery: &S::Delivery,
+        message: &Arc<Message>,
+        handled: &mut Handled,
+    ) {
+        let (handler, timeout, message_for_work) =
+            (self.handler.clone(), self.handler_timeout, message.clone());
+        let outcome = self
+            .inbox
+            .process(&self.pool, &self.name, &message.id, move |tx| {
+                let (handler, message) = (handler.clone(), message_for_work.clone());
+                Box::pin(async move { timed(timeout, handler(tx, &message)).await })
+            })
+            .await;
+        match outcome {
+            Ok(Processed::Ran(())) => {
+                handled.fresh += 1;
+                self.count("fresh", 1);
+                self.ack(delivery).await;
+            }
+            Ok(Processed::Duplicate) => {
+                handled.duplicates += 1;
+                self.count("duplicate", 1);
+                self.ack(delivery).await;
+            }
+            Err(ProcessError::Handler(failure)) => {
+                handled.failed += 1;
+                self.count("failed", 1);
+                if delivery.delivery_count() >= self.max_deliveries {
+                    let why = format!(
+                        "failed on delivery {} of {}: {failure}",
+                        delivery.delivery_count(),
+                        self.max_deliveries
+                    );
+                    self.dead_letter(delivery, &why, handled).await;
+                } else {
+                    let delay = self.delay(delivery.delivery_count());
+                    tracing::warn!(handler = %self.name, id = %message.id, error = %failure, ?delay, "handler failed; the message comes back later");
+                    if let Err(err) = delivery.nak(delay).await {
+                        tracing::warn!(handler = %self.name, error = %err, "cannot hand the message back; the broker redelivers it after its ack wait");
+                    }
+                }
+            }
+            Err(err) => {
+                // The store failed, not the message: back it goes, without counting against it.
+                tracing::warn!(handler = %self.name, id = %message.id, error = %err, "store failed; the message comes back later");
+                let _ = delivery.nak(self.backoff.0).await;
+            }
+        }
+    }
+
+    /// The handler, on `tx`, within the handler timeout.
+    async fn run_handler(
+        &self,
+        tx: &mut DB::Connection,
+        message: &Message,
+    ) -> Result<(), Failure<E>> {
+        timed(self.handler_timeout, (self.handler)(tx, message)).await
+    }
+
+    fn delay(&self, delivery_count: u32) -> Duration {
+        let (first, max) = self.backoff;
+        first
+            .saturating_mul(2u32.saturating_pow(delivery_count.saturating_sub(1).min(16)))
+            .min(max)
+    }
+
+    async fn ack(&self, delivery: &S::Delivery) {
+        if let Err(err) = delivery.ack().await {
+            // Committed already: the redelivery will be a duplicate, acknowledged then.
+            tracing::warn!(handler = %self.name, error = %err, "acknowledgement failed; the redelivery will be a duplicate");
+        }
+    }
+
+    async fn dead_letter(&self, delivery: &S::Delivery, why: &str, handled: &mut Handled) {
+        tracing::error!(handler = %self.name, reason = why, "dead-lettering a message");
+        handled.dead_lettered += 1;
+        self.count("dead_lettered", 1);
+        if let Err(err) = delivery.dead_letter(why).await {
+            tracing::error!(handler = %self.name, error = %err, "cannot dead-letter the message; the broker redelivers it");
+        }
+    }
+
+    /// Keeps `ready`'s deliveries alive while they are worked on, where the broker needs it.
+    fn keep_alive_while(
+        &self,
+        ready: &[(Arc<S::Delivery>, Arc<Message>)],
+    ) -> Option<tokio::task::JoinHandle<()>> {
+        let ack_wait = self.source.ack_wait()?;
+        if !self.keep_alive {
+            return None;
+        }
+        let deliveries: Vec<Arc<S::Delivery>> = ready.iter().map(|(d, _)| d.clone()).collect();
+        let every = (ack_wait / 3).max(Duration::from_millis(100));
+        Some(tokio::spawn(async move {
+            let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+            loop {
+                ticks.tick().await;
+                for delivery in &deliveries {
+                    let _ = delivery.keep_alive().await;
+                }
+            }
+        }))
+    }
+
+    fn count(&self, outcome: &'static str, n: u64) {
+        metrics::counter!("guestlist_consumer_messages_total", "handler" => self.name.as_str().to_owned(), "outcome" => outcome)
+            .increment(n);
+    }
+}
+
+/// Runs `work` within `limit`, timing it for the handler-latency histogram.
+async fn timed<E>(
+    limit: Duration,
+    work: impl Future<Output = Result<(), E>>,
+) -> Result<(), Failure<E>> {
+    let started = Instant::now();
+    let result = match tokio::time::timeout(limit, work).await {
+        Ok(result) => result.map_err(Failure::Handler),
+        Err(_) => Err(Failure::TimedOut(limit)),
+    };
+    metrics::histogram!("guestlist_consumer_handler_seconds")
+        .record(started.elapsed().as_secs_f64());
+    result
+}

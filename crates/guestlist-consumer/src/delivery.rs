@@ -1,0 +1,48 @@
+//! What a broker adapter provides.
+
+use std::future::Future;
+use std::time::Duration;
+
+/// A broker's error, boxed.
+pub type BrokerError = Box<dyn std::error::Error + Send + Sync>;
+
+/// One delivery of a message, as a broker hands it over.
+pub trait Delivery: Send + Sync + 'static {
+    /// The payload, exactly as received.
+    fn payload(&self) -> &[u8];
+    /// A header's value, if the message has it.
+    fn header(&self, name: &str) -> Option<&str>;
+    /// The broker's own id for the message (`Nats-Msg-Id`, AMQP `message_id`), if it set one.
+    fn broker_id(&self) -> Option<&str>;
+    /// How many times this message has been delivered, this time included (1 the first time).
+    fn delivery_count(&self) -> u32;
+    /// Acknowledges the message, waiting for the broker to confirm where it can.
+    fn ack(&self) -> impl Future<Output = Result<(), BrokerError>> + Send;
+    /// Hands the message back, to be delivered again after `delay`.
+    fn nak(&self, delay: Duration) -> impl Future<Output = Result<(), BrokerError>> + Send;
+    /// Moves the message to the dead-letter place, with `reason`, and stops its deliveries.
+    fn dead_letter(&self, reason: &str) -> impl Future<Output = Result<(), BrokerError>> + Send;
+    /// Tells the broker the message is still being worked on, so it is not redelivered yet.
+    fn keep_alive(&self) -> impl Future<Output = Result<(), BrokerError>> + Send;
+}
+
+/// Where deliveries come from: a JetStream consumer, a RabbitMQ queue.
+pub trait Source: Send + Sync + 'static {
+    /// The deliveries this source hands out.
+    type Delivery: Delivery;
+
+    /// Up to `max` deliveries; fewer (or none) when no more arrive within a short wait.
+    fn fetch(
+        &mut self,
+        max: usize,
+    ) -> impl Future<Output = Result<Vec<Self::Delivery>, BrokerError>> + Send;
+
+    /// How long the broker waits for an acknowledgement before it redelivers, where it has
+    /// such a limit (JetStream's ack wait). Handlers must finish or keep their deliveries alive
+    /// well within it.
+    fn ack_wait(&self) -> Option<Duration>;
+
+    /// How long after its first delivery a message may still be redelivered, where the broker
+    /// bounds it. The inbox's retention must outlive it.
+    fn redelivery_horizon(&self) -> Option<Duration>;
+}

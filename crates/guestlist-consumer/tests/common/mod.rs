@@ -1,0 +1,37 @@
+//! The broker suite: the same stories on every broker, against a real PostgreSQL.
+
+#![allow(dead_code)] // each test binary uses the parts its broker needs
+#![allow(unreachable_pub)] // a test crate has no public API
+
+pub mod brokers;
+pub mod suite;
+
+/// Generates one `#[tokio::test]` per story in [`suite`] for the broker `$broker`.
+#[macro_export]
+macro_rules! broker_suite {
+    ($broker:ty) => {
+        $crate::broker_suite!(@tests $broker;
+            five_publishes_five_acks_one_pick_task,
+            a_poison_message_is_dead_lettered_while_the_rest_flow,
+            shutdown_mid_batch_loses_nothing,
+            a_long_handler_keeps_its_delivery_alive,
+            a_retention_shorter_than_the_redelivery_horizon_is_refused,
+            ten_thousand_events_two_consumers_one_killed_again_and_again,
+        );
+
+        /// Not a test on its own: the consumer process the chaos test starts and kills.
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        #[ignore = "child process of ten_thousand_events_two_consumers_one_killed_again_and_again"]
+        async fn chaos_consumer() {
+            common::suite::chaos_consumer::<$broker>().await;
+        }
+    };
+    (@tests $broker:ty; $($name:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                common::suite::$name::<$broker>(stringify!($name)).await;
+            }
+        )*
+    };
+}

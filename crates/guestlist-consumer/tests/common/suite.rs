@@ -1,0 +1,397 @@
+//! The stories every broker must tell the same way. Each counts effects in PostgreSQL.
+
+use std::hash::{BuildHasher, RandomState};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use guestlist_consumer::{Consumer, ConsumerError, Handled, HandlerFuture, IdFrom, Message};
+use guestlist_core::{HandlerName, Retention};
+use guestlist_sqlx::Inbox;
+use guestlist_testkit::{Database, short_tag};
+use sqlx::{PgConnection, Postgres};
+use tokio::sync::{Notify, oneshot};
+
+use super::brokers::Broker;
+
+/// One test's broker queue, inbox and effects table.
+pub struct Rig<B: Broker> {
+    pub broker: B,
+    pub db: Database<Postgres>,
+    pub inbox: Inbox<Postgres>,
+    pub effects: Arc<str>,
+    pub tag: String,
+}
+
+/// The handler every story runs: a pick task per event. A payload asks for trouble with
+/// `"kind":"poison"` (always fails) or `"slow_ms":N` (takes its time).
+pub type Pick = fn(&mut PgConnection, &Message) -> HandlerFuture<'static, String>;
+
+impl<B: Broker> Rig<B> {
+    pub async fn open(name: &str, ack_wait: Duration) -> Self {
+        let tag = short_tag(name);
+        let rig = Self::around(
+            B::open(&tag, ack_wait).await,
+            Database::open(16).await,
+            &tag,
+        );
+        for table in [rig.inbox.table().to_string(), rig.effects.to_string()] {
+            rig.db.exec(format!("DROP TABLE IF EXISTS {table}")).await;
+        }
+        rig.inbox.migrate(&rig.db.pool).await.unwrap();
+        rig.db
+            .exec(format!(
+                "CREATE TABLE {} (event TEXT NOT NULL, delivery INT NOT NULL)",
+                rig.effects
+            ))
+            .await;
+        rig
+    }
+
+    fn around(broker: B, db: Database<Postgres>, tag: &str) -> Self {
+        Self {
+            broker,
+            inbox: Inbox::with_table(&format!("gl_{tag}")).unwrap(),
+            effects: Arc::from(format!("effects_{tag}")),
+            db,
+            tag: tag.to_owned(),
+        }
+    }
+
+    pub async fn attach(tag: &str, url: &str, ack_wait: Duration) -> Self {
+        Self::around(
+            B::attach(tag, ack_wait).await,
+            Database::attach(url, 16).await,
+            tag,
+        )
+    }
+
+    /// A consumer of the queue with the pick handler, `batch` messages at a time.
+    pub async fn consumer(
+        &self,
+        batch: usize,
+    ) -> Consumer<
+        B::Source,
+        Postgres,
+        impl for<'c> Fn(&'c mut PgConnection, &'c Message) -> HandlerFuture<'c, String>
+        + Send
+        + Sync
+        + 'static,
+    > {
+        self.consumer_signalling(batch, Arc::new(Notify::new()))
+            .await
+    }
+
+    /// [`Rig::consumer`], notifying `started` whenever a handler starts.
+    pub async fn consumer_signalling(
+        &self,
+        batch: usize,
+        started: Arc<Notify>,
+    ) -> Consumer<
+        B::Source,
+        Postgres,
+        impl for<'c> Fn(&'c mut PgConnection, &'c Message) -> HandlerFuture<'c, String>
+        + Send
+        + Sync
+        + 'static,
+    > {
+        let effects = self.effects.clone();
+        Consumer::new(
+            self.broker.source().await,
+            self.db.pool.clone(),
+            self.inbox.clone(),
+            HandlerName::new("warehouse").unwrap(),
+            IdFrom::JsonField("/id".to_owned()),
+            move |tx: &mut PgConnection, message: &Message| {
+                let (effects, started) = (effects.clone(), started.clone());
+                Box::pin(async move {
+                    started.notify_one();
+                    let event: serde_json::Value =
+                        serde_json::from_slice(&message.payload).map_err(|e| e.to_string())?;
+                    if event["kind"] == "poison" {
+                        return Err("poison pill: the order has no lines".to_owned());
+                    }
+                    if let Some(ms) = event["slow_ms"].as_u64() {
+                        tokio::time::sleep(Duration::from_millis(ms)).await;
+                    }
+                    sqlx::query(sqlx::AssertSqlSafe(format!(
+                        "INSERT INTO {effects} (event, delivery) VALUES ($1, $2)"
+                    )))
+                    .bind(message.id.as_str())
+                    .bind(message.delivery_count as i32)
+                    .execute(&mut *tx)
+                    .await
+                    .map(drop)
+                    .map_err(|e| e.to_string())
+                }) as HandlerFuture<'_, String>
+            },
+        )
+        .batch_size(batch)
+        .backoff(Duration::from_millis(50), Duration::from_millis(200))
+    }
+
+    /// (pick tasks, distinct events among them).
+    pub async fn effects(&self) -> (i64, i64) {
+        let all = self
+            .db
+            .scalar(format!("SELECT count(*) FROM {}", self.effects))
+            .await;
+        let distinct = self
+            .db
+            .scalar(format!(
+                "SELECT count(DISTINCT event) FROM {}",
+                self.effects
+            ))
+            .await;
+        (all, distinct)
+    }
+
+    /// Waits (at most `limit`) until `done` holds.
+    pub async fn until<F, Fut>(&self, limit: Duration, what: &str, done: F)
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
+        let deadline = Instant::now() + limit;
+        while !done().await {
+            assert!(
+                Instant::now() < deadline,
+                "{}: gave up waiting until {what}",
+                B::LABEL
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// An OrderPaid event.
+pub fn order_paid(id: &str) -> Vec<u8> {
+    format!(r#"{{"id":"{id}","type":"OrderPaid","order":42}}"#).into_bytes()
+}
+
+/// Runs a consumer on a task until the returned sender fires; the task returns what it handled.
+macro_rules! run_until_stopped {
+    ($consumer:expr) => {{
+        let (stop, stopped) = oneshot::channel::<()>();
+        let consumer = $consumer;
+        let task = tokio::spawn(async move {
+            consumer
+                .run(async move {
+                    let _ = stopped.await;
+                })
+                .await
+        });
+        (stop, task)
+    }};
+}
+
+pub async fn five_publishes_five_acks_one_pick_task<B: Broker>(name: &str) {
+    let rig = Rig::<B>::open(name, Duration::from_secs(30)).await;
+    for _ in 0..5 {
+        rig.broker.publish(&order_paid("evt_9f3k")).await;
+    }
+    let (stop, task) = run_until_stopped!(rig.consumer(1).await);
+    rig.until(
+        Duration::from_secs(30),
+        "every delivery is acknowledged",
+        || async { rig.broker.outstanding().await == 0 },
+    )
+    .await;
+    stop.send(()).unwrap();
+    let handled = task.await.unwrap().unwrap();
+    assert_eq!(handled.delivered, 5);
+    assert_eq!(handled.fresh + handled.duplicates, 5, "five acks");
+    assert_eq!(rig.effects().await, (1, 1), "one pick task");
+}
+
+pub async fn a_poison_message_is_dead_lettered_while_the_rest_flow<B: Broker>(name: &str) {
+    let rig = Rig::<B>::open(name, Duration::from_secs(30)).await;
+    rig.broker
+        .publish(br#"{"id":"evt_poison","kind":"poison"}"#)
+        .await;
+    for n in 0..10 {
+        rig.broker.publish(&order_paid(&format!("evt_{n}"))).await;
+    }
+    let (stop, task) = run_until_stopped!(rig.consumer(10).await.max_deliveries(3));
+    rig.until(
+        Duration::from_secs(30),
+        "the poison is dead-lettered and the rest handled",
+        || async { rig.broker.dead_letters().await.len() == 1 && rig.effects().await == (10, 10) },
+    )
+    .await;
+    rig.until(
+        Duration::from_secs(10),
+        "nothing is outstanding",
+        || async { rig.broker.outstanding().await == 0 },
+    )
+    .await;
+    stop.send(()).unwrap();
+    let handled = task.await.unwrap().unwrap();
+    assert_eq!(handled.dead_lettered, 1);
+    assert_eq!(handled.failed, 3, "three deliveries failed before it went");
+    let errors = rig.broker.dead_letters().await;
+    assert!(
+        errors[0].contains("poison pill"),
+        "the dead letter says why: {errors:?}"
+    );
+}
+
+pub async fn shutdown_mid_batch_loses_nothing<B: Broker>(name: &str) {
+    let rig = Rig::<B>::open(name, Duration::from_secs(30)).await;
+    for n in 0..40 {
+        rig.broker
+            .publish(format!(r#"{{"id":"evt_{n}","slow_ms":20}}"#).as_bytes())
+            .await;
+    }
+    let started = Arc::new(Notify::new());
+    let (stop, task) = run_until_stopped!(rig.consumer_signalling(10, started.clone()).await);
+    started.notified().await; // a batch is in hand
+    stop.send(()).unwrap();
+    let first = task.await.unwrap().unwrap();
+    assert!(first.fresh > 0, "the batch in hand was finished: {first:?}");
+    assert!(first.delivered < 40, "and no more was fetched: {first:?}");
+    let (done, _) = rig.effects().await;
+    assert_eq!(done as u64, first.fresh, "what was handled was committed");
+
+    let (stop, task) = run_until_stopped!(rig.consumer(10).await);
+    rig.until(Duration::from_secs(30), "the rest is handled", || async {
+        rig.broker.outstanding().await == 0 && rig.effects().await.1 == 40
+    })
+    .await;
+    stop.send(()).unwrap();
+    task.await.unwrap().unwrap();
+    assert_eq!(rig.effects().await, (40, 40), "nothing lost, nothing twice");
+}
+
+pub async fn a_long_handler_keeps_its_delivery_alive<B: Broker>(name: &str) {
+    let ack_wait = Duration::from_secs(1);
+    let rig = Rig::<B>::open(name, ack_wait).await;
+    rig.broker
+        .publish(br#"{"id":"evt_slow","slow_ms":2500}"#)
+        .await;
+    let (stop, task) = run_until_stopped!(rig.consumer(1).await);
+    rig.until(
+        Duration::from_secs(20),
+        "the slow event is handled",
+        || async { rig.effects().await.0 == 1 },
+    )
+    .await;
+    tokio::time::sleep(ack_wait * 2).await; // a redelivery would show by now
+    stop.send(()).unwrap();
+    let handled = task.await.unwrap().unwrap();
+    assert_eq!(
+        handled.delivered, 1,
+        "the broker never redelivered it: {handled:?}"
+    );
+    assert_eq!(rig.effects().await, (1, 1));
+    assert_eq!(rig.broker.outstanding().await, 0);
+}
+
+pub async fn a_retention_shorter_than_the_redelivery_horizon_is_refused<B: Broker>(name: &str) {
+    let tag = short_tag(name);
+    let broker = B::horizon_stream(&tag).await;
+    let rig = Rig::<B>::around(broker, Database::open(4).await, &tag);
+    let day = Retention::new(Duration::from_secs(86_400), Duration::from_secs(86_400)).unwrap();
+    match rig.consumer(1).await.retention(day).check() {
+        Err(ConsumerError::RetentionShorterThanRedelivery { .. }) => {}
+        Ok(()) if B::LABEL == "RabbitMQ" => {} // RabbitMQ does not bound redeliveries by time
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    let stalls = rig
+        .consumer(1)
+        .await
+        .keep_alive(false)
+        .handler_timeout(Duration::from_secs(3600))
+        .check();
+    if B::LABEL != "RabbitMQ" {
+        assert!(
+            matches!(stalls, Err(ConsumerError::AckWaitTooShort { .. })),
+            "{stalls:?}"
+        );
+        let message = stalls.unwrap_err().to_string();
+        assert!(
+            message.contains("raise the consumer's ack wait"),
+            "{message}"
+        );
+    }
+}
+
+/// Environment of the chaos consumers.
+const CHAOS_TAG: &str = "GUESTLIST_CHAOS_TAG";
+const CHAOS_DB: &str = "GUESTLIST_CHAOS_DB";
+const CHAOS_ACK_WAIT: Duration = Duration::from_secs(2);
+
+pub async fn ten_thousand_events_two_consumers_one_killed_again_and_again<B: Broker>(name: &str) {
+    const EVENTS: usize = 10_000;
+    let rig = Rig::<B>::open(name, CHAOS_ACK_WAIT).await;
+    // 8,000 distinct events; 2,000 of the 10,000 publishes repeat an earlier one.
+    let random = RandomState::new();
+    let mut distinct = 0;
+    for n in 0..EVENTS {
+        let repeat = n > 0 && random.hash_one(n) % 5 == 0;
+        let id = if repeat {
+            random.hash_one((n, "earlier")) as usize % distinct
+        } else {
+            distinct += 1;
+            distinct - 1
+        };
+        rig.broker.publish(&order_paid(&format!("evt_{id}"))).await;
+    }
+
+    let start = |label: &str| -> Child {
+        Command::new(std::env::current_exe().unwrap())
+            .args(["chaos_consumer", "--exact", "--ignored"])
+            .env(CHAOS_TAG, &rig.tag)
+            .env(CHAOS_DB, &rig.db.url)
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|err| panic!("start the {label} consumer: {err}"))
+    };
+    let steady = start("steady");
+    let mut doomed = start("doomed");
+    let mut kills_mid_stream = 0;
+    for round in 0..6 {
+        let wait = 200 + random.hash_one(("kill", round)) % 600;
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+        if (rig.effects().await.1 as usize) < distinct {
+            kills_mid_stream += 1;
+        }
+        doomed.kill().expect("SIGKILL the doomed consumer");
+        doomed.wait().unwrap();
+        doomed = start("doomed");
+    }
+    rig.until(
+        Duration::from_secs(180),
+        "every event is handled and acknowledged",
+        || async {
+            rig.effects().await.1 as usize == distinct && rig.broker.outstanding().await == 0
+        },
+    )
+    .await;
+    for mut child in [steady, doomed] {
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+    assert!(
+        kills_mid_stream >= 3,
+        "the kills landed while events were still flowing ({kills_mid_stream})"
+    );
+    let (all, unique) = rig.effects().await;
+    assert_eq!(unique as usize, distinct, "none missing");
+    assert_eq!(all, unique, "every distinct event has exactly one effect");
+    assert_eq!(
+        rig.broker.outstanding().await,
+        0,
+        "drained, nothing unacknowledged"
+    );
+}
+
+pub async fn chaos_consumer<B: Broker>() {
+    let (Ok(tag), Ok(url)) = (std::env::var(CHAOS_TAG), std::env::var(CHAOS_DB)) else {
+        eprintln!("chaos_consumer runs only as the chaos test's child process");
+        return;
+    };
+    let rig = Rig::<B>::attach(&tag, &url, CHAOS_ACK_WAIT).await;
+    let consumer = rig.consumer(50).await;
+    consumer.run(std::future::pending()).await.unwrap();
+}

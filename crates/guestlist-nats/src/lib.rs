@@ -1,0 +1,218 @@
+//! guestlist's consumer on NATS JetStream.
+//!
+//! [`JetStreamSource`] pulls from a durable consumer with explicit acknowledgement, and its
+//! deliveries acknowledge with a double ack (the server confirms), hand messages back with a
+//! delayed NAK, keep long handlers alive with in-progress acks, and dead-letter by publishing the
+//! message with its error to a dead-letter subject, then terminating it.
+
+use std::time::Duration;
+
+use async_nats::HeaderMap;
+use async_nats::jetstream::consumer::{AckPolicy, PullConsumer, pull};
+use async_nats::jetstream::{self, AckKind};
+use futures_util::StreamExt;
+use guestlist_consumer::{BrokerError, Delivery, Source};
+
+/// A failure to set up the source, with what to do about it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// NATS could not be reached.
+    #[error(
+        "cannot connect to NATS at {url}: {source} — check that nats-server runs with JetStream (-js)"
+    )]
+    Connect {
+        /// The URL tried.
+        url: String,
+        /// NATS's error.
+        source: async_nats::ConnectError,
+    },
+    /// The stream does not exist.
+    #[error(
+        "JetStream stream {stream} does not exist: create it first (nats stream add {stream}, or jetstream::Context::create_stream)"
+    )]
+    MissingStream {
+        /// The stream looked for.
+        stream: String,
+    },
+    /// JetStream refused or failed.
+    #[error("JetStream error: {0}")]
+    JetStream(String),
+}
+
+/// Deliveries from a durable JetStream pull consumer.
+pub struct JetStreamSource {
+    context: jetstream::Context,
+    consumer: PullConsumer,
+    ack_wait: Duration,
+    horizon: Option<Duration>,
+    dead_letters: String,
+    fetch_wait: Duration,
+}
+
+impl std::fmt::Debug for JetStreamSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JetStreamSource")
+            .field("ack_wait", &self.ack_wait)
+            .field("dead_letters", &self.dead_letters)
+            .finish_non_exhaustive()
+    }
+}
+
+impl JetStreamSource {
+    /// How long the server waits for an acknowledgement before redelivering, unless set.
+    pub const DEFAULT_ACK_WAIT: Duration = Duration::from_secs(30);
+
+    /// Connects to `url` and binds the durable pull consumer `durable` on `stream` (created if
+    /// missing, with explicit acks and `ack_wait`). Dead letters go to `dead_letters`, a subject
+    /// some stream should capture.
+    pub async fn connect(
+        url: &str,
+        stream: &str,
+        durable: &str,
+        ack_wait: Duration,
+        dead_letters: &str,
+    ) -> Result<Self, Error> {
+        let client = async_nats::connect(url)
+            .await
+            .map_err(|source| Error::Connect {
+                url: url.to_owned(),
+                source,
+            })?;
+        let context = jetstream::new(client);
+        let mut handle = context
+            .get_stream(stream)
+            .await
+            .map_err(|_| Error::MissingStream {
+                stream: stream.to_owned(),
+            })?;
+        let info = handle
+            .info()
+            .await
+            .map_err(|e| Error::JetStream(e.to_string()))?;
+        let max_age = info.config.max_age;
+        let consumer: PullConsumer = handle
+            .get_or_create_consumer(
+                durable,
+                pull::Config {
+                    durable_name: Some(durable.to_owned()),
+                    ack_policy: AckPolicy::Explicit,
+                    ack_wait,
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(|e| Error::JetStream(e.to_string()))?;
+        Ok(Self {
+            context,
+            consumer,
+            ack_wait,
+            horizon: (!max_age.is_zero()).then_some(max_age),
+            dead_letters: dead_letters.to_owned(),
+            fetch_wait: Duration::from_millis(250),
+        })
+    }
+
+    /// How long a fetch waits for messages before it returns what it has (default 250 ms).
+    pub fn fetch_wait(mut self, wait: Duration) -> Self {
+        self.fetch_wait = wait;
+        self
+    }
+}
+
+impl Source for JetStreamSource {
+    type Delivery = JetStreamDelivery;
+
+    async fn fetch(&mut self, max: usize) -> Result<Vec<JetStreamDelivery>, BrokerError> {
+        let mut batch = self
+            .consumer
+            .fetch()
+            .max_messages(max)
+            .expires(self.fetch_wait)
+            .messages()
+            .await?;
+        let mut deliveries = Vec::with_capacity(max);
+        while let Some(message) = batch.next().await {
+            let message = message?;
+            let delivered = message.info().map(|info| info.delivered).unwrap_or(1);
+            deliveries.push(JetStreamDelivery {
+                message,
+                delivered: u32::try_from(delivered).unwrap_or(u32::MAX),
+                context: self.context.clone(),
+                dead_letters: self.dead_letters.clone(),
+            });
+        }
+        Ok(deliveries)
+    }
+
+    fn ack_wait(&self) -> Option<Duration> {
+        Some(self.ack_wait)
+    }
+
+    fn redelivery_horizon(&self) -> Option<Duration> {
+        self.horizon
+    }
+}
+
+/// One JetStream delivery.
+pub struct JetStreamDelivery {
+    message: jetstream::Message,
+    delivered: u32,
+    context: jetstream::Context,
+    dead_letters: String,
+}
+
+impl Delivery for JetStreamDelivery {
+    fn payload(&self) -> &[u8] {
+        &self.message.payload
+    }
+
+    fn header(&self, name: &str) -> Option<&str> {
+        self.message.headers.as_ref()?.get(name).map(|v| v.as_str())
+    }
+
+    fn broker_id(&self) -> Option<&str> {
+        self.header("Nats-Msg-Id")
+    }
+
+    fn delivery_count(&self) -> u32 {
+        self.delivered
+    }
+
+    async fn ack(&self) -> Result<(), BrokerError> {
+        self.message.double_ack().await
+    }
+
+    async fn nak(&self, delay: Duration) -> Result<(), BrokerError> {
+        self.message.ack_with(AckKind::Nak(Some(delay))).await
+    }
+
+    async fn dead_letter(&self, reason: &str) -> Result<(), BrokerError> {
+        let mut headers = HeaderMap::new();
+        // Header values hold one line.
+        let reason: String = reason
+            .chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect();
+        headers.insert("Guestlist-Error", reason.as_str());
+        headers.insert("Guestlist-Subject", self.message.subject.as_str());
+        headers.insert("Guestlist-Deliveries", self.delivered.to_string().as_str());
+        if let Some(id) = self.broker_id() {
+            headers.insert("Guestlist-Msg-Id", id);
+        }
+        // Stored in the dead-letter stream first, then stopped here: nothing is dropped.
+        self.context
+            .publish_with_headers(
+                self.dead_letters.clone(),
+                headers,
+                self.message.payload.clone(),
+            )
+            .await?
+            .await?;
+        self.message.ack_with(AckKind::Term).await
+    }
+
+    async fn keep_alive(&self) -> Result<(), BrokerError> {
+        self.message.ack_with(AckKind::Progress).await
+    }
+}
