@@ -5,7 +5,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use guestlist_consumer::{Consumer, ConsumerError, Handled, HandlerFuture, IdFrom, Message};
+use guestlist_consumer::{Consumer, ConsumerError, HandlerFuture, IdFrom, Message};
 use guestlist_core::{HandlerName, Retention};
 use guestlist_sqlx::Inbox;
 use guestlist_testkit::{Database, short_tag};
