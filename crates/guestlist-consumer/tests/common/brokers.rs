@@ -20,10 +20,14 @@ pub trait Broker: Send + Sync + Sized + 'static {
     fn source(&self) -> impl Future<Output = Self::Source> + Send;
     /// Messages in the dead-letter place, with the error each carries.
     fn dead_letters(&self) -> impl Future<Output = Vec<String>> + Send;
-    /// Messages not yet acknowledged: waiting, or delivered and in flight.
+    /// Messages waiting, and (where the broker says so cheaply) delivered but unacknowledged.
     fn outstanding(&self) -> impl Future<Output = u64> + Send;
-    /// What the broker redelivers after, if it redelivers by itself.
+    /// `true` when no message waits and none is delivered but unacknowledged (exact, maybe slow).
+    fn drained(&self) -> impl Future<Output = bool> + Send;
+    /// A queue (stream) with a redelivery horizon of a week, where the broker has one.
     fn horizon_stream(tag: &str) -> impl Future<Output = Self> + Send;
+    /// The error a consumer of a queue (stream) that does not exist gets.
+    fn missing(&self) -> impl Future<Output = String> + Send;
 }
 
 /// NATS JetStream: a stream per test, a durable pull consumer, a dead-letter stream.
@@ -117,6 +121,19 @@ impl Broker for Nats {
             .expect("the stream stored it");
     }
 
+    async fn missing(&self) -> String {
+        guestlist_nats::JetStreamSource::connect(
+            &self.url,
+            "GL_NO_SUCH_STREAM",
+            "warehouse",
+            self.ack_wait,
+            &self.dead_letters,
+        )
+        .await
+        .unwrap_err()
+        .to_string()
+    }
+
     async fn source(&self) -> guestlist_nats::JetStreamSource {
         guestlist_nats::JetStreamSource::connect(
             &self.url,
@@ -155,5 +172,227 @@ impl Broker for Nats {
             Ok(info) => info.num_pending + info.num_ack_pending as u64,
             Err(_) => stream.info().await.unwrap().state.messages,
         }
+    }
+
+    async fn drained(&self) -> bool {
+        self.outstanding().await == 0
+    }
+}
+
+/// RabbitMQ: a quorum queue per test (it counts deliveries), a dead-letter exchange and queue.
+pub struct Rabbit {
+    channel: lapin::Channel,
+    queue: String,
+    dead_letters: String,
+    url: String,
+}
+
+impl Rabbit {
+    const URL_VAR: &'static str = "GUESTLIST_TEST_AMQP_URL";
+
+    async fn connect(tag: &str) -> Self {
+        let url = std::env::var(Self::URL_VAR)
+            .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned());
+        let connection = lapin::Connection::connect(&url, lapin::ConnectionProperties::default())
+            .await
+            .unwrap_or_else(|err| {
+                panic!(
+                    "RabbitMQ at {url}: {err}\nRun scripts/test.sh, which installs and starts every \
+                     service the tests need, or start it with `rabbitmq-server -detached`, or point {} \
+                     at a running server.",
+                    Self::URL_VAR
+                )
+            });
+        let channel = connection.create_channel().await.unwrap();
+        channel
+            .confirm_select(lapin::options::ConfirmSelectOptions::default())
+            .await
+            .unwrap();
+        Self {
+            channel,
+            queue: format!("gl.{tag}"),
+            dead_letters: format!("gl.{tag}.dead"),
+            url,
+        }
+    }
+
+    async fn count(&self, queue: &str) -> u64 {
+        let declared = self
+            .channel
+            .queue_declare(
+                queue.into(),
+                lapin::options::QueueDeclareOptions {
+                    passive: true,
+                    ..Default::default()
+                },
+                Default::default(),
+            )
+            .await
+            .unwrap();
+        u64::from(declared.message_count())
+    }
+}
+
+impl Broker for Rabbit {
+    type Source = guestlist_amqp::RabbitSource;
+    const LABEL: &'static str = "RabbitMQ";
+
+    async fn open(tag: &str, _ack_wait: Duration) -> Self {
+        use lapin::options::{
+            ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions, QueueDeleteOptions,
+        };
+        use lapin::types::{AMQPValue, FieldTable, LongString};
+        let rabbit = Self::connect(tag).await;
+        for queue in [&rabbit.queue, &rabbit.dead_letters] {
+            let _ = rabbit
+                .channel
+                .queue_delete(queue.as_str().into(), QueueDeleteOptions::default())
+                .await;
+        }
+        let durable = QueueDeclareOptions {
+            durable: true,
+            ..Default::default()
+        };
+        let mut quorum = FieldTable::default();
+        quorum.insert(
+            "x-queue-type".into(),
+            AMQPValue::LongString(LongString::from("quorum")),
+        );
+        rabbit
+            .channel
+            .queue_declare(rabbit.queue.as_str().into(), durable, quorum)
+            .await
+            .expect("declare the quorum queue");
+        rabbit
+            .channel
+            .exchange_declare(
+                rabbit.dead_letters.as_str().into(),
+                lapin::ExchangeKind::Fanout,
+                ExchangeDeclareOptions {
+                    durable: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .unwrap();
+        rabbit
+            .channel
+            .queue_declare(
+                rabbit.dead_letters.as_str().into(),
+                durable,
+                FieldTable::default(),
+            )
+            .await
+            .unwrap();
+        rabbit
+            .channel
+            .queue_bind(
+                rabbit.dead_letters.as_str().into(),
+                rabbit.dead_letters.as_str().into(),
+                "".into(),
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .unwrap();
+        rabbit
+    }
+
+    async fn attach(tag: &str, _ack_wait: Duration) -> Self {
+        Self::connect(tag).await
+    }
+
+    async fn horizon_stream(tag: &str) -> Self {
+        Self::open(tag, Duration::from_secs(30)).await
+    }
+
+    async fn publish(&self, payload: &[u8]) {
+        self.channel
+            .basic_publish(
+                "".into(),
+                self.queue.as_str().into(),
+                lapin::options::BasicPublishOptions::default(),
+                payload,
+                lapin::BasicProperties::default().with_delivery_mode(2),
+            )
+            .await
+            .expect("publish")
+            .await
+            .expect("the queue confirmed it");
+    }
+
+    async fn missing(&self) -> String {
+        guestlist_amqp::RabbitSource::connect(&self.url, "gl.no-such-queue", 10)
+            .await
+            .unwrap_err()
+            .to_string()
+    }
+
+    async fn source(&self) -> guestlist_amqp::RabbitSource {
+        guestlist_amqp::RabbitSource::connect(&self.url, &self.queue, 100)
+            .await
+            .expect("consume the queue")
+            .dead_letter_to(&self.dead_letters, "")
+    }
+
+    async fn dead_letters(&self) -> Vec<String> {
+        use lapin::options::BasicGetOptions;
+        use lapin::types::AMQPValue;
+        // Read on a channel of its own, then close it: unacknowledged, they go back.
+        let connection =
+            lapin::Connection::connect(&self.url, lapin::ConnectionProperties::default())
+                .await
+                .unwrap();
+        let channel = connection.create_channel().await.unwrap();
+        let mut errors = Vec::new();
+        while let Some(message) = channel
+            .basic_get(
+                self.dead_letters.as_str().into(),
+                BasicGetOptions::default(),
+            )
+            .await
+            .unwrap()
+        {
+            let error = message
+                .delivery
+                .properties
+                .headers()
+                .as_ref()
+                .and_then(|h| h.inner().get("guestlist-error").cloned())
+                .map(|v| match v {
+                    AMQPValue::LongString(s) => String::from_utf8_lossy(s.as_bytes()).into_owned(),
+                    other => format!("{other:?}"),
+                })
+                .unwrap_or_default();
+            errors.push(error);
+        }
+        let _ = connection.close(200, "read".into()).await;
+        errors
+    }
+
+    async fn outstanding(&self) -> u64 {
+        self.count(&self.queue).await
+    }
+
+    async fn drained(&self) -> bool {
+        // Unacknowledged deliveries are visible to rabbitmqctl only.
+        let listed = tokio::process::Command::new("rabbitmqctl")
+            .args([
+                "list_queues",
+                "-q",
+                "--no-table-headers",
+                "name",
+                "messages",
+            ])
+            .output()
+            .await
+            .expect("rabbitmqctl");
+        let listed = String::from_utf8_lossy(&listed.stdout);
+        listed
+            .lines()
+            .filter_map(|line| line.split_once(char::is_whitespace))
+            .find(|(name, _)| *name == self.queue)
+            .is_some_and(|(_, messages)| messages.trim() == "0")
     }
 }

@@ -17,6 +17,7 @@ macro_rules! broker_suite {
             a_long_handler_keeps_its_delivery_alive,
             a_retention_shorter_than_the_redelivery_horizon_is_refused,
             ten_thousand_events_two_consumers_one_killed_again_and_again,
+            a_missing_queue_is_refused_at_start_up,
         );
 
         /// Not a test on its own: the consumer process the chaos test starts and kills.

@@ -194,7 +194,7 @@ pub async fn five_publishes_five_acks_one_pick_task<B: Broker>(name: &str) {
     rig.until(
         Duration::from_secs(30),
         "every delivery is acknowledged",
-        || async { rig.broker.outstanding().await == 0 },
+        || async { rig.broker.drained().await },
     )
     .await;
     stop.send(()).unwrap();
@@ -202,6 +202,7 @@ pub async fn five_publishes_five_acks_one_pick_task<B: Broker>(name: &str) {
     assert_eq!(handled.delivered, 5);
     assert_eq!(handled.fresh + handled.duplicates, 5, "five acks");
     assert_eq!(rig.effects().await, (1, 1), "one pick task");
+    assert!(rig.broker.drained().await, "nothing left unacknowledged");
 }
 
 pub async fn a_poison_message_is_dead_lettered_while_the_rest_flow<B: Broker>(name: &str) {
@@ -222,7 +223,7 @@ pub async fn a_poison_message_is_dead_lettered_while_the_rest_flow<B: Broker>(na
     rig.until(
         Duration::from_secs(10),
         "nothing is outstanding",
-        || async { rig.broker.outstanding().await == 0 },
+        || async { rig.broker.drained().await },
     )
     .await;
     stop.send(()).unwrap();
@@ -255,7 +256,7 @@ pub async fn shutdown_mid_batch_loses_nothing<B: Broker>(name: &str) {
 
     let (stop, task) = run_until_stopped!(rig.consumer(10).await);
     rig.until(Duration::from_secs(30), "the rest is handled", || async {
-        rig.broker.outstanding().await == 0 && rig.effects().await.1 == 40
+        rig.broker.drained().await && rig.effects().await.1 == 40
     })
     .await;
     stop.send(()).unwrap();
@@ -284,7 +285,7 @@ pub async fn a_long_handler_keeps_its_delivery_alive<B: Broker>(name: &str) {
         "the broker never redelivered it: {handled:?}"
     );
     assert_eq!(rig.effects().await, (1, 1));
-    assert_eq!(rig.broker.outstanding().await, 0);
+    assert!(rig.broker.drained().await);
 }
 
 pub async fn a_retention_shorter_than_the_redelivery_horizon_is_refused<B: Broker>(name: &str) {
@@ -363,9 +364,7 @@ pub async fn ten_thousand_events_two_consumers_one_killed_again_and_again<B: Bro
     rig.until(
         Duration::from_secs(180),
         "every event is handled and acknowledged",
-        || async {
-            rig.effects().await.1 as usize == distinct && rig.broker.outstanding().await == 0
-        },
+        || async { rig.effects().await.1 as usize == distinct && rig.broker.drained().await },
     )
     .await;
     for mut child in [steady, doomed] {
@@ -394,4 +393,14 @@ pub async fn chaos_consumer<B: Broker>() {
     let rig = Rig::<B>::attach(&tag, &url, CHAOS_ACK_WAIT).await;
     let consumer = rig.consumer(50).await;
     consumer.run(std::future::pending()).await.unwrap();
+}
+
+pub async fn a_missing_queue_is_refused_at_start_up<B: Broker>(name: &str) {
+    let broker = B::open(&short_tag(name), Duration::from_secs(30)).await;
+    let error = broker.missing().await;
+    assert!(error.contains("does not exist"), "{error}");
+    assert!(
+        error.contains("first"),
+        "the error says to create it first: {error}"
+    );
 }
