@@ -13,8 +13,10 @@ mod consumer;
 mod delivery;
 mod id_from;
 mod message;
+mod shutdown;
 
 pub use consumer::{Consumer, ConsumerError, Handled, HandlerFuture};
 pub use delivery::{BrokerError, Delivery, Source};
 pub use id_from::IdFrom;
 pub use message::Message;
+pub use shutdown::shutdown_signal;

@@ -18,7 +18,15 @@ macro_rules! broker_suite {
             a_retention_shorter_than_the_redelivery_horizon_is_refused,
             ten_thousand_events_two_consumers_one_killed_again_and_again,
             a_missing_queue_is_refused_at_start_up,
+            sigterm_mid_batch_finishes_the_batch_and_loses_nothing,
         );
+
+        /// Not a test on its own: the consumer process the SIGTERM test stops.
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        #[ignore = "child process of sigterm_mid_batch_finishes_the_batch_and_loses_nothing"]
+        async fn term_consumer() {
+            common::suite::term_consumer::<$broker>().await;
+        }
 
         /// Not a test on its own: the consumer process the chaos test starts and kills.
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

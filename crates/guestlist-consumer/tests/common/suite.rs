@@ -29,7 +29,7 @@ pub type Pick = fn(&mut PgConnection, &Message) -> HandlerFuture<'static, String
 
 impl<B: Broker> Rig<B> {
     pub async fn open(name: &str, ack_wait: Duration) -> Self {
-        let tag = short_tag(name);
+        let tag = format!("{}_{}", B::PREFIX, short_tag(name));
         let rig = Self::around(
             B::open(&tag, ack_wait).await,
             Database::open(16).await,
@@ -289,7 +289,7 @@ pub async fn a_long_handler_keeps_its_delivery_alive<B: Broker>(name: &str) {
 }
 
 pub async fn a_retention_shorter_than_the_redelivery_horizon_is_refused<B: Broker>(name: &str) {
-    let tag = short_tag(name);
+    let tag = format!("{}_{}", B::PREFIX, short_tag(name));
     let broker = B::horizon_stream(&tag).await;
     let rig = Rig::<B>::around(broker, Database::open(4).await, &tag);
     let day = Retention::new(Duration::from_secs(86_400), Duration::from_secs(86_400)).unwrap();
@@ -396,11 +396,72 @@ pub async fn chaos_consumer<B: Broker>() {
 }
 
 pub async fn a_missing_queue_is_refused_at_start_up<B: Broker>(name: &str) {
-    let broker = B::open(&short_tag(name), Duration::from_secs(30)).await;
+    let broker = B::open(
+        &format!("{}_{}", B::PREFIX, short_tag(name)),
+        Duration::from_secs(30),
+    )
+    .await;
     let error = broker.missing().await;
     assert!(error.contains("does not exist"), "{error}");
     assert!(
         error.contains("first"),
         "the error says to create it first: {error}"
     );
+}
+
+/// Environment of the SIGTERM child.
+const TERM_TAG: &str = "GUESTLIST_TERM_TAG";
+const TERM_DB: &str = "GUESTLIST_TERM_DB";
+
+pub async fn sigterm_mid_batch_finishes_the_batch_and_loses_nothing<B: Broker>(name: &str) {
+    let rig = Rig::<B>::open(name, Duration::from_secs(30)).await;
+    for n in 0..60 {
+        rig.broker
+            .publish(format!(r#"{{"id":"evt_{n}","slow_ms":25}}"#).as_bytes())
+            .await;
+    }
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["term_consumer", "--exact", "--ignored"])
+        .env(TERM_TAG, &rig.tag)
+        .env(TERM_DB, &rig.db.url)
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("start the consumer process");
+    rig.until(
+        Duration::from_secs(30),
+        "the consumer has committed a batch",
+        || async { rig.effects().await.0 > 0 },
+    )
+    .await;
+    let pid = child.id().to_string();
+    let signalled = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(signalled.success());
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
+    assert!(status.success(), "SIGTERM is a clean stop: {status}");
+    let (done, _) = rig.effects().await;
+    assert!(done < 60, "it stopped before the end ({done} handled)");
+
+    let (stop, task) = run_until_stopped!(rig.consumer(10).await);
+    rig.until(Duration::from_secs(60), "the rest is handled", || async {
+        rig.effects().await.1 == 60 && rig.broker.drained().await
+    })
+    .await;
+    stop.send(()).unwrap();
+    task.await.unwrap().unwrap();
+    assert_eq!(rig.effects().await, (60, 60), "nothing lost, nothing twice");
+}
+
+pub async fn term_consumer<B: Broker>() {
+    let (Ok(tag), Ok(url)) = (std::env::var(TERM_TAG), std::env::var(TERM_DB)) else {
+        eprintln!("term_consumer runs only as the SIGTERM test's child process");
+        return;
+    };
+    let rig = Rig::<B>::attach(&tag, &url, Duration::from_secs(30)).await;
+    let consumer = rig.consumer(10).await;
+    consumer
+        .run(guestlist_consumer::shutdown_signal())
+        .await
+        .unwrap();
 }
