@@ -4,6 +4,7 @@
 //! on the same machine, database and load, interleaved, and reports throughput and the ratios
 //! between them. Timing is only ever reported here, never asserted in a test.
 
+mod broker;
 mod http;
 mod inbox;
 mod measure;
@@ -25,6 +26,8 @@ enum Bench {
     Inbox(Common),
     /// The Idempotency-Key layer: an axum handler unprotected, with fresh keys, and replaying.
     Http(Common),
+    /// Broker consumers on NATS JetStream and RabbitMQ: no inbox, against batches of 1, 10, 100.
+    Broker(Common),
 }
 
 /// Flags every bench takes.
@@ -54,11 +57,12 @@ fn main() -> anyhow::Result<()> {
         match &cli.bench {
             Bench::Inbox(common) => inbox::run(common).await,
             Bench::Http(common) => http::run(common).await,
+            Bench::Broker(common) => broker::run(common).await,
         }
     })?;
     report.print();
     let common = match &cli.bench {
-        Bench::Inbox(common) | Bench::Http(common) => common,
+        Bench::Inbox(common) | Bench::Http(common) | Bench::Broker(common) => common,
     };
     if let Some(path) = &common.json {
         report.write_json(path)?;

@@ -48,7 +48,7 @@ impl Report {
 
     pub(crate) fn print(&self) {
         println!(
-            "\n{:<22} {:<9} {:>7} {:>6} {:>12} {:>6} {:>9} {:>9}",
+            "\n{:<22} {:<18} {:>7} {:>6} {:>12} {:>6} {:>9} {:>9}",
             "figure", "backend", "workers", "batch", "throughput", "unit", "p50 ms", "p99 ms"
         );
         for r in &self.rows {
@@ -56,7 +56,7 @@ impl Report {
                 (format!("{:.2}", l.p50_ms), format!("{:.2}", l.p99_ms))
             });
             println!(
-                "{:<22} {:<9} {:>7} {:>6} {:>12.0} {:>6} {p50:>9} {p99:>9}",
+                "{:<22} {:<18} {:>7} {:>6} {:>12.0} {:>6} {p50:>9} {p99:>9}",
                 r.name, r.backend, r.workers, r.batch, r.per_sec, r.unit
             );
         }

@@ -1,5 +1,6 @@
-//! The broker suite on NATS JetStream, with PostgreSQL as the store.
+//! The broker suite on NATS JetStream, with PostgreSQL and with SQLite as the store.
 
 mod common;
 
-broker_suite!(common::brokers::Nats);
+broker_suite!(npg, common::brokers::Nats, sqlx::Postgres);
+broker_suite!(nlite, common::brokers::Nats, sqlx::Sqlite);

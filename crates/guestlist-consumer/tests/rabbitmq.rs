@@ -1,5 +1,6 @@
-//! The broker suite on RabbitMQ (a quorum queue), with PostgreSQL as the store.
+//! The broker suite on RabbitMQ (a quorum queue), with PostgreSQL and with SQLite as the store.
 
 mod common;
 
-broker_suite!(common::brokers::Rabbit);
+broker_suite!(rpg, common::brokers::Rabbit, sqlx::Postgres);
+broker_suite!(rlite, common::brokers::Rabbit, sqlx::Sqlite);

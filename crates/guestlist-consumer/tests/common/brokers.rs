@@ -9,9 +9,6 @@ use guestlist_consumer::Source;
 pub trait Broker: Send + Sync + Sized + 'static {
     type Source: Source;
     const LABEL: &'static str;
-    /// A short prefix for the tables and queues of this broker's tests, so that the same story
-    /// on two brokers, running at once, never shares them.
-    const PREFIX: &'static str;
 
     /// A fresh queue for the test `tag`; `ack_wait` where the broker has one.
     fn open(tag: &str, ack_wait: Duration) -> impl Future<Output = Self> + Send;
@@ -98,7 +95,6 @@ impl Nats {
 impl Broker for Nats {
     type Source = guestlist_nats::JetStreamSource;
     const LABEL: &'static str = "NATS JetStream";
-    const PREFIX: &'static str = "n";
 
     async fn open(tag: &str, ack_wait: Duration) -> Self {
         let nats = Self::connect(tag, ack_wait).await;
@@ -240,7 +236,6 @@ impl Rabbit {
 impl Broker for Rabbit {
     type Source = guestlist_amqp::RabbitSource;
     const LABEL: &'static str = "RabbitMQ";
-    const PREFIX: &'static str = "r";
 
     async fn open(tag: &str, _ack_wait: Duration) -> Self {
         use lapin::options::{

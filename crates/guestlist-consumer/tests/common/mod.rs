@@ -6,11 +6,15 @@
 pub mod brokers;
 pub mod suite;
 
-/// Generates one `#[tokio::test]` per story in [`suite`] for the broker `$broker`.
+/// Generates one `#[tokio::test]` per story in [`suite`] for the broker `$broker` with the store
+/// `$db`, in module `$m`: one word whose first two letters differ from every other module's, since
+/// they name the test's streams, queues and tables (and the child tests).
 #[macro_export]
 macro_rules! broker_suite {
-    ($broker:ty) => {
-        $crate::broker_suite!(@tests $broker;
+    ($m:ident, $broker:ty, $db:ty) => {
+        mod $m {
+            use super::common;
+        $crate::broker_suite!(@tests $m, $broker, $db;
             five_publishes_five_acks_one_pick_task,
             a_poison_message_is_dead_lettered_while_the_rest_flow,
             shutdown_mid_batch_loses_nothing,
@@ -25,21 +29,22 @@ macro_rules! broker_suite {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         #[ignore = "child process of sigterm_mid_batch_finishes_the_batch_and_loses_nothing"]
         async fn term_consumer() {
-            common::suite::term_consumer::<$broker>().await;
+            common::suite::term_consumer::<$broker, $db>().await;
         }
 
         /// Not a test on its own: the consumer process the chaos test starts and kills.
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         #[ignore = "child process of ten_thousand_events_two_consumers_one_killed_again_and_again"]
         async fn chaos_consumer() {
-            common::suite::chaos_consumer::<$broker>().await;
+            common::suite::chaos_consumer::<$broker, $db>().await;
+        }
         }
     };
-    (@tests $broker:ty; $($name:ident),* $(,)?) => {
+    (@tests $m:ident, $broker:ty, $db:ty; $($name:ident),* $(,)?) => {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $name() {
-                common::suite::$name::<$broker>(stringify!($name)).await;
+                common::suite::$name::<$broker, $db>(concat!(stringify!($m), "_", stringify!($name))).await;
             }
         )*
     };

@@ -1,0 +1,159 @@
+//! A fresh stream (NATS) or quorum queue (RabbitMQ) per figure, and a fast publisher.
+
+use std::time::Duration;
+
+/// NATS or RabbitMQ, as the bench uses them.
+pub(super) enum Queue {
+    Nats {
+        context: async_nats::jetstream::Context,
+        url: String,
+        stream: String,
+    },
+    Rabbit {
+        channel: lapin::Channel,
+        url: String,
+        queue: String,
+    },
+}
+
+/// A source of either broker.
+pub(super) enum AnySource {
+    Nats(guestlist_nats::JetStreamSource),
+    Rabbit(guestlist_amqp::RabbitSource),
+}
+
+impl Queue {
+    /// An empty stream or queue named `name`.
+    pub(super) async fn nats(url: &str, name: &str) -> anyhow::Result<Self> {
+        use async_nats::jetstream::stream::Config;
+        let client = async_nats::connect(url).await?;
+        let context = async_nats::jetstream::new(client);
+        let _ = context.delete_stream(name).await;
+        context
+            .create_stream(Config {
+                name: name.to_owned(),
+                subjects: vec![format!("{name}.events")],
+                ..Default::default()
+            })
+            .await?;
+        Ok(Queue::Nats {
+            context,
+            url: url.to_owned(),
+            stream: name.to_owned(),
+        })
+    }
+
+    /// An empty quorum queue named `name`.
+    pub(super) async fn rabbit(url: &str, name: &str) -> anyhow::Result<Self> {
+        use lapin::options::{ConfirmSelectOptions, QueueDeclareOptions, QueueDeleteOptions};
+        use lapin::types::{AMQPValue, FieldTable, LongString};
+        let connection =
+            lapin::Connection::connect(url, lapin::ConnectionProperties::default()).await?;
+        let channel = connection.create_channel().await?;
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await?;
+        let _ = channel
+            .queue_delete(name.into(), QueueDeleteOptions::default())
+            .await;
+        let mut quorum = FieldTable::default();
+        quorum.insert(
+            "x-queue-type".into(),
+            AMQPValue::LongString(LongString::from("quorum")),
+        );
+        channel
+            .queue_declare(
+                name.into(),
+                QueueDeclareOptions {
+                    durable: true,
+                    ..Default::default()
+                },
+                quorum,
+            )
+            .await?;
+        Ok(Queue::Rabbit {
+            channel,
+            url: url.to_owned(),
+            queue: name.to_owned(),
+        })
+    }
+
+    /// Publishes `count` OrderPaid events with distinct ids, confirmed by the broker.
+    pub(super) async fn publish(&self, count: usize) -> anyhow::Result<()> {
+        const IN_FLIGHT: usize = 500;
+        for chunk in (0..count).collect::<Vec<_>>().chunks(IN_FLIGHT) {
+            match self {
+                Queue::Nats {
+                    context, stream, ..
+                } => {
+                    let mut acks = Vec::with_capacity(chunk.len());
+                    for n in chunk {
+                        acks.push(
+                            context
+                                .publish(format!("{stream}.events"), payload(*n).into())
+                                .await?,
+                        );
+                    }
+                    for ack in acks {
+                        ack.await?;
+                    }
+                }
+                Queue::Rabbit { channel, queue, .. } => {
+                    let mut confirms = Vec::with_capacity(chunk.len());
+                    for n in chunk {
+                        confirms.push(
+                            channel
+                                .basic_publish(
+                                    "".into(),
+                                    queue.as_str().into(),
+                                    lapin::options::BasicPublishOptions::default(),
+                                    &payload(*n),
+                                    lapin::BasicProperties::default().with_delivery_mode(2),
+                                )
+                                .await?,
+                        );
+                    }
+                    for confirm in confirms {
+                        confirm.await?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A consumer's source, holding up to `prefetch` deliveries.
+    pub(super) async fn source(&self, prefetch: u16) -> anyhow::Result<AnySource> {
+        Ok(match self {
+            Queue::Nats { url, stream, .. } => AnySource::Nats(
+                guestlist_nats::JetStreamSource::connect(
+                    url,
+                    stream,
+                    "bench",
+                    Duration::from_secs(30),
+                    "bench.dead",
+                )
+                .await?,
+            ),
+            Queue::Rabbit { url, queue, .. } => AnySource::Rabbit(
+                guestlist_amqp::RabbitSource::connect(url, queue, prefetch).await?,
+            ),
+        })
+    }
+}
+
+/// The n-th event.
+fn payload(n: usize) -> Vec<u8> {
+    format!(r#"{{"id":"evt_{n}","type":"OrderPaid","order":{n}}}"#).into_bytes()
+}
+
+/// Runs `$body` with `$source` bound to the concrete source inside `$any`.
+macro_rules! with_source {
+    ($any:expr, |$source:ident| $body:expr) => {
+        match $any {
+            $crate::broker::queues::AnySource::Nats($source) => $body,
+            $crate::broker::queues::AnySource::Rabbit($source) => $body,
+        }
+    };
+}
+pub(super) use with_source;
