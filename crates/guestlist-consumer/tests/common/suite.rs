@@ -400,6 +400,7 @@ pub async fn chaos_consumer<B: Broker, DB: Fixture>() {
     consumer.run(std::future::pending()).await.unwrap();
 }
 
+#[allow(clippy::extra_unused_type_parameters)] // every story has the signature the macro calls
 pub async fn a_missing_queue_is_refused_at_start_up<B: Broker, DB: Fixture>(name: &str) {
     let broker = B::open(&short_tag(name), Duration::from_secs(30)).await;
     let error = broker.missing().await;
