@@ -18,7 +18,7 @@ pub(super) enum Queue {
 
 /// A source of either broker.
 pub(super) enum AnySource {
-    Nats(guestlist_nats::JetStreamSource),
+    Nats(Box<guestlist_nats::JetStreamSource>),
     Rabbit(guestlist_amqp::RabbitSource),
 }
 
@@ -125,7 +125,7 @@ impl Queue {
     /// A consumer's source, holding up to `prefetch` deliveries.
     pub(super) async fn source(&self, prefetch: u16) -> anyhow::Result<AnySource> {
         Ok(match self {
-            Queue::Nats { url, stream, .. } => AnySource::Nats(
+            Queue::Nats { url, stream, .. } => AnySource::Nats(Box::new(
                 guestlist_nats::JetStreamSource::connect(
                     url,
                     stream,
@@ -134,7 +134,7 @@ impl Queue {
                     "bench.dead",
                 )
                 .await?,
-            ),
+            )),
             Queue::Rabbit { url, queue, .. } => AnySource::Rabbit(
                 guestlist_amqp::RabbitSource::connect(url, queue, prefetch).await?,
             ),
@@ -151,7 +151,10 @@ fn payload(n: usize) -> Vec<u8> {
 macro_rules! with_source {
     ($any:expr, |$source:ident| $body:expr) => {
         match $any {
-            $crate::broker::queues::AnySource::Nats($source) => $body,
+            $crate::broker::queues::AnySource::Nats($source) => {
+                let $source = *$source;
+                $body
+            }
             $crate::broker::queues::AnySource::Rabbit($source) => $body,
         }
     };
