@@ -19,7 +19,7 @@ pub(super) enum Queue {
 /// A source of either broker.
 pub(super) enum AnySource {
     Nats(Box<guestlist_nats::JetStreamSource>),
-    Rabbit(guestlist_amqp::RabbitSource),
+    Rabbit(Box<guestlist_amqp::RabbitSource>),
 }
 
 impl Queue {
@@ -135,9 +135,9 @@ impl Queue {
                 )
                 .await?,
             )),
-            Queue::Rabbit { url, queue, .. } => AnySource::Rabbit(
+            Queue::Rabbit { url, queue, .. } => AnySource::Rabbit(Box::new(
                 guestlist_amqp::RabbitSource::connect(url, queue, prefetch).await?,
-            ),
+            )),
         })
     }
 }
@@ -155,7 +155,10 @@ macro_rules! with_source {
                 let $source = *$source;
                 $body
             }
-            $crate::broker::queues::AnySource::Rabbit($source) => $body,
+            $crate::broker::queues::AnySource::Rabbit($source) => {
+                let $source = *$source;
+                $body
+            }
         }
     };
 }
