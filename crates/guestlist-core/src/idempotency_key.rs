@@ -18,3 +18,37 @@ crate::printable::printable_newtype!(
     IdempotencyKey,
     "idempotency key"
 );
+
+impl IdempotencyKey {
+    /// The key for one downstream step of the work named by `parent` (a message id, or a
+    /// request's scoped key): `evt_9f3k` and `charge` give `evt_9f3k/charge`, the same on every
+    /// retry, and another key for another step. A step is 1 to 64 letters, digits, `_`, `.` or
+    /// `-`; where `parent/step` would be over 255 bytes (or the step has other characters), the key
+    /// is `sha256:` + the hex SHA-256 of both, which is as stable and as distinct.
+    ///
+    /// ```
+    /// use guestlist_core::IdempotencyKey;
+    /// let charge = IdempotencyKey::derive("evt_9f3k", "charge");
+    /// assert_eq!(charge.as_str(), "evt_9f3k/charge");
+    /// assert_eq!(charge, IdempotencyKey::derive("evt_9f3k", "charge"), "stable across retries");
+    /// assert_ne!(charge, IdempotencyKey::derive("evt_9f3k", "email"), "one key per step");
+    /// let long = IdempotencyKey::derive(&"x".repeat(300), "charge");
+    /// assert!(long.as_str().starts_with("sha256:"));
+    /// ```
+    pub fn derive(parent: &str, step: &str) -> Self {
+        let plain_step = (1..=64).contains(&step.len())
+            && step
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+        let readable = format!("{parent}/{step}");
+        if plain_step && crate::printable::check("idempotency key", &readable).is_ok() {
+            return Self(readable);
+        }
+        use sha2::{Digest, Sha256};
+        let mut hasher = Sha256::new();
+        hasher.update((parent.len() as u64).to_be_bytes());
+        hasher.update(parent.as_bytes());
+        hasher.update(step.as_bytes());
+        Self(format!("sha256:{}", hex::encode(hasher.finalize())))
+    }
+}

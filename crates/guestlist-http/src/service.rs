@@ -302,11 +302,12 @@ where
             key: keyed.key.clone(),
             attempt,
         });
-        let response = match self
+        // Outbound calls the handler makes derive their keys from this client's key.
+        let parent = format!("{}:{}", keyed.scope, keyed.key);
+        let call = self
             .inner
-            .call(Request::from_parts(parts, ReqBody::from(bytes)))
-            .await
-        {
+            .call(Request::from_parts(parts, ReqBody::from(bytes)));
+        let response = match guestlist_carry::scope(parent, call).await {
             Ok(response) => response,
             Err(err) => {
                 release(&self.mode, slot, &keyed, attempt).await;

@@ -64,6 +64,9 @@ impl<DB: Backend> Inbox<DB> {
     /// The future `work` returns may borrow only the transaction: move or clone into it anything
     /// else it needs (ids and names are cheap to clone).
     ///
+    /// `work` runs inside [`guestlist_carry::scope`] with `handler:id` as its parent, so that
+    /// outbound calls derive a stable idempotency key per step ([`guestlist_carry::key_for`]).
+    ///
     /// ```no_run
     /// # async fn run(pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
     /// use guestlist_sqlx::{HandlerName, Inbox, MessageId, Processed};
@@ -104,7 +107,11 @@ impl<DB: Backend> Inbox<DB> {
                         Ok(Processed::Duplicate)
                     }
                     Claim::Fresh => {
-                        let output = work(&mut tx).await.map_err(ProcessError::Handler)?;
+                        // Outbound calls inside the work derive their keys from this message.
+                        let output =
+                            guestlist_carry::scope(format!("{handler}:{id}"), work(&mut tx))
+                                .await
+                                .map_err(ProcessError::Handler)?;
                         tx.commit().await.map_err(|err| self.error(err))?;
                         Ok(Processed::Ran(output))
                     }

@@ -36,7 +36,7 @@ impl<B: Broker, DB: Fixture> Rig<B, DB> {
         rig.inbox.migrate(&rig.db.pool).await.unwrap();
         rig.db
             .exec(format!(
-                "CREATE TABLE {} (event TEXT NOT NULL, delivery INT NOT NULL)",
+                "CREATE TABLE {} (event TEXT NOT NULL, delivery INT NOT NULL, carried TEXT NOT NULL)",
                 rig.effects
             ))
             .await;
@@ -110,8 +110,10 @@ impl<B: Broker, DB: Fixture> Rig<B, DB> {
                         tokio::time::sleep(Duration::from_millis(ms)).await;
                     }
                     // The suite's ids are evt_<digits>, safe to write into the SQL text.
+                    // The key a charge would carry downstream, derived from this message.
+                    let carried = guestlist_carry::key_for("charge").map_err(|e| e.to_string())?;
                     let insert = format!(
-                        "INSERT INTO {effects} (event, delivery) VALUES ('{}', {})",
+                        "INSERT INTO {effects} (event, delivery, carried) VALUES ('{}', {}, '{carried}')",
                         message.id, message.delivery_count
                     );
                     DB::exec(tx, insert)
@@ -198,6 +200,17 @@ pub async fn five_publishes_five_acks_one_pick_task<B: Broker, DB: Fixture>(name
     assert_eq!(handled.fresh + handled.duplicates, 5, "five acks");
     assert_eq!(rig.effects().await, (1, 1), "one pick task");
     assert!(rig.broker.drained().await, "nothing left unacknowledged");
+    let carried = rig
+        .db
+        .scalar(format!(
+            "SELECT count(*) FROM {} WHERE carried = 'warehouse:evt_9f3k/charge'",
+            rig.effects
+        ))
+        .await;
+    assert_eq!(
+        carried, 1,
+        "the handler had its message's key to carry downstream"
+    );
 }
 
 pub async fn a_poison_message_is_dead_lettered_while_the_rest_flow<B: Broker, DB: Fixture>(
@@ -259,6 +272,17 @@ pub async fn shutdown_mid_batch_loses_nothing<B: Broker, DB: Fixture>(name: &str
     stop.send(()).unwrap();
     task.await.unwrap().unwrap();
     assert_eq!(rig.effects().await, (40, 40), "nothing lost, nothing twice");
+    let carried = rig
+        .db
+        .scalar(format!(
+            "SELECT count(*) FROM {} WHERE carried = 'warehouse:' || event || '/charge'",
+            rig.effects
+        ))
+        .await;
+    assert_eq!(
+        carried, 40,
+        "batched handlers carry their own message's key too"
+    );
 }
 
 pub async fn a_long_handler_keeps_its_delivery_alive<B: Broker, DB: Fixture>(name: &str) {

@@ -78,8 +78,11 @@ pub fn answer(payment: &str, headers: &HeaderMap, body: &Bytes) -> Response {
         .and_then(|v| v.to_str().ok()?.parse().ok())
         .and_then(|code| StatusCode::from_u16(code).ok())
         .unwrap_or(StatusCode::CREATED);
+    // The key a call to the card network would carry, derived from the client's key.
+    let carried =
+        guestlist_carry::key_for("charge").map_or_else(|_| "none".to_owned(), |k| k.to_string());
     let mut text = format!(
-        "{{\"payment\":\"{payment}\",\"request_bytes\":{}}}",
+        "{{\"payment\":\"{payment}\",\"request_bytes\":{},\"carried\":\"{carried}\"}}",
         body.len()
     );
     if let Some(size) = headers

@@ -64,6 +64,11 @@ pub async fn five_identical_retries_run_the_handler_once<S: Store>(name: &str) {
     let first = &answers[0];
     assert_eq!(first.status, StatusCode::CREATED);
     assert!(!first.replayed());
+    assert!(
+        first.text().contains(":5f1d2c3a-retry-five/charge\""),
+        "the handler had the client's key to carry downstream: {}",
+        first.text()
+    );
     assert_eq!(first.header("x-not-stored"), Some("1"));
     for again in &answers[1..] {
         assert_eq!(again.status, first.status);

@@ -36,6 +36,7 @@ macro_rules! inbox_suite {
             a_deadlock_in_the_work_is_retried,
             a_retention_shorter_than_the_horizon_is_refused_at_start_up,
             old_idempotency_keys_are_purged_and_young_ones_stay,
+            the_work_carries_its_message_key_downstream,
         );
 
         /// Not a test on its own: the child process that `sigkill_after_work_before_commit…`

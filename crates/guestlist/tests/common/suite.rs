@@ -9,7 +9,7 @@ use std::time::Duration;
 use guestlist::sqlx::{self, Connection};
 use guestlist::{
     Begin, Claim, Error, Fingerprint, HandlerName, IdempotencyKey, Inbox, MessageId, ProcessError,
-    Purged, Purger, Retention, Scope, SqlKeyStore, StoredBody, StoredResponse,
+    Processed, Purged, Purger, Retention, Scope, SqlKeyStore, StoredBody, StoredResponse,
 };
 use tokio::sync::Barrier;
 
@@ -897,5 +897,28 @@ pub async fn old_idempotency_keys_are_purged_and_young_ones_stay<DB: Fixture>(na
             Begin::Run { .. }
         ),
         "a purged key is new again"
+    );
+}
+
+pub async fn the_work_carries_its_message_key_downstream<DB: Fixture>(name: &str) {
+    let h = Harness::<DB>::new(name).await;
+    let carried = h
+        .inbox
+        .process(&h.pool, &handler("warehouse"), &id("evt_9f3k"), |_| {
+            Box::pin(async { guestlist_carry::key_for("charge") })
+        })
+        .await
+        .unwrap();
+    let Processed::Ran(key) = carried else {
+        panic!("a fresh message runs its work");
+    };
+    assert_eq!(
+        key.as_str(),
+        "warehouse:evt_9f3k/charge",
+        "one stable key per step"
+    );
+    assert!(
+        guestlist_carry::key_for("charge").is_err(),
+        "and none outside the work"
     );
 }

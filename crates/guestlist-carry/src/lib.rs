@@ -1,0 +1,71 @@
+//! Carry the key forward.
+//!
+//! No transaction covers "my commit and somebody else's server". A handler that calls another
+//! service (a payment provider, an email API) passes it an idempotency key derived from the work
+//! it is doing, one stable key per step, so that the downstream service keeps the inbox for that
+//! hop. A retry of the same work derives the same key; it never invents a fresh one.
+//!
+//! guestlist's runtimes (the inbox's `process`, the broker consumer, the HTTP layer) run handlers
+//! inside [`scope`], with the work's identity as the parent: `handler:message id` for messages,
+//! `scope:key` for HTTP requests. Inside, [`key_for`] derives a step's key, and with the `reqwest`
+//! feature, [`CarryKey`] sets `Idempotency-Key` on outbound requests by itself.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let charge = guestlist_carry::scope("warehouse:evt_9f3k", async {
+//!     guestlist_carry::key_for("charge").unwrap()
+//! })
+//! .await;
+//! assert_eq!(charge.as_str(), "warehouse:evt_9f3k/charge");
+//! assert!(guestlist_carry::key_for("charge").is_err(), "no work in progress out here");
+//! # }
+//! ```
+
+#[cfg(feature = "reqwest")]
+mod middleware;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use guestlist_core::IdempotencyKey;
+
+#[cfg(feature = "reqwest")]
+pub use middleware::{CarryKey, Step};
+
+tokio::task_local! {
+    static PARENT: Arc<str>;
+}
+
+/// Runs `work` with `parent` as the identity of the work in progress.
+pub async fn scope<F: Future>(parent: impl Into<Arc<str>>, work: F) -> F::Output {
+    PARENT.scope(parent.into(), work).await
+}
+
+/// The identity of the work in progress, if there is one.
+pub fn current() -> Option<Arc<str>> {
+    PARENT.try_with(Arc::clone).ok()
+}
+
+/// There is no work in progress to derive a key from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NoKey;
+
+impl std::fmt::Display for NoKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(
+            "no idempotency key to carry: this runs outside a guestlist handler (inbox, consumer or \
+             HTTP layer); wrap the work in guestlist_carry::scope, or pass a key yourself",
+        )
+    }
+}
+
+impl std::error::Error for NoKey {}
+
+/// The stable key of downstream step `step` of the work in progress (see
+/// [`IdempotencyKey::derive`]).
+pub fn key_for(step: &str) -> Result<IdempotencyKey, NoKey> {
+    current()
+        .map(|parent| IdempotencyKey::derive(&parent, step))
+        .ok_or(NoKey)
+}

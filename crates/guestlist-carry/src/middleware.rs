@@ -1,0 +1,130 @@
+//! Setting `Idempotency-Key` on outbound requests.
+
+use http::Extensions;
+use reqwest::{Method, Request, Response, header::HeaderValue};
+use reqwest_middleware::{Middleware, Next, Result};
+
+/// Names the step of an outbound request, for its derived key (default: the method and path).
+///
+/// Two calls to one endpoint within one piece of work need two steps, or they share a key:
+/// `client.post(url).with_extension(Step("refund-1".into()))`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Step(pub String);
+
+/// A reqwest-middleware middleware that gives every mutating outbound request the idempotency
+/// key of its step within the work in progress.
+///
+/// Add it **before** any retry middleware: it sets the key once, and every retry resends the same
+/// request with it. A request that already carries the header keeps its own key. A mutating
+/// request made outside any work in progress is refused, unless
+/// [`CarryKey::allow_without_key`] says otherwise: a key invented on the spot would be fresh on
+/// every retry and protect nothing.
+#[derive(Debug, Clone)]
+pub struct CarryKey {
+    header: http::HeaderName,
+    methods: Vec<Method>,
+    allow_without_key: bool,
+}
+
+impl Default for CarryKey {
+    fn default() -> Self {
+        Self {
+            header: http::HeaderName::from_static("idempotency-key"),
+            methods: vec![Method::POST, Method::PATCH, Method::PUT, Method::DELETE],
+            allow_without_key: false,
+        }
+    }
+}
+
+impl CarryKey {
+    /// Keys on POST, PATCH, PUT and DELETE, in `Idempotency-Key`.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The header to set (default `Idempotency-Key`).
+    pub fn header_name(mut self, name: http::HeaderName) -> Self {
+        self.header = name;
+        self
+    }
+
+    /// The methods that get a key (default POST, PATCH, PUT, DELETE).
+    pub fn methods(mut self, methods: impl IntoIterator<Item = Method>) -> Self {
+        self.methods = methods.into_iter().collect();
+        self
+    }
+
+    /// Lets mutating requests without a key in context through, unkeyed.
+    pub fn allow_without_key(mut self, allow: bool) -> Self {
+        self.allow_without_key = allow;
+        self
+    }
+}
+
+/// The default step of a request: its method and path, folded into the step alphabet.
+fn default_step(request: &Request) -> String {
+    let raw = format!("{}{}", request.method(), request.url().path());
+    raw.chars()
+        .map(|c| match c {
+            '/' => '.',
+            c if c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.') => {
+                c.to_ascii_lowercase()
+            }
+            _ => '_',
+        })
+        .collect()
+}
+
+#[async_trait::async_trait]
+impl Middleware for CarryKey {
+    async fn handle(
+        &self,
+        mut request: Request,
+        extensions: &mut Extensions,
+        next: Next<'_>,
+    ) -> Result<Response> {
+        if self.methods.contains(request.method()) && !request.headers().contains_key(&self.header)
+        {
+            let step = extensions
+                .get::<Step>()
+                .map_or_else(|| default_step(&request), |step| step.0.clone());
+            match crate::key_for(&step) {
+                Ok(key) => {
+                    let value = HeaderValue::from_str(key.as_str())
+                        .map_err(reqwest_middleware::Error::middleware)?;
+                    request.headers_mut().insert(self.header.clone(), value);
+                }
+                Err(no_key) if !self.allow_without_key => {
+                    return Err(reqwest_middleware::Error::middleware(RefusedWithoutKey {
+                        method: request.method().clone(),
+                        url: request.url().to_string(),
+                        why: no_key,
+                    }));
+                }
+                Err(_) => {}
+            }
+        }
+        next.run(request, extensions).await
+    }
+}
+
+/// A mutating request refused for want of a key to carry.
+#[derive(Debug)]
+struct RefusedWithoutKey {
+    method: Method,
+    url: String,
+    why: crate::NoKey,
+}
+
+impl std::fmt::Display for RefusedWithoutKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "refusing {} {} without an idempotency key: {} (or set the header yourself, or \
+             CarryKey::allow_without_key(true) for calls that need none)",
+            self.method, self.url, self.why
+        )
+    }
+}
+
+impl std::error::Error for RefusedWithoutKey {}
