@@ -44,20 +44,35 @@ ensure_postgres() {
     export GUESTLIST_TEST_POSTGRES_URL="$url"
 }
 
+# start_mariadb: the package's init script when it works (it makes /run/mysqld and runs the
+# server as mysql); otherwise the server itself in the background, as the machine starts it.
+# Never fails: ensure_mariadb waits for the server to answer and reports what went wrong.
+start_mariadb() {
+    if [ -x /etc/init.d/mariadb ] \
+        && as_root /etc/init.d/mariadb start >/tmp/guestlist-mariadb-start.log 2>&1; then
+        return 0
+    fi
+    # The init script gives up after a fixed wait (say, a slow crash recovery) and may leave
+    # the server starting: start another only when none runs.
+    pgrep -x mariadbd >/dev/null && return 0
+    as_root install -d -o mysql -g mysql /run/mysqld
+    as_root start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd -- --user=mysql || true
+}
+
 ensure_mariadb() {
     command -v mariadbd >/dev/null || [ -x /usr/sbin/mariadbd ] || apt_install mariadb-server
     local url="${GUESTLIST_TEST_MYSQL_URL:-mysql://root@127.0.0.1:3306/test}"
     if ! mariadb-admin -h 127.0.0.1 -P 3306 -u root --connect-timeout=2 ping >/dev/null 2>&1 \
         && ! mariadb-admin --connect-timeout=2 ping >/dev/null 2>&1; then
         say "starting MariaDB"
-        if [ -x /etc/init.d/mariadb ]; then
-            # The package's init script makes /run/mysqld and runs the server as mysql.
-            as_root /etc/init.d/mariadb start >/dev/null
-        else
-            as_root install -d -o mysql -g mysql /run/mysqld
-            as_root start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd -- --user=mysql
-        fi
-        wait_for 60 mariadb-admin --connect-timeout=2 ping || { say "MariaDB did not start; see /var/log/mysql or journal"; return 1; }
+        start_mariadb
+        # After an unclean stop InnoDB replays its log first, which can take a while.
+        wait_for 180 mariadb-admin --connect-timeout=2 ping || {
+            say "MariaDB did not start; the end of its error log:"
+            as_root tail -n 30 /var/log/mysql/error.log 2>/dev/null >&2 || true
+            as_root tail -n 30 /tmp/guestlist-mariadb-start.log 2>/dev/null >&2 || true
+            return 1
+        }
     fi
     if ! mariadb -h 127.0.0.1 -P 3306 -u root -e 'CREATE DATABASE IF NOT EXISTS test' >/dev/null 2>&1; then
         # A fresh Debian install lets root in through the socket only: make a TCP user.
