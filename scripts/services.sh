@@ -36,7 +36,7 @@ ensure_postgres() {
         # of their own (never touching the postgres role's password).
         say "preparing a PostgreSQL role and database for the tests"
         as_root runuser -u postgres -- psql -q -c \
-            "DO \$\$ BEGIN CREATE ROLE guestlist LOGIN PASSWORD 'guestlist'; EXCEPTION WHEN duplicate_object THEN NULL; END \$\$" >/dev/null
+            "DO \$\$ BEGIN CREATE ROLE guestlist LOGIN CREATEDB PASSWORD 'guestlist'; EXCEPTION WHEN duplicate_object THEN ALTER ROLE guestlist CREATEDB; END \$\$" >/dev/null
         as_root runuser -u postgres -- createdb -O guestlist guestlist_test 2>/dev/null || true
         url="postgres://guestlist:guestlist@127.0.0.1:5432/guestlist_test"
         psql "$url" -Atqc 'SELECT 1' >/dev/null || { say "cannot reach PostgreSQL at $url"; return 1; }

@@ -1,0 +1,58 @@
+//! The warehouse service: consumes OrderPaid from NATS (`--broker nats://…`) or RabbitMQ
+//! (`--broker amqp://…`), picks each paid order once, charges through payments with the key it
+//! carries, and serves `POST /orders` behind the Idempotency-Key layer.
+
+use std::time::Duration;
+
+use clap::Parser;
+use guestlist_consumer::shutdown_signal;
+use warehouse_example::broker::Orders;
+use warehouse_example::{warehouse, with_pool};
+
+/// The warehouse: picks paid orders exactly once, and charges through payments with the key it
+/// carries.
+#[derive(Parser)]
+struct Args {
+    /// postgres://… or sqlite:path
+    #[arg(long, default_value = "sqlite:warehouse.db")]
+    database: String,
+    /// nats://host:port or amqp://user:password@host:port/%2f
+    #[arg(long, default_value = "nats://127.0.0.1:4222")]
+    broker: String,
+    /// The NATS stream or RabbitMQ queue of OrderPaid events (declared when missing).
+    #[arg(long, default_value = "ORDERS")]
+    queue: String,
+    /// The payments service.
+    #[arg(long, default_value = "http://127.0.0.1:4000")]
+    payments: String,
+    /// Where the warehouse's own API listens.
+    #[arg(long, default_value = "127.0.0.1:4100")]
+    listen: String,
+    /// How long NATS waits for an acknowledgement before it redelivers (e.g. 30s).
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    ack_wait: Duration,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let orders = Orders::new(&args.broker, &args.queue);
+    orders.declare().await?;
+    let listener = tokio::net::TcpListener::bind(&args.listen).await?;
+    println!("warehouse API on http://{}", listener.local_addr()?);
+    with_pool!(&args.database, |pool| {
+        let api = warehouse::api(pool.clone()).await?;
+        tokio::spawn(async move { axum::serve(listener, api).await });
+        if orders.is_nats() {
+            let source = orders.nats_source(args.ack_wait).await?;
+            warehouse::consume(source, pool, args.payments, shutdown_signal()).await?;
+        } else {
+            let source = orders.rabbit_source().await?;
+            warehouse::consume(source, pool, args.payments, shutdown_signal()).await?;
+        }
+    });
+    Ok(())
+}

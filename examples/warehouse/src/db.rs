@@ -1,0 +1,127 @@
+//! The example's SQL, once for PostgreSQL and SQLite (both take `$1` placeholders).
+
+use guestlist::sqlx::{self, Pool};
+use guestlist::{Backend, WorkFuture};
+
+/// The tables and statements of the example, on one database.
+pub trait Shop: Backend {
+    /// Creates the example's tables if they are missing.
+    fn create_tables(pool: &Pool<Self>) -> WorkFuture<'_, (), sqlx::Error>;
+    /// A charge row; its id.
+    fn insert_charge(
+        conn: &mut Self::Connection,
+        order: i64,
+        amount: i64,
+    ) -> WorkFuture<'_, i64, sqlx::Error>;
+    /// An order, NEW; its id.
+    fn insert_order(conn: &mut Self::Connection, amount: i64) -> WorkFuture<'_, i64, sqlx::Error>;
+    /// The order goes to PICKING (idempotent by shape).
+    fn set_picking(conn: &mut Self::Connection, order: i64) -> WorkFuture<'_, (), sqlx::Error>;
+    /// A pick task for the order, with the charge that paid for it (an append: the inbox's job).
+    fn add_pick_task<'c>(
+        conn: &'c mut Self::Connection,
+        order: i64,
+        event: &'c str,
+        charge: &'c str,
+    ) -> WorkFuture<'c, (), sqlx::Error>;
+}
+
+const TABLES: [&str; 3] = [
+    "CREATE TABLE IF NOT EXISTS charges (id INTEGER PRIMARY KEY, order_id BIGINT NOT NULL, amount BIGINT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS orders (id INTEGER PRIMARY KEY, amount BIGINT NOT NULL, status VARCHAR(16) NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS pick_tasks (order_id BIGINT NOT NULL, event VARCHAR(255) NOT NULL, charge VARCHAR(64) NOT NULL)",
+];
+
+macro_rules! shop {
+    ($db:ty, $conn:ty, $id:literal) => {
+        impl Shop for $db {
+            fn create_tables(pool: &Pool<Self>) -> WorkFuture<'_, (), sqlx::Error> {
+                Box::pin(async move {
+                    for table in TABLES {
+                        let table = table.replace("INTEGER PRIMARY KEY", $id);
+                        sqlx::query(sqlx::AssertSqlSafe(table))
+                            .execute(pool)
+                            .await?;
+                    }
+                    Ok(())
+                })
+            }
+
+            fn insert_charge(
+                conn: &mut $conn,
+                order: i64,
+                amount: i64,
+            ) -> WorkFuture<'_, i64, sqlx::Error> {
+                Box::pin(
+                    sqlx::query_scalar(
+                        "INSERT INTO charges (order_id, amount) VALUES ($1, $2) RETURNING id",
+                    )
+                    .bind(order)
+                    .bind(amount)
+                    .fetch_one(conn),
+                )
+            }
+
+            fn insert_order(conn: &mut $conn, amount: i64) -> WorkFuture<'_, i64, sqlx::Error> {
+                Box::pin(
+                    sqlx::query_scalar(
+                        "INSERT INTO orders (amount, status) VALUES ($1, 'NEW') RETURNING id",
+                    )
+                    .bind(amount)
+                    .fetch_one(conn),
+                )
+            }
+
+            fn set_picking(conn: &mut $conn, order: i64) -> WorkFuture<'_, (), sqlx::Error> {
+                Box::pin(async move {
+                    sqlx::query("UPDATE orders SET status = 'PICKING' WHERE id = $1")
+                        .bind(order)
+                        .execute(conn)
+                        .await
+                        .map(drop)
+                })
+            }
+
+            fn add_pick_task<'c>(
+                conn: &'c mut $conn,
+                order: i64,
+                event: &'c str,
+                charge: &'c str,
+            ) -> WorkFuture<'c, (), sqlx::Error> {
+                Box::pin(async move {
+                    sqlx::query(
+                        "INSERT INTO pick_tasks (order_id, event, charge) VALUES ($1, $2, $3)",
+                    )
+                    .bind(order)
+                    .bind(event)
+                    .bind(charge)
+                    .execute(conn)
+                    .await
+                    .map(drop)
+                })
+            }
+        }
+    };
+}
+
+shop!(sqlx::Postgres, sqlx::PgConnection, "BIGSERIAL PRIMARY KEY");
+shop!(sqlx::Sqlite, sqlx::SqliteConnection, "INTEGER PRIMARY KEY");
+
+/// Connects to PostgreSQL (`postgres://…`) or SQLite (`sqlite:path`) and runs `$body` with
+/// `$pool` bound to the pool.
+#[macro_export]
+macro_rules! with_pool {
+    ($url:expr, |$pool:ident| $body:expr) => {{
+        let url: &str = $url;
+        if url.starts_with("postgres") {
+            let $pool = guestlist::sqlx::PgPool::connect(url).await?;
+            $body
+        } else {
+            let $pool = guestlist::sqlx::pool::PoolOptions::<guestlist::sqlx::Sqlite>::new()
+                .max_connections(4)
+                .connect_with(guestlist::sqlite::connect_options(url)?)
+                .await?;
+            $body
+        }
+    }};
+}

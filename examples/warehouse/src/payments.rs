@@ -1,0 +1,57 @@
+//! `payments`: the card network stand-in. `POST /v1/charges` with an `Idempotency-Key` creates a
+//! charge once, however often it is retried; the charge row and the stored response commit in
+//! one transaction.
+
+use axum::Router;
+use axum::extract::Json;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::post;
+use guestlist::SqlKeyStore;
+use guestlist::http::{IdempotencyLayer, IdempotentTx};
+use guestlist::sqlx::Pool;
+use serde::{Deserialize, Serialize};
+
+use crate::db::Shop;
+
+/// A charge to make.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ChargeRequest {
+    /// The order it pays for.
+    pub order: i64,
+    /// In cents.
+    pub amount: i64,
+}
+
+/// A charge made.
+#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Charge {
+    /// `ch_<n>`.
+    pub id: String,
+}
+
+async fn charge<DB: Shop>(
+    mut tx: IdempotentTx<DB>,
+    Json(request): Json<ChargeRequest>,
+) -> impl IntoResponse {
+    match DB::insert_charge(&mut tx, request.order, request.amount).await {
+        Ok(id) => (
+            StatusCode::CREATED,
+            Json(Charge {
+                id: format!("ch_{id}"),
+            }),
+        )
+            .into_response(),
+        Err(err) => (StatusCode::SERVICE_UNAVAILABLE, err.to_string()).into_response(),
+    }
+}
+
+/// The payments API on `pool`: every charge requires an idempotency key, scoped per caller.
+pub async fn router<DB: Shop>(pool: Pool<DB>) -> anyhow::Result<Router> {
+    DB::create_tables(&pool).await?;
+    let keys = SqlKeyStore::with_table(pool, "payments_keys")?;
+    keys.migrate().await?;
+    Ok(Router::new()
+        .route("/v1/charges", post(charge::<DB>))
+        .layer(IdempotencyLayer::transactional(keys).require_key(true)))
+}

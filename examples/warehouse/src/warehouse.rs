@@ -1,0 +1,143 @@
+//! `warehouse`: consumes `OrderPaid`, picks, and charges with the key it carries; and its own API
+//! creates orders behind the Idempotency-Key layer.
+
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::Json;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::post;
+use guestlist::http::{IdempotencyLayer, IdempotentTx};
+use guestlist::sqlx::Pool;
+use guestlist::{HandlerName, Inbox, SqlKeyStore};
+use guestlist_consumer::{Consumer, HandlerFuture, IdFrom, Message, Source};
+use reqwest_middleware::ClientWithMiddleware;
+use serde::{Deserialize, Serialize};
+
+use crate::db::Shop;
+use crate::payments::{Charge, ChargeRequest};
+
+/// The event the warehouse consumes.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct OrderPaid {
+    /// The event's id (`evt_9f3k`): the inbox's message id.
+    pub id: String,
+    /// The order paid.
+    pub order: i64,
+    /// In cents.
+    pub amount: i64,
+}
+
+/// Set in the environment to make the handler hang after it charges and before its commit, so
+/// that a test (or the demo) can kill it there.
+pub const HANG_AFTER_CHARGE: &str = "WAREHOUSE_HANG_AFTER_CHARGE";
+/// What the handler prints before it hangs.
+pub const CHARGED: &str = "CHARGED, NOT COMMITTED";
+
+/// A client whose mutating calls carry the key of the work in progress.
+pub fn payments_client() -> ClientWithMiddleware {
+    reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+        .with(guestlist_carry::CarryKey::new())
+        .build()
+}
+
+/// The OrderPaid handler: PICKING, a charge with the carried key, a pick task that records it.
+pub async fn on_order_paid<DB: Shop>(
+    tx: &mut DB::Connection,
+    message: &Message,
+    payments: &str,
+    client: &ClientWithMiddleware,
+) -> Result<(), String> {
+    let event: OrderPaid = serde_json::from_slice(&message.payload).map_err(|e| e.to_string())?;
+    DB::set_picking(tx, event.order)
+        .await
+        .map_err(|e| e.to_string())?;
+    // The key is warehouse:<event id>/charge: the same on every redelivery of this event.
+    let charge: Charge = client
+        .post(format!("{payments}/v1/charges"))
+        .header("authorization", "Bearer warehouse")
+        .json(&ChargeRequest {
+            order: event.order,
+            amount: event.amount,
+        })
+        .with_extension(guestlist_carry::Step("charge".into()))
+        .send()
+        .await
+        .map_err(|e| e.to_string())?
+        .error_for_status()
+        .map_err(|e| e.to_string())?
+        .json()
+        .await
+        .map_err(|e| e.to_string())?;
+    if std::env::var_os(HANG_AFTER_CHARGE).is_some() {
+        println!("{CHARGED} {}", charge.id);
+        std::future::pending::<()>().await;
+    }
+    DB::add_pick_task(tx, event.order, message.id.as_str(), &charge.id)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// Consumes `source` until `shutdown`, with the inbox on `pool`.
+pub async fn consume<S: Source, DB: Shop>(
+    source: S,
+    pool: Pool<DB>,
+    payments: String,
+    shutdown: impl std::future::Future<Output = ()> + Send,
+) -> anyhow::Result<()> {
+    DB::create_tables(&pool).await?;
+    let inbox = Inbox::<DB>::with_table("warehouse_inbox")?;
+    inbox.migrate(&pool).await?;
+    let client = payments_client();
+    Consumer::new(
+        source,
+        pool,
+        inbox,
+        HandlerName::new("warehouse")?,
+        IdFrom::JsonField("/id".into()),
+        move |tx: &mut DB::Connection, message: &Message| {
+            let (payments, client) = (payments.clone(), client.clone());
+            Box::pin(async move { on_order_paid::<DB>(tx, message, &payments, &client).await })
+                as HandlerFuture<'_, String>
+        },
+    )
+    .handler_timeout(Duration::from_secs(600))
+    .run(shutdown)
+    .await?;
+    Ok(())
+}
+
+/// An order to create.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct NewOrder {
+    /// In cents.
+    pub amount: i64,
+}
+
+/// An order created.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Order {
+    /// The order's id.
+    pub id: i64,
+}
+
+async fn create_order<DB: Shop>(
+    mut tx: IdempotentTx<DB>,
+    Json(order): Json<NewOrder>,
+) -> impl IntoResponse {
+    match DB::insert_order(&mut tx, order.amount).await {
+        Ok(id) => (StatusCode::CREATED, Json(Order { id })).into_response(),
+        Err(err) => (StatusCode::SERVICE_UNAVAILABLE, err.to_string()).into_response(),
+    }
+}
+
+/// The warehouse's public API: `POST /orders` with an `Idempotency-Key`.
+pub async fn api<DB: Shop>(pool: Pool<DB>) -> anyhow::Result<Router> {
+    DB::create_tables(&pool).await?;
+    let keys = SqlKeyStore::with_table(pool, "warehouse_keys")?;
+    keys.migrate().await?;
+    Ok(Router::new()
+        .route("/orders", post(create_order::<DB>))
+        .layer(IdempotencyLayer::transactional(keys)))
+}
