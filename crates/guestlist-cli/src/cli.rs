@@ -18,7 +18,8 @@ pub(crate) enum Command {
     Migrate(MigrateArgs),
     /// Delete inbox rows older than the retention, in small batches.
     Purge(PurgeArgs),
-    /// Play the warehouse story: redeliveries, a second event, a race and a crash.
+    /// Play the warehouse story: redeliveries, a second event, a race, a crash, and a crash after
+    /// a charge to another service.
     Demo(DemoArgs),
     /// The consumer the demo starts and kills (not for direct use).
     #[command(name = "__demo-crash-consumer", hide = true)]
@@ -83,6 +84,9 @@ pub(crate) struct CrashConsumerArgs {
     pub(crate) database: String,
     #[arg(long)]
     pub(crate) event: String,
+    /// Charge through the payments service at this URL before hanging.
+    #[arg(long)]
+    pub(crate) payments: Option<String>,
 }
 
 /// Where the demo tells its crash consumer the database is.

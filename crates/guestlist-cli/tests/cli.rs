@@ -32,12 +32,11 @@ fn row(out: &str, chapter: &str) -> Vec<u32> {
         .collect()
 }
 
-#[test]
-fn demo_tells_the_warehouse_story_on_sqlite() {
-    let output = guestlist(&["demo"]);
-    let out = stdout(&output);
-    assert!(output.status.success(), "{out}{}", stderr(&output));
-    // deliveries, acks, work committed, pick tasks
+/// Checks the demo's table and notes, counted in its database.
+fn assert_the_story(output: &Output) {
+    let out = stdout(output);
+    assert!(output.status.success(), "{out}{}", stderr(output));
+    // deliveries, acks, work committed, pick tasks (and charges, where payments is called)
     assert_eq!(
         row(&out, "OrderPaid evt_9f3k delivered 5 times"),
         [5, 5, 1, 1]
@@ -51,7 +50,42 @@ fn demo_tells_the_warehouse_story_on_sqlite() {
         row(&out, "consumer SIGKILLed mid-handler, evt_k1ll redelivered"),
         [2, 1, 1, 1]
     );
-    assert!(out.contains("4 pick tasks, one per event"), "{out}");
+    assert_eq!(
+        row(
+            &out,
+            "consumer charges, is SIGKILLed, evt_ch4rge redelivered"
+        ),
+        [2, 1, 1, 1, 1],
+        "one charge row in payments"
+    );
+    // The charge id the killed consumer got, and the one the redelivery got: the same.
+    let note = out
+        .lines()
+        .find(|line| line.starts_with("evt_ch4rge: charged "))
+        .unwrap_or_else(|| panic!("no note on the charge in\n{out}"));
+    let charges: Vec<&str> = note
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|word| word.starts_with("ch_"))
+        .collect();
+    assert_eq!(charges.len(), 2, "{note}");
+    assert_eq!(
+        charges[0], charges[1],
+        "payments replayed the first charge: {note}"
+    );
+    assert!(note.contains("(warehouse:evt_ch4rge/charge)"), "{note}");
+    assert!(out.contains("5 pick tasks, one per event"), "{out}");
+}
+
+#[test]
+fn demo_tells_the_warehouse_story_on_sqlite() {
+    assert_the_story(&guestlist(&["demo"]));
+}
+
+#[test]
+fn demo_tells_the_same_story_on_postgres() {
+    let url = std::env::var("GUESTLIST_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+    assert_the_story(&guestlist(&["demo", "--database", &url]));
 }
 
 #[test]
