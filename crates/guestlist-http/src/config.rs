@@ -8,6 +8,8 @@ use guestlist_core::Scope;
 use http::request::Parts;
 use http::{HeaderName, Method, StatusCode, header};
 
+use crate::key_source::KeySource;
+
 /// Chooses the scope of a request's key; `None` refuses the request (400).
 pub(crate) type ScopeFn = Arc<dyn Fn(&Parts) -> Option<Scope> + Send + Sync>;
 
@@ -17,7 +19,7 @@ pub(crate) type ReleaseFn = Arc<dyn Fn(StatusCode) -> bool + Send + Sync>;
 #[derive(Clone)]
 pub(crate) struct Config {
     pub(crate) methods: Vec<Method>,
-    pub(crate) header: HeaderName,
+    pub(crate) key: KeySource,
     pub(crate) require_key: bool,
     pub(crate) scope: ScopeFn,
     pub(crate) scope_hint: &'static str,
@@ -34,7 +36,7 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             methods: vec![Method::POST, Method::PATCH],
-            header: HeaderName::from_static("idempotency-key"),
+            key: KeySource::default(),
             require_key: false,
             scope: Arc::new(scope_from_authorization),
             scope_hint: "send credentials in Authorization: keys are scoped to the client that sent them",
@@ -59,28 +61,11 @@ impl Default for Config {
     }
 }
 
-impl Config {
-    /// The key header's name as people write it in messages: `Idempotency-Key`.
-    pub(crate) fn header_title(&self) -> String {
-        self.header
-            .as_str()
-            .split('-')
-            .map(|word| {
-                let mut chars = word.chars();
-                chars.next().map_or_else(String::new, |first| {
-                    first.to_ascii_uppercase().to_string() + chars.as_str()
-                })
-            })
-            .collect::<Vec<_>>()
-            .join("-")
-    }
-}
-
 impl fmt::Debug for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Config")
             .field("methods", &self.methods)
-            .field("header", &self.header)
+            .field("key", &self.key)
             .field("require_key", &self.require_key)
             .field("fingerprint_headers", &self.fingerprint_headers)
             .field("lease", &self.lease)

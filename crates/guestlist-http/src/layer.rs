@@ -9,6 +9,7 @@ use http::{HeaderName, Method, StatusCode};
 use tower_layer::Layer;
 
 use crate::config::Config;
+use crate::key_source::KeySource;
 use crate::mode::{Mode, Plain};
 use crate::service::Idempotency;
 
@@ -20,7 +21,8 @@ use crate::service::Idempotency;
 /// - the same key with another request (method, path and query, body) gets **422**;
 /// - a malformed key gets **400**, and so does a missing one where [`require_key`](Self::require_key);
 /// - a body over [`max_request_body`](Self::max_request_body) gets **413**;
-/// - a handler answer of 5xx or 429 releases the key, so the retry runs again.
+/// - a handler answer of 5xx or 429 releases the key, so the retry runs again; one marked
+///   [`KeepLocked`](crate::KeepLocked) keeps it locked until the lease ends.
 ///
 /// Every refusal is `application/problem+json` with a `detail` that tells the client what to do.
 /// Keys are scoped per client (by default a hash of `Authorization`) and never cross scopes.
@@ -67,9 +69,19 @@ impl<M: Mode> IdempotencyLayer<M> {
         self
     }
 
-    /// The header that carries the key (default `Idempotency-Key`).
+    /// The header that carries the key (default `Idempotency-Key`); the same as
+    /// `key_from(KeySource::Header(name))`.
     pub fn header_name(mut self, name: HeaderName) -> Self {
-        self.config().header = name;
+        self.config().key = KeySource::Header(name);
+        self
+    }
+
+    /// Where each request's key comes from: a header (the default, `Idempotency-Key`), a field
+    /// of the raw JSON body, or the SHA-256 of the raw body (for webhook senders that give no
+    /// id). A key in the body is read after the body, within
+    /// [`max_request_body`](Self::max_request_body).
+    pub fn key_from(mut self, source: KeySource) -> Self {
+        self.config().key = source;
         self
     }
 

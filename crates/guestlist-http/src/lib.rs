@@ -40,7 +40,9 @@
 mod body;
 mod config;
 mod context;
+mod keep_locked;
 pub mod key_header;
+mod key_source;
 mod layer;
 mod mode;
 mod outcome;
@@ -51,6 +53,8 @@ mod transactional;
 
 pub use body::{Body, BoxError};
 pub use context::IdempotencyContext;
+pub use keep_locked::KeepLocked;
+pub use key_source::KeySource;
 pub use layer::IdempotencyLayer;
 pub use mode::{Mode, Plain};
 pub use service::Idempotency;

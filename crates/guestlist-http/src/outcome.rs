@@ -15,6 +15,9 @@ pub(crate) enum Outcome {
     FingerprintMismatch,
     /// The handler failed or answered with a status the policy does not store: key released.
     Released,
+    /// The handler could not tell whether its work happened ([`KeepLocked`](crate::KeepLocked)):
+    /// the key stays locked until its lease ends.
+    KeptLocked,
     /// The attempt lost its key to a take-over before it could store its response.
     Fenced,
     /// The request was refused before the handler: malformed key, no scope, body too large.
@@ -32,6 +35,7 @@ impl Outcome {
             Outcome::ConflictInFlight => "conflict_in_flight",
             Outcome::FingerprintMismatch => "fingerprint_mismatch",
             Outcome::Released => "released",
+            Outcome::KeptLocked => "kept_locked",
             Outcome::Fenced => "fenced",
             Outcome::Refused => "refused",
             Outcome::StoreError => "store_error",

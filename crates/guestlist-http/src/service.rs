@@ -18,7 +18,9 @@ use tracing::Instrument;
 use crate::body::{self, Body, BoxError, Captured, ReadError};
 use crate::config::Config;
 use crate::context::IdempotencyContext;
-use crate::key_header::{self, KeyHeader};
+use crate::keep_locked::KeepLocked;
+use crate::key_header::KeyHeader;
+use crate::key_source::{self, KeySource};
 use crate::mode::Mode;
 use crate::outcome::Outcome;
 use crate::problem::Problem;
@@ -95,6 +97,12 @@ struct Flow<S, M, ReqBody, ResBody> {
     bodies: PhantomData<fn(ReqBody) -> ResBody>,
 }
 
+/// A keyed request's body: already read (its key was in it), or still to read.
+enum Pending<B> {
+    Read(Bytes),
+    Unread(B),
+}
+
 /// A keyed request's identity.
 struct Keyed {
     scope: Scope,
@@ -117,35 +125,59 @@ where
         if !self.config.methods.contains(req.method()) {
             return self.unkeyed(req).await;
         }
-        let key = match key_header::read(req.headers(), &self.config.header) {
+        let (parts, body) = req.into_parts();
+        // A key in a header is known before the body: a bad one is refused without reading it.
+        let (key, body) = if self.config.key.in_body() {
+            let bytes = match read_body(self.config.max_request_body, &parts, body).await {
+                Ok(bytes) => bytes,
+                Err(refusal) => return Ok(refusal),
+            };
+            (
+                self.config.key.read(&parts.headers, &bytes),
+                Pending::Read(bytes),
+            )
+        } else {
+            (
+                self.config.key.read(&parts.headers, &[]),
+                Pending::Unread(body),
+            )
+        };
+        let key = match key {
             KeyHeader::Key(key) => key,
-            KeyHeader::Missing if !self.config.require_key => return self.unkeyed(req).await,
+            KeyHeader::Missing if !self.config.require_key => {
+                let body = match body {
+                    Pending::Read(bytes) => ReqBody::from(bytes),
+                    Pending::Unread(body) => body,
+                };
+                return self.unkeyed(Request::from_parts(parts, body)).await;
+            }
             KeyHeader::Missing => {
-                let name = self.config.header_title();
                 return Ok(refuse(Problem::new(
                     StatusCode::BAD_REQUEST,
                     "key-required",
                     "An idempotency key is required",
                     format!(
-                        "this endpoint needs an {name} header so that a retry cannot run twice: \
-                         send a new random key (a UUID) with each new operation, and the same key \
-                         when you retry it"
+                        "this endpoint needs an idempotency key so that a retry cannot run twice: {}",
+                        self.config.key.how_to_send()
                     ),
                 )));
             }
             KeyHeader::Malformed(why) => {
-                let name = self.config.header_title();
+                let how = match &self.config.key {
+                    KeySource::Header(name) => format!(
+                        "send {} as 1 to 255 printable ASCII characters, bare or as a quoted string",
+                        key_source::title(name)
+                    ),
+                    other => other.how_to_send(),
+                };
                 return Ok(refuse(Problem::new(
                     StatusCode::BAD_REQUEST,
                     "key-malformed",
                     "The idempotency key is malformed",
-                    format!(
-                        "{why}; send {name} as 1 to 255 printable ASCII characters, bare or as a quoted string"
-                    ),
+                    format!("{why}; {how}"),
                 )));
             }
         };
-        let (parts, body) = req.into_parts();
         let Some(scope) = (self.config.scope)(&parts) else {
             return Ok(refuse(Problem::new(
                 StatusCode::BAD_REQUEST,
@@ -186,38 +218,16 @@ where
     async fn keyed(
         self,
         parts: Parts,
-        body: ReqBody,
+        body: Pending<ReqBody>,
         keyed: Keyed,
     ) -> Result<Response<Body>, S::Error> {
-        let limit = self.config.max_request_body;
-        let declared_too_large = parts
-            .headers
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
-            .is_some_and(|len| len > limit as u64);
-        let bytes = match declared_too_large {
-            true => Err(ReadError::TooLarge),
-            false => body::read_request(body, limit).await,
-        };
-        let bytes = match bytes {
-            Ok(bytes) => bytes,
-            Err(ReadError::TooLarge) => {
-                return Ok(refuse(Problem::new(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "body-too-large",
-                    "The request body is too large",
-                    format!(
-                        "send at most {limit} bytes; nothing was run and the key is still unused"
-                    ),
-                )));
-            }
-            Err(ReadError::Broken(err)) => {
-                return Ok(refuse(Problem::new(
-                    StatusCode::BAD_REQUEST,
-                    "body-unreadable",
-                    "The request body could not be read",
-                    format!("the body broke off ({err}); retry with the same key"),
-                )));
+        let bytes = match body {
+            Pending::Read(bytes) => bytes,
+            Pending::Unread(body) => {
+                match read_body(self.config.max_request_body, &parts, body).await {
+                    Ok(bytes) => bytes,
+                    Err(refusal) => return Ok(refusal),
+                }
             }
         };
         let fingerprint = self.fingerprint(&parts, &bytes);
@@ -248,13 +258,13 @@ where
             }
             Ok(Begin::Mismatch) => {
                 Outcome::FingerprintMismatch.record();
-                let name = self.config.header_title();
+                let name = self.config.key.describe();
                 return Ok(Problem::new(
                     self.config.mismatch_status,
                     "key-reused",
                     "The idempotency key was used for another request",
                     format!(
-                        "this {name} was first sent with a different method, path, query or body; \
+                        "this key ({name}) was first sent with a different method, path, query or body; \
                          use a new key for a new request, or resend the original request exactly"
                     ),
                 )
@@ -314,6 +324,18 @@ where
                 return Err(err);
             }
         };
+        if response.extensions().get::<KeepLocked>().is_some() {
+            // The work may have happened: neither stored nor released, the key stays locked
+            // until its lease ends and a retry takes over.
+            Outcome::KeptLocked.record();
+            tracing::warn!(
+                "the handler cannot tell whether its work happened; the key stays locked until the lease ends"
+            );
+            if let Err(err) = self.mode.finish(slot, false).await {
+                tracing::error!(error = %err, "cannot end the handler's transaction");
+            }
+            return Ok(response.map(body::boxed));
+        }
         if (self.config.release_when)(response.status()) {
             release(&self.mode, slot, &keyed, attempt).await;
             return Ok(response.map(body::boxed));
@@ -438,6 +460,38 @@ where
         }
         builder.body(body)
     }
+}
+
+/// Reads a keyed request's body within the limit, or the refusal to send instead.
+async fn read_body<B>(limit: usize, parts: &Parts, body: B) -> Result<Bytes, Response<Body>>
+where
+    B: HttpBody + Send,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+    let declared_too_large = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+        .is_some_and(|len| len > limit as u64);
+    let bytes = match declared_too_large {
+        true => Err(ReadError::TooLarge),
+        false => body::read_request(body, limit).await,
+    };
+    bytes.map_err(|err| match err {
+        ReadError::TooLarge => refuse(Problem::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body-too-large",
+            "The request body is too large",
+            format!("send at most {limit} bytes; nothing was run and the key is still unused"),
+        )),
+        ReadError::Broken(err) => refuse(Problem::new(
+            StatusCode::BAD_REQUEST,
+            "body-unreadable",
+            "The request body could not be read",
+            format!("the body broke off ({err}); retry with the same key"),
+        )),
+    })
 }
 
 /// Releases the key so that a retry runs again (transactional: after rolling back).
