@@ -10,6 +10,23 @@ use clap::{Args, Parser, Subcommand};
 pub(crate) struct Cli {
     #[command(subcommand)]
     pub(crate) command: Command,
+    /// Log lines as text, or as one JSON object per line for a log collector.
+    #[arg(
+        long,
+        global = true,
+        env = "GUESTLIST_LOG_FORMAT",
+        default_value = "text"
+    )]
+    pub(crate) log_format: LogFormat,
+}
+
+/// How log lines look.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum LogFormat {
+    /// For people.
+    Text,
+    /// One JSON object per line.
+    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -18,6 +35,9 @@ pub(crate) enum Command {
     Migrate(MigrateArgs),
     /// Delete inbox rows older than the retention, in small batches.
     Purge(PurgeArgs),
+    /// Stand in front of an HTTP service: retries with the same Idempotency-Key get the first
+    /// answer, and webhooks are delivered once.
+    Gateway(Box<crate::gateway::settings::GatewayArgs>),
     /// Play the warehouse story: redeliveries, a second event, a race, a crash, and a crash after
     /// a charge to another service.
     Demo(DemoArgs),

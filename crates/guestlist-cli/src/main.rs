@@ -4,24 +4,33 @@
 mod cli;
 mod database;
 mod demo;
+mod gateway;
 mod migrate;
 mod purge;
+mod signal;
 
 use std::process::ExitCode;
 
 use clap::Parser;
 
-use crate::cli::{Cli, Command};
+use crate::cli::{Cli, Command, LogFormat};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("GUESTLIST_LOG")
-                .unwrap_or_else(|_| "warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    // A server says what it does; a one-off command speaks only of trouble.
+    let level = match cli.command {
+        Command::Gateway(_) => "info",
+        _ => "warn",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("GUESTLIST_LOG")
+        .unwrap_or_else(|_| level.into());
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        LogFormat::Text => logs.init(),
+        LogFormat::Json => logs.json().init(),
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -30,6 +39,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Migrate(args) => migrate::run(args).await,
             Command::Purge(args) => purge::run(args).await,
+            Command::Gateway(args) => gateway::run(*args).await,
             Command::Demo(args) => demo::run(args).await,
             Command::DemoCrashConsumer(args) => demo::crash::run(args).await,
         }

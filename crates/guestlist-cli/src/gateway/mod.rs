@@ -1,0 +1,130 @@
+//! `guestlist gateway`: Stripe-style idempotency in front of any HTTP service, and exactly-once
+//! delivery of incoming webhooks.
+//!
+//! A reverse proxy with guestlist's Idempotency-Key layer in plain mode: the first request with
+//! a key is forwarded and its answer stored; retries get the stored answer, 409 while the first
+//! runs, 422 for a key reused with another request. Keys live in SQLite by default, or in
+//! PostgreSQL or MySQL/MariaDB, which several gateways can share.
+
+mod ops;
+mod proxy;
+pub(crate) mod settings;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context;
+use axum::Router;
+use guestlist::http::IdempotencyLayer;
+use guestlist::sqlx::Pool;
+use guestlist::{Backend, Purger, Retention, Scope, SqlKeyStore};
+use tokio::sync::watch;
+
+use self::proxy::Proxy;
+use self::settings::{GatewayArgs, ScopeFrom, Settings};
+use crate::database::{self, with_pool};
+
+/// Connections the gateway keeps to its key store.
+const POOL_SIZE: u32 = 16;
+
+pub(crate) async fn run(args: GatewayArgs) -> anyhow::Result<()> {
+    let settings = Settings::resolve(args)?;
+    let pool = database::connect(&settings.database, POOL_SIZE).await?;
+    with_pool!(pool, |pool| serve(pool, settings).await)
+}
+
+async fn serve<DB: Backend>(pool: Pool<DB>, settings: Settings) -> anyhow::Result<()> {
+    let keys = SqlKeyStore::with_table(pool.clone(), &settings.table)?;
+    keys.migrate().await.with_context(|| {
+        format!(
+            "cannot create the key table {} in {}",
+            settings.table,
+            database::redact(&settings.database)
+        )
+    })?;
+    let retention = Retention::new(settings.retention, settings.lease).with_context(|| {
+        format!(
+            "--retention must be at least the lease ({}): a key must outlive its own attempt",
+            humantime::format_duration(settings.lease)
+        )
+    })?;
+    let purger = Purger::new(pool.clone(), &keys, retention)
+        .every(std::time::Duration::from_secs(300))
+        .spawn();
+
+    let (stop, stopped) = watch::channel(false);
+    let shutdown = move || {
+        let mut stopped = stopped.clone();
+        async move {
+            let _ = stopped.wait_for(|stop| *stop).await;
+        }
+    };
+    if let Some(addr) = settings.metrics_listen {
+        ops::serve(addr, pool.clone(), shutdown()).await?;
+    }
+
+    let proxy = Arc::new(Proxy::new(&settings.upstream, settings.upstream_timeout)?);
+    let app = Router::new()
+        .fallback(proxy::forward)
+        .with_state(proxy)
+        .layer(layer(keys, &settings));
+    let listener = tokio::net::TcpListener::bind(&settings.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", settings.listen))?;
+    // The line scripts and tests wait for: the address actually bound (port 0 picks one).
+    println!(
+        "guestlist gateway on http://{} → {} (keys in {})",
+        listener.local_addr()?,
+        settings.upstream,
+        database::redact(&settings.database)
+    );
+    tokio::spawn(async move {
+        crate::signal::terminated().await;
+        tracing::info!("stopping: finishing the requests in flight");
+        let _ = stop.send(true);
+    });
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown())
+    .await?;
+    purger.shutdown().await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// The Idempotency-Key layer, configured by the settings.
+fn layer<DB: Backend>(
+    keys: SqlKeyStore<DB>,
+    settings: &Settings,
+) -> IdempotencyLayer<guestlist::http::Plain<SqlKeyStore<DB>>> {
+    let layer = IdempotencyLayer::new(keys)
+        .key_from(settings.key_from.clone())
+        .require_key(settings.require_key)
+        .methods(settings.methods.clone())
+        .lease(settings.lease)
+        .max_request_body(settings.max_body)
+        .max_stored_body(settings.max_body)
+        .mismatch_status(settings.mismatch_status);
+    match &settings.scope_from {
+        ScopeFrom::Authorization => layer,
+        ScopeFrom::None => layer.scope(|_| Scope::new("all").ok()),
+        ScopeFrom::Header(name) => {
+            let hint: &'static str = Box::leak(
+                format!(
+                    "send the {name} header (1 to 255 printable ASCII characters): keys are \
+                     scoped to its value"
+                )
+                .into_boxed_str(),
+            );
+            let name = name.clone();
+            layer
+                .scope(move |parts| {
+                    let value = parts.headers.get(&name)?.to_str().ok()?;
+                    Scope::new(value).ok()
+                })
+                .scope_hint(hint)
+        }
+    }
+}

@@ -1,0 +1,62 @@
+//! The operator's side door: `/metrics` (Prometheus text) and `/healthz`, on an address of
+//! their own so that neither shadows a path of the upstream.
+
+use std::future::Future;
+use std::net::SocketAddr;
+
+use axum::Router;
+use axum::http::StatusCode;
+use axum::routing::get;
+use guestlist::sqlx::Pool;
+use metrics_exporter_prometheus::PrometheusBuilder;
+
+/// How long `/healthz` waits for a connection to the key store.
+const HEALTH_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Installs the Prometheus recorder and serves `/metrics` and `/healthz` (200 while the key
+/// store answers, 503 when it does not) on `addr`, until `shutdown`.
+pub(crate) async fn serve<DB: guestlist::Backend>(
+    addr: SocketAddr,
+    pool: Pool<DB>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let handle = PrometheusBuilder::new()
+        .install_recorder()
+        .map_err(|err| anyhow::anyhow!("cannot install the metrics recorder: {err}"))?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|err| anyhow::anyhow!("cannot listen for metrics on {addr}: {err}"))?;
+    let app = Router::new()
+        .route("/metrics", get(move || std::future::ready(handle.render())))
+        .route(
+            "/healthz",
+            get(move || {
+                let pool = pool.clone();
+                async move {
+                    let answer = tokio::time::timeout(HEALTH_WAIT, pool.acquire()).await;
+                    match answer {
+                        Ok(Ok(_)) => (StatusCode::OK, "ok\n".to_owned()),
+                        Ok(Err(err)) => (
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            format!("the key store does not answer: {err}\n"),
+                        ),
+                        Err(_) => (
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            format!("the key store gave no connection within {HEALTH_WAIT:?}\n"),
+                        ),
+                    }
+                }
+            }),
+        );
+    let addr = listener.local_addr()?;
+    println!("metrics on http://{addr}/metrics, health on http://{addr}/healthz");
+    tokio::spawn(async move {
+        if let Err(err) = axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown)
+            .await
+        {
+            tracing::error!(error = %err, "the metrics listener stopped");
+        }
+    });
+    Ok(())
+}

@@ -1,0 +1,173 @@
+//! The reverse proxy behind the layer: one request to the upstream, and what its failure means
+//! for the key.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use guestlist::http::{IdempotencyContext, KeepLocked};
+
+/// The upstream and the client that reaches it.
+#[derive(Debug)]
+pub(crate) struct Proxy {
+    client: reqwest::Client,
+    /// The upstream's URL without a trailing slash; the request's path and query follow it.
+    base: String,
+}
+
+impl Proxy {
+    /// A proxy to `upstream` that gives up on an answer after `timeout`.
+    pub(crate) fn new(upstream: &url::Url, timeout: Duration) -> anyhow::Result<Self> {
+        let client = reqwest::Client::builder()
+            .timeout(timeout)
+            .connect_timeout(timeout.min(Duration::from_secs(5)))
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .build()?;
+        Ok(Self {
+            client,
+            base: upstream.as_str().trim_end_matches('/').to_owned(),
+        })
+    }
+}
+
+/// Headers that describe one connection, not the message: never forwarded (RFC 9110 §7.6.1).
+fn hop_by_hop(name: &HeaderName) -> bool {
+    matches!(
+        name.as_str(),
+        "connection"
+            | "keep-alive"
+            | "proxy-authenticate"
+            | "proxy-authorization"
+            | "proxy-connection"
+            | "te"
+            | "trailer"
+            | "transfer-encoding"
+            | "upgrade"
+    )
+}
+
+fn end_to_end(headers: &HeaderMap) -> HeaderMap {
+    headers
+        .iter()
+        .filter(|(name, _)| !hop_by_hop(name) && *name != header::HOST)
+        .map(|(name, value)| (name.clone(), value.clone()))
+        .collect()
+}
+
+/// Forwards the request to the upstream. The key the request runs under travels in
+/// `Idempotency-Key`, so the upstream can keep the inbox for its own next hop.
+pub(crate) async fn forward(
+    State(proxy): State<Arc<Proxy>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    request: Request,
+) -> Response {
+    let started = Instant::now();
+    let (parts, body) = request.into_parts();
+    let path = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
+    let mut headers = end_to_end(&parts.headers);
+    if let Some(context) = parts.extensions.get::<IdempotencyContext>()
+        && let Ok(key) = HeaderValue::from_str(context.key.as_str())
+    {
+        headers.insert("idempotency-key", key);
+    }
+    let forwarded_for = match parts
+        .headers
+        .get("x-forwarded-for")
+        .and_then(|v| v.to_str().ok())
+    {
+        Some(earlier) => format!("{earlier}, {}", peer.ip()),
+        None => peer.ip().to_string(),
+    };
+    if let Ok(value) = HeaderValue::from_str(&forwarded_for) {
+        headers.insert("x-forwarded-for", value);
+    }
+    if let Some(host) = parts.headers.get(header::HOST) {
+        headers.insert("x-forwarded-host", host.clone());
+    }
+    let sent = proxy
+        .client
+        .request(parts.method.clone(), format!("{}{path}", proxy.base))
+        .headers(headers)
+        .body(reqwest::Body::wrap_stream(body.into_data_stream()))
+        .send()
+        .await;
+    let response = match sent {
+        Ok(upstream) => {
+            let (status, headers) = (upstream.status(), end_to_end(upstream.headers()));
+            let mut response = Response::new(Body::from_stream(upstream.bytes_stream()));
+            *response.status_mut() = status;
+            *response.headers_mut() = headers;
+            response
+        }
+        Err(err) => failed(&err),
+    };
+    tracing::info!(
+        method = %parts.method,
+        path,
+        status = response.status().as_u16(),
+        upstream_ms = started.elapsed().as_millis() as u64,
+        "proxied"
+    );
+    response
+}
+
+/// The answer for a request the upstream did not answer, and what it means for the key.
+fn failed(err: &reqwest::Error) -> Response {
+    if err.is_connect() {
+        // Nothing reached the upstream: the 502 releases the key and a retry runs.
+        tracing::warn!(error = %err, "the upstream is unreachable");
+        return problem(
+            StatusCode::BAD_GATEWAY,
+            "upstream-unreachable",
+            "The service behind the gateway is unreachable",
+            "nothing was sent to it; retry with the same key",
+        );
+    }
+    // The request may have reached the upstream and may still be running there: keep the key
+    // locked until its lease ends, so that no retry sends a second copy meanwhile.
+    let (status, kind, title) = if err.is_timeout() {
+        tracing::warn!(error = %err, "the upstream did not answer in time; the key stays locked until its lease ends");
+        (
+            StatusCode::GATEWAY_TIMEOUT,
+            "upstream-timeout",
+            "The service behind the gateway did not answer in time",
+        )
+    } else {
+        tracing::warn!(error = %err, "the upstream connection failed mid-request; the key stays locked until its lease ends");
+        (
+            StatusCode::BAD_GATEWAY,
+            "upstream-failed",
+            "The connection to the service behind the gateway failed",
+        )
+    };
+    let mut response = problem(
+        status,
+        kind,
+        title,
+        "the request may have run; retry with the same key: until its lease ends you get 409, \
+         then the retry runs once",
+    );
+    response.extensions_mut().insert(KeepLocked);
+    response
+}
+
+/// An `application/problem+json` answer from the gateway itself.
+pub(crate) fn problem(status: StatusCode, kind: &str, title: &str, detail: &str) -> Response {
+    let body = serde_json::json!({
+        "type": format!("https://github.com/guestlist-rs/guestlist/blob/main/docs/problems.md#{kind}"),
+        "title": title,
+        "status": status.as_u16(),
+        "detail": detail,
+    });
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/problem+json")],
+        body.to_string(),
+    )
+        .into_response()
+}

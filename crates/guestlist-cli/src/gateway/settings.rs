@@ -1,0 +1,410 @@
+//! The gateway's settings: flags, then environment variables, then a TOML file, then defaults.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use axum::http::{HeaderName, Method, StatusCode};
+use clap::Args;
+use guestlist::http::KeySource;
+use serde::Deserialize;
+
+/// `guestlist gateway`'s flags. Every one can also be set by its environment variable or, by
+/// its name, in the TOML file given with `--config`.
+#[derive(Debug, Args, Default)]
+pub(crate) struct GatewayArgs {
+    /// A TOML file of settings named like the flags (listen = "127.0.0.1:8080"); flags and
+    /// environment variables win over it.
+    #[arg(long, env = "GUESTLIST_GATEWAY_CONFIG")]
+    pub(crate) config: Option<PathBuf>,
+    /// Where the gateway listens [default: 127.0.0.1:8080].
+    #[arg(long, env = "GUESTLIST_GATEWAY_LISTEN")]
+    pub(crate) listen: Option<String>,
+    /// The service behind the gateway, e.g. http://127.0.0.1:3000.
+    #[arg(long, env = "GUESTLIST_GATEWAY_UPSTREAM")]
+    pub(crate) upstream: Option<String>,
+    /// postgres://…, mysql://… (or mariadb://…), or sqlite:PATH [default: sqlite:guestlist.db].
+    #[arg(long, env = "GUESTLIST_DATABASE_URL")]
+    pub(crate) database: Option<String>,
+    /// The key table [default: guestlist_keys].
+    #[arg(long, env = "GUESTLIST_GATEWAY_TABLE")]
+    pub(crate) table: Option<String>,
+    /// Where the key is: header:NAME, json:/pointer (a field of the raw body) or body-sha256
+    /// [default: header:Idempotency-Key].
+    #[arg(long, env = "GUESTLIST_GATEWAY_KEY_FROM")]
+    pub(crate) key_from: Option<String>,
+    /// Whose key it is: authorization (a hash of the Authorization header), header:NAME (its
+    /// value), or none (one namespace for every client) [default: authorization].
+    #[arg(long, env = "GUESTLIST_GATEWAY_SCOPE_FROM")]
+    pub(crate) scope_from: Option<String>,
+    /// Refuse keyed methods without a key (400) instead of passing them through.
+    #[arg(long, env = "GUESTLIST_GATEWAY_REQUIRE_KEY", num_args = 0..=1, default_missing_value = "true")]
+    pub(crate) require_key: Option<bool>,
+    /// The methods whose requests are keyed [default: POST,PATCH].
+    #[arg(long, env = "GUESTLIST_GATEWAY_METHODS")]
+    pub(crate) methods: Option<String>,
+    /// How long a request holds its key before a retry may take over [default: 30s].
+    #[arg(long, env = "GUESTLIST_GATEWAY_LEASE")]
+    pub(crate) lease: Option<String>,
+    /// How long the upstream may take to answer; must be shorter than the lease
+    /// [default: the lease minus 5 s, at least 1 s].
+    #[arg(long, env = "GUESTLIST_GATEWAY_UPSTREAM_TIMEOUT")]
+    pub(crate) upstream_timeout: Option<String>,
+    /// How long keys and their responses are kept [default: 24h].
+    #[arg(long, env = "GUESTLIST_GATEWAY_RETENTION")]
+    pub(crate) retention: Option<String>,
+    /// The largest request body on a keyed request, and the largest response stored for replay
+    /// [default: 1MiB].
+    #[arg(long, env = "GUESTLIST_GATEWAY_MAX_BODY")]
+    pub(crate) max_body: Option<String>,
+    /// The status for a key reused with another request: 422, or 400 as Stripe answers
+    /// [default: 422].
+    #[arg(long, env = "GUESTLIST_GATEWAY_MISMATCH_STATUS")]
+    pub(crate) mismatch_status: Option<u16>,
+    /// Where /metrics (Prometheus text) and /healthz listen; off unless set.
+    #[arg(long, env = "GUESTLIST_GATEWAY_METRICS_LISTEN")]
+    pub(crate) metrics_listen: Option<String>,
+}
+
+/// The same settings, from the TOML file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct FileSettings {
+    listen: Option<String>,
+    upstream: Option<String>,
+    database: Option<String>,
+    table: Option<String>,
+    key_from: Option<String>,
+    scope_from: Option<String>,
+    require_key: Option<bool>,
+    methods: Option<String>,
+    lease: Option<String>,
+    upstream_timeout: Option<String>,
+    retention: Option<String>,
+    max_body: Option<String>,
+    mismatch_status: Option<u16>,
+    metrics_listen: Option<String>,
+}
+
+/// Whose key it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ScopeFrom {
+    /// A hash of the `Authorization` header (the layer's default).
+    Authorization,
+    /// The value of this header (a tenant or API-client id your edge sets).
+    Header(HeaderName),
+    /// One namespace for every client: a webhook endpoint with a single sender.
+    None,
+}
+
+/// The gateway's settings, checked.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub(crate) listen: String,
+    pub(crate) upstream: url::Url,
+    pub(crate) database: String,
+    pub(crate) table: String,
+    pub(crate) key_from: KeySource,
+    pub(crate) scope_from: ScopeFrom,
+    pub(crate) require_key: bool,
+    pub(crate) methods: Vec<Method>,
+    pub(crate) lease: Duration,
+    pub(crate) upstream_timeout: Duration,
+    pub(crate) retention: Duration,
+    pub(crate) max_body: usize,
+    pub(crate) mismatch_status: StatusCode,
+    pub(crate) metrics_listen: Option<SocketAddr>,
+}
+
+impl Settings {
+    /// Flags and environment (already merged by clap) over the file over the defaults.
+    pub(crate) fn resolve(args: GatewayArgs) -> anyhow::Result<Self> {
+        let file = match &args.config {
+            Some(path) => read_file(path)?,
+            None => FileSettings::default(),
+        };
+        let upstream = args.upstream.or(file.upstream).context(
+            "the gateway needs the service it stands in front of: --upstream http://host:port \
+             (or GUESTLIST_GATEWAY_UPSTREAM, or upstream = \"…\" in the --config file)",
+        )?;
+        let upstream = url::Url::parse(&upstream)
+            .ok()
+            .filter(|url| matches!(url.scheme(), "http" | "https") && url.has_host())
+            .with_context(|| {
+                format!("--upstream {upstream:?} is not an http:// or https:// URL")
+            })?;
+        let lease = duration("lease", args.lease.or(file.lease), "30s")?;
+        let default_timeout = lease
+            .saturating_sub(Duration::from_secs(5))
+            .max(Duration::from_secs(1));
+        let upstream_timeout = match args.upstream_timeout.or(file.upstream_timeout) {
+            Some(text) => duration("upstream-timeout", Some(text), "")?,
+            None => default_timeout,
+        };
+        if upstream_timeout >= lease {
+            bail!(
+                "--upstream-timeout ({}) must be shorter than --lease ({}): a retry may take over a \
+                 key once its lease ends, so the first attempt must be over by then",
+                humantime::format_duration(upstream_timeout),
+                humantime::format_duration(lease)
+            );
+        }
+        let mismatch = args.mismatch_status.or(file.mismatch_status).unwrap_or(422);
+        let mismatch_status = StatusCode::from_u16(mismatch)
+            .ok()
+            .filter(StatusCode::is_client_error)
+            .with_context(|| {
+                format!("--mismatch-status {mismatch}: use a 4xx status, 422 or 400")
+            })?;
+        Ok(Self {
+            listen: args
+                .listen
+                .or(file.listen)
+                .unwrap_or_else(|| "127.0.0.1:8080".to_owned()),
+            upstream,
+            database: args
+                .database
+                .or(file.database)
+                .unwrap_or_else(|| "sqlite:guestlist.db".to_owned()),
+            table: args
+                .table
+                .or(file.table)
+                .unwrap_or_else(|| "guestlist_keys".to_owned()),
+            key_from: key_from(args.key_from.or(file.key_from).as_deref())?,
+            scope_from: scope_from(args.scope_from.or(file.scope_from).as_deref())?,
+            require_key: args.require_key.or(file.require_key).unwrap_or(false),
+            methods: methods(
+                args.methods
+                    .or(file.methods)
+                    .as_deref()
+                    .unwrap_or("POST,PATCH"),
+            )?,
+            lease,
+            upstream_timeout,
+            retention: duration("retention", args.retention.or(file.retention), "24h")?,
+            max_body: bytes(
+                "max-body",
+                args.max_body.or(file.max_body).as_deref().unwrap_or("1MiB"),
+            )?,
+            mismatch_status,
+            metrics_listen: match args.metrics_listen.or(file.metrics_listen) {
+                Some(addr) => Some(addr.parse().with_context(|| {
+                    format!("--metrics-listen {addr:?} is not an address like 127.0.0.1:9090")
+                })?),
+                None => None,
+            },
+        })
+    }
+}
+
+fn read_file(path: &Path) -> anyhow::Result<FileSettings> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read the config file {}", path.display()))?;
+    toml::from_str(&text)
+        .with_context(|| format!("the config file {} is not valid", path.display()))
+}
+
+fn duration(name: &str, text: Option<String>, default: &str) -> anyhow::Result<Duration> {
+    let text = text.unwrap_or_else(|| default.to_owned());
+    let value = humantime::parse_duration(&text)
+        .with_context(|| format!("--{name} {text:?} is not a duration like 30s, 5m or 24h"))?;
+    anyhow::ensure!(!value.is_zero(), "--{name} must be longer than zero");
+    Ok(value)
+}
+
+fn bytes(name: &str, text: &str) -> anyhow::Result<usize> {
+    let size: bytesize::ByteSize = text.parse().map_err(|err| {
+        anyhow::anyhow!("--{name} {text:?} is not a size like 1MiB or 64KiB: {err}")
+    })?;
+    usize::try_from(size.as_u64()).context("--{name} is too large")
+}
+
+/// `header:NAME`, `json:/pointer` or `body-sha256`.
+pub(crate) fn key_from(text: Option<&str>) -> anyhow::Result<KeySource> {
+    let Some(text) = text else {
+        return Ok(KeySource::default());
+    };
+    let refused = || {
+        anyhow::anyhow!(
+            "--key-from {text:?}: use header:NAME (header:Idempotency-Key, \
+             header:X-GitHub-Delivery), json:/pointer (json:/id) or body-sha256"
+        )
+    };
+    if text == "body-sha256" {
+        return Ok(KeySource::BodySha256);
+    }
+    match text.split_once(':') {
+        Some(("header", name)) => Ok(KeySource::Header(
+            HeaderName::try_from(name).map_err(|_| refused())?,
+        )),
+        Some(("json", pointer)) if pointer.starts_with('/') => {
+            Ok(KeySource::JsonPointer(pointer.to_owned()))
+        }
+        _ => Err(refused()),
+    }
+}
+
+/// `authorization`, `header:NAME` or `none`.
+fn scope_from(text: Option<&str>) -> anyhow::Result<ScopeFrom> {
+    match text.unwrap_or("authorization") {
+        "authorization" => Ok(ScopeFrom::Authorization),
+        "none" => Ok(ScopeFrom::None),
+        other => match other.split_once(':') {
+            Some(("header", name)) if HeaderName::try_from(name).is_ok() => {
+                Ok(ScopeFrom::Header(HeaderName::try_from(name)?))
+            }
+            _ => bail!("--scope-from {other:?}: use authorization, header:NAME or none"),
+        },
+    }
+}
+
+fn methods(text: &str) -> anyhow::Result<Vec<Method>> {
+    text.split(',')
+        .map(|m| m.trim().to_ascii_uppercase())
+        .filter(|m| !m.is_empty())
+        .map(|m| {
+            Method::from_bytes(m.as_bytes())
+                .with_context(|| format!("--methods: {m:?} is not a method"))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args() -> GatewayArgs {
+        GatewayArgs {
+            upstream: Some("http://127.0.0.1:3000".into()),
+            ..GatewayArgs::default()
+        }
+    }
+
+    #[test]
+    fn defaults_are_the_documented_ones() {
+        let s = Settings::resolve(args()).unwrap();
+        assert_eq!(s.listen, "127.0.0.1:8080");
+        assert_eq!(s.database, "sqlite:guestlist.db");
+        assert_eq!(s.key_from, KeySource::default());
+        assert_eq!(s.scope_from, ScopeFrom::Authorization);
+        assert_eq!(s.methods, [Method::POST, Method::PATCH]);
+        assert_eq!(s.lease, Duration::from_secs(30));
+        assert_eq!(s.upstream_timeout, Duration::from_secs(25));
+        assert_eq!(s.retention, Duration::from_secs(24 * 3600));
+        assert_eq!(s.max_body, 1024 * 1024);
+        assert_eq!(s.mismatch_status, StatusCode::UNPROCESSABLE_ENTITY);
+        assert!(!s.require_key);
+        assert!(s.metrics_listen.is_none());
+    }
+
+    #[test]
+    fn the_file_fills_in_and_flags_win() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gateway.toml");
+        std::fs::write(
+            &path,
+            "upstream = \"http://file:1\"\nlease = \"1m\"\nkey-from = \"json:/id\"\nrequire-key = true\n",
+        )
+        .unwrap();
+        let s = Settings::resolve(GatewayArgs {
+            config: Some(path.clone()),
+            lease: Some("2m".into()),
+            ..GatewayArgs::default()
+        })
+        .unwrap();
+        assert_eq!(s.upstream.as_str(), "http://file:1/");
+        assert_eq!(s.lease, Duration::from_secs(120), "the flag wins");
+        assert_eq!(s.key_from, KeySource::JsonPointer("/id".into()));
+        assert!(s.require_key);
+        std::fs::write(&path, "upstrem = \"http://typo:1\"\n").unwrap();
+        let err = Settings::resolve(GatewayArgs {
+            config: Some(path),
+            ..args()
+        })
+        .unwrap_err();
+        assert!(format!("{err:#}").contains("upstrem"), "{err:#}");
+    }
+
+    #[test]
+    fn bad_settings_say_what_to_use() {
+        for (bad, says) in [
+            (
+                GatewayArgs {
+                    upstream: None,
+                    ..args()
+                },
+                "--upstream",
+            ),
+            (
+                GatewayArgs {
+                    upstream: Some("ftp://x".into()),
+                    ..args()
+                },
+                "http://",
+            ),
+            (
+                GatewayArgs {
+                    key_from: Some("cookie:x".into()),
+                    ..args()
+                },
+                "body-sha256",
+            ),
+            (
+                GatewayArgs {
+                    scope_from: Some("ip".into()),
+                    ..args()
+                },
+                "header:NAME",
+            ),
+            (
+                GatewayArgs {
+                    lease: Some("soon".into()),
+                    ..args()
+                },
+                "30s",
+            ),
+            (
+                GatewayArgs {
+                    max_body: Some("big".into()),
+                    ..args()
+                },
+                "1MiB",
+            ),
+            (
+                GatewayArgs {
+                    mismatch_status: Some(200),
+                    ..args()
+                },
+                "4xx",
+            ),
+            (
+                GatewayArgs {
+                    lease: Some("10s".into()),
+                    upstream_timeout: Some("10s".into()),
+                    ..args()
+                },
+                "shorter than --lease",
+            ),
+        ] {
+            let err = format!("{:#}", Settings::resolve(bad).unwrap_err());
+            assert!(err.contains(says), "{err:?} should say {says:?}");
+        }
+    }
+
+    #[test]
+    fn key_sources_parse() {
+        assert_eq!(
+            key_from(Some("body-sha256")).unwrap(),
+            KeySource::BodySha256
+        );
+        assert_eq!(
+            key_from(Some("header:X-GitHub-Delivery")).unwrap(),
+            KeySource::Header(HeaderName::from_static("x-github-delivery"))
+        );
+        assert!(
+            key_from(Some("json:id")).is_err(),
+            "a pointer starts with /"
+        );
+    }
+}

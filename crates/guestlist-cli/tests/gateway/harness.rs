@@ -1,0 +1,287 @@
+//! The parts of a gateway test: an upstream that counts what reaches it, the built `guestlist`
+//! binary running `gateway`, and the key store it uses.
+
+use std::collections::HashMap;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdout, Command};
+
+/// How long a test waits for a process to say something.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+/// What reached the upstream.
+#[derive(Default)]
+pub struct Seen {
+    executions: AtomicU64,
+    by_path: Mutex<HashMap<String, u64>>,
+    keys: Mutex<Vec<Option<String>>>,
+}
+
+/// A small service that counts executions per path. `?delay_ms=N` answers after N ms (counted
+/// on arrival), `?first_delay_ms=N` only the path's first execution; a path under `/drop` sends
+/// half a body and drops the connection.
+pub struct Upstream {
+    pub url: String,
+    pub seen: Arc<Seen>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Upstream {
+    pub async fn start() -> Self {
+        Self::on(tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap()).await
+    }
+
+    pub async fn on(listener: tokio::net::TcpListener) -> Self {
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let seen = Arc::new(Seen::default());
+        let app = axum::Router::new()
+            .fallback(execute)
+            .with_state(Arc::clone(&seen));
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app).await.unwrap();
+        });
+        Self { url, seen, task }
+    }
+
+    /// Executions of `path`.
+    pub fn executions(&self, path: &str) -> u64 {
+        self.seen
+            .by_path
+            .lock()
+            .unwrap()
+            .get(path)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// The `Idempotency-Key` of every request that reached the upstream, in order.
+    pub fn keys(&self) -> Vec<Option<String>> {
+        self.seen.keys.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn execute(State(seen): State<Arc<Seen>>, request: Request) -> Response {
+    let path = request.uri().path().to_owned();
+    let query = request.uri().query().unwrap_or_default().to_owned();
+    let param = |name: &str| -> u64 {
+        query
+            .split('&')
+            .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
+            .and_then(|ms| ms.parse().ok())
+            .unwrap_or(0)
+    };
+    let (delay, first_delay) = (param("delay_ms"), param("first_delay_ms"));
+    let key = header(request.headers(), "idempotency-key");
+    let n = seen.executions.fetch_add(1, Ordering::SeqCst) + 1;
+    let of_path = {
+        let mut by_path = seen.by_path.lock().unwrap();
+        let count = by_path.entry(path.clone()).or_default();
+        *count += 1;
+        *count
+    };
+    let delay = if of_path == 1 {
+        delay.max(first_delay)
+    } else {
+        delay
+    };
+    seen.keys.lock().unwrap().push(key.clone());
+    let body = axum::body::to_bytes(request.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(delay)).await;
+    if path.starts_with("/drop") {
+        let chunks: Vec<Result<Bytes, std::io::Error>> = vec![
+            Ok(Bytes::from_static(b"{\"half\": ")),
+            Err(std::io::Error::other("the upstream fell over mid-response")),
+        ];
+        let stream = futures_util::stream::iter(chunks);
+        return (StatusCode::CREATED, Body::from_stream(stream)).into_response();
+    }
+    let answer = serde_json::json!({
+        "execution": n,
+        "path": path,
+        "key": key,
+        "body_bytes": body.len(),
+    });
+    (
+        StatusCode::CREATED,
+        [
+            ("content-type", "application/json"),
+            ("x-execution", &n.to_string()),
+        ],
+        answer.to_string(),
+    )
+        .into_response()
+}
+
+fn header(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
+/// Where the gateway keeps its keys.
+pub enum Store {
+    /// A fresh SQLite file.
+    Sqlite(tempfile::TempDir),
+    /// A table of its own in the test PostgreSQL database.
+    Postgres { url: String, table: String },
+}
+
+impl Store {
+    pub async fn sqlite() -> Self {
+        Store::Sqlite(tempfile::tempdir().unwrap())
+    }
+
+    /// A fresh table named for the test.
+    pub async fn postgres(test: &str) -> Self {
+        let url = std::env::var("GUESTLIST_TEST_POSTGRES_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+        let table = format!("gw_{test}");
+        let pool = guestlist::sqlx::PgPool::connect(&url).await.unwrap_or_else(|err| {
+            panic!("PostgreSQL at {url}: {err}. Run scripts/test.sh, which starts it, or set GUESTLIST_TEST_POSTGRES_URL.")
+        });
+        guestlist::sqlx::query(guestlist::sqlx::AssertSqlSafe(format!(
+            "DROP TABLE IF EXISTS {table}"
+        )))
+        .execute(&pool)
+        .await
+        .unwrap();
+        Store::Postgres { url, table }
+    }
+
+    /// `--database` and `--table` for the gateway.
+    pub fn args(&self) -> Vec<String> {
+        match self {
+            Store::Sqlite(dir) => vec![
+                "--database".into(),
+                format!("sqlite:{}", dir.path().join("guestlist.db").display()),
+            ],
+            Store::Postgres { url, table } => {
+                vec![
+                    "--database".into(),
+                    url.clone(),
+                    "--table".into(),
+                    table.clone(),
+                ]
+            }
+        }
+    }
+}
+
+/// The `guestlist gateway` process.
+pub struct Gateway {
+    child: Child,
+    pub url: String,
+    /// `/metrics` and `/healthz`, when `--metrics-listen` was given.
+    pub ops: Option<String>,
+    _lines: Lines<BufReader<ChildStdout>>,
+}
+
+impl Gateway {
+    /// Starts a gateway in front of `upstream` on `store`, with `extra` flags.
+    pub async fn start(upstream: &str, store: &Store, extra: &[&str]) -> Self {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_guestlist"));
+        command
+            .args(["gateway", "--listen", "127.0.0.1:0", "--upstream", upstream])
+            .args(store.args())
+            .args(extra)
+            .env("GUESTLIST_LOG", "warn")
+            .env_remove("GUESTLIST_DATABASE_URL")
+            .stdout(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = command.spawn().expect("start guestlist gateway");
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let (mut url, mut ops) = (None, None);
+        let read = async {
+            while let Some(line) = lines.next_line().await.unwrap() {
+                if let Some(rest) = line.strip_prefix("metrics on ") {
+                    ops = rest.split("/metrics").next().map(str::to_owned);
+                }
+                if let Some(rest) = line.strip_prefix("guestlist gateway on ") {
+                    url = rest.split_whitespace().next().map(str::to_owned);
+                    return;
+                }
+            }
+        };
+        tokio::time::timeout(PATIENCE, read)
+            .await
+            .expect("the gateway said where it listens");
+        Self {
+            child,
+            url: url.expect("the gateway exited before it listened (its log is above)"),
+            ops,
+            _lines: lines,
+        }
+    }
+
+    /// Kills the gateway with SIGKILL.
+    pub async fn sigkill(mut self) {
+        self.child.kill().await.unwrap();
+    }
+
+    /// Sends SIGTERM and waits for the exit; `true` when it exited cleanly.
+    pub async fn sigterm(mut self) -> bool {
+        let pid = self.child.id().unwrap().to_string();
+        std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap();
+        tokio::time::timeout(PATIENCE, self.child.wait())
+            .await
+            .expect("the gateway stopped on SIGTERM")
+            .unwrap()
+            .success()
+    }
+}
+
+/// One answer, read whole.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    pub status: u16,
+    pub replayed: bool,
+    pub content_type: Option<String>,
+    pub body: Vec<u8>,
+}
+
+impl Answer {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|_| panic!("JSON: {}", String::from_utf8_lossy(&self.body)))
+    }
+}
+
+/// POSTs `body` to `url` with `headers`.
+pub async fn post(url: &str, headers: &[(&str, &str)], body: &'static [u8]) -> Answer {
+    let client = reqwest::Client::new();
+    let mut request = client.post(url).body(body);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = request.send().await.expect("the gateway answers");
+    Answer {
+        status: response.status().as_u16(),
+        replayed: response.headers().get("idempotent-replayed").is_some(),
+        content_type: header(response.headers(), "content-type"),
+        body: response
+            .bytes()
+            .await
+            .map(|b| b.to_vec())
+            .unwrap_or_default(),
+    }
+}

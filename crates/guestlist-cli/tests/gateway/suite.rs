@@ -1,0 +1,520 @@
+//! The stories, each on a given store. Every one counts what reached the upstream.
+
+use std::time::{Duration, Instant};
+
+use crate::harness::{Answer, Gateway, Store, Upstream, post};
+
+pub async fn sqlite(_test: &str) -> Store {
+    Store::sqlite().await
+}
+
+pub async fn postgres(test: &str) -> Store {
+    Store::postgres(&guestlist_testkit::short_tag(test)).await
+}
+
+const ALICE: (&str, &str) = ("authorization", "Bearer alice");
+const BOB: (&str, &str) = ("authorization", "Bearer bob");
+
+fn problem_type(answer: &Answer) -> String {
+    assert_eq!(
+        answer.content_type.as_deref(),
+        Some("application/problem+json"),
+        "{answer:?}"
+    );
+    answer.json()["type"].as_str().unwrap().to_owned()
+}
+
+pub async fn five_retries_one_execution_four_replays(store: Store) {
+    let upstream = Upstream::start().await;
+    let gateway = Gateway::start(&upstream.url, &store, &[]).await;
+    let url = format!("{}/charges?currency=eur", gateway.url);
+    let mut answers = Vec::new();
+    for _ in 0..5 {
+        answers.push(
+            post(
+                &url,
+                &[ALICE, ("idempotency-key", "k-1")],
+                b"{\"amount\":1200}",
+            )
+            .await,
+        );
+    }
+    assert_eq!(
+        upstream.executions("/charges"),
+        1,
+        "five retries, one execution"
+    );
+    assert_eq!(answers[0].status, 201);
+    assert!(!answers[0].replayed);
+    for replay in &answers[1..] {
+        assert!(
+            replay.replayed,
+            "a retry is marked Idempotent-Replayed: true"
+        );
+        assert_eq!(
+            (replay.status, &replay.content_type, &replay.body),
+            (
+                answers[0].status,
+                &answers[0].content_type,
+                &answers[0].body
+            ),
+            "byte-identical"
+        );
+    }
+    assert_eq!(
+        upstream.keys(),
+        [Some("k-1".to_owned())],
+        "the key travelled upstream in Idempotency-Key"
+    );
+}
+
+pub async fn fifty_concurrent_requests_one_execution(store: Store) {
+    let upstream = Upstream::start().await;
+    let gateway = Gateway::start(&upstream.url, &store, &[]).await;
+    let url = format!("{}/orders?delay_ms=300", gateway.url);
+    let answers = burst(&[&url], 50).await;
+    assert_eq!(
+        upstream.executions("/orders"),
+        1,
+        "fifty at once, one execution"
+    );
+    let statuses: Vec<u16> = answers.iter().map(|a| a.status).collect();
+    assert!(
+        statuses.iter().all(|s| *s == 201 || *s == 409),
+        "every answer is the run, its replay, or 409: {statuses:?}"
+    );
+    assert!(statuses.contains(&201));
+}
+
+/// `n` POSTs with one key at once, spread over `urls` in turn.
+async fn burst(urls: &[&str], n: usize) -> Vec<Answer> {
+    let start = std::sync::Arc::new(tokio::sync::Barrier::new(n));
+    let tasks: Vec<_> = (0..n)
+        .map(|i| {
+            let (url, start) = (urls[i % urls.len()].to_owned(), start.clone());
+            tokio::spawn(async move {
+                start.wait().await;
+                post(&url, &[ALICE, ("idempotency-key", "burst")], b"{}").await
+            })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for task in tasks {
+        answers.push(task.await.unwrap());
+    }
+    answers
+}
+
+pub async fn another_body_with_the_same_key_gets_422(store: Store) {
+    let upstream = Upstream::start().await;
+    let gateway = Gateway::start(&upstream.url, &store, &[]).await;
+    let url = format!("{}/charges", gateway.url);
+    let key = ("idempotency-key", "k-2");
+    assert_eq!(
+        post(&url, &[ALICE, key], b"{\"amount\":1}").await.status,
+        201
+    );
+    let reused = post(&url, &[ALICE, key], b"{\"amount\":2}").await;
+    assert_eq!(reused.status, 422);
+    assert!(problem_type(&reused).ends_with("#key-reused"));
+    assert_eq!(upstream.executions("/charges"), 1);
+
+    // Stripe's answer instead, when asked for.
+    let stripe = Gateway::start(&upstream.url, &store, &["--mismatch-status", "400"]).await;
+    let reused = post(
+        &format!("{}/charges", stripe.url),
+        &[ALICE, key],
+        b"{\"amount\":3}",
+    )
+    .await;
+    assert_eq!(reused.status, 400);
+    assert_eq!(upstream.executions("/charges"), 1);
+}
+
+pub async fn malformed_and_missing_keys_get_400_and_reach_nothing(store: Store) {
+    let upstream = Upstream::start().await;
+    let gateway = Gateway::start(&upstream.url, &store, &["--require-key"]).await;
+    let url = format!("{}/charges", gateway.url);
+    let long = "k".repeat(256);
+    for key in ["a b", "\"open", long.as_str()] {
+        let answer = post(&url, &[ALICE, ("idempotency-key", key)], b"{}").await;
+        assert_eq!(answer.status, 400, "{key:?}");
+        assert!(problem_type(&answer).ends_with("#key-malformed"));
+        assert!(
+            answer.json()["detail"]
+                .as_str()
+                .unwrap()
+                .contains("printable ASCII")
+        );
+    }
+    let missing = post(&url, &[ALICE], b"{}").await;
+    assert_eq!(missing.status, 400);
+    assert!(problem_type(&missing).ends_with("#key-required"));
+    assert_eq!(
+        upstream.executions("/charges"),
+        0,
+        "nothing reached the upstream"
+    );
+
+    // GET is not keyed: it passes through.
+    let got = reqwest::get(format!("{}/status", gateway.url))
+        .await
+        .unwrap();
+    assert_eq!(got.status(), 201);
+    assert_eq!(upstream.executions("/status"), 1);
+}
+
+pub async fn two_scopes_two_executions(store: Store) {
+    let upstream = Upstream::start().await;
+    let gateway = Gateway::start(&upstream.url, &store, &[]).await;
+    let url = format!("{}/charges", gateway.url);
+    let key = ("idempotency-key", "same-key");
+    let alice = post(&url, &[ALICE, key], b"{}").await;
+    let bob = post(&url, &[BOB, key], b"{}").await;
+    assert_eq!(
+        upstream.executions("/charges"),
+        2,
+        "two clients, two operations"
+    );
+    assert!(!bob.replayed, "bob never gets alice's answer");
+    assert_ne!(alice.json()["execution"], bob.json()["execution"]);
+    assert!(post(&url, &[BOB, key], b"{}").await.replayed);
+    assert_eq!(upstream.executions("/charges"), 2);
+
+    // Scoped by a header of the operator's choosing instead.
+    let tenants = Gateway::start(&upstream.url, &store, &["--scope-from", "header:x-tenant"]).await;
+    let url = format!("{}/tenanted", tenants.url);
+    post(&url, &[("x-tenant", "acme"), key], b"{}").await;
+    post(&url, &[("x-tenant", "acme"), key], b"{}").await;
+    post(&url, &[("x-tenant", "globex"), key], b"{}").await;
+    assert_eq!(upstream.executions("/tenanted"), 2);
+    let unscoped = post(&url, &[key], b"{}").await;
+    assert_eq!(unscoped.status, 400, "no tenant, no scope");
+    assert!(
+        unscoped.json()["detail"]
+            .as_str()
+            .unwrap()
+            .contains("x-tenant")
+    );
+}
+
+pub async fn webhook_keys_from_a_header(store: Store) {
+    let upstream = Upstream::start().await;
+    let gateway = Gateway::start(
+        &upstream.url,
+        &store,
+        &[
+            "--key-from",
+            "header:X-GitHub-Delivery",
+            "--scope-from",
+            "none",
+        ],
+    )
+    .await;
+    let url = format!("{}/github", gateway.url);
+    let delivery = ("x-github-delivery", "72d3162e-cc78-11e3-81ab-4c9367dc0958");
+    for _ in 0..3 {
+        assert_eq!(
+            post(&url, &[delivery], b"{\"action\":\"opened\"}")
+                .await
+                .status,
+            201
+        );
+    }
+    post(
+        &url,
+        &[("x-github-delivery", "another")],
+        b"{\"action\":\"opened\"}",
+    )
+    .await;
+    assert_eq!(
+        upstream.executions("/github"),
+        2,
+        "three redeliveries of one, and another"
+    );
+    assert_eq!(
+        upstream.keys()[0].as_deref(),
+        Some(delivery.1),
+        "the delivery id travels upstream as Idempotency-Key"
+    );
+}
+
+pub async fn webhook_keys_from_a_json_field(store: Store) {
+    let upstream = Upstream::start().await;
+    let gateway = Gateway::start(
+        &upstream.url,
+        &store,
+        &["--key-from", "json:/id", "--scope-from", "none"],
+    )
+    .await;
+    let url = format!("{}/stripe", gateway.url);
+    let event = b"{\"id\": \"evt_9f3k\", \"type\": \"charge.succeeded\"}";
+    let first = post(&url, &[], event).await;
+    let again = post(&url, &[], event).await;
+    assert!(again.replayed);
+    assert_eq!(first.body, again.body);
+    post(
+        &url,
+        &[],
+        b"{\"id\": \"evt_7h2m\", \"type\": \"charge.succeeded\"}",
+    )
+    .await;
+    assert_eq!(upstream.executions("/stripe"), 2);
+    assert_eq!(upstream.keys()[0].as_deref(), Some("evt_9f3k"));
+    let not_json = post(&url, &[], b"id=evt_1").await;
+    assert_eq!(not_json.status, 400);
+    assert!(
+        not_json.json()["detail"]
+            .as_str()
+            .unwrap()
+            .contains("not JSON")
+    );
+    assert_eq!(upstream.executions("/stripe"), 2);
+}
+
+pub async fn webhook_keys_from_the_body_bytes(store: Store) {
+    let upstream = Upstream::start().await;
+    let gateway = Gateway::start(
+        &upstream.url,
+        &store,
+        &["--key-from", "body-sha256", "--scope-from", "none"],
+    )
+    .await;
+    let url = format!("{}/hook", gateway.url);
+    post(&url, &[], b"{\"a\":1,\"b\":2}").await;
+    assert!(post(&url, &[], b"{\"a\":1,\"b\":2}").await.replayed);
+    // The same JSON in other bytes is another delivery: the key is of the bytes received.
+    assert!(!post(&url, &[], b"{\"b\":2,\"a\":1}").await.replayed);
+    assert_eq!(upstream.executions("/hook"), 2);
+    let key = upstream.keys()[0].clone().unwrap();
+    assert!(key.starts_with("sha256:") && key.len() == 71, "{key}");
+}
+
+pub async fn upstream_down_502_then_a_retry_runs_once(store: Store) {
+    // An address nothing listens on, yet.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    let gateway = Gateway::start(&format!("http://{addr}"), &store, &[]).await;
+    let url = format!("{}/charges", gateway.url);
+    let key = ("idempotency-key", "k-down");
+    let down = post(&url, &[ALICE, key], b"{}").await;
+    assert_eq!(down.status, 502);
+    assert!(problem_type(&down).ends_with("#upstream-unreachable"));
+
+    let upstream = Upstream::on(tokio::net::TcpListener::bind(addr).await.unwrap()).await;
+    let retry = post(&url, &[ALICE, key], b"{}").await;
+    assert_eq!(retry.status, 201, "the key was released: the retry runs");
+    assert!(post(&url, &[ALICE, key], b"{}").await.replayed);
+    assert_eq!(upstream.executions("/charges"), 1);
+}
+
+pub async fn upstream_timeout_keeps_the_key_until_the_lease_ends(store: Store) {
+    let upstream = Upstream::start().await;
+    let gateway = Gateway::start(
+        &upstream.url,
+        &store,
+        &["--lease", "3s", "--upstream-timeout", "1s"],
+    )
+    .await;
+    // The first execution outlasts the upstream timeout; a later one answers at once.
+    let url = format!("{}/slow?first_delay_ms=1500", gateway.url);
+    let key = ("idempotency-key", "k-slow");
+    let started = Instant::now();
+    let timed_out = post(&url, &[ALICE, key], b"{}").await;
+    assert_eq!(timed_out.status, 504);
+    assert!(problem_type(&timed_out).ends_with("#upstream-timeout"));
+    let early = post(&url, &[ALICE, key], b"{}").await;
+    assert_eq!(
+        early.status, 409,
+        "the first may still run upstream: no second copy"
+    );
+    assert_eq!(upstream.executions("/slow"), 1);
+    sleep_until(started + Duration::from_millis(3300)).await;
+    let late = post(&url, &[ALICE, key], b"{}").await;
+    assert_eq!(late.status, 201, "after the lease, the retry runs");
+    assert_eq!(
+        upstream.executions("/slow"),
+        2,
+        "once more, never a third time"
+    );
+    assert!(post(&url, &[ALICE, key], b"{}").await.replayed);
+}
+
+pub async fn a_dropped_response_keeps_the_key_until_the_lease_ends(store: Store) {
+    let upstream = Upstream::start().await;
+    let gateway = Gateway::start(
+        &upstream.url,
+        &store,
+        &["--lease", "2s", "--upstream-timeout", "1s"],
+    )
+    .await;
+    let url = format!("{}/drop", gateway.url);
+    let key = ("idempotency-key", "k-drop");
+    let started = Instant::now();
+    let broken = post(&url, &[ALICE, key], b"{}").await;
+    assert!(
+        broken.status >= 500,
+        "the client learns it broke: {broken:?}"
+    );
+    assert_eq!(post(&url, &[ALICE, key], b"{}").await.status, 409);
+    assert_eq!(upstream.executions("/drop"), 1);
+    sleep_until(started + Duration::from_millis(2300)).await;
+    post(&url, &[ALICE, key], b"{}").await;
+    assert_eq!(
+        upstream.executions("/drop"),
+        2,
+        "one take-over after the lease"
+    );
+}
+
+pub async fn gateway_killed_mid_request_409_then_one_run_after_the_lease(store: Store) {
+    let upstream = Upstream::start().await;
+    let flags = ["--lease", "4s", "--upstream-timeout", "3s"];
+    let gateway = Gateway::start(&upstream.url, &store, &flags).await;
+    let url = format!("{}/slow-charge?delay_ms=2000", gateway.url);
+    let key = ("idempotency-key", "k-kill");
+    let started = Instant::now();
+    let first = tokio::spawn({
+        let url = url.clone();
+        async move {
+            reqwest::Client::new()
+                .post(url)
+                .header(ALICE.0, ALICE.1)
+                .header(key.0, key.1)
+                .body("{}")
+                .send()
+                .await
+        }
+    });
+    while upstream.executions("/slow-charge") == 0 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    gateway.sigkill().await;
+    assert!(
+        first.await.unwrap().is_err(),
+        "the client lost its connection"
+    );
+
+    let restarted = Gateway::start(&upstream.url, &store, &flags).await;
+    let url = format!("{}/slow-charge?delay_ms=2000", restarted.url);
+    let early = post(&url, &[ALICE, key], b"{}").await;
+    assert_eq!(
+        early.status, 409,
+        "before the lease ends: the first may still run"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "the 409 came inside the lease"
+    );
+    sleep_until(started + Duration::from_millis(4300)).await;
+    let late = post(&url, &[ALICE, key], b"{}").await;
+    assert_eq!(late.status, 201, "after the lease, the retry is forwarded");
+    assert!(post(&url, &[ALICE, key], b"{}").await.replayed);
+    assert_eq!(
+        upstream.executions("/slow-charge"),
+        2,
+        "the killed attempt, and one forwarded after its lease"
+    );
+}
+
+pub async fn sigterm_finishes_the_request_in_flight(store: Store) {
+    let upstream = Upstream::start().await;
+    let gateway = Gateway::start(&upstream.url, &store, &[]).await;
+    let url = format!("{}/slow-order?delay_ms=1000", gateway.url);
+    let in_flight =
+        tokio::spawn(
+            async move { post(&url, &[ALICE, ("idempotency-key", "k-term")], b"{}").await },
+        );
+    while upstream.executions("/slow-order") == 0 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(gateway.sigterm().await, "a clean exit on SIGTERM");
+    let answer = in_flight.await.unwrap();
+    assert_eq!(
+        answer.status, 201,
+        "the request in flight finished: {answer:?}"
+    );
+
+    // Its answer was stored before the gateway stopped: a new gateway replays it.
+    let again = Gateway::start(&upstream.url, &store, &[]).await;
+    let url = format!("{}/slow-order?delay_ms=1000", again.url);
+    assert!(
+        post(&url, &[ALICE, ("idempotency-key", "k-term")], b"{}")
+            .await
+            .replayed
+    );
+    assert_eq!(upstream.executions("/slow-order"), 1);
+}
+
+pub async fn metrics_and_health_on_their_own_address(store: Store) {
+    let upstream = Upstream::start().await;
+    let gateway = Gateway::start(&upstream.url, &store, &["--metrics-listen", "127.0.0.1:0"]).await;
+    let ops = gateway
+        .ops
+        .clone()
+        .expect("the gateway printed its metrics address");
+    let url = format!("{}/charges", gateway.url);
+    post(&url, &[ALICE, ("idempotency-key", "k-m")], b"{}").await;
+    post(&url, &[ALICE, ("idempotency-key", "k-m")], b"{}").await;
+    let health = reqwest::get(format!("{ops}/healthz")).await.unwrap();
+    assert_eq!(health.status(), 200);
+    let metrics = reqwest::get(format!("{ops}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        "guestlist_http_requests_total{outcome=\"fresh\"} 1",
+        "guestlist_http_requests_total{outcome=\"replayed\"} 1",
+    ] {
+        assert!(metrics.contains(line), "{line} in\n{metrics}");
+    }
+    // The upstream's own /metrics is not shadowed.
+    assert_eq!(
+        reqwest::get(format!("{}/metrics", gateway.url))
+            .await
+            .unwrap()
+            .status(),
+        201
+    );
+}
+
+pub async fn two_gateways_retries_across_both_run_once(store: Store) {
+    let upstream = Upstream::start().await;
+    let one = Gateway::start(&upstream.url, &store, &[]).await;
+    let two = Gateway::start(&upstream.url, &store, &[]).await;
+    let mut answers = Vec::new();
+    for i in 0..5 {
+        let gateway = if i % 2 == 0 { &one } else { &two };
+        answers.push(
+            post(
+                &format!("{}/charges", gateway.url),
+                &[ALICE, ("idempotency-key", "k-s")],
+                b"{}",
+            )
+            .await,
+        );
+    }
+    assert_eq!(upstream.executions("/charges"), 1);
+    assert_eq!(answers.iter().filter(|a| a.replayed).count(), 4);
+    assert!(answers.iter().all(|a| a.body == answers[0].body));
+}
+
+pub async fn two_gateways_fifty_concurrent_run_once(store: Store) {
+    let upstream = Upstream::start().await;
+    let one = Gateway::start(&upstream.url, &store, &[]).await;
+    let two = Gateway::start(&upstream.url, &store, &[]).await;
+    let urls = [
+        format!("{}/orders?delay_ms=300", one.url),
+        format!("{}/orders?delay_ms=300", two.url),
+    ];
+    let answers = burst(&[&urls[0], &urls[1]], 50).await;
+    assert_eq!(upstream.executions("/orders"), 1);
+    assert!(answers.iter().all(|a| a.status == 201 || a.status == 409));
+}
+
+async fn sleep_until(deadline: Instant) {
+    tokio::time::sleep_until(deadline.into()).await;
+}
