@@ -38,6 +38,11 @@ pub(crate) enum Command {
     /// Stand in front of an HTTP service: retries with the same Idempotency-Key get the first
     /// answer, and webhooks are delivered once.
     Gateway(Box<crate::gateway::settings::GatewayArgs>),
+    /// Inspect or evict one idempotency key.
+    #[command(subcommand)]
+    Keys(crate::keys::KeysCommand),
+    /// The key table's figures: rows, in flight, oldest, size.
+    Stats(crate::keys::StatsArgs),
     /// Play the warehouse story: redeliveries, a second event, a race, a crash, and a crash after
     /// a charge to another service.
     Demo(DemoArgs),

@@ -5,6 +5,7 @@ mod cli;
 mod database;
 mod demo;
 mod gateway;
+mod keys;
 mod migrate;
 mod purge;
 mod signal;
@@ -40,6 +41,8 @@ fn main() -> ExitCode {
             Command::Migrate(args) => migrate::run(args).await,
             Command::Purge(args) => purge::run(args).await,
             Command::Gateway(args) => gateway::run(*args).await,
+            Command::Keys(command) => keys::run(command).await,
+            Command::Stats(args) => keys::stats(args).await,
             Command::Demo(args) => demo::run(args).await,
             Command::DemoCrashConsumer(args) => demo::crash::run(args).await,
         }

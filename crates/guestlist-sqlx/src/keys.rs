@@ -13,6 +13,7 @@ use sqlx::Pool;
 use crate::Error;
 use crate::backend::sealed::KeyValues;
 use crate::backend::{Backend, KeyRow, KeysSql, TableSql};
+use crate::key_report::{KeyRecord, KeyState, KeyStats};
 use crate::purge::{Purge, Purgeable, sealed};
 
 /// The default table name.
@@ -263,6 +264,53 @@ impl<DB: Backend> SqlKeyStore<DB> {
             .await
             .map_err(|err| self.error(err))?;
         Ok(gone == 1)
+    }
+
+    /// Reads one key's row for an operator: who holds it, and whether a response is stored.
+    /// `None` when the key is unknown (never used, evicted, or purged).
+    pub async fn inspect(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+    ) -> Result<Option<KeyRecord>, Error> {
+        let mut conn = self.pool.acquire().await?;
+        let row = DB::key_select(&mut conn, &self.sql, scope.as_str(), key.as_str())
+            .await
+            .map_err(|err| self.error(err))?;
+        Ok(row.map(|row| {
+            let state = match row.status {
+                Some(status) => KeyState::Stored {
+                    status: u16::try_from(status).unwrap_or(0),
+                    body_bytes: row.body.as_ref().map(Vec::len),
+                },
+                None => match row.lease_left_ms {
+                    Some(left) if left > 0 => KeyState::InFlight {
+                        lease_left: Duration::from_millis(left as u64),
+                    },
+                    _ => KeyState::Abandoned,
+                },
+            };
+            KeyRecord {
+                attempt: u64::try_from(row.attempt).unwrap_or(0),
+                fingerprint: hex::encode(&row.fingerprint),
+                state,
+            }
+        }))
+    }
+
+    /// The table's figures: rows, rows in flight, the oldest row's age, and the size on disk.
+    pub async fn stats(&self) -> Result<KeyStats, Error> {
+        let mut conn = self.pool.acquire().await?;
+        let (rows, in_flight, oldest_ms, bytes) = DB::key_stats(&mut conn, &self.sql)
+            .await
+            .map_err(|err| self.error(err))?;
+        let unsigned = |n: i64| u64::try_from(n).unwrap_or(0);
+        Ok(KeyStats {
+            rows: unsigned(rows),
+            in_flight: unsigned(in_flight),
+            oldest: oldest_ms.map(|ms| Duration::from_millis(unsigned(ms))),
+            bytes: bytes.map(unsigned),
+        })
     }
 
     fn error(&self, err: sqlx::Error) -> Error {

@@ -15,6 +15,7 @@
 mod backend;
 mod error;
 mod inbox;
+mod key_report;
 mod keys;
 mod process;
 mod purge;
@@ -31,6 +32,7 @@ pub use guestlist_core::{
     MessageId, Retention, Scope, StoredBody, StoredResponse, TableName,
 };
 pub use inbox::Inbox;
+pub use key_report::{KeyRecord, KeyState, KeyStats};
 pub use keys::SqlKeyStore;
 pub use process::{BatchProcessed, ProcessError, Processed, WorkFuture};
 pub use purge::{Purge, Purgeable, Purged};

@@ -62,8 +62,8 @@ pub use guestlist_core::{
 #[cfg(feature = "sqlite")]
 pub use guestlist_sqlx::sqlite;
 pub use guestlist_sqlx::{
-    Backend, BatchProcessed, Error, Inbox, ProcessError, Processed, Purge, Purgeable, Purged,
-    Purger, PurgerHandle, SqlKeyStore, WorkFuture, sqlx,
+    Backend, BatchProcessed, Error, Inbox, KeyRecord, KeyState, KeyStats, ProcessError, Processed,
+    Purge, Purgeable, Purged, Purger, PurgerHandle, SqlKeyStore, WorkFuture, sqlx,
 };
 
 /// Errors of the core types: invalid ids, names, table names and retentions.

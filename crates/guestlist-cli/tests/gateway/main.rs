@@ -25,6 +25,7 @@ macro_rules! gateway_suite {
                 gateway_killed_mid_request_409_then_one_run_after_the_lease,
                 sigterm_finishes_the_request_in_flight,
                 metrics_and_health_on_their_own_address,
+                operators_inspect_evict_and_count_keys,
             );
         }
     };

@@ -515,6 +515,97 @@ pub async fn two_gateways_fifty_concurrent_run_once(store: Store) {
     assert!(answers.iter().all(|a| a.status == 201 || a.status == 409));
 }
 
+/// Runs `guestlist` with `args` on `store`; its exit status and standard output.
+async fn operator(store: &Store, args: &[&str]) -> (bool, String) {
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_guestlist"))
+        .args(args)
+        .args(store.args())
+        .env_remove("GUESTLIST_DATABASE_URL")
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    (output.status.success(), format!("{stdout}{stderr}"))
+}
+
+pub async fn operators_inspect_evict_and_count_keys(store: Store) {
+    let upstream = Upstream::start().await;
+    let gateway = Gateway::start(&upstream.url, &store, &[]).await;
+    let url = format!("{}/charges", gateway.url);
+    let alice_key = ["--authorization", "Bearer alice", "--key", "k-op"];
+    post(&url, &[ALICE, ("idempotency-key", "k-op")], b"{}").await;
+
+    let (found, out) = operator(&store, &[&["keys", "inspect"][..], &alice_key].concat()).await;
+    assert!(found, "{out}");
+    assert!(
+        out.contains("key k-op in scope cred:") && out.contains("stored: status 201"),
+        "{out}"
+    );
+    let (_, bob) = operator(
+        &store,
+        &[
+            "keys",
+            "inspect",
+            "--authorization",
+            "Bearer bob",
+            "--key",
+            "k-op",
+        ],
+    )
+    .await;
+    assert!(
+        bob.contains("no key k-op"),
+        "bob's scope has no such key: {bob}"
+    );
+
+    // A request in flight shows as such.
+    let slow = format!("{}/slow-op?delay_ms=1500", gateway.url);
+    let in_flight = tokio::spawn(async move {
+        post(&slow, &[ALICE, ("idempotency-key", "k-slow-op")], b"{}").await
+    });
+    while upstream.executions("/slow-op") == 0 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (_, stats) = operator(&store, &["stats"]).await;
+    assert!(
+        stats.contains("rows       2") && stats.contains("in flight  1"),
+        "{stats}"
+    );
+    let (_, slow_key) = operator(
+        &store,
+        &[
+            "keys",
+            "inspect",
+            "--authorization",
+            "Bearer alice",
+            "--key",
+            "k-slow-op",
+        ],
+    )
+    .await;
+    assert!(slow_key.contains("in flight, lease ends in"), "{slow_key}");
+    in_flight.await.unwrap();
+
+    let (removed, out) = operator(&store, &[&["keys", "evict"][..], &alice_key].concat()).await;
+    assert!(
+        removed && out.contains("removed key k-op") && out.contains("runs again"),
+        "{out}"
+    );
+    let again = post(&url, &[ALICE, ("idempotency-key", "k-op")], b"{}").await;
+    assert!(!again.replayed, "evicted: the next request ran again");
+    assert_eq!(upstream.executions("/charges"), 2);
+    let (found, out) = operator(
+        &store,
+        &["keys", "inspect", "--scope", "nobody", "--key", "k-op"],
+    )
+    .await;
+    assert!(
+        !found && out.contains("never used, evicted, or purged"),
+        "{out}"
+    );
+}
+
 async fn sleep_until(deadline: Instant) {
     tokio::time::sleep_until(deadline.into()).await;
 }

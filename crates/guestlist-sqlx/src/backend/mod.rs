@@ -113,6 +113,8 @@ pub struct KeysSql {
     pub(crate) release: Arc<str>,
     /// Deletes a row whatever its state (an operator's eviction).
     pub(crate) evict: Arc<str>,
+    /// The table's figures, for operators.
+    pub(crate) stats: Arc<str>,
 }
 
 impl KeysSql {
@@ -132,6 +134,7 @@ impl KeysSql {
             complete: fill(DB::KEY_COMPLETE),
             release: fill(DB::KEY_RELEASE),
             evict: fill(DB::KEY_EVICT),
+            stats: fill(DB::KEY_STATS),
         }
     }
 }
@@ -150,6 +153,10 @@ pub struct KeyRow {
     /// Milliseconds the lease has left (negative once expired; `None` once completed).
     pub(crate) lease_left_ms: Option<i64>,
 }
+
+/// The key table's figures as read: rows, in flight, oldest age (ms), size (bytes).
+#[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
+pub type KeyStatsRow = (i64, i64, Option<i64>, Option<i64>);
 
 /// Splits a DDL file into statements, dropping `--` comment lines and renaming the table.
 fn ddl_statements(file: &str, default_name: &str, table: &str) -> Vec<String> {
@@ -287,6 +294,15 @@ macro_rules! keys_same_everywhere {
                     }
                 },
             ))
+        }
+
+        async fn key_stats<'c>(
+            conn: &'c mut $conn,
+            sql: &'c KeysSql,
+        ) -> Result<super::KeyStatsRow, sqlx::Error> {
+            sqlx::query_as(sqlx::AssertSqlSafe(sql.stats.clone()))
+                .fetch_one(conn)
+                .await
         }
 
         async fn key_update<'c>(
@@ -444,6 +460,9 @@ pub(crate) mod sealed {
         const KEY_RELEASE: &'static str;
         /// Template of [`KeysSql::evict`]: scope, key.
         const KEY_EVICT: &'static str;
+        /// Template of [`KeysSql::stats`]: rows, rows in flight, the oldest row's age in
+        /// milliseconds, and the table's size in bytes (SQLite: the database file's).
+        const KEY_STATS: &'static str;
 
         /// Inserts an in-flight key; `true` when new.
         fn key_insert<'c>(
@@ -463,6 +482,12 @@ pub(crate) mod sealed {
             scope: &'c str,
             key: &'c str,
         ) -> impl Future<Output = Result<Option<KeyRow>, sqlx::Error>> + Send + 'c;
+
+        /// Reads the table's figures.
+        fn key_stats<'c>(
+            conn: &'c mut Self::Connection,
+            sql: &'c KeysSql,
+        ) -> impl Future<Output = Result<KeyStatsRow, sqlx::Error>> + Send + 'c;
 
         /// Runs a statement that binds, in order, the given values and reports rows affected:
         /// take-over, complete, release and evict share it.

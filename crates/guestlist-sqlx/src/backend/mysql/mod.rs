@@ -177,6 +177,12 @@ impl KeyStatements for MySql {
     const KEY_RELEASE: &'static str = "DELETE FROM {table} \
          WHERE scope = ? AND idempotency_key = ? AND token = ? AND status IS NULL";
     const KEY_EVICT: &'static str = "DELETE FROM {table} WHERE scope = ? AND idempotency_key = ?";
+    const KEY_STATS: &'static str = "SELECT COUNT(*), \
+         CAST(COALESCE(SUM(status IS NULL), 0) AS SIGNED), \
+         CAST(TIMESTAMPDIFF(MICROSECOND, MIN(created_at), UTC_TIMESTAMP(6)) DIV 1000 AS SIGNED), \
+         (SELECT CAST(data_length + index_length AS SIGNED) FROM information_schema.tables \
+          WHERE table_schema = DATABASE() AND table_name = '{table}') \
+         FROM {table}";
 
     async fn key_insert<'c>(
         conn: &'c mut MySqlConnection,

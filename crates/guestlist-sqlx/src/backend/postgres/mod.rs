@@ -119,6 +119,11 @@ impl KeyStatements for Postgres {
     const KEY_RELEASE: &'static str = "DELETE FROM {table} \
          WHERE scope = $1 AND idempotency_key = $2 AND token = $3 AND status IS NULL";
     const KEY_EVICT: &'static str = "DELETE FROM {table} WHERE scope = $1 AND idempotency_key = $2";
+    const KEY_STATS: &'static str = "SELECT COUNT(*)::bigint, \
+         (COUNT(*) FILTER (WHERE status IS NULL))::bigint, \
+         (EXTRACT(EPOCH FROM (now() - MIN(created_at))) * 1000)::bigint, \
+         pg_total_relation_size('{table}'::regclass)::bigint \
+         FROM {table}";
 
     super::key_insert_by_rows_affected!(PgConnection);
     super::keys_same_everywhere!(PgConnection);

@@ -153,6 +153,12 @@ impl KeyStatements for Sqlite {
     const KEY_RELEASE: &'static str = "DELETE FROM {table} \
          WHERE scope = ?1 AND idempotency_key = ?2 AND token = ?3 AND status IS NULL";
     const KEY_EVICT: &'static str = "DELETE FROM {table} WHERE scope = ?1 AND idempotency_key = ?2";
+    // SQLite has no size per table without the dbstat module: the whole file's size instead.
+    const KEY_STATS: &'static str = "SELECT COUNT(*), \
+         COALESCE(SUM(status IS NULL), 0), \
+         CAST(round((julianday('now') - julianday(MIN(created_at))) * 86400000.0) AS INTEGER), \
+         (SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()) \
+         FROM {table}";
 
     super::key_insert_by_rows_affected!(SqliteConnection);
     super::keys_same_everywhere!(SqliteConnection);

@@ -1,0 +1,154 @@
+//! The operator's commands on idempotency keys: `guestlist keys inspect`, `guestlist keys
+//! evict` and `guestlist stats`.
+
+use clap::{Args, Subcommand};
+use guestlist::sqlx::Pool;
+use guestlist::{Backend, IdempotencyKey, Scope, SqlKeyStore};
+
+use crate::database::{self, with_pool};
+
+/// Where the keys are.
+#[derive(Debug, Args)]
+pub(crate) struct KeyTableArgs {
+    /// postgres://…, mysql://… (or mariadb://…), or sqlite:PATH.
+    #[arg(
+        long,
+        env = "GUESTLIST_DATABASE_URL",
+        default_value = "sqlite:guestlist.db"
+    )]
+    pub(crate) database: String,
+    /// The key table.
+    #[arg(long, default_value = "guestlist_keys")]
+    pub(crate) table: String,
+}
+
+/// Which key.
+#[derive(Debug, Args)]
+#[group(required = true, multiple = false, id = "whose")]
+pub(crate) struct Whose {
+    /// The scope as stored: a --scope-from header's value, `all` under --scope-from none, or
+    /// `cred:<sha256>` for Authorization.
+    #[arg(long, group = "whose")]
+    scope: Option<String>,
+    /// The client's Authorization header, hashed to its scope as the gateway does.
+    #[arg(long, group = "whose")]
+    authorization: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct KeyArgs {
+    #[command(flatten)]
+    table: KeyTableArgs,
+    #[command(flatten)]
+    whose: Whose,
+    /// The idempotency key.
+    #[arg(long)]
+    key: String,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum KeysCommand {
+    /// Show one key: in flight, abandoned, or stored (with its status).
+    Inspect(KeyArgs),
+    /// Remove one key whatever its state, so that the next request with it runs again.
+    Evict(KeyArgs),
+}
+
+impl KeyArgs {
+    fn scope(&self) -> anyhow::Result<Scope> {
+        match (&self.whose.scope, &self.whose.authorization) {
+            (Some(scope), _) => Ok(Scope::new(scope.clone())?),
+            (None, Some(credentials)) => Ok(Scope::from_credentials(credentials.as_bytes())),
+            (None, None) => anyhow::bail!("say whose key: --scope S or --authorization VALUE"),
+        }
+    }
+}
+
+pub(crate) async fn run(command: KeysCommand) -> anyhow::Result<()> {
+    let (args, evict) = match command {
+        KeysCommand::Inspect(args) => (args, false),
+        KeysCommand::Evict(args) => (args, true),
+    };
+    let (scope, key) = (args.scope()?, IdempotencyKey::new(args.key.clone())?);
+    let pool = database::connect(&args.table.database, 1).await?;
+    with_pool!(pool, |pool| one_key(
+        pool,
+        &args.table.table,
+        &scope,
+        &key,
+        evict
+    )
+    .await)
+}
+
+async fn one_key<DB: Backend>(
+    pool: Pool<DB>,
+    table: &str,
+    scope: &Scope,
+    key: &IdempotencyKey,
+    evict: bool,
+) -> anyhow::Result<()> {
+    let keys = SqlKeyStore::with_table(pool, table)?;
+    let Some(record) = keys.inspect(scope, key).await? else {
+        if evict {
+            println!("no key {key} in scope {scope} (table {table}): nothing removed");
+            return Ok(());
+        }
+        anyhow::bail!(
+            "no key {key} in scope {scope} (table {table}): never used, evicted, or purged"
+        );
+    };
+    let describe = format!(
+        "key {key} in scope {scope}: {}; attempt {}; request fingerprint {}",
+        record.state, record.attempt, record.fingerprint
+    );
+    if !evict {
+        println!("{describe}");
+        return Ok(());
+    }
+    if keys.evict(scope, key).await? {
+        println!("removed {describe}\nthe next request with this key runs again");
+    } else {
+        println!(
+            "no key {key} in scope {scope}: it went (purged or evicted) before this could remove it"
+        );
+    }
+    Ok(())
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct StatsArgs {
+    #[command(flatten)]
+    table: KeyTableArgs,
+}
+
+pub(crate) async fn stats(args: StatsArgs) -> anyhow::Result<()> {
+    let pool = database::connect(&args.table.database, 1).await?;
+    let stats = with_pool!(pool, |pool| SqlKeyStore::with_table(
+        pool,
+        &args.table.table
+    )?
+    .stats()
+    .await)?;
+    let oldest = stats.oldest.map_or_else(
+        || "-".to_owned(),
+        |age| humantime::format_duration(std::time::Duration::from_secs(age.as_secs())).to_string(),
+    );
+    let size = stats.bytes.map_or_else(
+        || "-".to_owned(),
+        |b| format!("{:.1} MiB", b as f64 / 1048576.0),
+    );
+    println!("table      {}", args.table.table);
+    println!("rows       {}", stats.rows);
+    println!("in flight  {}", stats.in_flight);
+    println!("oldest     {oldest}");
+    println!(
+        "size       {size}{}",
+        if args.table.database.starts_with("sqlite") {
+            " (the whole database file)"
+        } else {
+            ""
+        }
+    );
+    Ok(())
+}

@@ -1,0 +1,73 @@
+//! What an operator reads about idempotency keys: one key's state, and the table's figures.
+
+use std::fmt;
+use std::time::Duration;
+
+/// One key's row, as [`SqlKeyStore::inspect`](crate::SqlKeyStore::inspect) reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyRecord {
+    /// Which attempt holds (or held) the key: above 1 after a take-over of an expired lease.
+    pub attempt: u64,
+    /// The hex SHA-256 fingerprint of the request that claimed the key.
+    pub fingerprint: String,
+    /// Where the key stands.
+    pub state: KeyState,
+}
+
+/// Where a key stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyState {
+    /// An attempt is running with this much lease left: retries get 409.
+    InFlight {
+        /// Time until a retry may take over.
+        lease_left: Duration,
+    },
+    /// The attempt's lease ended without a response: the next retry takes over.
+    Abandoned,
+    /// A response is stored and replayed to retries.
+    Stored {
+        /// Its status.
+        status: u16,
+        /// Its body's size; `None` when it was too large to store.
+        body_bytes: Option<usize>,
+    },
+}
+
+impl fmt::Display for KeyState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KeyState::InFlight { lease_left } => write!(
+                f,
+                "in flight, lease ends in {:.1}s (retries get 409)",
+                lease_left.as_secs_f64()
+            ),
+            KeyState::Abandoned => {
+                f.write_str("abandoned: its lease ended without a response; the next retry runs")
+            }
+            KeyState::Stored {
+                status,
+                body_bytes: Some(bytes),
+            } => write!(
+                f,
+                "stored: status {status}, {bytes}-byte body (retries get it)"
+            ),
+            KeyState::Stored {
+                status,
+                body_bytes: None,
+            } => write!(f, "stored: status {status}, body too large to keep"),
+        }
+    }
+}
+
+/// The key table's figures, as [`SqlKeyStore::stats`](crate::SqlKeyStore::stats) reads them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyStats {
+    /// Rows in the table.
+    pub rows: u64,
+    /// Rows whose first attempt has not answered (running, or abandoned and not yet retried).
+    pub in_flight: u64,
+    /// The oldest row's age; `None` for an empty table.
+    pub oldest: Option<Duration>,
+    /// The table's size on disk, indexes included (SQLite: the whole database file's).
+    pub bytes: Option<u64>,
+}
