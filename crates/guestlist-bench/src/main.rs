@@ -5,6 +5,7 @@
 //! between them. Timing is only ever reported here, never asserted in a test.
 
 mod broker;
+mod gateway;
 mod http;
 mod inbox;
 mod measure;
@@ -28,6 +29,8 @@ enum Bench {
     Http(Common),
     /// Broker consumers on NATS JetStream and RabbitMQ: no inbox, against batches of 1, 10, 100.
     Broker(Common),
+    /// `guestlist gateway`: the upstream alone, nginx as a plain proxy, fresh keys, replays.
+    Gateway(Common),
 }
 
 /// Flags every bench takes.
@@ -58,11 +61,15 @@ fn main() -> anyhow::Result<()> {
             Bench::Inbox(common) => inbox::run(common).await,
             Bench::Http(common) => http::run(common).await,
             Bench::Broker(common) => broker::run(common).await,
+            Bench::Gateway(common) => gateway::run(common).await,
         }
     })?;
     report.print();
     let common = match &cli.bench {
-        Bench::Inbox(common) | Bench::Http(common) | Bench::Broker(common) => common,
+        Bench::Inbox(common)
+        | Bench::Http(common)
+        | Bench::Broker(common)
+        | Bench::Gateway(common) => common,
     };
     if let Some(path) = &common.json {
         report.write_json(path)?;

@@ -107,7 +107,10 @@ async fn one_key<DB: Backend>(
         return Ok(());
     }
     if keys.evict(scope, key).await? {
-        println!("removed {describe}\nthe next request with this key runs again");
+        println!(
+            "removed {describe}\nthe next request with this key runs again (a gateway that \
+             replayed it lately may still answer from memory until its --replay-cache-ttl ends)"
+        );
     } else {
         println!(
             "no key {key} in scope {scope}: it went (purged or evicted) before this could remove it"

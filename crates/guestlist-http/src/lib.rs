@@ -47,6 +47,7 @@ mod layer;
 mod mode;
 mod outcome;
 mod problem;
+mod replay_cache;
 mod service;
 #[cfg(feature = "sql")]
 mod transactional;
@@ -57,6 +58,7 @@ pub use keep_locked::KeepLocked;
 pub use key_source::KeySource;
 pub use layer::IdempotencyLayer;
 pub use mode::{Mode, Plain};
+pub use replay_cache::ReplayCache;
 pub use service::Idempotency;
 #[cfg(feature = "sql")]
 pub use transactional::{IdempotentTx, Transactional, TxSlot};

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use axum::Router;
-use guestlist::http::IdempotencyLayer;
+use guestlist::http::{IdempotencyLayer, Plain, ReplayCache};
 use guestlist::sqlx::Pool;
 use guestlist::{Backend, Purger, Retention, Scope, SqlKeyStore};
 use tokio::sync::watch;
@@ -98,7 +98,12 @@ async fn serve<DB: Backend>(pool: Pool<DB>, settings: Settings) -> anyhow::Resul
 fn layer<DB: Backend>(
     keys: SqlKeyStore<DB>,
     settings: &Settings,
-) -> IdempotencyLayer<guestlist::http::Plain<SqlKeyStore<DB>>> {
+) -> IdempotencyLayer<Plain<ReplayCache<SqlKeyStore<DB>>>> {
+    let keys = ReplayCache::new(
+        keys,
+        settings.replay_cache as u64,
+        settings.replay_cache_ttl,
+    );
     let layer = IdempotencyLayer::new(keys)
         .key_from(settings.key_from.clone())
         .require_key(settings.require_key)

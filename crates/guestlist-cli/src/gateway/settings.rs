@@ -65,6 +65,14 @@ pub(crate) struct GatewayArgs {
     /// Where /metrics (Prometheus text) and /healthz listen; off unless set.
     #[arg(long, env = "GUESTLIST_GATEWAY_METRICS_LISTEN")]
     pub(crate) metrics_listen: Option<String>,
+    /// Memory for stored responses already replayed once, so that further retries skip the
+    /// database; 0 turns it off [default: 64MiB].
+    #[arg(long, env = "GUESTLIST_GATEWAY_REPLAY_CACHE")]
+    pub(crate) replay_cache: Option<String>,
+    /// How long a response stays in that memory: a key evicted by an operator may still be
+    /// replayed by a gateway for this long [default: 60s].
+    #[arg(long, env = "GUESTLIST_GATEWAY_REPLAY_CACHE_TTL")]
+    pub(crate) replay_cache_ttl: Option<String>,
 }
 
 /// The same settings, from the TOML file.
@@ -85,6 +93,8 @@ struct FileSettings {
     max_body: Option<String>,
     mismatch_status: Option<u16>,
     metrics_listen: Option<String>,
+    replay_cache: Option<String>,
+    replay_cache_ttl: Option<String>,
 }
 
 /// Whose key it is.
@@ -115,6 +125,8 @@ pub(crate) struct Settings {
     pub(crate) max_body: usize,
     pub(crate) mismatch_status: StatusCode,
     pub(crate) metrics_listen: Option<SocketAddr>,
+    pub(crate) replay_cache: usize,
+    pub(crate) replay_cache_ttl: Duration,
 }
 
 impl Settings {
@@ -188,6 +200,19 @@ impl Settings {
                 args.max_body.or(file.max_body).as_deref().unwrap_or("1MiB"),
             )?,
             mismatch_status,
+            replay_cache: bytes(
+                "replay-cache",
+                args.replay_cache
+                    .or(file.replay_cache)
+                    .as_deref()
+                    .unwrap_or("64MiB"),
+            )?,
+            replay_cache_ttl: match args.replay_cache_ttl.or(file.replay_cache_ttl) {
+                Some(text) => humantime::parse_duration(&text).with_context(|| {
+                    format!("--replay-cache-ttl {text:?} is not a duration like 60s")
+                })?,
+                None => Duration::from_secs(60),
+            },
             metrics_listen: match args.metrics_listen.or(file.metrics_listen) {
                 Some(addr) => Some(addr.parse().with_context(|| {
                     format!("--metrics-listen {addr:?} is not an address like 127.0.0.1:9090")
@@ -296,6 +321,8 @@ mod tests {
         assert_eq!(s.mismatch_status, StatusCode::UNPROCESSABLE_ENTITY);
         assert!(!s.require_key);
         assert!(s.metrics_listen.is_none());
+        assert_eq!(s.replay_cache, 64 * 1024 * 1024);
+        assert_eq!(s.replay_cache_ttl, Duration::from_secs(60));
     }
 
     #[test]

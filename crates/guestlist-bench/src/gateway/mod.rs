@@ -1,0 +1,217 @@
+//! `guestlist-bench gateway`: the `guestlist gateway` binary in front of a small upstream,
+//! against the upstream alone and nginx as a plain reverse proxy, in one run.
+//!
+//! Four figures, interleaved round by round (odd rounds reversed): `direct` (the load generator
+//! to the upstream), `nginx` (Debian's nginx, `proxy_pass` with keep-alive to the upstream),
+//! `fresh` (the gateway with a new key on every request: its claim, the proxied call, the stored
+//! response) and `replay` (the gateway answering retries of stored keys without the upstream).
+//! The load generator runs in this process: 32 keep-alive connections in a closed loop. The
+//! gateway runs on the given database and on SQLite.
+
+mod nginx;
+mod process;
+
+use std::time::Duration;
+
+use axum::Router;
+use axum::http::StatusCode;
+use axum::routing::post;
+
+use crate::Common;
+use crate::measure::{Plan, load, median, percentile_ms};
+use crate::report::{Latency, Report, Row};
+
+/// Concurrent connections of the load generator.
+const CONNECTIONS: usize = 32;
+/// Stored keys the replay figure cycles through.
+const STORED_KEYS: u64 = 1_000;
+/// What every request sends.
+const BODY: &[u8] = br#"{"amount":100,"currency":"eur","customer":"cus_9f3k"}"#;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Figure {
+    Direct,
+    Nginx,
+    Fresh,
+    Replay,
+}
+
+impl Figure {
+    const ALL: [Figure; 4] = [Figure::Direct, Figure::Nginx, Figure::Fresh, Figure::Replay];
+
+    fn name(self) -> &'static str {
+        match self {
+            Figure::Direct => "direct",
+            Figure::Nginx => "nginx",
+            Figure::Fresh => "gateway_fresh",
+            Figure::Replay => "gateway_replay",
+        }
+    }
+}
+
+/// The upstream every figure reaches: answers 201 with a small JSON body, no database.
+async fn upstream() -> anyhow::Result<String> {
+    let app = Router::new().fallback(post(|| async {
+        (
+            StatusCode::CREATED,
+            [("content-type", "application/json")],
+            r#"{"id":"ch_3MmlLrLkdIwHu7ix0snN0B15","status":"succeeded"}"#,
+        )
+    }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}", listener.local_addr()?);
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Ok(url)
+}
+
+pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
+    let plan = Plan::new(common.quick);
+    let mut report = Report::default();
+    let upstream = upstream().await?;
+    let nginx = nginx::Nginx::start(&upstream).await?;
+    let scratch = tempfile::tempdir()?;
+    let mut databases = vec![(label(&common.database)?, common.database.clone())];
+    if !common.database.starts_with("sqlite:") {
+        let sqlite = format!(
+            "sqlite:{}",
+            scratch.path().join("bench-gateway.db").display()
+        );
+        databases.push(("sqlite", sqlite));
+    }
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(CONNECTIONS)
+        .build()?;
+    for (backend, database) in databases {
+        eprintln!("measuring the gateway on {backend} …");
+        let gateway = process::Gateway::start(&upstream, &database, scratch.path()).await?;
+        let targets = Targets {
+            direct: format!("{upstream}/v1/charges"),
+            nginx: format!("{}/v1/charges", nginx.url),
+            gateway: format!("{}/v1/charges", gateway.url),
+        };
+        for n in 0..STORED_KEYS {
+            send(&client, &targets.gateway, Some(&format!("stored-{n}"))).await?;
+        }
+        measure(&client, &targets, plan, backend, &mut report).await?;
+        drop(gateway);
+        let fresh = report.get("gateway_fresh", backend, CONNECTIONS);
+        let replay = report.get("gateway_replay", backend, CONNECTIONS);
+        let nginx_rate = report.get("nginx", backend, CONNECTIONS);
+        let direct = report.get("direct", backend, CONNECTIONS);
+        report
+            .ratios
+            .insert(format!("fresh_vs_nginx_{backend}"), fresh / nginx_rate);
+        report
+            .ratios
+            .insert(format!("replay_vs_nginx_{backend}"), replay / nginx_rate);
+        report
+            .ratios
+            .insert(format!("nginx_vs_direct_{backend}"), nginx_rate / direct);
+    }
+    drop(nginx);
+    Ok(report)
+}
+
+fn label(url: &str) -> anyhow::Result<&'static str> {
+    Ok(match url.split(':').next().unwrap_or_default() {
+        "postgres" | "postgresql" => "postgres",
+        "mysql" | "mariadb" => "mysql",
+        "sqlite" => "sqlite",
+        _ => anyhow::bail!(
+            "cannot tell the database from {url:?}: use postgres://, mysql:// or sqlite:"
+        ),
+    })
+}
+
+/// Where each figure sends its requests.
+#[derive(Debug, Clone)]
+struct Targets {
+    direct: String,
+    nginx: String,
+    gateway: String,
+}
+
+async fn measure(
+    client: &reqwest::Client,
+    targets: &Targets,
+    plan: Plan,
+    backend: &'static str,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let mut samples: Vec<(Figure, f64, Vec<Duration>)> = Vec::new();
+    for round in 0..plan.rounds {
+        for figure in plan.order(round, &Figure::ALL) {
+            let (client, targets) = (client.clone(), targets.clone());
+            let measured = load(CONNECTIONS, plan.each, move |worker, n| {
+                let (client, targets) = (client.clone(), targets.clone());
+                async move {
+                    match figure {
+                        Figure::Direct => send(&client, &targets.direct, None).await,
+                        Figure::Nginx => send(&client, &targets.nginx, None).await,
+                        Figure::Fresh => {
+                            let key = format!("{backend}-r{round}-w{worker}-{n}");
+                            send(&client, &targets.gateway, Some(&key)).await
+                        }
+                        Figure::Replay => {
+                            let key = format!("stored-{}", (worker as u64 * 31 + n) % STORED_KEYS);
+                            send(&client, &targets.gateway, Some(&key)).await
+                        }
+                    }
+                }
+            })
+            .await?;
+            eprintln!(
+                "  {:<15} round {round}  {:>8.0} req/s",
+                figure.name(),
+                measured.per_sec
+            );
+            samples.push((figure, measured.per_sec, measured.latencies));
+        }
+    }
+    for figure in Figure::ALL {
+        let rates = samples
+            .iter()
+            .filter(|(f, ..)| *f == figure)
+            .map(|(_, r, _)| *r)
+            .collect();
+        let mut latencies: Vec<Duration> = samples
+            .iter()
+            .filter(|(f, ..)| *f == figure)
+            .flat_map(|(_, _, l)| l.iter().copied())
+            .collect();
+        report.rows.push(Row {
+            name: figure.name().to_owned(),
+            backend,
+            workers: CONNECTIONS,
+            batch: 1,
+            per_sec: median(rates),
+            unit: "req/s",
+            latency: Some(Latency {
+                p50_ms: percentile_ms(&mut latencies, 0.5),
+                p99_ms: percentile_ms(&mut latencies, 0.99),
+            }),
+        });
+    }
+    Ok(())
+}
+
+/// One `POST`; fails unless the answer is 201 (first run or replay).
+async fn send(client: &reqwest::Client, url: &str, key: Option<&str>) -> anyhow::Result<u64> {
+    let mut request = client
+        .post(url)
+        .header("authorization", "Bearer bench")
+        .body(BODY);
+    if let Some(key) = key {
+        request = request.header("idempotency-key", key);
+    }
+    let response = request.send().await?;
+    anyhow::ensure!(
+        response.status() == reqwest::StatusCode::CREATED,
+        "{url}: {} {}",
+        response.status(),
+        response.text().await.unwrap_or_default()
+    );
+    // Read the body: a replay or a proxied answer is only done once its body has arrived.
+    response.bytes().await?;
+    Ok(1)
+}
