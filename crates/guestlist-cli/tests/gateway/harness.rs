@@ -135,12 +135,16 @@ fn header(headers: &HeaderMap, name: &str) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// Where the gateway keeps its keys.
+/// Where the gateways keep their keys, and how many gateways share them.
 pub enum Store {
-    /// A fresh SQLite file.
+    /// A fresh SQLite file, one gateway.
     Sqlite(tempfile::TempDir),
-    /// A table of its own in the test PostgreSQL database.
-    Postgres { url: String, table: String },
+    /// A table of its own in the test PostgreSQL database, shared by `gateways` gateways.
+    Postgres {
+        url: String,
+        table: String,
+        gateways: usize,
+    },
 }
 
 impl Store {
@@ -148,8 +152,8 @@ impl Store {
         Store::Sqlite(tempfile::tempdir().unwrap())
     }
 
-    /// A fresh table named for the test.
-    pub async fn postgres(test: &str) -> Self {
+    /// A fresh table named for the test, for `gateways` gateways.
+    pub async fn postgres(test: &str, gateways: usize) -> Self {
         let url = std::env::var("GUESTLIST_TEST_POSTGRES_URL")
             .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
         let table = format!("gw_{test}");
@@ -162,7 +166,19 @@ impl Store {
         .execute(&pool)
         .await
         .unwrap();
-        Store::Postgres { url, table }
+        Store::Postgres {
+            url,
+            table,
+            gateways,
+        }
+    }
+
+    /// How many gateways share the store.
+    pub fn gateways(&self) -> usize {
+        match self {
+            Store::Sqlite(_) => 1,
+            Store::Postgres { gateways, .. } => *gateways,
+        }
     }
 
     /// `--database` and `--table` for the gateway.
@@ -172,7 +188,7 @@ impl Store {
                 "--database".into(),
                 format!("sqlite:{}", dir.path().join("guestlist.db").display()),
             ],
-            Store::Postgres { url, table } => {
+            Store::Postgres { url, table, .. } => {
                 vec![
                     "--database".into(),
                     url.clone(),
@@ -250,6 +266,101 @@ impl Gateway {
     }
 }
 
+/// The gateways of one test, all on one store: requests go to each in turn, so that with two
+/// sharing PostgreSQL a retry usually lands on the other gateway.
+pub struct Gateways {
+    all: Vec<Gateway>,
+    next: std::sync::atomic::AtomicUsize,
+    upstream: String,
+    extra: Vec<String>,
+}
+
+impl Gateways {
+    /// As many gateways as the store says, in front of `upstream`, with `extra` flags.
+    pub async fn start(upstream: &str, store: &Store, extra: &[&str]) -> Self {
+        let mut all = Vec::new();
+        for _ in 0..store.gateways() {
+            all.push(Gateway::start(upstream, store, extra).await);
+        }
+        Self {
+            all,
+            next: Default::default(),
+            upstream: upstream.to_owned(),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    /// `path` on the gateways: each request to it goes to the next gateway in turn.
+    pub fn route(&self, path: &str) -> Route<'_> {
+        Route {
+            gateways: self,
+            path: path.to_owned(),
+        }
+    }
+
+    /// `path` on every gateway.
+    pub fn everywhere(&self, path: &str) -> Vec<String> {
+        self.all
+            .iter()
+            .map(|g| format!("{}{path}", g.url))
+            .collect()
+    }
+
+    /// The first gateway's `/metrics` and `/healthz` address.
+    pub fn ops(&self) -> Option<String> {
+        self.all[0].ops.clone()
+    }
+
+    /// SIGKILLs the first gateway and starts it again on `store`; the others keep running.
+    pub async fn kill_and_restart_first(&mut self, store: &Store) {
+        let killed = self.all.remove(0);
+        killed.sigkill().await;
+        let extra: Vec<&str> = self.extra.iter().map(String::as_str).collect();
+        self.all
+            .insert(0, Gateway::start(&self.upstream, store, &extra).await);
+    }
+
+    /// SIGTERMs every gateway; `true` when all exited cleanly.
+    pub async fn sigterm_all(self) -> bool {
+        let mut clean = true;
+        for gateway in self.all {
+            clean &= gateway.sigterm().await;
+        }
+        clean
+    }
+}
+
+/// A path on a set of gateways.
+pub struct Route<'a> {
+    gateways: &'a Gateways,
+    path: String,
+}
+
+/// Where a request goes: a fixed URL, or a route that picks the next gateway each time.
+pub trait Target {
+    fn url(&self) -> String;
+}
+
+impl Target for str {
+    fn url(&self) -> String {
+        self.to_owned()
+    }
+}
+
+impl Target for String {
+    fn url(&self) -> String {
+        self.clone()
+    }
+}
+
+impl Target for Route<'_> {
+    fn url(&self) -> String {
+        let all = &self.gateways.all;
+        let i = self.gateways.next.fetch_add(1, Ordering::SeqCst) % all.len();
+        format!("{}{}", all[i].url, self.path)
+    }
+}
+
 /// One answer, read whole.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Answer {
@@ -266,10 +377,14 @@ impl Answer {
     }
 }
 
-/// POSTs `body` to `url` with `headers`.
-pub async fn post(url: &str, headers: &[(&str, &str)], body: &'static [u8]) -> Answer {
+/// POSTs `body` to `target` with `headers`.
+pub async fn post(
+    target: &(impl Target + ?Sized),
+    headers: &[(&str, &str)],
+    body: &'static [u8],
+) -> Answer {
     let client = reqwest::Client::new();
-    let mut request = client.post(url).body(body);
+    let mut request = client.post(target.url()).body(body);
     for (name, value) in headers {
         request = request.header(*name, *value);
     }

@@ -1,5 +1,6 @@
 //! `guestlist gateway`, black-box: the built binary in front of an upstream that counts its
-//! executions, on SQLite and on PostgreSQL, and two gateways sharing one PostgreSQL.
+//! executions. Every story runs with one gateway on SQLite, one on PostgreSQL, and two sharing
+//! PostgreSQL with requests alternating between them.
 
 #![allow(unreachable_pub)] // a test crate has no public API
 
@@ -43,21 +44,4 @@ macro_rules! gateway_suite {
 gateway_suite!(sqlite, crate::suite::sqlite);
 gateway_suite!(postgres, crate::suite::postgres);
 
-/// Two gateways on one PostgreSQL: retries and a burst spread over both run once.
-mod shared_postgres {
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn two_gateways_retries_across_both_run_once() {
-        crate::suite::two_gateways_retries_across_both_run_once(
-            crate::suite::postgres("shared_retries").await,
-        )
-        .await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn two_gateways_fifty_concurrent_run_once() {
-        crate::suite::two_gateways_fifty_concurrent_run_once(
-            crate::suite::postgres("shared_burst").await,
-        )
-        .await;
-    }
-}
+gateway_suite!(shared_postgres, crate::suite::shared_postgres);

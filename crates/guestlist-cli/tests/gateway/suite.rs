@@ -2,14 +2,21 @@
 
 use std::time::{Duration, Instant};
 
-use crate::harness::{Answer, Gateway, Store, Upstream, post};
+use crate::harness::{Answer, Gateways, Store, Target, Upstream, post};
 
+/// One gateway on a fresh SQLite file.
 pub async fn sqlite(_test: &str) -> Store {
     Store::sqlite().await
 }
 
+/// One gateway on PostgreSQL.
 pub async fn postgres(test: &str) -> Store {
-    Store::postgres(&guestlist_testkit::short_tag(test)).await
+    Store::postgres(&guestlist_testkit::short_tag(test), 1).await
+}
+
+/// Two gateways sharing PostgreSQL, requests alternating between them.
+pub async fn shared_postgres(test: &str) -> Store {
+    Store::postgres(&guestlist_testkit::short_tag(test), 2).await
 }
 
 const ALICE: (&str, &str) = ("authorization", "Bearer alice");
@@ -26,8 +33,8 @@ fn problem_type(answer: &Answer) -> String {
 
 pub async fn five_retries_one_execution_four_replays(store: Store) {
     let upstream = Upstream::start().await;
-    let gateway = Gateway::start(&upstream.url, &store, &[]).await;
-    let url = format!("{}/charges?currency=eur", gateway.url);
+    let gateway = Gateways::start(&upstream.url, &store, &[]).await;
+    let url = gateway.route("/charges?currency=eur");
     let mut answers = Vec::new();
     for _ in 0..5 {
         answers.push(
@@ -70,9 +77,9 @@ pub async fn five_retries_one_execution_four_replays(store: Store) {
 
 pub async fn fifty_concurrent_requests_one_execution(store: Store) {
     let upstream = Upstream::start().await;
-    let gateway = Gateway::start(&upstream.url, &store, &[]).await;
-    let url = format!("{}/orders?delay_ms=300", gateway.url);
-    let answers = burst(&[&url], 50).await;
+    let gateway = Gateways::start(&upstream.url, &store, &[]).await;
+    let url = gateway.route("/orders?delay_ms=300");
+    let answers = burst(&url, 50).await;
     assert_eq!(
         upstream.executions("/orders"),
         1,
@@ -86,12 +93,12 @@ pub async fn fifty_concurrent_requests_one_execution(store: Store) {
     assert!(statuses.contains(&201));
 }
 
-/// `n` POSTs with one key at once, spread over `urls` in turn.
-async fn burst(urls: &[&str], n: usize) -> Vec<Answer> {
+/// `n` POSTs with one key at once, to `target` (on every gateway in turn).
+async fn burst(target: &impl Target, n: usize) -> Vec<Answer> {
     let start = std::sync::Arc::new(tokio::sync::Barrier::new(n));
     let tasks: Vec<_> = (0..n)
-        .map(|i| {
-            let (url, start) = (urls[i % urls.len()].to_owned(), start.clone());
+        .map(|_| {
+            let (url, start) = (target.url(), start.clone());
             tokio::spawn(async move {
                 start.wait().await;
                 post(&url, &[ALICE, ("idempotency-key", "burst")], b"{}").await
@@ -107,8 +114,8 @@ async fn burst(urls: &[&str], n: usize) -> Vec<Answer> {
 
 pub async fn another_body_with_the_same_key_gets_422(store: Store) {
     let upstream = Upstream::start().await;
-    let gateway = Gateway::start(&upstream.url, &store, &[]).await;
-    let url = format!("{}/charges", gateway.url);
+    let gateway = Gateways::start(&upstream.url, &store, &[]).await;
+    let url = gateway.route("/charges");
     let key = ("idempotency-key", "k-2");
     assert_eq!(
         post(&url, &[ALICE, key], b"{\"amount\":1}").await.status,
@@ -120,21 +127,16 @@ pub async fn another_body_with_the_same_key_gets_422(store: Store) {
     assert_eq!(upstream.executions("/charges"), 1);
 
     // Stripe's answer instead, when asked for.
-    let stripe = Gateway::start(&upstream.url, &store, &["--mismatch-status", "400"]).await;
-    let reused = post(
-        &format!("{}/charges", stripe.url),
-        &[ALICE, key],
-        b"{\"amount\":3}",
-    )
-    .await;
+    let stripe = Gateways::start(&upstream.url, &store, &["--mismatch-status", "400"]).await;
+    let reused = post(&stripe.route("/charges"), &[ALICE, key], b"{\"amount\":3}").await;
     assert_eq!(reused.status, 400);
     assert_eq!(upstream.executions("/charges"), 1);
 }
 
 pub async fn malformed_and_missing_keys_get_400_and_reach_nothing(store: Store) {
     let upstream = Upstream::start().await;
-    let gateway = Gateway::start(&upstream.url, &store, &["--require-key"]).await;
-    let url = format!("{}/charges", gateway.url);
+    let gateway = Gateways::start(&upstream.url, &store, &["--require-key"]).await;
+    let url = gateway.route("/charges");
     let long = "k".repeat(256);
     for key in ["a b", "\"open", long.as_str()] {
         let answer = post(&url, &[ALICE, ("idempotency-key", key)], b"{}").await;
@@ -157,17 +159,15 @@ pub async fn malformed_and_missing_keys_get_400_and_reach_nothing(store: Store) 
     );
 
     // GET is not keyed: it passes through.
-    let got = reqwest::get(format!("{}/status", gateway.url))
-        .await
-        .unwrap();
+    let got = reqwest::get(gateway.route("/status").url()).await.unwrap();
     assert_eq!(got.status(), 201);
     assert_eq!(upstream.executions("/status"), 1);
 }
 
 pub async fn two_scopes_two_executions(store: Store) {
     let upstream = Upstream::start().await;
-    let gateway = Gateway::start(&upstream.url, &store, &[]).await;
-    let url = format!("{}/charges", gateway.url);
+    let gateway = Gateways::start(&upstream.url, &store, &[]).await;
+    let url = gateway.route("/charges");
     let key = ("idempotency-key", "same-key");
     let alice = post(&url, &[ALICE, key], b"{}").await;
     let bob = post(&url, &[BOB, key], b"{}").await;
@@ -182,8 +182,9 @@ pub async fn two_scopes_two_executions(store: Store) {
     assert_eq!(upstream.executions("/charges"), 2);
 
     // Scoped by a header of the operator's choosing instead.
-    let tenants = Gateway::start(&upstream.url, &store, &["--scope-from", "header:x-tenant"]).await;
-    let url = format!("{}/tenanted", tenants.url);
+    let tenants =
+        Gateways::start(&upstream.url, &store, &["--scope-from", "header:x-tenant"]).await;
+    let url = tenants.route("/tenanted");
     post(&url, &[("x-tenant", "acme"), key], b"{}").await;
     post(&url, &[("x-tenant", "acme"), key], b"{}").await;
     post(&url, &[("x-tenant", "globex"), key], b"{}").await;
@@ -200,7 +201,7 @@ pub async fn two_scopes_two_executions(store: Store) {
 
 pub async fn webhook_keys_from_a_header(store: Store) {
     let upstream = Upstream::start().await;
-    let gateway = Gateway::start(
+    let gateway = Gateways::start(
         &upstream.url,
         &store,
         &[
@@ -211,7 +212,7 @@ pub async fn webhook_keys_from_a_header(store: Store) {
         ],
     )
     .await;
-    let url = format!("{}/github", gateway.url);
+    let url = gateway.route("/github");
     let delivery = ("x-github-delivery", "72d3162e-cc78-11e3-81ab-4c9367dc0958");
     for _ in 0..3 {
         assert_eq!(
@@ -241,13 +242,13 @@ pub async fn webhook_keys_from_a_header(store: Store) {
 
 pub async fn webhook_keys_from_a_json_field(store: Store) {
     let upstream = Upstream::start().await;
-    let gateway = Gateway::start(
+    let gateway = Gateways::start(
         &upstream.url,
         &store,
         &["--key-from", "json:/id", "--scope-from", "none"],
     )
     .await;
-    let url = format!("{}/stripe", gateway.url);
+    let url = gateway.route("/stripe");
     let event = b"{\"id\": \"evt_9f3k\", \"type\": \"charge.succeeded\"}";
     let first = post(&url, &[], event).await;
     let again = post(&url, &[], event).await;
@@ -274,13 +275,13 @@ pub async fn webhook_keys_from_a_json_field(store: Store) {
 
 pub async fn webhook_keys_from_the_body_bytes(store: Store) {
     let upstream = Upstream::start().await;
-    let gateway = Gateway::start(
+    let gateway = Gateways::start(
         &upstream.url,
         &store,
         &["--key-from", "body-sha256", "--scope-from", "none"],
     )
     .await;
-    let url = format!("{}/hook", gateway.url);
+    let url = gateway.route("/hook");
     post(&url, &[], b"{\"a\":1,\"b\":2}").await;
     assert!(post(&url, &[], b"{\"a\":1,\"b\":2}").await.replayed);
     // The same JSON in other bytes is another delivery: the key is of the bytes received.
@@ -295,8 +296,8 @@ pub async fn upstream_down_502_then_a_retry_runs_once(store: Store) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     drop(listener);
-    let gateway = Gateway::start(&format!("http://{addr}"), &store, &[]).await;
-    let url = format!("{}/charges", gateway.url);
+    let gateway = Gateways::start(&format!("http://{addr}"), &store, &[]).await;
+    let url = gateway.route("/charges");
     let key = ("idempotency-key", "k-down");
     let down = post(&url, &[ALICE, key], b"{}").await;
     assert_eq!(down.status, 502);
@@ -311,14 +312,14 @@ pub async fn upstream_down_502_then_a_retry_runs_once(store: Store) {
 
 pub async fn upstream_timeout_keeps_the_key_until_the_lease_ends(store: Store) {
     let upstream = Upstream::start().await;
-    let gateway = Gateway::start(
+    let gateway = Gateways::start(
         &upstream.url,
         &store,
         &["--lease", "3s", "--upstream-timeout", "1s"],
     )
     .await;
     // The first execution outlasts the upstream timeout; a later one answers at once.
-    let url = format!("{}/slow?first_delay_ms=1500", gateway.url);
+    let url = gateway.route("/slow?first_delay_ms=1500");
     let key = ("idempotency-key", "k-slow");
     let started = Instant::now();
     let timed_out = post(&url, &[ALICE, key], b"{}").await;
@@ -343,13 +344,13 @@ pub async fn upstream_timeout_keeps_the_key_until_the_lease_ends(store: Store) {
 
 pub async fn a_dropped_response_keeps_the_key_until_the_lease_ends(store: Store) {
     let upstream = Upstream::start().await;
-    let gateway = Gateway::start(
+    let gateway = Gateways::start(
         &upstream.url,
         &store,
         &["--lease", "2s", "--upstream-timeout", "1s"],
     )
     .await;
-    let url = format!("{}/drop", gateway.url);
+    let url = gateway.route("/drop");
     let key = ("idempotency-key", "k-drop");
     let started = Instant::now();
     let broken = post(&url, &[ALICE, key], b"{}").await;
@@ -371,12 +372,12 @@ pub async fn a_dropped_response_keeps_the_key_until_the_lease_ends(store: Store)
 pub async fn gateway_killed_mid_request_409_then_one_run_after_the_lease(store: Store) {
     let upstream = Upstream::start().await;
     let flags = ["--lease", "4s", "--upstream-timeout", "3s"];
-    let gateway = Gateway::start(&upstream.url, &store, &flags).await;
-    let url = format!("{}/slow-charge?delay_ms=2000", gateway.url);
+    let mut gateway = Gateways::start(&upstream.url, &store, &flags).await;
     let key = ("idempotency-key", "k-kill");
     let started = Instant::now();
+    // The first attempt goes through the first gateway, the one about to be killed.
     let first = tokio::spawn({
-        let url = url.clone();
+        let url = gateway.everywhere("/slow-charge?delay_ms=2000").remove(0);
         async move {
             reqwest::Client::new()
                 .post(url)
@@ -390,19 +391,21 @@ pub async fn gateway_killed_mid_request_409_then_one_run_after_the_lease(store: 
     while upstream.executions("/slow-charge") == 0 {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    gateway.sigkill().await;
+    gateway.kill_and_restart_first(&store).await;
     assert!(
         first.await.unwrap().is_err(),
         "the client lost its connection"
     );
 
-    let restarted = Gateway::start(&upstream.url, &store, &flags).await;
-    let url = format!("{}/slow-charge?delay_ms=2000", restarted.url);
-    let early = post(&url, &[ALICE, key], b"{}").await;
-    assert_eq!(
-        early.status, 409,
-        "before the lease ends: the first may still run"
-    );
+    // Retries go to the restarted gateway (and, where two share the store, to the other).
+    let url = gateway.route("/slow-charge?delay_ms=2000");
+    for _ in 0..gateway_count(&store) {
+        let early = post(&url, &[ALICE, key], b"{}").await;
+        assert_eq!(
+            early.status, 409,
+            "before the lease ends: the first may still run"
+        );
+    }
     assert!(
         started.elapsed() < Duration::from_secs(4),
         "the 409 came inside the lease"
@@ -420,8 +423,8 @@ pub async fn gateway_killed_mid_request_409_then_one_run_after_the_lease(store: 
 
 pub async fn sigterm_finishes_the_request_in_flight(store: Store) {
     let upstream = Upstream::start().await;
-    let gateway = Gateway::start(&upstream.url, &store, &[]).await;
-    let url = format!("{}/slow-order?delay_ms=1000", gateway.url);
+    let gateway = Gateways::start(&upstream.url, &store, &[]).await;
+    let url = gateway.everywhere("/slow-order?delay_ms=1000").remove(0);
     let in_flight =
         tokio::spawn(
             async move { post(&url, &[ALICE, ("idempotency-key", "k-term")], b"{}").await },
@@ -429,7 +432,7 @@ pub async fn sigterm_finishes_the_request_in_flight(store: Store) {
     while upstream.executions("/slow-order") == 0 {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert!(gateway.sigterm().await, "a clean exit on SIGTERM");
+    assert!(gateway.sigterm_all().await, "a clean exit on SIGTERM");
     let answer = in_flight.await.unwrap();
     assert_eq!(
         answer.status, 201,
@@ -437,8 +440,8 @@ pub async fn sigterm_finishes_the_request_in_flight(store: Store) {
     );
 
     // Its answer was stored before the gateway stopped: a new gateway replays it.
-    let again = Gateway::start(&upstream.url, &store, &[]).await;
-    let url = format!("{}/slow-order?delay_ms=1000", again.url);
+    let again = Gateways::start(&upstream.url, &store, &[]).await;
+    let url = again.route("/slow-order?delay_ms=1000");
     assert!(
         post(&url, &[ALICE, ("idempotency-key", "k-term")], b"{}")
             .await
@@ -449,12 +452,13 @@ pub async fn sigterm_finishes_the_request_in_flight(store: Store) {
 
 pub async fn metrics_and_health_on_their_own_address(store: Store) {
     let upstream = Upstream::start().await;
-    let gateway = Gateway::start(&upstream.url, &store, &["--metrics-listen", "127.0.0.1:0"]).await;
+    let gateway =
+        Gateways::start(&upstream.url, &store, &["--metrics-listen", "127.0.0.1:0"]).await;
     let ops = gateway
-        .ops
-        .clone()
+        .ops()
         .expect("the gateway printed its metrics address");
-    let url = format!("{}/charges", gateway.url);
+    // Both to the gateway whose metrics are read.
+    let url = gateway.everywhere("/charges").remove(0);
     post(&url, &[ALICE, ("idempotency-key", "k-m")], b"{}").await;
     post(&url, &[ALICE, ("idempotency-key", "k-m")], b"{}").await;
     let health = reqwest::get(format!("{ops}/healthz")).await.unwrap();
@@ -473,46 +477,12 @@ pub async fn metrics_and_health_on_their_own_address(store: Store) {
     }
     // The upstream's own /metrics is not shadowed.
     assert_eq!(
-        reqwest::get(format!("{}/metrics", gateway.url))
+        reqwest::get(gateway.route("/metrics").url())
             .await
             .unwrap()
             .status(),
         201
     );
-}
-
-pub async fn two_gateways_retries_across_both_run_once(store: Store) {
-    let upstream = Upstream::start().await;
-    let one = Gateway::start(&upstream.url, &store, &[]).await;
-    let two = Gateway::start(&upstream.url, &store, &[]).await;
-    let mut answers = Vec::new();
-    for i in 0..5 {
-        let gateway = if i % 2 == 0 { &one } else { &two };
-        answers.push(
-            post(
-                &format!("{}/charges", gateway.url),
-                &[ALICE, ("idempotency-key", "k-s")],
-                b"{}",
-            )
-            .await,
-        );
-    }
-    assert_eq!(upstream.executions("/charges"), 1);
-    assert_eq!(answers.iter().filter(|a| a.replayed).count(), 4);
-    assert!(answers.iter().all(|a| a.body == answers[0].body));
-}
-
-pub async fn two_gateways_fifty_concurrent_run_once(store: Store) {
-    let upstream = Upstream::start().await;
-    let one = Gateway::start(&upstream.url, &store, &[]).await;
-    let two = Gateway::start(&upstream.url, &store, &[]).await;
-    let urls = [
-        format!("{}/orders?delay_ms=300", one.url),
-        format!("{}/orders?delay_ms=300", two.url),
-    ];
-    let answers = burst(&[&urls[0], &urls[1]], 50).await;
-    assert_eq!(upstream.executions("/orders"), 1);
-    assert!(answers.iter().all(|a| a.status == 201 || a.status == 409));
 }
 
 /// Runs `guestlist` with `args` on `store`; its exit status and standard output.
@@ -531,8 +501,8 @@ async fn operator(store: &Store, args: &[&str]) -> (bool, String) {
 
 pub async fn operators_inspect_evict_and_count_keys(store: Store) {
     let upstream = Upstream::start().await;
-    let gateway = Gateway::start(&upstream.url, &store, &[]).await;
-    let url = format!("{}/charges", gateway.url);
+    let gateway = Gateways::start(&upstream.url, &store, &[]).await;
+    let url = gateway.route("/charges");
     let alice_key = ["--authorization", "Bearer alice", "--key", "k-op"];
     post(&url, &[ALICE, ("idempotency-key", "k-op")], b"{}").await;
 
@@ -560,7 +530,7 @@ pub async fn operators_inspect_evict_and_count_keys(store: Store) {
     );
 
     // A request in flight shows as such.
-    let slow = format!("{}/slow-op?delay_ms=1500", gateway.url);
+    let slow = gateway.route("/slow-op?delay_ms=1500").url();
     let in_flight = tokio::spawn(async move {
         post(&slow, &[ALICE, ("idempotency-key", "k-slow-op")], b"{}").await
     });
@@ -604,6 +574,10 @@ pub async fn operators_inspect_evict_and_count_keys(store: Store) {
         !found && out.contains("never used, evicted, or purged"),
         "{out}"
     );
+}
+
+fn gateway_count(store: &Store) -> usize {
+    store.gateways()
 }
 
 async fn sleep_until(deadline: Instant) {
