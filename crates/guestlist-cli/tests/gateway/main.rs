@@ -17,6 +17,7 @@ macro_rules! gateway_suite {
                 another_body_with_the_same_key_gets_422,
                 malformed_and_missing_keys_get_400_and_reach_nothing,
                 two_scopes_two_executions,
+                limits_and_methods_are_the_operators,
                 webhook_keys_from_a_header,
                 webhook_keys_from_a_json_field,
                 webhook_keys_from_the_body_bytes,
@@ -45,3 +46,74 @@ gateway_suite!(sqlite, crate::suite::sqlite);
 gateway_suite!(postgres, crate::suite::postgres);
 
 gateway_suite!(shared_postgres, crate::suite::shared_postgres);
+
+/// Settings from a TOML file and the environment, logs as JSON: the binary as an operator
+/// configures it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settings_from_a_file_and_the_environment_logs_as_json() {
+    use tokio::io::AsyncBufReadExt;
+
+    let upstream = harness::Upstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("gateway.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "upstream = \"{}\"\nlisten = \"127.0.0.1:0\"\nkey-from = \"json:/id\"\nlease = \"1m\"\n",
+            upstream.url
+        ),
+    )
+    .unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_guestlist"))
+        .args(["gateway", "--config"])
+        .arg(&config)
+        .env(
+            "GUESTLIST_DATABASE_URL",
+            format!("sqlite:{}", dir.path().join("keys.db").display()),
+        )
+        .env("GUESTLIST_GATEWAY_SCOPE_FROM", "none")
+        .env("GUESTLIST_LOG_FORMAT", "json")
+        .env("GUESTLIST_LOG", "info")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdout = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = stdout
+        .next_line()
+        .await
+        .unwrap()
+        .expect("the gateway says where it listens");
+    let url = line
+        .strip_prefix("guestlist gateway on ")
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("{line}"))
+        .to_owned();
+    let event = b"{\"id\": \"evt_9f3k\"}";
+    let first = harness::post(&format!("{url}/hooks"), &[], event).await;
+    let second = harness::post(&format!("{url}/hooks"), &[], event).await;
+    assert_eq!(
+        (first.status, second.replayed),
+        (201, true),
+        "keyed by /id, from the file"
+    );
+    assert_eq!(
+        upstream.executions("/hooks"),
+        1,
+        "scope none, from the environment"
+    );
+    child.start_kill().unwrap();
+    let mut stderr = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut logged = 0;
+    while let Some(line) = stderr.next_line().await.unwrap() {
+        let entry: serde_json::Value =
+            serde_json::from_str(&line).unwrap_or_else(|_| panic!("a JSON log line: {line}"));
+        assert!(
+            entry["level"].is_string() && entry["fields"].is_object(),
+            "{line}"
+        );
+        logged += 1;
+    }
+    assert!(logged > 0, "the gateway logged its requests");
+}

@@ -164,6 +164,61 @@ pub async fn malformed_and_missing_keys_get_400_and_reach_nothing(store: Store) 
     assert_eq!(upstream.executions("/status"), 1);
 }
 
+pub async fn limits_and_methods_are_the_operators(store: Store) {
+    let upstream = Upstream::start().await;
+    let gateway = Gateways::start(
+        &upstream.url,
+        &store,
+        &["--max-body", "16B", "--methods", "PUT"],
+    )
+    .await;
+    let put = |key: &'static str, body: &'static [u8]| {
+        let url = gateway.route("/items/1").url();
+        async move {
+            let response = reqwest::Client::new()
+                .put(url)
+                .header(ALICE.0, ALICE.1)
+                .header("idempotency-key", key)
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            (
+                response.status().as_u16(),
+                response.headers().contains_key("idempotent-replayed"),
+            )
+        }
+    };
+    assert_eq!(put("k-big", b"{\"too\": \"large for 16\"}").await.0, 413);
+    assert_eq!(
+        upstream.executions("/items/1"),
+        0,
+        "an oversize body reaches nothing"
+    );
+    assert_eq!(put("k-put", b"{}").await, (201, false));
+    assert_eq!(
+        put("k-put", b"{}").await,
+        (201, true),
+        "PUT is keyed when asked"
+    );
+    assert_eq!(upstream.executions("/items/1"), 1);
+    // POST is no longer keyed: both run.
+    post(
+        &gateway.route("/posts"),
+        &[ALICE, ("idempotency-key", "k-post")],
+        b"{}",
+    )
+    .await;
+    let second = post(
+        &gateway.route("/posts"),
+        &[ALICE, ("idempotency-key", "k-post")],
+        b"{}",
+    )
+    .await;
+    assert!(!second.replayed);
+    assert_eq!(upstream.executions("/posts"), 2);
+}
+
 pub async fn two_scopes_two_executions(store: Store) {
     let upstream = Upstream::start().await;
     let gateway = Gateways::start(&upstream.url, &store, &[]).await;
