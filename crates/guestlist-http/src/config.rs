@@ -8,6 +8,7 @@ use guestlist_core::Scope;
 use http::request::Parts;
 use http::{HeaderName, Method, StatusCode, header};
 
+use crate::attempts::Attempts;
 use crate::key_source::KeySource;
 
 /// Chooses the scope of a request's key; `None` refuses the request (400).
@@ -30,6 +31,7 @@ pub(crate) struct Config {
     pub(crate) mismatch_status: StatusCode,
     pub(crate) stored_headers: Vec<HeaderName>,
     pub(crate) release_when: ReleaseFn,
+    pub(crate) attempts: Attempts,
 }
 
 impl Default for Config {
@@ -57,6 +59,7 @@ impl Default for Config {
             release_when: Arc::new(|status: StatusCode| {
                 status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS
             }),
+            attempts: Attempts::default(),
         }
     }
 }

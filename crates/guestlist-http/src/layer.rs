@@ -153,6 +153,12 @@ impl<M: Mode> IdempotencyLayer<M> {
         self
     }
 
+    /// The attempts running behind this layer (and every service it makes): wait for them to
+    /// settle after a graceful shutdown, before the runtime goes.
+    pub fn attempts(&self) -> crate::Attempts {
+        self.config.attempts.clone()
+    }
+
     /// Which handler statuses release the key instead of storing the response, so that a retry
     /// runs again (default: 5xx and 429).
     pub fn release_when(

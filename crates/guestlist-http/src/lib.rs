@@ -37,6 +37,7 @@
 //!
 //! [tower]: https://docs.rs/tower
 
+mod attempts;
 mod body;
 mod config;
 mod context;
@@ -52,6 +53,7 @@ mod service;
 #[cfg(feature = "sql")]
 mod transactional;
 
+pub use attempts::Attempts;
 pub use body::{Body, BoxError};
 pub use context::IdempotencyContext;
 pub use keep_locked::KeepLocked;

@@ -111,7 +111,10 @@ impl<K: KeyStore> ReplayCache<K> {
             Arc::new(Entry {
                 fingerprint: *fingerprint,
                 response: response.clone(),
-                until: Instant::now() + self.ttl,
+                // A TTL too long to add means "for as long as the entry stays".
+                until: Instant::now()
+                    .checked_add(self.ttl)
+                    .unwrap_or_else(|| Instant::now() + Duration::from_secs(86_400 * 365)),
                 bytes,
             }),
         );

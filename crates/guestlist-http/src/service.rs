@@ -281,7 +281,14 @@ where
         // died in a tunnel) must not cancel the handler halfway, leaving the key locked for the
         // whole lease; its retry should find the stored response instead.
         let span = tracing::Span::current();
-        let attempt_run = tokio::spawn(self.attempt(parts, bytes, keyed, attempt).instrument(span));
+        let running = self.config.attempts.enter();
+        let attempt_run = tokio::spawn(
+            async move {
+                let _running = running;
+                self.attempt(parts, bytes, keyed, attempt).await
+            }
+            .instrument(span),
+        );
         match attempt_run.await {
             Ok(response) => response,
             Err(panicked) => {
@@ -371,6 +378,7 @@ where
             Err(err) => {
                 // Plain mode: the handler's work happened and cannot be undone, so the key is not
                 // released; a retry runs it again only once the lease ends.
+                Outcome::KeptLocked.record();
                 tracing::error!(error = %err, "the handler's response body failed; the key stays locked until the lease ends");
                 return Ok(Problem::new(
                     StatusCode::INTERNAL_SERVER_ERROR,

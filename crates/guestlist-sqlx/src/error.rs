@@ -9,8 +9,9 @@ pub enum Error {
     Invalid(#[from] guestlist_core::Error),
     /// The guest list's table is not there.
     #[error(
-        "table {table} does not exist: create it with `guestlist migrate --database URL`, with \
-         Inbox::migrate(&pool), or by running the SQL in guestlist-sqlx/sql/ yourself"
+        "table {table} does not exist: create an inbox table with `guestlist migrate --database URL` \
+         or Inbox::migrate(&pool), a key table with SqlKeyStore::migrate() (`guestlist gateway` \
+         makes its own at start), or run the SQL in guestlist-sqlx/sql/ yourself"
     )]
     MissingTable {
         /// The table that was looked for.
