@@ -3,7 +3,7 @@
 
 use clap::{Args, Subcommand};
 use guestlist::sqlx::Pool;
-use guestlist::{Backend, IdempotencyKey, Scope, SqlKeyStore};
+use guestlist::{Backend, IdempotencyKey, KeyState, Scope, SqlKeyStore};
 
 use crate::database::{self, with_pool};
 
@@ -44,6 +44,10 @@ pub(crate) struct KeyArgs {
     /// The idempotency key.
     #[arg(long)]
     key: String,
+    /// (evict) Remove the key even while its request runs: a retry may then run it a second
+    /// time, and the running one's answer is not stored.
+    #[arg(long)]
+    force: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -71,12 +75,9 @@ pub(crate) async fn run(command: KeysCommand) -> anyhow::Result<()> {
     };
     let (scope, key) = (args.scope()?, IdempotencyKey::new(args.key.clone())?);
     let pool = database::connect(&args.table.database, 1).await?;
+    let (table, force) = (args.table.table.as_str(), args.force);
     with_pool!(pool, |pool| one_key(
-        pool,
-        &args.table.table,
-        &scope,
-        &key,
-        evict
+        pool, table, &scope, &key, evict, force
     )
     .await)
 }
@@ -87,6 +88,7 @@ async fn one_key<DB: Backend>(
     scope: &Scope,
     key: &IdempotencyKey,
     evict: bool,
+    force: bool,
 ) -> anyhow::Result<()> {
     let keys = SqlKeyStore::with_table(pool, table)?;
     let Some(record) = keys.inspect(scope, key).await? else {
@@ -105,6 +107,16 @@ async fn one_key<DB: Backend>(
     if !evict {
         println!("{describe}");
         return Ok(());
+    }
+    if let KeyState::InFlight { lease_left } = record.state
+        && !force
+    {
+        anyhow::bail!(
+            "key {key} in scope {scope} is in flight (its lease ends in {:.0}s): evicting it now \
+             lets a retry run the request again while the first may still be running, and the \
+             first one's answer would not be stored. Wait for the lease, or pass --force",
+            lease_left.as_secs_f64().ceil()
+        );
     }
     if keys.evict(scope, key).await? {
         println!(

@@ -34,6 +34,8 @@ pub(crate) async fn run(args: GatewayArgs) -> anyhow::Result<()> {
 }
 
 async fn serve<DB: Backend>(pool: Pool<DB>, settings: Settings) -> anyhow::Result<()> {
+    // Before anything can take a request, so that a SIGTERM is never the default (instant) one.
+    let terminated = crate::signal::Terminated::install()?;
     let keys = SqlKeyStore::with_table(pool.clone(), &settings.table)?;
     keys.migrate().await.with_context(|| {
         format!(
@@ -63,11 +65,18 @@ async fn serve<DB: Backend>(pool: Pool<DB>, settings: Settings) -> anyhow::Resul
         ops::serve(addr, pool.clone(), shutdown()).await?;
     }
 
-    let proxy = Arc::new(Proxy::new(&settings.upstream, settings.upstream_timeout)?);
+    let scoped = settings.scope_from != ScopeFrom::None;
+    let proxy = Arc::new(Proxy::new(
+        &settings.upstream,
+        settings.upstream_timeout,
+        scoped,
+    )?);
+    let layer = layer(keys, &settings);
+    let attempts = layer.attempts();
     let app = Router::new()
         .fallback(proxy::forward)
         .with_state(proxy)
-        .layer(layer(keys, &settings));
+        .layer(layer);
     let listener = tokio::net::TcpListener::bind(&settings.listen)
         .await
         .with_context(|| format!("cannot listen on {}", settings.listen))?;
@@ -79,7 +88,7 @@ async fn serve<DB: Backend>(pool: Pool<DB>, settings: Settings) -> anyhow::Resul
         database::redact(&settings.database)
     );
     tokio::spawn(async move {
-        crate::signal::terminated().await;
+        terminated.wait().await;
         tracing::info!("stopping: finishing the requests in flight");
         let _ = stop.send(true);
     });
@@ -89,6 +98,18 @@ async fn serve<DB: Backend>(pool: Pool<DB>, settings: Settings) -> anyhow::Resul
     )
     .with_graceful_shutdown(shutdown())
     .await?;
+    // A request whose client hung up is still running on its own task: let it store its answer
+    // (it cannot outlast the upstream timeout by much) rather than leave its key locked.
+    let patience = settings.upstream_timeout + std::time::Duration::from_secs(5);
+    if tokio::time::timeout(patience, attempts.settled())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            running = attempts.running(),
+            "stopping with attempts still running; their keys stay locked until their leases end"
+        );
+    }
     purger.shutdown().await;
     tracing::info!("stopped");
     Ok(())
@@ -112,6 +133,8 @@ fn layer<DB: Backend>(
         .max_request_body(settings.max_body)
         .max_stored_body(settings.max_body)
         .mismatch_status(settings.mismatch_status);
+    // The layer releases a key on 5xx and 429; the proxy marks the 5xx after which the work may
+    // have run (an upstream 500, 502 or 504, a timeout) to keep their keys locked instead.
     match &settings.scope_from {
         ScopeFrom::Authorization => layer,
         ScopeFrom::None => layer.scope(|_| Scope::new("all").ok()),

@@ -9,6 +9,7 @@ use axum::body::Body;
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use guestlist::IdempotencyKey;
 use guestlist::http::{IdempotencyContext, KeepLocked};
 
 /// The upstream and the client that reaches it.
@@ -17,11 +18,19 @@ pub(crate) struct Proxy {
     client: reqwest::Client,
     /// The upstream's URL without a trailing slash; the request's path and query follow it.
     base: String,
+    /// Whether keys are scoped per client: then the key sent upstream names the scope too, so
+    /// that two clients' equal keys never meet there.
+    scoped: bool,
 }
 
 impl Proxy {
-    /// A proxy to `upstream` that gives up on an answer after `timeout`.
-    pub(crate) fn new(upstream: &url::Url, timeout: Duration) -> anyhow::Result<Self> {
+    /// A proxy to `upstream` that gives up on an answer after `timeout`; `scoped` when keys are
+    /// scoped per client.
+    pub(crate) fn new(
+        upstream: &url::Url,
+        timeout: Duration,
+        scoped: bool,
+    ) -> anyhow::Result<Self> {
         let client = reqwest::Client::builder()
             .timeout(timeout)
             .connect_timeout(timeout.min(Duration::from_secs(5)))
@@ -31,8 +40,21 @@ impl Proxy {
         Ok(Self {
             client,
             base: upstream.as_str().trim_end_matches('/').to_owned(),
+            scoped,
         })
     }
+}
+
+/// The key the upstream receives: the client's own where one scope holds every key (webhook
+/// ids are global), else `scope:key`, so that two clients' `k-1` stay two keys upstream too.
+fn upstream_key(context: &IdempotencyContext, scoped: bool) -> IdempotencyKey {
+    if !scoped {
+        return context.key.clone();
+    }
+    IdempotencyKey::new(format!("{}:{}", context.scope, context.key)).unwrap_or_else(|_| {
+        // Past 255 bytes: a hash of both, as stable and as distinct.
+        IdempotencyKey::derive(&format!("{}:{}", context.scope, context.key), "upstream")
+    })
 }
 
 /// Headers that describe one connection, not the message: never forwarded (RFC 9110 §7.6.1).
@@ -51,10 +73,21 @@ fn hop_by_hop(name: &HeaderName) -> bool {
     )
 }
 
+/// The headers to pass on: without hop-by-hop ones, those the `Connection` header names, and
+/// `Host`.
 fn end_to_end(headers: &HeaderMap) -> HeaderMap {
+    let named: Vec<String> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .map(|token| token.trim().to_ascii_lowercase())
+        .collect();
     headers
         .iter()
-        .filter(|(name, _)| !hop_by_hop(name) && *name != header::HOST)
+        .filter(|(name, _)| {
+            !hop_by_hop(name) && *name != header::HOST && !named.iter().any(|n| n == name.as_str())
+        })
         .map(|(name, value)| (name.clone(), value.clone()))
         .collect()
 }
@@ -71,18 +104,18 @@ pub(crate) async fn forward(
     let path = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
     let mut headers = end_to_end(&parts.headers);
     if let Some(context) = parts.extensions.get::<IdempotencyContext>()
-        && let Ok(key) = HeaderValue::from_str(context.key.as_str())
+        && let Ok(key) = HeaderValue::from_str(upstream_key(context, proxy.scoped).as_str())
     {
         headers.insert("idempotency-key", key);
     }
-    let forwarded_for = match parts
+    let mut forwarded_for: Vec<String> = parts
         .headers
-        .get("x-forwarded-for")
-        .and_then(|v| v.to_str().ok())
-    {
-        Some(earlier) => format!("{earlier}, {}", peer.ip()),
-        None => peer.ip().to_string(),
-    };
+        .get_all("x-forwarded-for")
+        .iter()
+        .filter_map(|v| v.to_str().ok().map(str::to_owned))
+        .collect();
+    forwarded_for.push(peer.ip().to_string());
+    let forwarded_for = forwarded_for.join(", ");
     if let Ok(value) = HeaderValue::from_str(&forwarded_for) {
         headers.insert("x-forwarded-for", value);
     }
@@ -102,6 +135,11 @@ pub(crate) async fn forward(
             let mut response = Response::new(Body::from_stream(upstream.bytes_stream()));
             *response.status_mut() = status;
             *response.headers_mut() = headers;
+            if may_have_run(status) {
+                // A 500, or a 502/504 from a proxy in between, may come after the work began:
+                // keep the key until its lease ends rather than let a retry run it again now.
+                response.extensions_mut().insert(KeepLocked);
+            }
             response
         }
         Err(err) => failed(&err),
@@ -114,6 +152,13 @@ pub(crate) async fn forward(
         "proxied"
     );
     response
+}
+
+/// Whether an upstream status says the work may have run without saying how it ended. 503
+/// (unavailable) and 429 (too many requests) say it did not run: the gateway releases those
+/// keys, as it does on a 4xx it stores.
+pub(crate) fn may_have_run(status: StatusCode) -> bool {
+    status.is_server_error() && status != StatusCode::SERVICE_UNAVAILABLE
 }
 
 /// The answer for a request the upstream did not answer, and what it means for the key.

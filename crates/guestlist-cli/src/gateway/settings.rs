@@ -47,8 +47,8 @@ pub(crate) struct GatewayArgs {
     /// How long a request holds its key before a retry may take over [default: 30s].
     #[arg(long, env = "GUESTLIST_GATEWAY_LEASE")]
     pub(crate) lease: Option<String>,
-    /// How long the upstream may take to answer; must be shorter than the lease
-    /// [default: the lease minus 5 s, at least 1 s].
+    /// How long the upstream may take to answer; must end 1 s (or half the lease, if less)
+    /// before the lease [default: the lease minus 5 s; half the lease under 10 s].
     #[arg(long, env = "GUESTLIST_GATEWAY_UPSTREAM_TIMEOUT")]
     pub(crate) upstream_timeout: Option<String>,
     /// How long keys and their responses are kept [default: 24h].
@@ -147,19 +147,36 @@ impl Settings {
                 format!("--upstream {upstream:?} is not an http:// or https:// URL")
             })?;
         let lease = duration("lease", args.lease.or(file.lease), "30s")?;
-        let default_timeout = lease
-            .saturating_sub(Duration::from_secs(5))
-            .max(Duration::from_secs(1));
+        // The lease runs from the claim, the timeout from the send, and the answer is stored
+        // after it: leave the attempt a margin to finish inside its lease.
+        let margin = Duration::from_secs(1).min(lease / 2);
         let upstream_timeout = match args.upstream_timeout.or(file.upstream_timeout) {
             Some(text) => duration("upstream-timeout", Some(text), "")?,
-            None => default_timeout,
+            None if lease >= Duration::from_secs(10) => lease - Duration::from_secs(5),
+            None => lease / 2,
         };
-        if upstream_timeout >= lease {
+        if upstream_timeout + margin > lease {
             bail!(
-                "--upstream-timeout ({}) must be shorter than --lease ({}): a retry may take over a \
-                 key once its lease ends, so the first attempt must be over by then",
+                "--upstream-timeout ({}) must end at least {} before --lease ({}): a retry may take \
+                 over a key once its lease ends, so the first attempt must be over and stored by then",
                 humantime::format_duration(upstream_timeout),
+                humantime::format_duration(margin),
                 humantime::format_duration(lease)
+            );
+        }
+        let retention = duration("retention", args.retention.or(file.retention), "24h")?;
+        let replay_cache_ttl = match args.replay_cache_ttl.or(file.replay_cache_ttl) {
+            Some(text) => humantime::parse_duration(&text).with_context(|| {
+                format!("--replay-cache-ttl {text:?} is not a duration like 60s")
+            })?,
+            None => Duration::from_secs(60),
+        };
+        if replay_cache_ttl > retention {
+            bail!(
+                "--replay-cache-ttl ({}) must not exceed --retention ({}): a gateway would replay \
+                 keys the database has already forgotten",
+                humantime::format_duration(replay_cache_ttl),
+                humantime::format_duration(retention)
             );
         }
         let mismatch = args.mismatch_status.or(file.mismatch_status).unwrap_or(422);
@@ -194,7 +211,7 @@ impl Settings {
             )?,
             lease,
             upstream_timeout,
-            retention: duration("retention", args.retention.or(file.retention), "24h")?,
+            retention,
             max_body: bytes(
                 "max-body",
                 args.max_body.or(file.max_body).as_deref().unwrap_or("1MiB"),
@@ -207,12 +224,7 @@ impl Settings {
                     .as_deref()
                     .unwrap_or("64MiB"),
             )?,
-            replay_cache_ttl: match args.replay_cache_ttl.or(file.replay_cache_ttl) {
-                Some(text) => humantime::parse_duration(&text).with_context(|| {
-                    format!("--replay-cache-ttl {text:?} is not a duration like 60s")
-                })?,
-                None => Duration::from_secs(60),
-            },
+            replay_cache_ttl,
             metrics_listen: match args.metrics_listen.or(file.metrics_listen) {
                 Some(addr) => Some(addr.parse().with_context(|| {
                     format!("--metrics-listen {addr:?} is not an address like 127.0.0.1:9090")
@@ -242,7 +254,7 @@ fn bytes(name: &str, text: &str) -> anyhow::Result<usize> {
     let size: bytesize::ByteSize = text.parse().map_err(|err| {
         anyhow::anyhow!("--{name} {text:?} is not a size like 1MiB or 64KiB: {err}")
     })?;
-    usize::try_from(size.as_u64()).context("--{name} is too large")
+    usize::try_from(size.as_u64()).with_context(|| format!("--{name} {text:?} is too large"))
 }
 
 /// `header:NAME`, `json:/pointer` or `body-sha256`.
@@ -316,6 +328,16 @@ mod tests {
         assert_eq!(s.methods, [Method::POST, Method::PATCH]);
         assert_eq!(s.lease, Duration::from_secs(30));
         assert_eq!(s.upstream_timeout, Duration::from_secs(25));
+        let short = Settings::resolve(GatewayArgs {
+            lease: Some("4s".into()),
+            ..args()
+        })
+        .unwrap();
+        assert_eq!(
+            short.upstream_timeout,
+            Duration::from_secs(2),
+            "half a short lease"
+        );
         assert_eq!(s.retention, Duration::from_secs(24 * 3600));
         assert_eq!(s.max_body, 1024 * 1024);
         assert_eq!(s.mismatch_status, StatusCode::UNPROCESSABLE_ENTITY);
@@ -408,10 +430,18 @@ mod tests {
             (
                 GatewayArgs {
                     lease: Some("10s".into()),
-                    upstream_timeout: Some("10s".into()),
+                    upstream_timeout: Some("9500ms".into()),
                     ..args()
                 },
-                "shorter than --lease",
+                "1s before --lease",
+            ),
+            (
+                GatewayArgs {
+                    replay_cache_ttl: Some("2h".into()),
+                    retention: Some("1h".into()),
+                    ..args()
+                },
+                "must not exceed --retention",
             ),
         ] {
             let err = format!("{:#}", Settings::resolve(bad).unwrap_err());

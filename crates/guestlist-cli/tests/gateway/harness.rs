@@ -26,8 +26,9 @@ pub struct Seen {
 }
 
 /// A small service that counts executions per path. `?delay_ms=N` answers after N ms (counted
-/// on arrival), `?first_delay_ms=N` only the path's first execution; a path under `/drop` sends
-/// half a body and drops the connection.
+/// on arrival), `?first_delay_ms=N` only the path's first execution, `?first_status=N` answers
+/// the path's first execution with that status; a path under `/drop` sends half a body and
+/// drops the connection.
 pub struct Upstream {
     pub url: String,
     pub seen: Arc<Seen>,
@@ -62,6 +63,18 @@ impl Upstream {
             .unwrap_or(0)
     }
 
+    /// Waits until `path` has been executed at least once.
+    pub async fn reached(&self, path: &str) {
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        while self.executions(path) == 0 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "nothing reached {path}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// The `Idempotency-Key` of every request that reached the upstream, in order.
     pub fn keys(&self) -> Vec<Option<String>> {
         self.seen.keys.lock().unwrap().clone()
@@ -85,6 +98,7 @@ async fn execute(State(seen): State<Arc<Seen>>, request: Request) -> Response {
             .unwrap_or(0)
     };
     let (delay, first_delay) = (param("delay_ms"), param("first_delay_ms"));
+    let first_status = param("first_status");
     let key = header(request.headers(), "idempotency-key");
     let n = seen.executions.fetch_add(1, Ordering::SeqCst) + 1;
     let of_path = {
@@ -110,6 +124,10 @@ async fn execute(State(seen): State<Arc<Seen>>, request: Request) -> Response {
         ];
         let stream = futures_util::stream::iter(chunks);
         return (StatusCode::CREATED, Body::from_stream(stream)).into_response();
+    }
+    if of_path == 1 && first_status != 0 {
+        let status = StatusCode::from_u16(first_status as u16).unwrap();
+        return (status, format!("first answer: {status}")).into_response();
     }
     let answer = serde_json::json!({
         "execution": n,

@@ -24,6 +24,7 @@ macro_rules! gateway_suite {
                 upstream_down_502_then_a_retry_runs_once,
                 upstream_timeout_keeps_the_key_until_the_lease_ends,
                 a_dropped_response_keeps_the_key_until_the_lease_ends,
+                an_upstream_500_keeps_the_key_a_503_releases_it,
                 gateway_killed_mid_request_409_then_one_run_after_the_lease,
                 sigterm_finishes_the_request_in_flight,
                 metrics_and_health_on_their_own_address,

@@ -68,10 +68,12 @@ pub async fn five_retries_one_execution_four_replays(store: Store) {
             "byte-identical"
         );
     }
-    assert_eq!(
-        upstream.keys(),
-        [Some("k-1".to_owned())],
-        "the key travelled upstream in Idempotency-Key"
+    let keys = upstream.keys();
+    let sent = keys[0].as_deref().unwrap();
+    assert_eq!(keys.len(), 1);
+    assert!(
+        sent.starts_with("cred:") && sent.ends_with(":k-1"),
+        "the key travelled upstream, named with its client's scope: {sent}"
     );
 }
 
@@ -376,7 +378,6 @@ pub async fn upstream_timeout_keeps_the_key_until_the_lease_ends(store: Store) {
     // The first execution outlasts the upstream timeout; a later one answers at once.
     let url = gateway.route("/slow?first_delay_ms=1500");
     let key = ("idempotency-key", "k-slow");
-    let started = Instant::now();
     let timed_out = post(&url, &[ALICE, key], b"{}").await;
     assert_eq!(timed_out.status, 504);
     assert!(problem_type(&timed_out).ends_with("#upstream-timeout"));
@@ -386,8 +387,7 @@ pub async fn upstream_timeout_keeps_the_key_until_the_lease_ends(store: Store) {
         "the first may still run upstream: no second copy"
     );
     assert_eq!(upstream.executions("/slow"), 1);
-    sleep_until(started + Duration::from_millis(3300)).await;
-    let late = post(&url, &[ALICE, key], b"{}").await;
+    let late = after_the_lease(&url, &[ALICE, key]).await;
     assert_eq!(late.status, 201, "after the lease, the retry runs");
     assert_eq!(
         upstream.executions("/slow"),
@@ -407,7 +407,6 @@ pub async fn a_dropped_response_keeps_the_key_until_the_lease_ends(store: Store)
     .await;
     let url = gateway.route("/drop");
     let key = ("idempotency-key", "k-drop");
-    let started = Instant::now();
     let broken = post(&url, &[ALICE, key], b"{}").await;
     assert!(
         broken.status >= 500,
@@ -415,8 +414,7 @@ pub async fn a_dropped_response_keeps_the_key_until_the_lease_ends(store: Store)
     );
     assert_eq!(post(&url, &[ALICE, key], b"{}").await.status, 409);
     assert_eq!(upstream.executions("/drop"), 1);
-    sleep_until(started + Duration::from_millis(2300)).await;
-    post(&url, &[ALICE, key], b"{}").await;
+    after_the_lease(&url, &[ALICE, key]).await;
     assert_eq!(
         upstream.executions("/drop"),
         2,
@@ -424,9 +422,33 @@ pub async fn a_dropped_response_keeps_the_key_until_the_lease_ends(store: Store)
     );
 }
 
+pub async fn an_upstream_500_keeps_the_key_a_503_releases_it(store: Store) {
+    let upstream = Upstream::start().await;
+    let gateway = Gateways::start(
+        &upstream.url,
+        &store,
+        &["--lease", "2s", "--upstream-timeout", "1s"],
+    )
+    .await;
+    // A 500 may come after the work began: no retry until the lease ends, then one.
+    let failing = gateway.route("/failing?first_status=500");
+    let key = ("idempotency-key", "k-500");
+    assert_eq!(post(&failing, &[ALICE, key], b"{}").await.status, 500);
+    assert_eq!(post(&failing, &[ALICE, key], b"{}").await.status, 409);
+    assert_eq!(after_the_lease(&failing, &[ALICE, key]).await.status, 201);
+    assert_eq!(upstream.executions("/failing"), 2);
+
+    // A 503 says it did not run: the key is released and the retry runs at once.
+    let busy = gateway.route("/busy?first_status=503");
+    let key = ("idempotency-key", "k-503");
+    assert_eq!(post(&busy, &[ALICE, key], b"{}").await.status, 503);
+    assert_eq!(post(&busy, &[ALICE, key], b"{}").await.status, 201);
+    assert_eq!(upstream.executions("/busy"), 2);
+}
+
 pub async fn gateway_killed_mid_request_409_then_one_run_after_the_lease(store: Store) {
     let upstream = Upstream::start().await;
-    let flags = ["--lease", "4s", "--upstream-timeout", "3s"];
+    let flags = ["--lease", "6s", "--upstream-timeout", "4s"];
     let mut gateway = Gateways::start(&upstream.url, &store, &flags).await;
     let key = ("idempotency-key", "k-kill");
     let started = Instant::now();
@@ -443,9 +465,7 @@ pub async fn gateway_killed_mid_request_409_then_one_run_after_the_lease(store: 
                 .await
         }
     });
-    while upstream.executions("/slow-charge") == 0 {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    upstream.reached("/slow-charge").await;
     gateway.kill_and_restart_first(&store).await;
     assert!(
         first.await.unwrap().is_err(),
@@ -462,12 +482,15 @@ pub async fn gateway_killed_mid_request_409_then_one_run_after_the_lease(store: 
         );
     }
     assert!(
-        started.elapsed() < Duration::from_secs(4),
-        "the 409 came inside the lease"
+        started.elapsed() < Duration::from_secs(6),
+        "the 409s came inside the lease"
     );
-    sleep_until(started + Duration::from_millis(4300)).await;
-    let late = post(&url, &[ALICE, key], b"{}").await;
+    let late = after_the_lease(&url, &[ALICE, key]).await;
     assert_eq!(late.status, 201, "after the lease, the retry is forwarded");
+    assert!(
+        started.elapsed() >= Duration::from_secs(5),
+        "not before the lease ended"
+    );
     assert!(post(&url, &[ALICE, key], b"{}").await.replayed);
     assert_eq!(
         upstream.executions("/slow-charge"),
@@ -479,14 +502,19 @@ pub async fn gateway_killed_mid_request_409_then_one_run_after_the_lease(store: 
 pub async fn sigterm_finishes_the_request_in_flight(store: Store) {
     let upstream = Upstream::start().await;
     let gateway = Gateways::start(&upstream.url, &store, &[]).await;
-    let url = gateway.everywhere("/slow-order?delay_ms=1000").remove(0);
-    let in_flight =
-        tokio::spawn(
-            async move { post(&url, &[ALICE, ("idempotency-key", "k-term")], b"{}").await },
-        );
-    while upstream.executions("/slow-order") == 0 {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let first = gateway.everywhere("").remove(0);
+    let waiting = format!("{first}/slow-order?delay_ms=500");
+    let in_flight = tokio::spawn(async move {
+        post(&waiting, &[ALICE, ("idempotency-key", "k-term")], b"{}").await
+    });
+    // A client that hangs up mid-request: its attempt still runs to the end and is stored.
+    let hung_up = format!("{first}/slow-hangup?delay_ms=2500");
+    let gone = tokio::spawn(async move {
+        post(&hung_up, &[ALICE, ("idempotency-key", "k-gone")], b"{}").await
+    });
+    upstream.reached("/slow-order").await;
+    upstream.reached("/slow-hangup").await;
+    gone.abort();
     assert!(gateway.sigterm_all().await, "a clean exit on SIGTERM");
     let answer = in_flight.await.unwrap();
     assert_eq!(
@@ -494,15 +522,25 @@ pub async fn sigterm_finishes_the_request_in_flight(store: Store) {
         "the request in flight finished: {answer:?}"
     );
 
-    // Its answer was stored before the gateway stopped: a new gateway replays it.
+    // Both answers were stored before the gateway stopped: a new gateway replays them.
     let again = Gateways::start(&upstream.url, &store, &[]).await;
-    let url = again.route("/slow-order?delay_ms=1000");
-    assert!(
-        post(&url, &[ALICE, ("idempotency-key", "k-term")], b"{}")
-            .await
-            .replayed
-    );
+    for (path, key) in [
+        ("/slow-order?delay_ms=500", "k-term"),
+        ("/slow-hangup?delay_ms=2500", "k-gone"),
+    ] {
+        let replay = post(
+            &again.route(path),
+            &[ALICE, ("idempotency-key", key)],
+            b"{}",
+        )
+        .await;
+        assert!(
+            replay.replayed,
+            "{key} was stored before the exit: {replay:?}"
+        );
+    }
     assert_eq!(upstream.executions("/slow-order"), 1);
+    assert_eq!(upstream.executions("/slow-hangup"), 1);
 }
 
 pub async fn metrics_and_health_on_their_own_address(store: Store) {
@@ -538,6 +576,23 @@ pub async fn metrics_and_health_on_their_own_address(store: Store) {
             .status(),
         201
     );
+}
+
+/// Retries until the key's lease has ended and a retry takes over (until then: 409); the
+/// answer of the one that did.
+async fn after_the_lease(target: &impl Target, headers: &[(&str, &str)]) -> Answer {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let answer = post(target, headers, b"{}").await;
+        if answer.status != 409 {
+            return answer;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the key stayed locked past its lease"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// Runs `guestlist` with `args` on `store`; its exit status and standard output.
@@ -585,13 +640,11 @@ pub async fn operators_inspect_evict_and_count_keys(store: Store) {
     );
 
     // A request in flight shows as such.
-    let slow = gateway.route("/slow-op?delay_ms=1500").url();
+    let slow = gateway.route("/slow-op?delay_ms=4000").url();
     let in_flight = tokio::spawn(async move {
         post(&slow, &[ALICE, ("idempotency-key", "k-slow-op")], b"{}").await
     });
-    while upstream.executions("/slow-op") == 0 {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    upstream.reached("/slow-op").await;
     let (_, stats) = operator(&store, &["stats"]).await;
     assert!(
         stats.contains("rows       2") && stats.contains("in flight  1"),
@@ -610,6 +663,22 @@ pub async fn operators_inspect_evict_and_count_keys(store: Store) {
     )
     .await;
     assert!(slow_key.contains("in flight, lease ends in"), "{slow_key}");
+    let (evicted, refused) = operator(
+        &store,
+        &[
+            "keys",
+            "evict",
+            "--authorization",
+            "Bearer alice",
+            "--key",
+            "k-slow-op",
+        ],
+    )
+    .await;
+    assert!(
+        !evicted && refused.contains("--force"),
+        "a running key is not evicted: {refused}"
+    );
     in_flight.await.unwrap();
 
     let (removed, out) = operator(&store, &[&["keys", "evict"][..], &alice_key].concat()).await;
@@ -633,8 +702,4 @@ pub async fn operators_inspect_evict_and_count_keys(store: Store) {
 
 fn gateway_count(store: &Store) -> usize {
     store.gateways()
-}
-
-async fn sleep_until(deadline: Instant) {
-    tokio::time::sleep_until(deadline.into()).await;
 }
