@@ -163,6 +163,8 @@ pub enum Store {
         table: String,
         gateways: usize,
     },
+    /// A table of its own in the test MariaDB/MySQL database, one gateway.
+    Mysql { url: String, table: String },
 }
 
 impl Store {
@@ -191,10 +193,27 @@ impl Store {
         }
     }
 
+    /// A fresh table named for the test in MariaDB/MySQL.
+    pub async fn mysql(test: &str) -> Self {
+        let url = std::env::var("GUESTLIST_TEST_MYSQL_URL")
+            .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".to_owned());
+        let table = format!("gw_{test}");
+        let pool = guestlist::sqlx::MySqlPool::connect(&url).await.unwrap_or_else(|err| {
+            panic!("MariaDB at {url}: {err}. Run scripts/test.sh, which starts it, or set GUESTLIST_TEST_MYSQL_URL.")
+        });
+        guestlist::sqlx::query(guestlist::sqlx::AssertSqlSafe(format!(
+            "DROP TABLE IF EXISTS {table}"
+        )))
+        .execute(&pool)
+        .await
+        .unwrap();
+        Store::Mysql { url, table }
+    }
+
     /// How many gateways share the store.
     pub fn gateways(&self) -> usize {
         match self {
-            Store::Sqlite(_) => 1,
+            Store::Sqlite(_) | Store::Mysql { .. } => 1,
             Store::Postgres { gateways, .. } => *gateways,
         }
     }
@@ -206,7 +225,7 @@ impl Store {
                 "--database".into(),
                 format!("sqlite:{}", dir.path().join("guestlist.db").display()),
             ],
-            Store::Postgres { url, table, .. } => {
+            Store::Postgres { url, table, .. } | Store::Mysql { url, table } => {
                 vec![
                     "--database".into(),
                     url.clone(),

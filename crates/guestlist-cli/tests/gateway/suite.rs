@@ -14,6 +14,11 @@ pub async fn postgres(test: &str) -> Store {
     Store::postgres(&guestlist_testkit::short_tag(test), 1).await
 }
 
+/// One gateway on MariaDB/MySQL.
+pub async fn mysql(test: &str) -> Store {
+    Store::mysql(&guestlist_testkit::short_tag(test)).await
+}
+
 /// Two gateways sharing PostgreSQL, requests alternating between them.
 pub async fn shared_postgres(test: &str) -> Store {
     Store::postgres(&guestlist_testkit::short_tag(test), 2).await
