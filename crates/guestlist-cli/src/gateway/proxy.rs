@@ -21,6 +21,9 @@ pub(crate) struct Proxy {
     /// Whether keys are scoped per client: then the key sent upstream names the scope too, so
     /// that two clients' equal keys never meet there.
     scoped: bool,
+    /// How long a keyed request may take upstream: it must be over before its lease ends.
+    /// Unkeyed requests (downloads, streams) hold no key and get no such limit.
+    timeout: Duration,
 }
 
 impl Proxy {
@@ -32,7 +35,6 @@ impl Proxy {
         scoped: bool,
     ) -> anyhow::Result<Self> {
         let client = reqwest::Client::builder()
-            .timeout(timeout)
             .connect_timeout(timeout.min(Duration::from_secs(5)))
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
@@ -41,6 +43,7 @@ impl Proxy {
             client,
             base: upstream.as_str().trim_end_matches('/').to_owned(),
             scoped,
+            timeout,
         })
     }
 }
@@ -103,7 +106,8 @@ pub(crate) async fn forward(
     let (parts, body) = request.into_parts();
     let path = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
     let mut headers = end_to_end(&parts.headers);
-    if let Some(context) = parts.extensions.get::<IdempotencyContext>()
+    let context = parts.extensions.get::<IdempotencyContext>();
+    if let Some(context) = context
         && let Ok(key) = HeaderValue::from_str(upstream_key(context, proxy.scoped).as_str())
     {
         headers.insert("idempotency-key", key);
@@ -122,13 +126,15 @@ pub(crate) async fn forward(
     if let Some(host) = parts.headers.get(header::HOST) {
         headers.insert("x-forwarded-host", host.clone());
     }
-    let sent = proxy
+    let mut request = proxy
         .client
         .request(parts.method.clone(), format!("{}{path}", proxy.base))
         .headers(headers)
-        .body(reqwest::Body::wrap_stream(body.into_data_stream()))
-        .send()
-        .await;
+        .body(reqwest::Body::wrap_stream(body.into_data_stream()));
+    if context.is_some() {
+        request = request.timeout(proxy.timeout);
+    }
+    let sent = request.send().await;
     let response = match sent {
         Ok(upstream) => {
             let (status, headers) = (upstream.status(), end_to_end(upstream.headers()));

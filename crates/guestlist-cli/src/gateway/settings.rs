@@ -47,8 +47,9 @@ pub(crate) struct GatewayArgs {
     /// How long a request holds its key before a retry may take over [default: 30s].
     #[arg(long, env = "GUESTLIST_GATEWAY_LEASE")]
     pub(crate) lease: Option<String>,
-    /// How long the upstream may take to answer; must end 1 s (or half the lease, if less)
-    /// before the lease [default: the lease minus 5 s; half the lease under 10 s].
+    /// How long the upstream may take to answer a keyed request; must end 1 s (or half the
+    /// lease, if less) before the lease [default: the lease minus 5 s; half the lease under
+    /// 10 s]. Unkeyed requests are not limited.
     #[arg(long, env = "GUESTLIST_GATEWAY_UPSTREAM_TIMEOUT")]
     pub(crate) upstream_timeout: Option<String>,
     /// How long keys and their responses are kept [default: 24h].

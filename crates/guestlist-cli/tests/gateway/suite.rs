@@ -176,7 +176,16 @@ pub async fn limits_and_methods_are_the_operators(store: Store) {
     let gateway = Gateways::start(
         &upstream.url,
         &store,
-        &["--max-body", "16B", "--methods", "PUT"],
+        &[
+            "--max-body",
+            "16B",
+            "--methods",
+            "PUT",
+            "--lease",
+            "2s",
+            "--upstream-timeout",
+            "1s",
+        ],
     )
     .await;
     let put = |key: &'static str, body: &'static [u8]| {
@@ -209,6 +218,15 @@ pub async fn limits_and_methods_are_the_operators(store: Store) {
         "PUT is keyed when asked"
     );
     assert_eq!(upstream.executions("/items/1"), 1);
+    // An unkeyed request holds no key: the upstream timeout (for keyed ones) does not cut it.
+    let slow_get = reqwest::get(gateway.route("/download?delay_ms=1500").url())
+        .await
+        .unwrap();
+    assert_eq!(
+        slow_get.status(),
+        201,
+        "a slow unkeyed GET is not cut at --upstream-timeout"
+    );
     // POST is no longer keyed: both run.
     post(
         &gateway.route("/posts"),
