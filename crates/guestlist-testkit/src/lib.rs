@@ -2,6 +2,8 @@
 //! environment variable or default URL, a clear failure when one is not there, and the few lines
 //! of SQL that differ between them.
 
+pub mod metrics;
+
 use std::future::Future;
 
 use tempfile::TempDir;

@@ -183,6 +183,7 @@ macro_rules! run_until_stopped {
 }
 
 pub async fn five_publishes_five_acks_one_pick_task<B: Broker, DB: Fixture>(name: &str) {
+    guestlist_testkit::metrics::recorder();
     let rig = Rig::<B, DB>::open(name, Duration::from_secs(30)).await;
     for _ in 0..5 {
         rig.broker.publish(&order_paid("evt_9f3k")).await;
@@ -210,6 +211,20 @@ pub async fn five_publishes_five_acks_one_pick_task<B: Broker, DB: Fixture>(name
     assert_eq!(
         carried, 1,
         "the handler had its message's key to carry downstream"
+    );
+    // Counted as it happened: five delivered, one fresh, four duplicates, nothing failed.
+    let counted = guestlist_testkit::metrics::counters();
+    let messages = |outcome| {
+        guestlist_testkit::metrics::sum(
+            &counted,
+            "guestlist_consumer_messages_total",
+            &[("handler", "warehouse"), ("outcome", outcome)],
+        )
+    };
+    assert_eq!(
+        ["delivered", "fresh", "duplicate", "failed", "dead_lettered"].map(messages),
+        [5, 1, 4, 0, 0],
+        "guestlist_consumer_messages_total by outcome"
     );
 }
 
