@@ -10,6 +10,7 @@ mod http;
 mod inbox;
 mod measure;
 mod report;
+mod requests;
 
 use clap::{Args, Parser, Subcommand};
 

@@ -18,15 +18,14 @@ use axum::http::StatusCode;
 use axum::routing::post;
 
 use crate::Common;
-use crate::measure::{Plan, load, median, percentile_ms};
-use crate::report::{Latency, Report, Row};
+use crate::measure::{Plan, load};
+use crate::report::Report;
+use crate::requests::{self, send};
 
 /// Concurrent connections of the load generator.
 const CONNECTIONS: usize = 32;
 /// Stored keys the replay figure cycles through.
 const STORED_KEYS: u64 = 1_000;
-/// What every request sends.
-const BODY: &[u8] = br#"{"amount":100,"currency":"eur","customer":"cus_9f3k"}"#;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Figure {
@@ -169,49 +168,13 @@ async fn measure(
         }
     }
     for figure in Figure::ALL {
-        let rates = samples
+        let rounds = samples
             .iter()
             .filter(|(f, ..)| *f == figure)
-            .map(|(_, r, _)| *r)
-            .collect();
-        let mut latencies: Vec<Duration> = samples
-            .iter()
-            .filter(|(f, ..)| *f == figure)
-            .flat_map(|(_, _, l)| l.iter().copied())
-            .collect();
-        report.rows.push(Row {
-            name: figure.name().to_owned(),
-            backend,
-            workers: CONNECTIONS,
-            batch: 1,
-            per_sec: median(rates),
-            unit: "req/s",
-            latency: Some(Latency {
-                p50_ms: percentile_ms(&mut latencies, 0.5),
-                p99_ms: percentile_ms(&mut latencies, 0.99),
-            }),
-        });
+            .map(|(_, rate, latencies)| (*rate, latencies.as_slice()));
+        report
+            .rows
+            .push(requests::row(figure.name(), backend, CONNECTIONS, rounds));
     }
     Ok(())
-}
-
-/// One `POST`; fails unless the answer is 201 (first run or replay).
-async fn send(client: &reqwest::Client, url: &str, key: Option<&str>) -> anyhow::Result<u64> {
-    let mut request = client
-        .post(url)
-        .header("authorization", "Bearer bench")
-        .body(BODY);
-    if let Some(key) = key {
-        request = request.header("idempotency-key", key);
-    }
-    let response = request.send().await?;
-    anyhow::ensure!(
-        response.status() == reqwest::StatusCode::CREATED,
-        "{url}: {} {}",
-        response.status(),
-        response.text().await.unwrap_or_default()
-    );
-    // Read the body: a replay or a proxied answer is only done once its body has arrived.
-    response.bytes().await?;
-    Ok(1)
 }
