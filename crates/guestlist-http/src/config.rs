@@ -23,7 +23,7 @@ pub(crate) struct Config {
     pub(crate) key: KeySource,
     pub(crate) require_key: bool,
     pub(crate) scope: ScopeFn,
-    pub(crate) scope_hint: &'static str,
+    pub(crate) scope_hint: std::borrow::Cow<'static, str>,
     pub(crate) fingerprint_headers: Vec<HeaderName>,
     pub(crate) lease: Duration,
     pub(crate) max_request_body: usize,
@@ -41,7 +41,9 @@ impl Default for Config {
             key: KeySource::default(),
             require_key: false,
             scope: Arc::new(scope_from_authorization),
-            scope_hint: "send credentials in Authorization: keys are scoped to the client that sent them",
+            scope_hint:
+                "send credentials in Authorization: keys are scoped to the client that sent them"
+                    .into(),
             fingerprint_headers: Vec::new(),
             lease: Duration::from_secs(30),
             max_request_body: 1024 * 1024,

@@ -105,8 +105,8 @@ impl<M: Mode> IdempotencyLayer<M> {
 
     /// What a refused request without a scope is told to do (default: to send credentials in
     /// `Authorization`).
-    pub fn scope_hint(mut self, hint: &'static str) -> Self {
-        self.config().scope_hint = hint;
+    pub fn scope_hint(mut self, hint: impl Into<std::borrow::Cow<'static, str>>) -> Self {
+        self.config().scope_hint = hint.into();
         self
     }
 

@@ -139,12 +139,9 @@ fn layer<DB: Backend>(
         ScopeFrom::Authorization => layer,
         ScopeFrom::None => layer.scope(|_| Scope::new("all").ok()),
         ScopeFrom::Header(name) => {
-            let hint: &'static str = Box::leak(
-                format!(
-                    "send the {name} header (1 to 255 printable ASCII characters): keys are \
-                     scoped to its value"
-                )
-                .into_boxed_str(),
+            let hint = format!(
+                "send the {name} header (1 to 255 printable ASCII characters): keys are scoped \
+                 to its value"
             );
             let name = name.clone();
             layer
