@@ -37,8 +37,7 @@ fn problem_type(answer: &Answer) -> String {
 }
 
 pub async fn five_retries_one_execution_four_replays(store: Store) {
-    let upstream = Upstream::start().await;
-    let gateway = Gateways::start(&upstream.url, &store, &[]).await;
+    let (upstream, gateway) = front(&store, &[]).await;
     let url = gateway.route("/charges?currency=eur");
     let mut answers = Vec::new();
     for _ in 0..5 {
@@ -83,8 +82,7 @@ pub async fn five_retries_one_execution_four_replays(store: Store) {
 }
 
 pub async fn fifty_concurrent_requests_one_execution(store: Store) {
-    let upstream = Upstream::start().await;
-    let gateway = Gateways::start(&upstream.url, &store, &[]).await;
+    let (upstream, gateway) = front(&store, &[]).await;
     let url = gateway.route("/orders?delay_ms=300");
     let answers = burst(&url, 50).await;
     assert_eq!(
@@ -120,8 +118,7 @@ async fn burst(target: &impl Target, n: usize) -> Vec<Answer> {
 }
 
 pub async fn another_body_with_the_same_key_gets_422(store: Store) {
-    let upstream = Upstream::start().await;
-    let gateway = Gateways::start(&upstream.url, &store, &[]).await;
+    let (upstream, gateway) = front(&store, &[]).await;
     let url = gateway.route("/charges");
     let key = ("idempotency-key", "k-2");
     assert_eq!(
@@ -141,8 +138,7 @@ pub async fn another_body_with_the_same_key_gets_422(store: Store) {
 }
 
 pub async fn malformed_and_missing_keys_get_400_and_reach_nothing(store: Store) {
-    let upstream = Upstream::start().await;
-    let gateway = Gateways::start(&upstream.url, &store, &["--require-key"]).await;
+    let (upstream, gateway) = front(&store, &["--require-key"]).await;
     let url = gateway.route("/charges");
     let long = "k".repeat(256);
     for key in ["a b", "\"open", long.as_str()] {
@@ -172,9 +168,7 @@ pub async fn malformed_and_missing_keys_get_400_and_reach_nothing(store: Store) 
 }
 
 pub async fn limits_and_methods_are_the_operators(store: Store) {
-    let upstream = Upstream::start().await;
-    let gateway = Gateways::start(
-        &upstream.url,
+    let (upstream, gateway) = front(
         &store,
         &[
             "--max-body",
@@ -245,8 +239,7 @@ pub async fn limits_and_methods_are_the_operators(store: Store) {
 }
 
 pub async fn two_scopes_two_executions(store: Store) {
-    let upstream = Upstream::start().await;
-    let gateway = Gateways::start(&upstream.url, &store, &[]).await;
+    let (upstream, gateway) = front(&store, &[]).await;
     let url = gateway.route("/charges");
     let key = ("idempotency-key", "same-key");
     let alice = post(&url, &[ALICE, key], b"{}").await;
@@ -280,9 +273,7 @@ pub async fn two_scopes_two_executions(store: Store) {
 }
 
 pub async fn webhook_keys_from_a_header(store: Store) {
-    let upstream = Upstream::start().await;
-    let gateway = Gateways::start(
-        &upstream.url,
+    let (upstream, gateway) = front(
         &store,
         &[
             "--key-from",
@@ -321,13 +312,8 @@ pub async fn webhook_keys_from_a_header(store: Store) {
 }
 
 pub async fn webhook_keys_from_a_json_field(store: Store) {
-    let upstream = Upstream::start().await;
-    let gateway = Gateways::start(
-        &upstream.url,
-        &store,
-        &["--key-from", "json:/id", "--scope-from", "none"],
-    )
-    .await;
+    let (upstream, gateway) =
+        front(&store, &["--key-from", "json:/id", "--scope-from", "none"]).await;
     let url = gateway.route("/stripe");
     let event = b"{\"id\": \"evt_9f3k\", \"type\": \"charge.succeeded\"}";
     let first = post(&url, &[], event).await;
@@ -354,9 +340,7 @@ pub async fn webhook_keys_from_a_json_field(store: Store) {
 }
 
 pub async fn webhook_keys_from_the_body_bytes(store: Store) {
-    let upstream = Upstream::start().await;
-    let gateway = Gateways::start(
-        &upstream.url,
+    let (upstream, gateway) = front(
         &store,
         &["--key-from", "body-sha256", "--scope-from", "none"],
     )
@@ -391,13 +375,7 @@ pub async fn upstream_down_502_then_a_retry_runs_once(store: Store) {
 }
 
 pub async fn upstream_timeout_keeps_the_key_until_the_lease_ends(store: Store) {
-    let upstream = Upstream::start().await;
-    let gateway = Gateways::start(
-        &upstream.url,
-        &store,
-        &["--lease", "3s", "--upstream-timeout", "1s"],
-    )
-    .await;
+    let (upstream, gateway) = front(&store, &["--lease", "3s", "--upstream-timeout", "1s"]).await;
     // The first execution outlasts the upstream timeout; a later one answers at once.
     let url = gateway.route("/slow?first_delay_ms=1500");
     let key = ("idempotency-key", "k-slow");
@@ -421,13 +399,7 @@ pub async fn upstream_timeout_keeps_the_key_until_the_lease_ends(store: Store) {
 }
 
 pub async fn a_dropped_response_keeps_the_key_until_the_lease_ends(store: Store) {
-    let upstream = Upstream::start().await;
-    let gateway = Gateways::start(
-        &upstream.url,
-        &store,
-        &["--lease", "2s", "--upstream-timeout", "1s"],
-    )
-    .await;
+    let (upstream, gateway) = front(&store, &["--lease", "2s", "--upstream-timeout", "1s"]).await;
     let url = gateway.route("/drop");
     let key = ("idempotency-key", "k-drop");
     let broken = post(&url, &[ALICE, key], b"{}").await;
@@ -446,13 +418,7 @@ pub async fn a_dropped_response_keeps_the_key_until_the_lease_ends(store: Store)
 }
 
 pub async fn an_upstream_500_keeps_the_key_a_503_releases_it(store: Store) {
-    let upstream = Upstream::start().await;
-    let gateway = Gateways::start(
-        &upstream.url,
-        &store,
-        &["--lease", "2s", "--upstream-timeout", "1s"],
-    )
-    .await;
+    let (upstream, gateway) = front(&store, &["--lease", "2s", "--upstream-timeout", "1s"]).await;
     // A 500 may come after the work began: no retry until the lease ends, then one.
     let failing = gateway.route("/failing?first_status=500");
     let key = ("idempotency-key", "k-500");
@@ -470,9 +436,8 @@ pub async fn an_upstream_500_keeps_the_key_a_503_releases_it(store: Store) {
 }
 
 pub async fn gateway_killed_mid_request_409_then_one_run_after_the_lease(store: Store) {
-    let upstream = Upstream::start().await;
     let flags = ["--lease", "6s", "--upstream-timeout", "4s"];
-    let mut gateway = Gateways::start(&upstream.url, &store, &flags).await;
+    let (upstream, mut gateway) = front(&store, &flags).await;
     let key = ("idempotency-key", "k-kill");
     let started = Instant::now();
     // The first attempt goes through the first gateway, the one about to be killed.
@@ -523,8 +488,7 @@ pub async fn gateway_killed_mid_request_409_then_one_run_after_the_lease(store: 
 }
 
 pub async fn sigterm_finishes_the_request_in_flight(store: Store) {
-    let upstream = Upstream::start().await;
-    let gateway = Gateways::start(&upstream.url, &store, &[]).await;
+    let (upstream, gateway) = front(&store, &[]).await;
     let first = gateway.everywhere("").remove(0);
     let waiting = format!("{first}/slow-order?delay_ms=500");
     let in_flight = tokio::spawn(async move {
@@ -567,9 +531,8 @@ pub async fn sigterm_finishes_the_request_in_flight(store: Store) {
 }
 
 pub async fn metrics_and_health_on_their_own_address(store: Store) {
-    let upstream = Upstream::start().await;
-    let gateway =
-        Gateways::start(&upstream.url, &store, &["--metrics-listen", "127.0.0.1:0"]).await;
+    // The upstream must outlive the requests: bound, though not read.
+    let (_upstream, gateway) = front(&store, &["--metrics-listen", "127.0.0.1:0"]).await;
     let ops = gateway
         .ops()
         .expect("the gateway printed its metrics address");
@@ -599,6 +562,13 @@ pub async fn metrics_and_health_on_their_own_address(store: Store) {
             .status(),
         201
     );
+}
+
+/// An upstream that counts executions, and the store's gateways in front of it with `flags`.
+async fn front(store: &Store, flags: &[&str]) -> (Upstream, Gateways) {
+    let upstream = Upstream::start().await;
+    let gateways = Gateways::start(&upstream.url, store, flags).await;
+    (upstream, gateways)
 }
 
 /// Retries until the key's lease has ended and a retry takes over (until then: 409); the
@@ -633,8 +603,7 @@ async fn operator(store: &Store, args: &[&str]) -> (bool, String) {
 }
 
 pub async fn operators_inspect_evict_and_count_keys(store: Store) {
-    let upstream = Upstream::start().await;
-    let gateway = Gateways::start(&upstream.url, &store, &[]).await;
+    let (upstream, gateway) = front(&store, &[]).await;
     let url = gateway.route("/charges");
     let alice_key = ["--authorization", "Bearer alice", "--key", "k-op"];
     post(&url, &[ALICE, ("idempotency-key", "k-op")], b"{}").await;
