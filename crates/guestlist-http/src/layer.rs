@@ -52,9 +52,41 @@ impl<DB: guestlist_sqlx::Backend> IdempotencyLayer<crate::Transactional<DB>> {
     /// [`IdempotentTx`](crate::IdempotentTx), and the response is stored on it before it commits.
     pub fn transactional(store: guestlist_sqlx::SqlKeyStore<DB>) -> Self {
         Self {
-            mode: crate::Transactional(store),
+            mode: crate::Transactional::new(store),
             config: Arc::new(Config::default()),
         }
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl IdempotencyLayer<crate::Transactional<sqlx::Postgres>> {
+    /// Writes the claim on the handler's own transaction instead of committing it first: the
+    /// claim, the handler's writes and the stored response take one commit, not two (about 1.6×
+    /// the requests per second of the default where commits are the bound; see the README's
+    /// performance section).
+    ///
+    /// A transaction-scoped advisory lock on the key stands in for the committed claim: a retry
+    /// that arrives while the first attempt runs gets 409 at once. What changes:
+    /// - an attempt that dies (process killed, connection cut) takes its claim with it as its
+    ///   writes roll back, so the next retry runs at once rather than after the lease;
+    /// - an attempt that stalls keeps its key until it ends: no retry takes over when the lease
+    ///   runs out (and none needs fencing);
+    /// - every keyed request holds a connection from its claim to its commit, replays included
+    ///   (a replay reads the stored response on that transaction and rolls it back).
+    ///
+    /// The lock numbers share PostgreSQL's advisory-lock space with the application's own
+    /// (`pg_try_advisory_xact_lock` on a 64-bit hash of table, scope and key).
+    pub fn claim_in_transaction(mut self) -> Self {
+        self.mode.claim_on_tx = Some(|store, tx, claimed| {
+            Box::pin(store.begin_locked(
+                tx,
+                claimed.scope,
+                claimed.key,
+                claimed.fingerprint,
+                claimed.lease,
+            ))
+        });
+        self
     }
 }
 

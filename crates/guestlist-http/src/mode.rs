@@ -20,10 +20,12 @@ pub trait Mode: Clone + Send + Sync + 'static + sealed::Sealed {
     #[doc(hidden)]
     const TRANSACTIONAL: bool;
 
-    /// Claims the key or reports what holds it.
+    /// Claims the key or reports what holds it (transactional: possibly on the request's
+    /// transaction, which `slot` holds).
     #[doc(hidden)]
     fn begin(
         &self,
+        slot: &Self::Slot,
         scope: &Scope,
         key: &IdempotencyKey,
         fingerprint: &Fingerprint,
@@ -62,6 +64,27 @@ pub trait Mode: Clone + Send + Sync + 'static + sealed::Sealed {
         slot: Self::Slot,
         keep: bool,
     ) -> impl Future<Output = Result<(), BoxError>> + Send;
+
+    /// Ends an attempt whose work may have happened outside the database ([`KeepLocked`]): rolls
+    /// back its transaction, and keeps the key locked until the lease ends.
+    ///
+    /// [`KeepLocked`]: crate::KeepLocked
+    #[doc(hidden)]
+    fn keep_locked(
+        &self,
+        slot: Self::Slot,
+        claim: Claimed<'_>,
+    ) -> impl Future<Output = Result<(), BoxError>> + Send;
+}
+
+/// The key an attempt claimed, as [`Mode::keep_locked`] needs it to claim it again.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy)]
+pub struct Claimed<'a> {
+    pub(crate) scope: &'a Scope,
+    pub(crate) key: &'a IdempotencyKey,
+    pub(crate) fingerprint: &'a Fingerprint,
+    pub(crate) lease: Duration,
 }
 
 pub(crate) mod sealed {
@@ -85,6 +108,7 @@ impl<K: KeyStore> Mode for Plain<K> {
 
     async fn begin(
         &self,
+        (): &(),
         scope: &Scope,
         key: &IdempotencyKey,
         fingerprint: &Fingerprint,
@@ -118,5 +142,9 @@ impl<K: KeyStore> Mode for Plain<K> {
 
     async fn finish(&self, (): (), _: bool) -> Result<(), BoxError> {
         Ok(())
+    }
+
+    async fn keep_locked(&self, (): (), _: Claimed<'_>) -> Result<(), BoxError> {
+        Ok(()) // the claim was committed on its own and stays until its lease ends
     }
 }

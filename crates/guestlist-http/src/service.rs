@@ -21,7 +21,7 @@ use crate::context::IdempotencyContext;
 use crate::keep_locked::KeepLocked;
 use crate::key_header::KeyHeader;
 use crate::key_source::{self, KeySource};
-use crate::mode::Mode;
+use crate::mode::{Claimed, Mode};
 use crate::outcome::Outcome;
 use crate::problem::Problem;
 
@@ -217,7 +217,7 @@ where
 
     async fn keyed(
         self,
-        parts: Parts,
+        mut parts: Parts,
         body: Pending<ReqBody>,
         keyed: Keyed,
     ) -> Result<Response<Body>, S::Error> {
@@ -231,49 +231,25 @@ where
             }
         };
         let fingerprint = self.fingerprint(&parts, &bytes);
+        let slot = self.mode.open(&mut parts.extensions);
         let begin = self
             .mode
-            .begin(&keyed.scope, &keyed.key, &fingerprint, self.config.lease)
+            .begin(
+                &slot,
+                &keyed.scope,
+                &keyed.key,
+                &fingerprint,
+                self.config.lease,
+            )
             .await;
         let attempt = match begin {
             Ok(Begin::Run { attempt }) => attempt,
-            Ok(Begin::Replay(stored)) => {
-                Outcome::Replayed.record();
-                return Ok(replay(stored, self.config.max_stored_body));
-            }
-            Ok(Begin::InFlight { retry_after }) => {
-                Outcome::ConflictInFlight.record();
-                let seconds = retry_after.as_secs_f64().ceil().max(1.0) as u64;
-                return Ok(Problem::new(
-                    StatusCode::CONFLICT,
-                    "key-in-flight",
-                    "A request with this key is in progress",
-                    format!(
-                        "the first request with this key has not finished; retry with the same key \
-                         after {seconds}s to get its result"
-                    ),
-                )
-                .retry_after(seconds)
-                .into_response());
-            }
-            Ok(Begin::Mismatch) => {
-                Outcome::FingerprintMismatch.record();
-                let name = self.config.key.describe();
-                return Ok(Problem::new(
-                    self.config.mismatch_status,
-                    "key-reused",
-                    "The idempotency key was used for another request",
-                    format!(
-                        "this key ({name}) was first sent with a different method, path, query or body; \
-                         use a new key for a new request, or resend the original request exactly"
-                    ),
-                )
-                .into_response());
-            }
-            Err(err) => {
-                Outcome::StoreError.record();
-                tracing::error!(error = %err, "the key store failed before the handler ran");
-                return Ok(store_unavailable(&self.config));
+            other => {
+                // A claim made on the request's transaction found the key taken: end it.
+                if let Err(err) = self.mode.finish(slot, false).await {
+                    tracing::error!(error = %err, "cannot end the request's transaction");
+                }
+                return Ok(self.not_run(other));
             }
         };
         tracing::Span::current().record("attempt", attempt.number());
@@ -285,7 +261,8 @@ where
         let attempt_run = tokio::spawn(
             async move {
                 let _running = running;
-                self.attempt(parts, bytes, keyed, attempt).await
+                let claimed = (keyed, fingerprint, attempt);
+                self.attempt(parts, bytes, slot, claimed).await
             }
             .instrument(span),
         );
@@ -305,15 +282,59 @@ where
         }
     }
 
+    /// The answer to a request whose claim did not let it run: a replay, 409, 422, or 503.
+    fn not_run(&self, begin: Result<Begin, BoxError>) -> Response<Body> {
+        match begin {
+            Ok(Begin::Run { .. }) => unreachable!("a claim that runs is no refusal"),
+            Ok(Begin::Replay(stored)) => {
+                Outcome::Replayed.record();
+                replay(stored, self.config.max_stored_body)
+            }
+            Ok(Begin::InFlight { retry_after }) => {
+                Outcome::ConflictInFlight.record();
+                let seconds = retry_after.as_secs_f64().ceil().max(1.0) as u64;
+                Problem::new(
+                    StatusCode::CONFLICT,
+                    "key-in-flight",
+                    "A request with this key is in progress",
+                    format!(
+                        "the first request with this key has not finished; retry with the same key \
+                         after {seconds}s to get its result"
+                    ),
+                )
+                .retry_after(seconds)
+                .into_response()
+            }
+            Ok(Begin::Mismatch) => {
+                Outcome::FingerprintMismatch.record();
+                let name = self.config.key.describe();
+                Problem::new(
+                    self.config.mismatch_status,
+                    "key-reused",
+                    "The idempotency key was used for another request",
+                    format!(
+                        "this key ({name}) was first sent with a different method, path, query or body; \
+                         use a new key for a new request, or resend the original request exactly"
+                    ),
+                )
+                .into_response()
+            }
+            Err(err) => {
+                Outcome::StoreError.record();
+                tracing::error!(error = %err, "the key store failed before the handler ran");
+                store_unavailable(&self.config)
+            }
+        }
+    }
+
     /// The attempt that holds the key: the handler, then the stored response or the release.
     async fn attempt(
         mut self,
         mut parts: Parts,
         bytes: Bytes,
-        keyed: Keyed,
-        attempt: Attempt,
+        slot: M::Slot,
+        (keyed, fingerprint, attempt): (Keyed, Fingerprint, Attempt),
     ) -> Result<Response<Body>, S::Error> {
-        let slot = self.mode.open(&mut parts.extensions);
         parts.extensions.insert(IdempotencyContext {
             scope: keyed.scope.clone(),
             key: keyed.key.clone(),
@@ -338,8 +359,14 @@ where
             tracing::warn!(
                 "the handler cannot tell whether its work happened; the key stays locked until the lease ends"
             );
-            if let Err(err) = self.mode.finish(slot, false).await {
-                tracing::error!(error = %err, "cannot end the handler's transaction");
+            let claimed = Claimed {
+                scope: &keyed.scope,
+                key: &keyed.key,
+                fingerprint: &fingerprint,
+                lease: self.config.lease,
+            };
+            if let Err(err) = self.mode.keep_locked(slot, claimed).await {
+                tracing::error!(error = %err, "cannot keep the key locked");
             }
             return Ok(response.map(body::boxed));
         }

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_core::future::BoxFuture;
 use guestlist_core::{
     Attempt, Begin, Completed, Fingerprint, IdempotencyKey, Scope, StoredResponse,
 };
@@ -12,18 +13,53 @@ use sqlx::Transaction;
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
 use crate::body::BoxError;
-use crate::mode::{Mode, sealed};
+use crate::mode::{Claimed, Mode, sealed};
 
 /// Transactional mode on a SQL key store: the handler takes the request's transaction with
 /// [`IdempotentTx`], and the layer stores the response on that same transaction before it
 /// commits. A handler that fails or answers 5xx rolls back with its response; an attempt that
 /// lost its lease to a take-over finds the key fenced and rolls back its writes.
-#[derive(Debug)]
-pub struct Transactional<DB: Backend>(pub(crate) SqlKeyStore<DB>);
+///
+/// By default the claim commits on its own before the handler runs. On PostgreSQL,
+/// [`IdempotencyLayer::claim_in_transaction`](crate::IdempotencyLayer::claim_in_transaction)
+/// writes it on the handler's transaction instead, guarded by an advisory lock.
+pub struct Transactional<DB: Backend> {
+    pub(crate) store: SqlKeyStore<DB>,
+    /// The claim on the request's transaction, where the database offers one.
+    pub(crate) claim_on_tx: Option<ClaimOnTx<DB>>,
+}
+
+/// A claim written on the request's transaction (PostgreSQL's advisory-locked claim).
+pub(crate) type ClaimOnTx<DB> = for<'a> fn(
+    &'a SqlKeyStore<DB>,
+    &'a mut <DB as sqlx::Database>::Connection,
+    Claimed<'a>,
+) -> BoxFuture<'a, Result<Begin, guestlist_sqlx::Error>>;
+
+impl<DB: Backend> Transactional<DB> {
+    pub(crate) fn new(store: SqlKeyStore<DB>) -> Self {
+        Self {
+            store,
+            claim_on_tx: None,
+        }
+    }
+}
 
 impl<DB: Backend> Clone for Transactional<DB> {
     fn clone(&self) -> Self {
-        Self(self.0.clone())
+        Self {
+            store: self.store.clone(),
+            claim_on_tx: self.claim_on_tx,
+        }
+    }
+}
+
+impl<DB: Backend> std::fmt::Debug for Transactional<DB> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Transactional")
+            .field("store", &self.store)
+            .field("claim_in_transaction", &self.claim_on_tx.is_some())
+            .finish()
     }
 }
 
@@ -154,17 +190,28 @@ impl<DB: Backend> Mode for Transactional<DB> {
 
     async fn begin(
         &self,
+        slot: &TxSlot<DB>,
         scope: &Scope,
         key: &IdempotencyKey,
         fingerprint: &Fingerprint,
         lease: Duration,
     ) -> Result<Begin, BoxError> {
-        Ok(self.0.begin(scope, key, fingerprint, lease).await?)
+        let Some(claim_on_tx) = self.claim_on_tx else {
+            return Ok(self.store.begin(scope, key, fingerprint, lease).await?);
+        };
+        let mut tx = slot.take().await?;
+        let claimed = Claimed {
+            scope,
+            key,
+            fingerprint,
+            lease,
+        };
+        Ok(claim_on_tx(&self.store, &mut tx, claimed).await?)
     }
 
     fn open(&self, extensions: &mut Extensions) -> TxSlot<DB> {
         let slot = TxSlot {
-            store: self.0.clone(),
+            store: self.store.clone(),
             tx: Arc::new(Mutex::new(None)),
         };
         extensions.insert(slot.clone());
@@ -181,12 +228,12 @@ impl<DB: Backend> Mode for Transactional<DB> {
     ) -> Result<Completed, BoxError> {
         let mut tx = match slot.reclaim()? {
             Some(tx) => tx,
-            None => self.0.begin_transaction().await?,
+            None => self.store.begin_transaction().await?,
         };
         // The fencing check runs inside the handler's transaction: a stale attempt's writes
         // roll back together with its response.
         match self
-            .0
+            .store
             .complete_in(&mut tx, scope, key, attempt, response)
             .await?
         {
@@ -214,7 +261,10 @@ impl<DB: Backend> Mode for Transactional<DB> {
             Err(err) => Err(err),
         };
         // A transaction the handler still holds never commits: the key is free either way.
-        self.0.release(scope, key, attempt).await?;
+        // A claim on the transaction went with its rollback (or goes when the handler lets go).
+        if self.claim_on_tx.is_none() {
+            self.store.release(scope, key, attempt).await?;
+        }
         held
     }
 
@@ -223,6 +273,18 @@ impl<DB: Backend> Mode for Transactional<DB> {
             Some(tx) if keep => tx.commit().await?,
             Some(tx) => tx.rollback().await?,
             None => {}
+        }
+        Ok(())
+    }
+
+    async fn keep_locked(&self, slot: TxSlot<DB>, claim: Claimed<'_>) -> Result<(), BoxError> {
+        self.finish(slot, false).await?;
+        if self.claim_on_tx.is_some() {
+            // The claim rolled back with the handler's writes: lock the key again, committed on
+            // its own this time, so that no retry runs before the lease ends.
+            self.store
+                .begin(claim.scope, claim.key, claim.fingerprint, claim.lease)
+                .await?;
         }
         Ok(())
     }

@@ -21,7 +21,7 @@ const DEFAULT_TABLE: &str = "guestlist_keys";
 
 /// How often [`SqlKeyStore::begin`] goes round when the row changes under it (released,
 /// purged, taken over) before it answers "in flight".
-const BEGIN_ROUNDS: usize = 5;
+pub(crate) const BEGIN_ROUNDS: usize = 5;
 
 /// Idempotency keys kept in PostgreSQL, SQLite or MySQL/MariaDB.
 ///
@@ -51,7 +51,7 @@ const BEGIN_ROUNDS: usize = 5;
 /// ```
 pub struct SqlKeyStore<DB: Backend> {
     pool: Pool<DB>,
-    sql: Arc<KeysSql>,
+    pub(crate) sql: Arc<KeysSql>,
 }
 
 impl<DB: Backend> Clone for SqlKeyStore<DB> {
@@ -136,16 +136,15 @@ impl<DB: Backend> SqlKeyStore<DB> {
         fingerprint: &Fingerprint,
         lease: Duration,
     ) -> Result<Begin, Error> {
-        let lease_ms = lease.as_millis().min(i64::MAX as u128) as i64;
-        let (scope, key) = (scope.as_str(), key.as_str());
+        let lease_ms = lease_ms(lease);
         let mut conn = self.pool.acquire().await?;
         for _ in 0..BEGIN_ROUNDS {
             let token = new_token()?;
             let inserted = DB::key_insert(
                 &mut conn,
                 &self.sql,
-                scope,
-                key,
+                scope.as_str(),
+                key.as_str(),
                 fingerprint.as_bytes(),
                 token as i64,
                 lease_ms,
@@ -157,41 +156,62 @@ impl<DB: Backend> SqlKeyStore<DB> {
                     attempt: Attempt::new(1, token),
                 });
             }
-            let Some(row) = DB::key_select(&mut conn, &self.sql, scope, key)
-                .await
-                .map_err(|err| self.error(err))?
-            else {
-                continue; // released or purged since the insert: insert again
-            };
-            if row.fingerprint != fingerprint.as_bytes() {
-                return Ok(Begin::Mismatch);
+            if let Some(begin) = self
+                .settle(&mut conn, scope, key, fingerprint, lease_ms)
+                .await?
+            {
+                return Ok(begin);
             }
-            if let Some(status) = row.status {
-                return Ok(Begin::Replay(stored_response(status, row)));
-            }
-            let lease_left = row.lease_left_ms.unwrap_or(0);
-            if lease_left > 0 {
-                return Ok(Begin::InFlight {
-                    retry_after: Duration::from_millis(lease_left as u64),
-                });
-            }
-            let token = new_token()?;
-            let values = KeyValues::TakeOver(token as i64, lease_ms, scope, key, row.token);
-            if DB::key_update(&mut conn, &self.sql.take_over, values).await? == 1 {
-                let number = u32::try_from(row.attempt + 1).unwrap_or(u32::MAX);
-                tracing::info!(
-                    scope,
-                    key,
-                    attempt = number,
-                    "lease expired; taking over the key"
-                );
-                return Ok(Begin::Run {
-                    attempt: Attempt::new(number, token),
-                });
-            }
-            // Another retry took over, or the attempt finished, between our read and our update.
         }
         Ok(Begin::InFlight { retry_after: lease })
+    }
+
+    /// What a claim that found the key's row already there answers: another request's
+    /// fingerprint, a stored response, a lease still held, or a take-over of an expired lease.
+    /// `None` when the row went or changed under us (released, purged, taken over or completed
+    /// between the read and the take-over): claim again.
+    pub(crate) async fn settle(
+        &self,
+        conn: &mut DB::Connection,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        lease_ms: i64,
+    ) -> Result<Option<Begin>, Error> {
+        let (scope, key) = (scope.as_str(), key.as_str());
+        let Some(row) = DB::key_select(conn, &self.sql, scope, key)
+            .await
+            .map_err(|err| self.error(err))?
+        else {
+            return Ok(None);
+        };
+        if row.fingerprint != fingerprint.as_bytes() {
+            return Ok(Some(Begin::Mismatch));
+        }
+        if let Some(status) = row.status {
+            return Ok(Some(Begin::Replay(stored_response(status, row))));
+        }
+        let lease_left = row.lease_left_ms.unwrap_or(0);
+        if lease_left > 0 {
+            return Ok(Some(Begin::InFlight {
+                retry_after: Duration::from_millis(lease_left as u64),
+            }));
+        }
+        let token = new_token()?;
+        let values = KeyValues::TakeOver(token as i64, lease_ms, scope, key, row.token);
+        if DB::key_update(conn, &self.sql.take_over, values).await? != 1 {
+            return Ok(None);
+        }
+        let number = u32::try_from(row.attempt + 1).unwrap_or(u32::MAX);
+        tracing::info!(
+            scope,
+            key,
+            attempt = number,
+            "lease expired; taking over the key"
+        );
+        Ok(Some(Begin::Run {
+            attempt: Attempt::new(number, token),
+        }))
     }
 
     /// Stores `response` on the handler's transaction `conn`, if `attempt` still holds the key.
@@ -313,13 +333,18 @@ impl<DB: Backend> SqlKeyStore<DB> {
         })
     }
 
-    fn error(&self, err: sqlx::Error) -> Error {
+    pub(crate) fn error(&self, err: sqlx::Error) -> Error {
         Error::from_store::<DB>(self.table(), err)
     }
 }
 
+/// A lease in whole milliseconds, as the statements bind it.
+pub(crate) fn lease_ms(lease: Duration) -> i64 {
+    lease.as_millis().min(i64::MAX as u128) as i64
+}
+
 /// A fresh fencing token from the operating system's random source.
-fn new_token() -> Result<u64, Error> {
+pub(crate) fn new_token() -> Result<u64, Error> {
     getrandom::u64().map_err(|err| {
         Error::Database(sqlx::Error::Protocol(format!(
             "no randomness for a fencing token: {err}"

@@ -17,6 +17,8 @@ mod error;
 mod inbox;
 mod key_report;
 mod keys;
+#[cfg(feature = "postgres")]
+mod keys_locked;
 mod process;
 mod purge;
 mod purger;

@@ -1,13 +1,16 @@
 //! `guestlist-bench http`: an axum handler that writes one row, under load on loopback, with
 //! and without the Idempotency-Key layer, in one run.
 //!
-//! Four figures, interleaved round by round (odd rounds reversed):
+//! Figures, interleaved round by round (odd rounds reversed):
 //! `unprotected` (the handler alone, its one INSERT on a pool connection: 1 statement),
 //! `unprotected_tx` (the same INSERT inside BEGIN/COMMIT: 3 statements), `fresh` (the layer in
-//! transactional mode, a new key on every request: the claim, then BEGIN, the row, the stored
-//! response and COMMIT: 5 statements, 2 commits), and `replay` (the layer answering retries of
-//! stored keys: the claim's INSERT and a SELECT, no commit). The load generator runs in the same
-//! process: 32 keep-alive connections in a closed loop.
+//! transactional mode, a new key on every request: the claim committed first, then BEGIN, the
+//! row, the stored response and COMMIT: 5 statements, 2 commits), and `replay` (the layer
+//! answering retries of stored keys: the claim's INSERT and a SELECT, no commit). On PostgreSQL
+//! also `fresh_in_tx` and `replay_in_tx`: the same with `claim_in_transaction` (BEGIN, the locked
+//! claim, the row, the stored response, COMMIT: 5 statements, 1 commit; a replay is BEGIN, the
+//! claim, a SELECT and ROLLBACK). The load generator runs in the same process: 32 keep-alive
+//! connections in a closed loop.
 
 mod workload;
 
@@ -40,14 +43,18 @@ enum Figure {
     UnprotectedTx,
     Fresh,
     Replay,
+    FreshInTx,
+    ReplayInTx,
 }
 
 impl Figure {
-    const ALL: [Figure; 4] = [
+    const ALL: [Figure; 6] = [
         Figure::Unprotected,
         Figure::UnprotectedTx,
         Figure::Fresh,
         Figure::Replay,
+        Figure::FreshInTx,
+        Figure::ReplayInTx,
     ];
 
     fn name(self) -> &'static str {
@@ -56,7 +63,13 @@ impl Figure {
             Figure::UnprotectedTx => "unprotected_tx",
             Figure::Fresh => "fresh",
             Figure::Replay => "replay",
+            Figure::FreshInTx => "fresh_in_tx",
+            Figure::ReplayInTx => "replay_in_tx",
         }
+    }
+
+    fn in_tx(self) -> bool {
+        matches!(self, Figure::FreshInTx | Figure::ReplayInTx)
     }
 }
 
@@ -111,6 +124,22 @@ pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
         report
             .ratios
             .insert(format!("replay_vs_fresh_{backend}"), replay / fresh);
+        if report
+            .rows
+            .iter()
+            .any(|r| r.backend == backend && r.name == "fresh_in_tx")
+        {
+            let fresh_in_tx = report.get("fresh_in_tx", backend, CONNECTIONS);
+            let replay_in_tx = report.get("replay_in_tx", backend, CONNECTIONS);
+            report.ratios.insert(
+                format!("fresh_in_tx_vs_unprotected_{backend}"),
+                fresh_in_tx / unprotected,
+            );
+            report.ratios.insert(
+                format!("replay_in_tx_vs_fresh_in_tx_{backend}"),
+                replay_in_tx / fresh_in_tx,
+            );
+        }
     }
     Ok(report)
 }
@@ -198,9 +227,25 @@ async fn measure_backend<DB: HttpWorkload>(
     let guarded = serve(
         Router::new()
             .route("/payments", post(protected::<DB>))
-            .layer(IdempotencyLayer::transactional(keys)),
+            .layer(IdempotencyLayer::transactional(keys.clone())),
     )
     .await?;
+    let guarded_in_tx = match DB::claim_in_transaction(keys) {
+        Some(layer) => Some(
+            serve(
+                Router::new()
+                    .route("/payments", post(protected::<DB>))
+                    .layer(layer),
+            )
+            .await?,
+        ),
+        None => None,
+    };
+    let figures: Vec<Figure> = Figure::ALL
+        .into_iter()
+        .filter(|figure| guarded_in_tx.is_some() || !figure.in_tx())
+        .collect();
+    let guarded_in_tx = guarded_in_tx.unwrap_or_default();
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(CONNECTIONS)
         .build()?;
@@ -211,22 +256,23 @@ async fn measure_backend<DB: HttpWorkload>(
 
     let mut samples: Vec<(Figure, f64, Vec<Duration>)> = Vec::new();
     for round in 0..plan.rounds {
-        for figure in plan.order(round, &Figure::ALL) {
+        for figure in plan.order(round, &figures) {
             let urls = (plain.clone(), plain_tx.clone(), guarded.clone());
+            let in_tx = guarded_in_tx.clone();
             let client = client.clone();
             let measured = load(CONNECTIONS, plan.each, move |worker, n| {
                 let (client, (plain, plain_tx, guarded)) = (client.clone(), urls.clone());
+                let in_tx = in_tx.clone();
                 async move {
+                    let fresh = format!("{}r{round}-w{worker}-{n}", figure.name());
+                    let stored = format!("stored-{}", (worker as u64 * 31 + n) % STORED_KEYS);
                     match figure {
                         Figure::Unprotected => send(&client, &plain, None).await,
                         Figure::UnprotectedTx => send(&client, &plain_tx, None).await,
-                        Figure::Fresh => {
-                            send(&client, &guarded, Some(&format!("r{round}-w{worker}-{n}"))).await
-                        }
-                        Figure::Replay => {
-                            let key = format!("stored-{}", (worker as u64 * 31 + n) % STORED_KEYS);
-                            send(&client, &guarded, Some(&key)).await
-                        }
+                        Figure::Fresh => send(&client, &guarded, Some(&fresh)).await,
+                        Figure::Replay => send(&client, &guarded, Some(&stored)).await,
+                        Figure::FreshInTx => send(&client, &in_tx, Some(&fresh)).await,
+                        Figure::ReplayInTx => send(&client, &in_tx, Some(&stored)).await,
                     }
                 }
             })
@@ -239,7 +285,7 @@ async fn measure_backend<DB: HttpWorkload>(
             samples.push((figure, measured.per_sec, measured.latencies));
         }
     }
-    for figure in Figure::ALL {
+    for figure in figures {
         let rounds = samples
             .iter()
             .filter(|(f, ..)| *f == figure)

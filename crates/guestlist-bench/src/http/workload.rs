@@ -1,7 +1,8 @@
 //! The one row every measured handler writes, in each backend's SQL.
 
+use guestlist::http::{IdempotencyLayer, Transactional};
 use guestlist::sqlx::{self, Pool};
-use guestlist::{Backend, WorkFuture};
+use guestlist::{Backend, SqlKeyStore, WorkFuture};
 
 /// The key table of the protected handlers.
 pub(super) const KEYS: &str = "bench_http_keys";
@@ -20,10 +21,14 @@ pub(super) trait HttpWorkload: Backend {
     ) -> WorkFuture<'c, (), sqlx::Error>;
     /// Runs one statement on the pool.
     fn exec<'p>(pool: &'p Pool<Self>, sql: &'static str) -> WorkFuture<'p, (), sqlx::Error>;
+    /// The layer with its claim on the handler's transaction, where the database offers it.
+    fn claim_in_transaction(
+        keys: SqlKeyStore<Self>,
+    ) -> Option<IdempotencyLayer<Transactional<Self>>>;
 }
 
 macro_rules! http_workload {
-    ($db:ty, $conn:ty, $label:literal, $pool:literal, $create:literal, $insert:literal) => {
+    ($db:ty, $conn:ty, $label:literal, $pool:literal, $create:literal, $insert:literal, $in_tx:expr) => {
         impl HttpWorkload for $db {
             const LABEL: &'static str = $label;
             const CREATE: &'static str = $create;
@@ -45,6 +50,14 @@ macro_rules! http_workload {
             ) -> WorkFuture<'p, (), sqlx::Error> {
                 Box::pin(async move { sqlx::query(sql).execute(pool).await.map(drop) })
             }
+
+            fn claim_in_transaction(
+                keys: SqlKeyStore<Self>,
+            ) -> Option<IdempotencyLayer<Transactional<Self>>> {
+                let in_tx: fn(SqlKeyStore<Self>) -> Option<IdempotencyLayer<Transactional<Self>>> =
+                    $in_tx;
+                in_tx(keys)
+            }
         }
     };
 }
@@ -55,7 +68,8 @@ http_workload!(
     "postgres",
     32,
     "CREATE TABLE bench_http_payments (id BIGSERIAL PRIMARY KEY, body BYTEA NOT NULL)",
-    "INSERT INTO bench_http_payments (body) VALUES ($1)"
+    "INSERT INTO bench_http_payments (body) VALUES ($1)",
+    |keys| Some(IdempotencyLayer::transactional(keys).claim_in_transaction())
 );
 http_workload!(
     sqlx::Sqlite,
@@ -63,7 +77,8 @@ http_workload!(
     "sqlite",
     4,
     "CREATE TABLE bench_http_payments (id INTEGER PRIMARY KEY, body BLOB NOT NULL)",
-    "INSERT INTO bench_http_payments (body) VALUES (?1)"
+    "INSERT INTO bench_http_payments (body) VALUES (?1)",
+    |_| None
 );
 http_workload!(
     sqlx::MySql,
@@ -71,5 +86,6 @@ http_workload!(
     "mysql",
     32,
     "CREATE TABLE bench_http_payments (id BIGINT AUTO_INCREMENT PRIMARY KEY, body BLOB NOT NULL)",
-    "INSERT INTO bench_http_payments (body) VALUES (?)"
+    "INSERT INTO bench_http_payments (body) VALUES (?)",
+    |_| None
 );

@@ -2,7 +2,9 @@
 //!
 //! Request headers steer the handler: `x-test-status` (the answer's status, default 201),
 //! `x-test-response-bytes` (pad the body to that size), `x-test-hang` (print a marker and hang,
-//! for the SIGKILL test) and `x-test-block` (wait for the test to release it).
+//! for the SIGKILL test), `x-test-block` (wait for the test to release it) and
+//! `x-test-keep-locked` (mark the answer [`guestlist_http::KeepLocked`]: the work may have
+//! happened).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -91,7 +93,8 @@ pub fn answer(payment: &str, headers: &HeaderMap, body: &Bytes) -> Response {
     {
         text = format!("{text}{}", " ".repeat(size.saturating_sub(text.len())));
     }
-    (
+    let keep_locked = headers.contains_key("x-test-keep-locked");
+    let mut response = (
         status,
         [
             (header::CONTENT_TYPE, "application/json".to_owned()),
@@ -103,5 +106,9 @@ pub fn answer(payment: &str, headers: &HeaderMap, body: &Bytes) -> Response {
         ],
         text,
     )
-        .into_response()
+        .into_response();
+    if keep_locked {
+        response.extensions_mut().insert(guestlist_http::KeepLocked);
+    }
+    response
 }

@@ -23,6 +23,7 @@ macro_rules! http_suite {
                 the_row_and_the_stored_response_are_both_there,
                 a_500_rolls_back_and_releases_the_key,
                 a_4xx_from_the_handler_is_stored_and_replayed,
+                an_answer_marked_keep_locked_holds_the_key_until_the_lease,
                 a_server_killed_mid_handler_recovers_after_the_lease,
                 a_stale_attempt_finishing_late_cannot_overwrite,
                 a_stale_attempt_cannot_complete_a_newer_claim_of_its_key,

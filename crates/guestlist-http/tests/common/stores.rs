@@ -85,6 +85,9 @@ pub trait Store: Send + Sync + Sized + 'static {
     /// Whether one writer holds the whole store (SQLite): a handler's open transaction keeps
     /// every other request's claim waiting, so an attempt can never lose its key mid-run.
     const SINGLE_WRITER: bool;
+    /// Whether the claim rides on the handler's transaction behind a lock (PostgreSQL's
+    /// `claim_in_transaction`): a dead attempt leaves nothing behind, a stalled one keeps its key.
+    const LOCKED_CLAIM: bool = false;
 
     /// Fresh tables for the test `name`.
     fn open(name: &str) -> impl Future<Output = Self> + Send;
@@ -201,6 +204,55 @@ impl<DB: Fixture> Store for Sql<DB> {
         self.db
             .scalar(format!("SELECT count(*) FROM {}", self.keys.table()))
             .await as u64
+    }
+}
+
+/// PostgreSQL in transactional mode with the claim on the handler's transaction.
+#[cfg(feature = "postgres")]
+pub struct LockedPostgres(Sql<sqlx::Postgres>);
+
+#[cfg(feature = "postgres")]
+impl Store for LockedPostgres {
+    const LABEL: &'static str = "PostgreSQL, claim in transaction";
+    const TRANSACTIONAL: bool = true;
+    const SINGLE_WRITER: bool = false;
+    const LOCKED_CLAIM: bool = true;
+
+    async fn open(name: &str) -> Self {
+        Self(Sql::open(name).await)
+    }
+
+    async fn attach(url: &str, tag: &str) -> Self {
+        Self(Sql::attach(url, tag).await)
+    }
+
+    fn url(&self) -> &str {
+        self.0.url()
+    }
+
+    fn tag(&self) -> &str {
+        self.0.tag()
+    }
+
+    fn router(&self, state: AppState, settings: &Settings) -> Router {
+        let layer = IdempotencyLayer::transactional(self.0.keys.clone()).claim_in_transaction();
+        Router::new()
+            .route(
+                "/payments",
+                post(pay_in_transaction::<sqlx::Postgres>)
+                    .patch(pay_in_transaction::<sqlx::Postgres>)
+                    .put(pay_in_transaction::<sqlx::Postgres>),
+            )
+            .with_state((state, Arc::from(self.0.payments())))
+            .layer(configure(layer, settings))
+    }
+
+    async fn effects(&self, state: &AppState) -> u64 {
+        self.0.effects(state).await
+    }
+
+    async fn stored_keys(&self) -> u64 {
+        self.0.stored_keys().await
     }
 }
 

@@ -176,6 +176,45 @@ pub async fn a_500_rolls_back_and_releases_the_key<S: Store>(name: &str) {
     }
 }
 
+pub async fn an_answer_marked_keep_locked_holds_the_key_until_the_lease<S: Store>(name: &str) {
+    let lease = Duration::from_millis(1500);
+    let settings = Settings {
+        lease,
+        ..Settings::default()
+    };
+    let api = Api::<S>::start(name, settings).await;
+    let unsure = api
+        .send(
+            &Call::new("timed-out")
+                .header("x-test-status", "504")
+                .header("x-test-keep-locked", "1"),
+        )
+        .await;
+    let answered_at = std::time::Instant::now();
+    assert_eq!(unsure.status, StatusCode::GATEWAY_TIMEOUT);
+    let early = api.send(&Call::new("timed-out")).await;
+    assert_eq!(early.status, StatusCode::CONFLICT, "{}", early.text());
+    assert_eq!(early.problem().as_deref(), Some("key-in-flight"));
+    assert_eq!(
+        api.executions(),
+        1,
+        "nothing ran while the key stayed locked"
+    );
+    if S::TRANSACTIONAL {
+        assert_eq!(
+            api.effects().await,
+            0,
+            "the unsure attempt's row rolled back"
+        );
+    }
+    tokio::time::sleep(lease.saturating_sub(answered_at.elapsed()) + Duration::from_millis(300))
+        .await;
+    let late = api.send(&Call::new("timed-out")).await;
+    assert_eq!(late.status, StatusCode::CREATED, "{}", late.text());
+    assert!(!late.replayed(), "after the lease the retry ran");
+    assert_eq!(api.executions(), 2);
+}
+
 pub async fn a_4xx_from_the_handler_is_stored_and_replayed<S: Store>(name: &str) {
     let api = Api::<S>::start(name, Settings::default()).await;
     let call = Call::new("declined").header("x-test-status", "402");
@@ -253,6 +292,21 @@ pub async fn a_server_killed_mid_handler_recovers_after_the_lease<S: Store>(name
     child.wait().unwrap();
     doomed.abort();
 
+    if S::LOCKED_CLAIM {
+        // The claim died with the attempt's connection, its row with it: the retry runs now.
+        let retry = api.send(&call).await;
+        assert_eq!(retry.status, StatusCode::CREATED, "{}", retry.text());
+        assert!(!retry.replayed(), "nothing of the killed attempt remained");
+        let again = api.send(&call).await;
+        assert!(again.replayed());
+        assert_eq!(api.executions(), 1, "it ran once here");
+        assert_eq!(
+            api.effects().await,
+            1,
+            "the killed attempt's row never committed"
+        );
+        return;
+    }
     let early = api.send(&call).await;
     assert_eq!(early.status, StatusCode::CONFLICT, "{}", early.text());
     assert_eq!(early.problem().as_deref(), Some("key-in-flight"));
@@ -321,6 +375,25 @@ pub async fn a_stale_attempt_finishing_late_cannot_overwrite<S: Store>(name: &st
     let call = Call::new("slow-then-stale");
     let stale = api.held(&call, "stale").await;
     tokio::time::sleep(lease + Duration::from_millis(300)).await;
+    if S::LOCKED_CLAIM {
+        // The slow attempt still holds its lock past the lease: no retry takes over, so there
+        // is no stale completion to fence; the slow attempt's own answer is the one stored.
+        let retry = api.send(&call).await;
+        assert_eq!(retry.status, StatusCode::CONFLICT, "{}", retry.text());
+        assert_eq!(retry.problem().as_deref(), Some("key-in-flight"));
+        api.state.gate("stale").open.notify_one();
+        let slow = stale.await.unwrap();
+        assert_eq!(slow.status, StatusCode::CREATED, "{}", slow.text());
+        let replay = api.send(&call).await;
+        assert!(replay.replayed());
+        assert_eq!(
+            replay.body, slow.body,
+            "the slow attempt's response is stored"
+        );
+        assert_eq!(api.executions(), 1, "only the slow attempt ran");
+        assert_eq!(api.effects().await, 1);
+        return;
+    }
     let takeover = api.held(&call, "takeover").await;
 
     // The stale attempt finishes while the take-over still runs: only the fencing token can
@@ -350,8 +423,10 @@ pub async fn a_stale_attempt_finishing_late_cannot_overwrite<S: Store>(name: &st
 }
 
 pub async fn a_stale_attempt_cannot_complete_a_newer_claim_of_its_key<S: Store>(name: &str) {
-    if S::SINGLE_WRITER {
-        return; // as above: no retry can claim the key while an attempt holds SQLite's lock
+    if S::SINGLE_WRITER || S::LOCKED_CLAIM {
+        // As above: no retry can claim the key while an attempt holds SQLite's write lock or
+        // PostgreSQL's advisory lock on the key, so no stale attempt exists.
+        return;
     }
     let lease = Duration::from_millis(1500);
     let api = Arc::new(

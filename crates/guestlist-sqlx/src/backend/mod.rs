@@ -115,6 +115,9 @@ pub struct KeysSql {
     pub(crate) evict: Arc<str>,
     /// The table's figures, for operators.
     pub(crate) stats: Arc<str>,
+    /// Claims a key on the caller's transaction behind an advisory lock (PostgreSQL only;
+    /// empty elsewhere).
+    pub(crate) claim_locked: Arc<str>,
 }
 
 impl KeysSql {
@@ -135,6 +138,7 @@ impl KeysSql {
             release: fill(DB::KEY_RELEASE),
             evict: fill(DB::KEY_EVICT),
             stats: fill(DB::KEY_STATS),
+            claim_locked: fill(DB::KEY_CLAIM_LOCKED),
         }
     }
 }
@@ -463,6 +467,10 @@ pub(crate) mod sealed {
         /// Template of [`KeysSql::stats`]: rows, rows in flight, the oldest row's age in
         /// milliseconds, and the table's size in bytes (SQLite: the database file's).
         const KEY_STATS: &'static str;
+        /// Template of [`KeysSql::claim_locked`]: scope, key, fingerprint, token, lease in
+        /// milliseconds; reads (lock held, row inserted). Empty where the database has no
+        /// transaction-scoped lock to try.
+        const KEY_CLAIM_LOCKED: &'static str = "";
 
         /// Inserts an in-flight key; `true` when new.
         fn key_insert<'c>(

@@ -124,6 +124,17 @@ impl KeyStatements for Postgres {
          (EXTRACT(EPOCH FROM (now() - MIN(created_at))) * 1000)::bigint, \
          pg_total_relation_size('{table}'::regclass)::bigint \
          FROM {table}";
+    // The lock is tried first and only a holder inserts: a retry never queues behind the
+    // uncommitted row of the attempt in flight. The lock's number hashes the table, the scope's
+    // length, the scope and the key, so that no two (scope, key) pairs share one but by chance.
+    const KEY_CLAIM_LOCKED: &'static str = "WITH lock AS (\
+         SELECT pg_try_advisory_xact_lock(\
+         hashtextextended('{table}:' || length($1::text) || ':' || $1 || $2, 0)) AS held), \
+         claim AS (INSERT INTO {table} \
+         (scope, idempotency_key, fingerprint, token, locked_until) \
+         SELECT $1, $2, $3, $4, now() + interval '1 millisecond' * $5 FROM lock WHERE held \
+         ON CONFLICT DO NOTHING RETURNING 1) \
+         SELECT (SELECT held FROM lock), EXISTS (SELECT 1 FROM claim)";
 
     super::key_insert_by_rows_affected!(PgConnection);
     super::keys_same_everywhere!(PgConnection);

@@ -1,0 +1,67 @@
+//! PostgreSQL's claim on the handler's own transaction: one commit per request.
+
+use std::time::Duration;
+
+use guestlist_core::{Attempt, Begin, Fingerprint, IdempotencyKey, Scope};
+use sqlx::{PgConnection, Postgres};
+
+use crate::Error;
+use crate::SqlKeyStore;
+use crate::keys::{BEGIN_ROUNDS, lease_ms, new_token};
+
+/// What a retry is told to wait when the key's lock is held: the attempt holding it is running
+/// now, and its lease says nothing about when it ends.
+const LOCK_HELD_RETRY: Duration = Duration::from_secs(1);
+
+impl SqlKeyStore<Postgres> {
+    /// Claims `key` in `scope` on the handler's own transaction `tx`, so that the claim, the
+    /// handler's writes and the stored response commit once, together (PostgreSQL only).
+    ///
+    /// The claim first tries a transaction-scoped advisory lock on `(scope, key)`: a concurrent
+    /// retry that finds it held gets [`Begin::InFlight`] at once instead of queueing behind the
+    /// uncommitted row. The lock and the row end with the transaction, so an attempt that dies
+    /// (its process killed, its connection cut) leaves nothing behind: its writes roll back and
+    /// the next retry runs at once, with no lease to wait out. An attempt that stalls keeps its
+    /// key until it ends; no retry takes it over. Rows left by [`SqlKeyStore::begin`]'s committed
+    /// claims (another process in plain mode) are honoured as usual, leases included.
+    ///
+    /// `tx` must be inside a transaction (`BEGIN`): outside one, the lock and the claim would end
+    /// with this very statement.
+    pub async fn begin_locked(
+        &self,
+        tx: &mut PgConnection,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        lease: Duration,
+    ) -> Result<Begin, Error> {
+        let lease_ms = lease_ms(lease);
+        for _ in 0..BEGIN_ROUNDS {
+            let token = new_token()?;
+            let (held, inserted): (bool, bool) =
+                sqlx::query_as(sqlx::AssertSqlSafe(self.sql.claim_locked.clone()))
+                    .bind(scope.as_str())
+                    .bind(key.as_str())
+                    .bind(fingerprint.as_bytes())
+                    .bind(token as i64)
+                    .bind(lease_ms)
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err(|err| self.error(err))?;
+            if !held {
+                return Ok(Begin::InFlight {
+                    retry_after: LOCK_HELD_RETRY,
+                });
+            }
+            if inserted {
+                return Ok(Begin::Run {
+                    attempt: Attempt::new(1, token),
+                });
+            }
+            if let Some(begin) = self.settle(tx, scope, key, fingerprint, lease_ms).await? {
+                return Ok(begin);
+            }
+        }
+        Ok(Begin::InFlight { retry_after: lease })
+    }
+}
