@@ -188,8 +188,8 @@ impl<DB: Backend> SqlKeyStore<DB> {
         if row.fingerprint != fingerprint.as_bytes() {
             return Ok(Some(Begin::Mismatch));
         }
-        if let Some(status) = row.status {
-            return Ok(Some(Begin::Replay(stored_response(status, row))));
+        if row.status.is_some() {
+            return Ok(Some(replay_of(row)));
         }
         let lease_left = row.lease_left_ms.unwrap_or(0);
         if lease_left > 0 {
@@ -350,6 +350,12 @@ pub(crate) fn new_token() -> Result<u64, Error> {
             "no randomness for a fencing token: {err}"
         )))
     })
+}
+
+/// The replay of a completed row.
+pub(crate) fn replay_of(row: KeyRow) -> Begin {
+    let status = row.status.unwrap_or(500);
+    Begin::Replay(stored_response(status, row))
 }
 
 /// A stored response read back from its row.

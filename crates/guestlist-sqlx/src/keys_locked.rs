@@ -49,9 +49,7 @@ impl SqlKeyStore<Postgres> {
                     .await
                     .map_err(|err| self.error(err))?;
             if !held {
-                return Ok(Begin::InFlight {
-                    retry_after: LOCK_HELD_RETRY,
-                });
+                return self.lock_held(tx, scope, key, fingerprint).await;
             }
             if inserted {
                 return Ok(Begin::Run {
@@ -63,5 +61,35 @@ impl SqlKeyStore<Postgres> {
             }
         }
         Ok(Begin::InFlight { retry_after: lease })
+    }
+
+    /// What a request whose key's lock is taken answers. The holder may be an attempt running
+    /// now, or another retry reading a stored response: a stored response is replayed; anything
+    /// else is in flight (an expired lease is left to the holder to take over).
+    async fn lock_held(
+        &self,
+        tx: &mut PgConnection,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+    ) -> Result<Begin, Error> {
+        let row = <Postgres as crate::backend::sealed::KeyStatements>::key_select(
+            tx,
+            &self.sql,
+            scope.as_str(),
+            key.as_str(),
+        )
+        .await
+        .map_err(|err| self.error(err))?;
+        Ok(match row {
+            Some(row) if row.fingerprint != fingerprint.as_bytes() => Begin::Mismatch,
+            Some(row) if row.status.is_some() => crate::keys::replay_of(row),
+            Some(row) => Begin::InFlight {
+                retry_after: Duration::from_millis(row.lease_left_ms.unwrap_or(0).max(1_000) as u64),
+            },
+            None => Begin::InFlight {
+                retry_after: LOCK_HELD_RETRY,
+            },
+        })
     }
 }

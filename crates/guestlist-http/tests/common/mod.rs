@@ -18,6 +18,7 @@ macro_rules! http_suite {
             $crate::http_suite!(@tests $m, $store;
                 five_identical_retries_run_the_handler_once,
                 thirty_two_concurrent_requests_run_the_handler_once,
+                concurrent_retries_of_a_finished_request_all_replay,
                 the_same_key_with_another_body_is_422,
                 the_same_key_from_two_clients_runs_twice_without_cross_replay,
                 the_row_and_the_stored_response_are_both_there,

@@ -114,6 +114,32 @@ pub async fn thirty_two_concurrent_requests_run_the_handler_once<S: Store>(name:
     assert_eq!(api.effects().await, 1);
 }
 
+pub async fn concurrent_retries_of_a_finished_request_all_replay<S: Store>(name: &str) {
+    let api = Arc::new(Api::<S>::start(name, Settings::default()).await);
+    let call = Call::new("finished-then-32");
+    let first = api.send(&call).await;
+    assert_eq!(first.status, StatusCode::CREATED, "{}", first.text());
+    // Rounds of 32 at once, so that retries meet each other inside the store.
+    for _ in 0..5 {
+        let retries: Vec<_> = (0..32)
+            .map(|_| {
+                let (api, call) = (api.clone(), call.clone());
+                tokio::spawn(async move { api.send(&call).await })
+            })
+            .collect();
+        for retry in retries {
+            let answer = retry.await.unwrap();
+            assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.text());
+            assert!(
+                answer.replayed(),
+                "a finished request is replayed, never 409"
+            );
+            assert_eq!(answer.body, first.body);
+        }
+    }
+    assert_eq!(api.executions(), 1);
+}
+
 pub async fn the_same_key_with_another_body_is_422<S: Store>(name: &str) {
     let api = Api::<S>::start(name, Settings::default()).await;
     let first = api.send(&Call::new("reused")).await;
