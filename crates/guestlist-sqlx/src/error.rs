@@ -30,6 +30,10 @@ pub enum Error {
     /// The database refused or failed, or could not be reached.
     #[error("database error: {0}")]
     Database(#[source] sqlx::Error),
+    /// The statement that carried this request together with others failed
+    /// ([`BatchedKeyStore`](crate::BatchedKeyStore)); every request in it gets the same cause.
+    #[error(transparent)]
+    Shared(std::sync::Arc<Error>),
 }
 
 impl Error {
@@ -38,6 +42,7 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         match self {
             Error::Database(err) => crate::backend::is_retryable(err),
+            Error::Shared(err) => err.is_retryable(),
             _ => false,
         }
     }

@@ -18,6 +18,8 @@ mod inbox;
 mod key_report;
 mod keys;
 #[cfg(feature = "postgres")]
+mod keys_batched;
+#[cfg(feature = "postgres")]
 mod keys_locked;
 mod process;
 mod purge;
@@ -36,6 +38,8 @@ pub use guestlist_core::{
 pub use inbox::Inbox;
 pub use key_report::{KeyRecord, KeyState, KeyStats};
 pub use keys::SqlKeyStore;
+#[cfg(feature = "postgres")]
+pub use keys_batched::BatchedKeyStore;
 pub use process::{BatchProcessed, ProcessError, Processed, WorkFuture};
 pub use purge::{Purge, Purgeable, Purged};
 pub use purger::{Purger, PurgerHandle};

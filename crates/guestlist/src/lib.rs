@@ -59,6 +59,10 @@ pub use guestlist_core::{
     Attempt, Begin, Claim, Completed, Fingerprint, HandlerName, IdempotencyKey, KeyStore,
     MessageId, Retention, Scope, StoredBody, StoredResponse, TableName,
 };
+/// Plain-mode keys on PostgreSQL with concurrent requests' claims and responses batched (feature
+/// `postgres`).
+#[cfg(feature = "postgres")]
+pub use guestlist_sqlx::BatchedKeyStore;
 #[cfg(feature = "sqlite")]
 pub use guestlist_sqlx::sqlite;
 pub use guestlist_sqlx::{

@@ -16,8 +16,8 @@ use std::sync::Arc;
 use anyhow::Context;
 use axum::Router;
 use guestlist::http::{IdempotencyLayer, Plain, ReplayCache};
-use guestlist::sqlx::Pool;
-use guestlist::{Backend, Purger, Retention, Scope, SqlKeyStore};
+use guestlist::sqlx::{self, Pool};
+use guestlist::{Backend, BatchedKeyStore, KeyStore, Purger, Retention, Scope, SqlKeyStore};
 use tokio::sync::watch;
 
 use self::proxy::Proxy;
@@ -33,7 +33,39 @@ pub(crate) async fn run(args: GatewayArgs) -> anyhow::Result<()> {
     with_pool!(pool, |pool| serve(pool, settings).await)
 }
 
-async fn serve<DB: Backend>(pool: Pool<DB>, settings: Settings) -> anyhow::Result<()> {
+/// The key store behind the gateway's replay cache, per database.
+trait GatewayKeys: Backend {
+    /// What the layer calls.
+    type Keys: KeyStore;
+    /// Wraps the table's store.
+    fn keys(store: SqlKeyStore<Self>) -> Self::Keys;
+}
+
+/// PostgreSQL batches the claims and answers of concurrent requests: one commit for many.
+impl GatewayKeys for sqlx::Postgres {
+    type Keys = BatchedKeyStore;
+    fn keys(store: SqlKeyStore<Self>) -> BatchedKeyStore {
+        BatchedKeyStore::new(store)
+    }
+}
+
+/// SQLite has one writer: a batch would wait for the file's lock like a single claim does.
+impl GatewayKeys for sqlx::Sqlite {
+    type Keys = SqlKeyStore<Self>;
+    fn keys(store: SqlKeyStore<Self>) -> Self::Keys {
+        store
+    }
+}
+
+/// MySQL has no `RETURNING` to tell a batch's new rows from the ones already there.
+impl GatewayKeys for sqlx::MySql {
+    type Keys = SqlKeyStore<Self>;
+    fn keys(store: SqlKeyStore<Self>) -> Self::Keys {
+        store
+    }
+}
+
+async fn serve<DB: GatewayKeys>(pool: Pool<DB>, settings: Settings) -> anyhow::Result<()> {
     // Before anything can take a request, so that a SIGTERM is never the default (instant) one.
     let terminated = crate::signal::Terminated::install()?;
     let keys = SqlKeyStore::with_table(pool.clone(), &settings.table)?;
@@ -71,7 +103,7 @@ async fn serve<DB: Backend>(pool: Pool<DB>, settings: Settings) -> anyhow::Resul
         settings.upstream_timeout,
         scoped,
     )?);
-    let layer = layer(keys, &settings);
+    let layer = layer(DB::keys(keys), &settings);
     let attempts = layer.attempts();
     let app = Router::new()
         .fallback(proxy::forward)
@@ -116,10 +148,7 @@ async fn serve<DB: Backend>(pool: Pool<DB>, settings: Settings) -> anyhow::Resul
 }
 
 /// The Idempotency-Key layer, configured by the settings.
-fn layer<DB: Backend>(
-    keys: SqlKeyStore<DB>,
-    settings: &Settings,
-) -> IdempotencyLayer<Plain<ReplayCache<SqlKeyStore<DB>>>> {
+fn layer<K: KeyStore>(keys: K, settings: &Settings) -> IdempotencyLayer<Plain<ReplayCache<K>>> {
     let keys = ReplayCache::new(
         keys,
         settings.replay_cache as u64,

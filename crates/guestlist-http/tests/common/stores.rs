@@ -305,6 +305,50 @@ impl<DB: Fixture> Store for PlainSql<DB> {
     }
 }
 
+/// PostgreSQL in plain mode with concurrent requests' claims and responses written in rounds
+/// ([`guestlist_sqlx::BatchedKeyStore`]), as the gateway uses it.
+#[cfg(feature = "postgres")]
+pub struct BatchedPostgres(PlainSql<sqlx::Postgres>);
+
+#[cfg(feature = "postgres")]
+impl Store for BatchedPostgres {
+    const LABEL: &'static str = "PostgreSQL, batched";
+    const TRANSACTIONAL: bool = false;
+    const SINGLE_WRITER: bool = false;
+
+    async fn open(name: &str) -> Self {
+        Self(PlainSql::open(name).await)
+    }
+
+    async fn attach(url: &str, tag: &str) -> Self {
+        Self(PlainSql::attach(url, tag).await)
+    }
+
+    fn url(&self) -> &str {
+        self.0.url()
+    }
+
+    fn tag(&self) -> &str {
+        self.0.tag()
+    }
+
+    fn router(&self, state: AppState, settings: &Settings) -> Router {
+        let keys = guestlist_sqlx::BatchedKeyStore::new(self.0.0.keys.clone());
+        Router::new()
+            .route("/payments", post(pay))
+            .with_state(state)
+            .layer(configure(IdempotencyLayer::new(keys), settings))
+    }
+
+    async fn effects(&self, state: &AppState) -> u64 {
+        state.executions()
+    }
+
+    async fn stored_keys(&self) -> u64 {
+        self.0.stored_keys().await
+    }
+}
+
 /// Redis, in plain mode: the key and the response live outside the handler's work.
 pub struct Redis {
     keys: guestlist_redis::RedisKeyStore,

@@ -1,0 +1,282 @@
+//! Plain mode on PostgreSQL with the claims of concurrent requests in one statement, and their
+//! stored responses in another: one commit for many requests.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use guestlist_core::{
+    Attempt, Begin, Completed, Fingerprint, IdempotencyKey, KeyStore, Scope, StoredBody,
+    StoredResponse,
+};
+use sqlx::Postgres;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::keys::{lease_ms, new_token};
+use crate::{Error, SqlKeyStore};
+
+/// Most requests one statement carries.
+const MAX_BATCH: usize = 512;
+/// Requests waiting for a statement before senders wait too.
+const QUEUE: usize = 2 * MAX_BATCH;
+
+/// One round: the claims of new keys (scope, key, fingerprint, token, lease in milliseconds)
+/// and the stored responses of attempts (scope, key, token, status, headers, body), in one
+/// statement and one commit. Returns the tokens of the rows inserted and of the rows completed:
+/// a key already there inserts nothing, an attempt that lost its key completes nothing.
+const ROUND: &str = "WITH claimed AS (\
+     INSERT INTO {table} (scope, idempotency_key, fingerprint, token, locked_until) \
+     SELECT s, k, f, t, now() + interval '1 millisecond' * l \
+     FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[], $5::bigint[]) \
+     AS c(s, k, f, t, l) \
+     ON CONFLICT DO NOTHING RETURNING token), \
+     stored AS (\
+     UPDATE {table} AS t \
+     SET status = c.status, headers = c.headers, body = c.body, locked_until = NULL \
+     FROM unnest($6::text[], $7::text[], $8::bigint[], $9::int[], $10::bytea[], $11::bytea[]) \
+     AS c(s, k, tok, status, headers, body) \
+     WHERE t.scope = c.s AND t.idempotency_key = c.k AND t.token = c.tok \
+     AND t.status IS NULL \
+     RETURNING t.token) \
+     SELECT token FROM claimed UNION ALL SELECT token FROM stored";
+
+/// A plain-mode key store on PostgreSQL that writes the claims and the stored responses of
+/// concurrent requests together: one statement and one commit for as many as arrived meanwhile.
+///
+/// Plain mode pays two commits per request (the claim before the work, the response after), and
+/// at a few thousand requests per second those commits are the bound. This store queues them:
+/// while one round's statement runs, the claims and responses that arrive wait for the next
+/// round (up to 512). Each request still waits until its claim is durable before it runs, and
+/// until its response is durable before it is answered: the guarantees are [`SqlKeyStore`]'s,
+/// and a key already there takes [`SqlKeyStore::begin`]'s path (replay, 409, 422, take-over) on
+/// its own.
+///
+/// It serves the gateway; build it inside a Tokio runtime (it spawns the task that writes the
+/// rounds, which ends when the last clone is dropped).
+///
+/// ```no_run
+/// # async fn run(pool: sqlx::PgPool) -> Result<(), guestlist_sqlx::Error> {
+/// use guestlist_sqlx::{BatchedKeyStore, SqlKeyStore};
+///
+/// let keys = SqlKeyStore::new(pool);
+/// keys.migrate().await?;
+/// let keys = BatchedKeyStore::new(keys); // a KeyStore for IdempotencyLayer::new
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct BatchedKeyStore {
+    store: SqlKeyStore<Postgres>,
+    queue: mpsc::Sender<Item>,
+}
+
+/// What a round tells each of its requests: `true` when its row was inserted (a claim) or
+/// completed (a response).
+type Reply = oneshot::Sender<Result<bool, Arc<Error>>>;
+
+/// One request's write, waiting for its round.
+#[derive(Debug)]
+enum Item {
+    Claim(ClaimItem),
+    Complete(CompleteItem),
+}
+
+/// A claim of a new key.
+#[derive(Debug)]
+struct ClaimItem {
+    scope: String,
+    key: String,
+    fingerprint: Vec<u8>,
+    token: i64,
+    lease_ms: i64,
+    reply: Reply,
+}
+
+/// An attempt's stored response.
+#[derive(Debug)]
+struct CompleteItem {
+    scope: String,
+    key: String,
+    token: i64,
+    status: i32,
+    headers: Vec<u8>,
+    body: Option<Vec<u8>>,
+    reply: Reply,
+}
+
+impl BatchedKeyStore {
+    /// Batches the claims and responses of `store`'s table. Call inside a Tokio runtime.
+    pub fn new(store: SqlKeyStore<Postgres>) -> Self {
+        let sql: Arc<str> = ROUND.replace("{table}", store.table().as_str()).into();
+        let (queue, mut waiting) = mpsc::channel::<Item>(QUEUE);
+        let rounds = store.clone();
+        tokio::spawn(async move {
+            let mut batch = Vec::new();
+            while waiting.recv_many(&mut batch, MAX_BATCH).await > 0 {
+                round(&rounds, &sql, std::mem::take(&mut batch)).await;
+            }
+        });
+        Self { store, queue }
+    }
+
+    /// The store the rounds write to.
+    pub fn inner(&self) -> &SqlKeyStore<Postgres> {
+        &self.store
+    }
+}
+
+/// Writes one round and answers its requests. Claims and responses go in `(scope, key)` order,
+/// so that a round and a single-key statement never wait on each other in opposite orders; a
+/// key claimed twice in one round goes in once, and its repeats are told "not inserted" (they
+/// find the row on their own).
+async fn round(store: &SqlKeyStore<Postgres>, sql: &Arc<str>, batch: Vec<Item>) {
+    let (mut claims, mut completes) = (Vec::new(), Vec::new());
+    for item in batch {
+        match item {
+            Item::Claim(claim) => claims.push(claim),
+            Item::Complete(complete) => completes.push(complete),
+        }
+    }
+    claims.sort_by(|a, b| (&a.scope, &a.key).cmp(&(&b.scope, &b.key)));
+    completes.sort_by(|a, b| (&a.scope, &a.key).cmp(&(&b.scope, &b.key)));
+    let mut repeats = Vec::new();
+    let mut unique: Vec<ClaimItem> = Vec::with_capacity(claims.len());
+    for claim in claims {
+        match unique.last() {
+            Some(last) if last.scope == claim.scope && last.key == claim.key => {
+                repeats.push(claim);
+            }
+            _ => unique.push(claim),
+        }
+    }
+    let written = sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(Arc::clone(sql)))
+        .bind(unique.iter().map(|c| c.scope.as_str()).collect::<Vec<_>>())
+        .bind(unique.iter().map(|c| c.key.as_str()).collect::<Vec<_>>())
+        .bind(
+            unique
+                .iter()
+                .map(|c| c.fingerprint.as_slice())
+                .collect::<Vec<_>>(),
+        )
+        .bind(unique.iter().map(|c| c.token).collect::<Vec<_>>())
+        .bind(unique.iter().map(|c| c.lease_ms).collect::<Vec<_>>())
+        .bind(
+            completes
+                .iter()
+                .map(|c| c.scope.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(completes.iter().map(|c| c.key.as_str()).collect::<Vec<_>>())
+        .bind(completes.iter().map(|c| c.token).collect::<Vec<_>>())
+        .bind(completes.iter().map(|c| c.status).collect::<Vec<_>>())
+        .bind(
+            completes
+                .iter()
+                .map(|c| c.headers.as_slice())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            completes
+                .iter()
+                .map(|c| c.body.as_deref())
+                .collect::<Vec<_>>(),
+        )
+        .fetch_all(store.pool())
+        .await
+        .map(|tokens| tokens.into_iter().collect::<HashSet<i64>>())
+        .map_err(|err| Arc::new(store.error(err)));
+    let outcome = |token: i64| written.as_ref().map(|tokens| tokens.contains(&token));
+    let answers = unique
+        .into_iter()
+        .map(|c| (c.reply, outcome(c.token)))
+        .chain(completes.into_iter().map(|c| (c.reply, outcome(c.token))))
+        .chain(
+            repeats
+                .into_iter()
+                .map(|c| (c.reply, outcome(c.token).map(|_| false))),
+        );
+    for (reply, answer) in answers {
+        let _ = reply.send(answer.map_err(Arc::clone));
+    }
+}
+
+impl BatchedKeyStore {
+    /// Queues a write for the next round and waits for its outcome.
+    async fn through(&self, item: impl FnOnce(Reply) -> Item) -> Result<bool, Error> {
+        let (reply, outcome) = oneshot::channel();
+        let gone = || Error::Database(sqlx::Error::WorkerCrashed);
+        self.queue.send(item(reply)).await.map_err(|_| gone())?;
+        outcome.await.map_err(|_| gone())?.map_err(Error::Shared)
+    }
+}
+
+impl KeyStore for BatchedKeyStore {
+    type Error = Error;
+
+    async fn begin(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        lease: Duration,
+    ) -> Result<Begin, Error> {
+        let token = new_token()?;
+        let inserted = self
+            .through(|reply| {
+                Item::Claim(ClaimItem {
+                    scope: scope.as_str().to_owned(),
+                    key: key.as_str().to_owned(),
+                    fingerprint: fingerprint.as_bytes().to_vec(),
+                    token: token as i64,
+                    lease_ms: lease_ms(lease),
+                    reply,
+                })
+            })
+            .await?;
+        if inserted {
+            return Ok(Begin::Run {
+                attempt: Attempt::new(1, token),
+            });
+        }
+        // The key was there (or repeated in the batch): replay, 409, 422 or take-over.
+        self.store.begin(scope, key, fingerprint, lease).await
+    }
+
+    async fn complete(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        attempt: Attempt,
+        response: &StoredResponse,
+    ) -> Result<Completed, Error> {
+        let stored = self
+            .through(|reply| {
+                Item::Complete(CompleteItem {
+                    scope: scope.as_str().to_owned(),
+                    key: key.as_str().to_owned(),
+                    token: attempt.token() as i64,
+                    status: i32::from(response.status),
+                    headers: response.encode_headers(),
+                    body: match &response.body {
+                        StoredBody::Bytes(bytes) => Some(bytes.clone()),
+                        StoredBody::TooLarge => None,
+                    },
+                    reply,
+                })
+            })
+            .await?;
+        Ok(if stored {
+            Completed::Stored
+        } else {
+            Completed::Fenced
+        })
+    }
+
+    async fn release(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        attempt: Attempt,
+    ) -> Result<(), Error> {
+        self.store.release(scope, key, attempt).await.map(drop)
+    }
+}
