@@ -22,6 +22,16 @@ pub enum StoredBody {
     TooLarge,
 }
 
+impl StoredBody {
+    /// The bytes to store: `None` for a body too large to keep (stored as SQL `NULL`).
+    pub fn stored_bytes(&self) -> Option<&[u8]> {
+        match self {
+            StoredBody::Bytes(bytes) => Some(bytes),
+            StoredBody::TooLarge => None,
+        }
+    }
+}
+
 impl StoredResponse {
     /// The headers as stored: one `name: value\r\n` line each (values are raw bytes and never
     /// hold CR or LF, which HTTP forbids in header values).

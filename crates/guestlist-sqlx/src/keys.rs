@@ -225,10 +225,7 @@ impl<DB: Backend> SqlKeyStore<DB> {
         response: &StoredResponse,
     ) -> Result<Completed, Error> {
         let headers = response.encode_headers();
-        let body = match &response.body {
-            StoredBody::Bytes(bytes) => Some(bytes.as_slice()),
-            StoredBody::TooLarge => None,
-        };
+        let body = response.body.stored_bytes();
         let values = KeyValues::Complete(
             i32::from(response.status),
             &headers,

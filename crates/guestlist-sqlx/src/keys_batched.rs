@@ -6,8 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use guestlist_core::{
-    Attempt, Begin, Completed, Fingerprint, IdempotencyKey, KeyStore, Scope, StoredBody,
-    StoredResponse,
+    Attempt, Begin, Completed, Fingerprint, IdempotencyKey, KeyStore, Scope, StoredResponse,
 };
 use sqlx::Postgres;
 use tokio::sync::{mpsc, oneshot};
@@ -256,10 +255,7 @@ impl KeyStore for BatchedKeyStore {
                     token: attempt.token() as i64,
                     status: i32::from(response.status),
                     headers: response.encode_headers(),
-                    body: match &response.body {
-                        StoredBody::Bytes(bytes) => Some(bytes.clone()),
-                        StoredBody::TooLarge => None,
-                    },
+                    body: response.body.stored_bytes().map(<[u8]>::to_vec),
                     reply,
                 })
             })

@@ -104,6 +104,27 @@ pub trait Store: Send + Sync + Sized + 'static {
     fn stored_keys(&self) -> impl Future<Output = u64> + Send;
 }
 
+/// The [`Store`] methods a store that wraps another (to put another layer in front) passes on.
+macro_rules! wraps_store {
+    ($inner:ident) => {
+        async fn open(name: &str) -> Self {
+            Self($inner::open(name).await)
+        }
+
+        async fn attach(url: &str, tag: &str) -> Self {
+            Self($inner::attach(url, tag).await)
+        }
+
+        fn url(&self) -> &str {
+            self.0.url()
+        }
+
+        fn tag(&self) -> &str {
+            self.0.tag()
+        }
+    };
+}
+
 /// A SQL store in transactional mode: the payment row and the response commit together.
 pub struct Sql<DB: Fixture> {
     db: Database<DB>,
@@ -218,21 +239,7 @@ impl Store for LockedPostgres {
     const SINGLE_WRITER: bool = false;
     const LOCKED_CLAIM: bool = true;
 
-    async fn open(name: &str) -> Self {
-        Self(Sql::open(name).await)
-    }
-
-    async fn attach(url: &str, tag: &str) -> Self {
-        Self(Sql::attach(url, tag).await)
-    }
-
-    fn url(&self) -> &str {
-        self.0.url()
-    }
-
-    fn tag(&self) -> &str {
-        self.0.tag()
-    }
+    wraps_store!(Sql);
 
     fn router(&self, state: AppState, settings: &Settings) -> Router {
         let layer = IdempotencyLayer::transactional(self.0.keys.clone()).claim_in_transaction();
@@ -260,6 +267,18 @@ impl Store for LockedPostgres {
 /// counter in memory), and the response is stored on its own after the handler.
 pub struct PlainSql<DB: Fixture>(Sql<DB>);
 
+/// `POST /payments` behind the layer in plain mode on `keys`.
+fn plain_router<K: guestlist_core::KeyStore>(
+    keys: K,
+    state: AppState,
+    settings: &Settings,
+) -> Router {
+    Router::new()
+        .route("/payments", post(pay))
+        .with_state(state)
+        .layer(configure(IdempotencyLayer::new(keys), settings))
+}
+
 /// The payment handler in plain mode.
 async fn pay(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
     let payment = state.execute();
@@ -272,28 +291,10 @@ impl<DB: Fixture> Store for PlainSql<DB> {
     const TRANSACTIONAL: bool = false;
     const SINGLE_WRITER: bool = false;
 
-    async fn open(name: &str) -> Self {
-        Self(Sql::open(name).await)
-    }
-
-    async fn attach(url: &str, tag: &str) -> Self {
-        Self(Sql::attach(url, tag).await)
-    }
-
-    fn url(&self) -> &str {
-        self.0.url()
-    }
-
-    fn tag(&self) -> &str {
-        self.0.tag()
-    }
+    wraps_store!(Sql);
 
     fn router(&self, state: AppState, settings: &Settings) -> Router {
-        let layer = configure(IdempotencyLayer::new(self.0.keys.clone()), settings);
-        Router::new()
-            .route("/payments", post(pay))
-            .with_state(state)
-            .layer(layer)
+        plain_router(self.0.keys.clone(), state, settings)
     }
 
     async fn effects(&self, state: &AppState) -> u64 {
@@ -316,28 +317,11 @@ impl Store for BatchedPostgres {
     const TRANSACTIONAL: bool = false;
     const SINGLE_WRITER: bool = false;
 
-    async fn open(name: &str) -> Self {
-        Self(PlainSql::open(name).await)
-    }
-
-    async fn attach(url: &str, tag: &str) -> Self {
-        Self(PlainSql::attach(url, tag).await)
-    }
-
-    fn url(&self) -> &str {
-        self.0.url()
-    }
-
-    fn tag(&self) -> &str {
-        self.0.tag()
-    }
+    wraps_store!(PlainSql);
 
     fn router(&self, state: AppState, settings: &Settings) -> Router {
         let keys = guestlist_sqlx::BatchedKeyStore::new(self.0.0.keys.clone());
-        Router::new()
-            .route("/payments", post(pay))
-            .with_state(state)
-            .layer(configure(IdempotencyLayer::new(keys), settings))
+        plain_router(keys, state, settings)
     }
 
     async fn effects(&self, state: &AppState) -> u64 {
@@ -426,11 +410,7 @@ impl Store for Redis {
     }
 
     fn router(&self, state: AppState, settings: &Settings) -> Router {
-        let layer = configure(IdempotencyLayer::new(self.keys.clone()), settings);
-        Router::new()
-            .route("/payments", post(pay))
-            .with_state(state)
-            .layer(layer)
+        plain_router(self.keys.clone(), state, settings)
     }
 
     async fn effects(&self, state: &AppState) -> u64 {
