@@ -92,7 +92,9 @@ pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
             send(&client, &targets.gateway, Some(&format!("stored-{n}"))).await?;
         }
         measure(&client, &targets, plan, backend, &mut report).await?;
+        let table = gateway.table.clone();
         drop(gateway);
+        drop_table(&database, &table).await?;
         let fresh = report.get("gateway_fresh", backend, CONNECTIONS);
         let replay = report.get("gateway_replay", backend, CONNECTIONS);
         let nginx_rate = report.get("nginx", backend, CONNECTIONS);
@@ -109,6 +111,29 @@ pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
     }
     drop(nginx);
     Ok(report)
+}
+
+/// Drops the key table a gateway made, so that runs do not pile tables up in a shared database
+/// (SQLite's file goes with the scratch directory).
+async fn drop_table(database: &str, table: &str) -> anyhow::Result<()> {
+    use guestlist::sqlx::{Connection, Executor};
+
+    let statement = format!("DROP TABLE IF EXISTS {table}");
+    match label(database)? {
+        "postgres" => {
+            let mut conn = guestlist::sqlx::PgConnection::connect(database).await?;
+            conn.execute(guestlist::sqlx::AssertSqlSafe(statement))
+                .await?;
+        }
+        "mysql" => {
+            let url = database.replacen("mariadb:", "mysql:", 1);
+            let mut conn = guestlist::sqlx::MySqlConnection::connect(&url).await?;
+            conn.execute(guestlist::sqlx::AssertSqlSafe(statement))
+                .await?;
+        }
+        _ => {}
+    }
+    Ok(())
 }
 
 fn label(url: &str) -> anyhow::Result<&'static str> {

@@ -9,6 +9,8 @@ use anyhow::Context;
 /// A `guestlist gateway` process.
 pub(super) struct Gateway {
     pub(super) url: String,
+    /// The key table it made, which the bench drops once done.
+    pub(super) table: String,
     child: Child,
 }
 
@@ -53,7 +55,7 @@ impl Gateway {
         })
         .await?
         .context("the gateway exited before it listened (its log is above)")?;
-        Ok(Self { url, child })
+        Ok(Self { url, table, child })
     }
 }
 
