@@ -66,24 +66,31 @@ impl IdempotencyLayer<crate::Transactional<sqlx::Postgres>> {
     ///
     /// A transaction-scoped advisory lock on the key stands in for the committed claim: a retry
     /// that arrives while the first attempt runs gets 409 at once. What changes:
-    /// - an attempt that dies (process killed, connection cut) takes its claim with it as its
-    ///   writes roll back, so the next retry runs at once rather than after the lease;
-    /// - an attempt that stalls keeps its key until it ends: no retry takes over when the lease
-    ///   runs out (and none needs fencing);
+    /// - an attempt whose process dies takes its claim with it as its writes roll back, so the
+    ///   next retry runs at once rather than after the lease;
+    /// - an attempt whose transaction sits idle past the lease (a stalled handler, a connection
+    ///   gone silent) has its session ended by PostgreSQL (`idle_in_transaction_session_timeout`
+    ///   is set to the lease for the transaction): its writes roll back, it answers 503, and the
+    ///   retry after it runs. Time spent inside statements does not count towards it;
+    /// - a response marked [`KeepLocked`](crate::KeepLocked) rolls back to a savepoint after the
+    ///   claim and commits the claim alone, which holds the key for the lease;
     /// - every keyed request holds a connection from its claim to its commit, replays included
     ///   (a replay reads the stored response on that transaction and rolls it back).
     ///
     /// The lock numbers share PostgreSQL's advisory-lock space with the application's own
     /// (`pg_try_advisory_xact_lock` on a 64-bit hash of table, scope and key).
     pub fn claim_in_transaction(mut self) -> Self {
-        self.mode.claim_on_tx = Some(|store, tx, claimed| {
-            Box::pin(store.begin_locked(
-                tx,
-                claimed.scope,
-                claimed.key,
-                claimed.fingerprint,
-                claimed.lease,
-            ))
+        self.mode.claim_on_tx = Some(crate::transactional::ClaimOnTx {
+            claim: |store, tx, claimed| {
+                Box::pin(store.begin_locked(
+                    tx,
+                    claimed.scope,
+                    claimed.key,
+                    claimed.fingerprint,
+                    claimed.lease,
+                ))
+            },
+            keep_locked: |store, tx| Box::pin(store.keep_locked(tx)),
         });
         self
     }

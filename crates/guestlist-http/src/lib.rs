@@ -59,8 +59,6 @@ pub use context::IdempotencyContext;
 pub use keep_locked::KeepLocked;
 pub use key_source::KeySource;
 pub use layer::IdempotencyLayer;
-#[doc(hidden)]
-pub use mode::Claimed;
 pub use mode::{Mode, Plain};
 pub use replay_cache::ReplayCache;
 pub use service::Idempotency;

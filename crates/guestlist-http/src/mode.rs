@@ -66,25 +66,11 @@ pub trait Mode: Clone + Send + Sync + 'static + sealed::Sealed {
     ) -> impl Future<Output = Result<(), BoxError>> + Send;
 
     /// Ends an attempt whose work may have happened outside the database ([`KeepLocked`]): rolls
-    /// back its transaction, and keeps the key locked until the lease ends.
+    /// back its writes, and keeps the key locked until the lease ends.
     ///
     /// [`KeepLocked`]: crate::KeepLocked
     #[doc(hidden)]
-    fn keep_locked(
-        &self,
-        slot: Self::Slot,
-        claim: Claimed<'_>,
-    ) -> impl Future<Output = Result<(), BoxError>> + Send;
-}
-
-/// The key an attempt claimed, as [`Mode::keep_locked`] needs it to claim it again.
-#[doc(hidden)]
-#[derive(Debug, Clone, Copy)]
-pub struct Claimed<'a> {
-    pub(crate) scope: &'a Scope,
-    pub(crate) key: &'a IdempotencyKey,
-    pub(crate) fingerprint: &'a Fingerprint,
-    pub(crate) lease: Duration,
+    fn keep_locked(&self, slot: Self::Slot) -> impl Future<Output = Result<(), BoxError>> + Send;
 }
 
 pub(crate) mod sealed {
@@ -144,7 +130,7 @@ impl<K: KeyStore> Mode for Plain<K> {
         Ok(())
     }
 
-    async fn keep_locked(&self, (): (), _: Claimed<'_>) -> Result<(), BoxError> {
+    async fn keep_locked(&self, (): ()) -> Result<(), BoxError> {
         Ok(()) // the claim was committed on its own and stays until its lease ends
     }
 }

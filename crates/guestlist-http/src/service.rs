@@ -21,7 +21,7 @@ use crate::context::IdempotencyContext;
 use crate::keep_locked::KeepLocked;
 use crate::key_header::KeyHeader;
 use crate::key_source::{self, KeySource};
-use crate::mode::{Claimed, Mode};
+use crate::mode::Mode;
 use crate::outcome::Outcome;
 use crate::problem::Problem;
 
@@ -261,20 +261,20 @@ where
         let attempt_run = tokio::spawn(
             async move {
                 let _running = running;
-                let claimed = (keyed, fingerprint, attempt);
-                self.attempt(parts, bytes, slot, claimed).await
+                self.attempt(parts, bytes, slot, keyed, attempt).await
             }
             .instrument(span),
         );
         match attempt_run.await {
             Ok(response) => response,
             Err(panicked) => {
-                tracing::error!(error = %panicked, "the handler panicked; its key stays locked until the lease ends");
+                tracing::error!(error = %panicked, "the handler panicked; its key stays locked until the lease ends (with the claim on its transaction, it is free now)");
                 Ok(Problem::new(
                     StatusCode::INTERNAL_SERVER_ERROR,
                     "handler-panicked",
                     "The request failed",
-                    "the server failed while handling this request; retry with the same key after the lease"
+                    "the server failed while handling this request; retry with the same key (while it \
+                     stays locked you get 409 with Retry-After)"
                         .to_owned(),
                 )
                 .into_response())
@@ -333,7 +333,8 @@ where
         mut parts: Parts,
         bytes: Bytes,
         slot: M::Slot,
-        (keyed, fingerprint, attempt): (Keyed, Fingerprint, Attempt),
+        keyed: Keyed,
+        attempt: Attempt,
     ) -> Result<Response<Body>, S::Error> {
         parts.extensions.insert(IdempotencyContext {
             scope: keyed.scope.clone(),
@@ -359,13 +360,7 @@ where
             tracing::warn!(
                 "the handler cannot tell whether its work happened; the key stays locked until the lease ends"
             );
-            let claimed = Claimed {
-                scope: &keyed.scope,
-                key: &keyed.key,
-                fingerprint: &fingerprint,
-                lease: self.config.lease,
-            };
-            if let Err(err) = self.mode.keep_locked(slot, claimed).await {
+            if let Err(err) = self.mode.keep_locked(slot).await {
                 tracing::error!(error = %err, "cannot keep the key locked");
             }
             return Ok(response.map(body::boxed));

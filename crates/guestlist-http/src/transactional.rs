@@ -13,7 +13,7 @@ use sqlx::Transaction;
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
 use crate::body::BoxError;
-use crate::mode::{Claimed, Mode, sealed};
+use crate::mode::{Mode, sealed};
 
 /// Transactional mode on a SQL key store: the handler takes the request's transaction with
 /// [`IdempotentTx`], and the layer stores the response on that same transaction before it
@@ -29,12 +29,43 @@ pub struct Transactional<DB: Backend> {
     pub(crate) claim_on_tx: Option<ClaimOnTx<DB>>,
 }
 
-/// A claim written on the request's transaction (PostgreSQL's advisory-locked claim).
-pub(crate) type ClaimOnTx<DB> = for<'a> fn(
+/// A claim written on the request's transaction (PostgreSQL's advisory-locked claim), and how
+/// to keep it while undoing the handler's writes.
+pub(crate) struct ClaimOnTx<DB: Backend> {
+    pub(crate) claim: ClaimFn<DB>,
+    pub(crate) keep_locked: KeepLockedFn<DB>,
+}
+
+/// What a store answers, later.
+type StoreFuture<'a, T> = BoxFuture<'a, Result<T, guestlist_sqlx::Error>>;
+
+/// Claims a key on the request's transaction.
+pub(crate) type ClaimFn<DB> = for<'a> fn(
     &'a SqlKeyStore<DB>,
     &'a mut <DB as sqlx::Database>::Connection,
     Claimed<'a>,
-) -> BoxFuture<'a, Result<Begin, guestlist_sqlx::Error>>;
+) -> StoreFuture<'a, Begin>;
+
+/// Undoes the handler's writes, keeps the claim, and commits.
+pub(crate) type KeepLockedFn<DB> =
+    for<'a> fn(&'a SqlKeyStore<DB>, Transaction<'static, DB>) -> StoreFuture<'a, ()>;
+
+/// The key a claim on the transaction is for.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Claimed<'a> {
+    pub(crate) scope: &'a Scope,
+    pub(crate) key: &'a IdempotencyKey,
+    pub(crate) fingerprint: &'a Fingerprint,
+    pub(crate) lease: Duration,
+}
+
+impl<DB: Backend> Clone for ClaimOnTx<DB> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<DB: Backend> Copy for ClaimOnTx<DB> {}
 
 impl<DB: Backend> Transactional<DB> {
     pub(crate) fn new(store: SqlKeyStore<DB>) -> Self {
@@ -206,7 +237,7 @@ impl<DB: Backend> Mode for Transactional<DB> {
             fingerprint,
             lease,
         };
-        Ok(claim_on_tx(&self.store, &mut tx, claimed).await?)
+        Ok((claim_on_tx.claim)(&self.store, &mut tx, claimed).await?)
     }
 
     fn open(&self, extensions: &mut Extensions) -> TxSlot<DB> {
@@ -277,14 +308,13 @@ impl<DB: Backend> Mode for Transactional<DB> {
         Ok(())
     }
 
-    async fn keep_locked(&self, slot: TxSlot<DB>, claim: Claimed<'_>) -> Result<(), BoxError> {
-        self.finish(slot, false).await?;
-        if self.claim_on_tx.is_some() {
-            // The claim rolled back with the handler's writes: lock the key again, committed on
-            // its own this time, so that no retry runs before the lease ends.
-            self.store
-                .begin(claim.scope, claim.key, claim.fingerprint, claim.lease)
-                .await?;
+    async fn keep_locked(&self, slot: TxSlot<DB>) -> Result<(), BoxError> {
+        match (self.claim_on_tx, slot.reclaim()?) {
+            // The claim is on the transaction: undo the writes after it and commit it alone.
+            (Some(on_tx), Some(tx)) => (on_tx.keep_locked)(&self.store, tx).await?,
+            // The claim committed on its own and stays until its lease ends.
+            (_, Some(tx)) => tx.rollback().await?,
+            (_, None) => {}
         }
         Ok(())
     }

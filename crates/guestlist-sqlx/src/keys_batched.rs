@@ -16,6 +16,8 @@ use crate::{Error, SqlKeyStore};
 
 /// Most requests one statement carries.
 const MAX_BATCH: usize = 512;
+/// Most bytes of stored answers one statement carries.
+const ROUND_BYTES: usize = 16 * 1024 * 1024;
 /// Requests waiting for a statement before senders wait too.
 const QUEUE: usize = 2 * MAX_BATCH;
 
@@ -111,7 +113,9 @@ impl BatchedKeyStore {
         tokio::spawn(async move {
             let mut batch = Vec::new();
             while waiting.recv_many(&mut batch, MAX_BATCH).await > 0 {
-                round(&rounds, &sql, std::mem::take(&mut batch)).await;
+                for part in by_bytes(std::mem::take(&mut batch)) {
+                    round(&rounds, &sql, part).await;
+                }
             }
         });
         Self { store, queue }
@@ -123,10 +127,33 @@ impl BatchedKeyStore {
     }
 }
 
-/// Writes one round and answers its requests. Claims and responses go in `(scope, key)` order,
-/// so that a round and a single-key statement never wait on each other in opposite orders; a
-/// key claimed twice in one round goes in once, and its repeats are told "not inserted" (they
-/// find the row on their own).
+/// Splits what waits into rounds of at most [`ROUND_BYTES`] of stored answers (a round with
+/// only one answer may be larger), so that large bodies never make one statement too big.
+fn by_bytes(batch: Vec<Item>) -> Vec<Vec<Item>> {
+    let mut rounds = vec![Vec::new()];
+    let mut bytes = 0;
+    for item in batch {
+        let size = match &item {
+            Item::Claim(_) => 0,
+            Item::Complete(c) => c.headers.len() + c.body.as_ref().map_or(0, Vec::len),
+        };
+        let current = rounds.last_mut().expect("never empty");
+        if bytes + size > ROUND_BYTES && !current.is_empty() {
+            rounds.push(Vec::new());
+            bytes = 0;
+        }
+        bytes += size;
+        rounds.last_mut().expect("never empty").push(item);
+    }
+    rounds
+}
+
+/// Writes one round and answers its requests. Claims go in `(scope, key)` order; a key claimed
+/// twice in one round goes in once, and its repeats are told "not inserted" (they find the row
+/// on their own). One round runs at a time, and every other statement on the table but the
+/// purge touches a single row (the purge only rows older than any lease), so writers do not
+/// wait on each other in a cycle. A claim whose request went
+/// away before the round is dropped; one that went away during it is released again.
 async fn round(store: &SqlKeyStore<Postgres>, sql: &Arc<str>, batch: Vec<Item>) {
     let (mut claims, mut completes) = (Vec::new(), Vec::new());
     for item in batch {
@@ -135,8 +162,9 @@ async fn round(store: &SqlKeyStore<Postgres>, sql: &Arc<str>, batch: Vec<Item>) 
             Item::Complete(complete) => completes.push(complete),
         }
     }
+    // A request that went away while it waited (its client hung up) claims nothing.
+    claims.retain(|claim| !claim.reply.is_closed());
     claims.sort_by(|a, b| (&a.scope, &a.key).cmp(&(&b.scope, &b.key)));
-    completes.sort_by(|a, b| (&a.scope, &a.key).cmp(&(&b.scope, &b.key)));
     let mut repeats = Vec::new();
     let mut unique: Vec<ClaimItem> = Vec::with_capacity(claims.len());
     for claim in claims {
@@ -184,10 +212,24 @@ async fn round(store: &SqlKeyStore<Postgres>, sql: &Arc<str>, batch: Vec<Item>) 
         .map(|tokens| tokens.into_iter().collect::<HashSet<i64>>())
         .map_err(|err| Arc::new(store.error(err)));
     let outcome = |token: i64| written.as_ref().map(|tokens| tokens.contains(&token));
-    let answers = unique
+    let mut orphans = Vec::new();
+    for ClaimItem {
+        scope,
+        key,
+        token,
+        reply,
+        ..
+    } in unique
+    {
+        let answer = outcome(token);
+        let inserted = matches!(answer, Ok(true));
+        if reply.send(answer.map_err(Arc::clone)).is_err() && inserted {
+            orphans.push((scope, key, token)); // claimed for a request that went away meanwhile
+        }
+    }
+    let answers = completes
         .into_iter()
         .map(|c| (c.reply, outcome(c.token)))
-        .chain(completes.into_iter().map(|c| (c.reply, outcome(c.token))))
         .chain(
             repeats
                 .into_iter()
@@ -195,6 +237,14 @@ async fn round(store: &SqlKeyStore<Postgres>, sql: &Arc<str>, batch: Vec<Item>) 
         );
     for (reply, answer) in answers {
         let _ = reply.send(answer.map_err(Arc::clone));
+    }
+    for (scope, key, token) in orphans {
+        if let (Ok(scope), Ok(key)) = (Scope::new(scope), IdempotencyKey::new(key)) {
+            let attempt = Attempt::new(1, token as u64);
+            if let Err(err) = store.release(&scope, &key, attempt).await {
+                tracing::warn!(error = %err, "cannot release the claim of a request that went away; it stays locked until its lease ends");
+            }
+        }
     }
 }
 

@@ -9,6 +9,9 @@ use crate::Error;
 use crate::SqlKeyStore;
 use crate::keys::{BEGIN_ROUNDS, lease_ms, new_token};
 
+/// The savepoint [`SqlKeyStore::begin_locked`] sets after a claim that runs.
+const CLAIMED_SAVEPOINT: &str = "guestlist_claimed";
+
 /// What a retry is told to wait when the key's lock is held: the attempt holding it is running
 /// now, and its lease says nothing about when it ends.
 const LOCK_HELD_RETRY: Duration = Duration::from_secs(1);
@@ -20,10 +23,15 @@ impl SqlKeyStore<Postgres> {
     /// The claim first tries a transaction-scoped advisory lock on `(scope, key)`: a concurrent
     /// retry that finds it held gets [`Begin::InFlight`] at once instead of queueing behind the
     /// uncommitted row. The lock and the row end with the transaction, so an attempt that dies
-    /// (its process killed, its connection cut) leaves nothing behind: its writes roll back and
-    /// the next retry runs at once, with no lease to wait out. An attempt that stalls keeps its
-    /// key until it ends; no retry takes it over. Rows left by [`SqlKeyStore::begin`]'s committed
-    /// claims (another process in plain mode) are honoured as usual, leases included.
+    /// (its process killed) leaves nothing behind: its writes roll back and the next retry runs
+    /// at once. The lease bounds how long the transaction may sit idle
+    /// (`idle_in_transaction_session_timeout`, set for this transaction only): an attempt that
+    /// stalls past it, or whose connection went silent, has its session ended by PostgreSQL, and
+    /// the retry after it runs. Rows left by [`SqlKeyStore::begin`]'s committed claims (another
+    /// process in plain mode) are honoured as usual, leases included.
+    ///
+    /// On [`Begin::Run`] the savepoint `guestlist_claimed` follows the claim, so that
+    /// [`SqlKeyStore::keep_locked`] can undo the handler's writes and keep the claim.
     ///
     /// `tx` must be inside a transaction (`BEGIN`): outside one, the lock and the claim would end
     /// with this very statement.
@@ -51,16 +59,42 @@ impl SqlKeyStore<Postgres> {
             if !held {
                 return self.lock_held(tx, scope, key, fingerprint).await;
             }
-            if inserted {
-                return Ok(Begin::Run {
+            let begin = if inserted {
+                Some(Begin::Run {
                     attempt: Attempt::new(1, token),
-                });
-            }
-            if let Some(begin) = self.settle(tx, scope, key, fingerprint, lease_ms).await? {
+                })
+            } else {
+                self.settle(tx, scope, key, fingerprint, lease_ms).await?
+            };
+            if let Some(begin) = begin {
+                if matches!(begin, Begin::Run { .. }) {
+                    sqlx::query(sqlx::AssertSqlSafe(format!(
+                        "SAVEPOINT {CLAIMED_SAVEPOINT}"
+                    )))
+                    .execute(&mut *tx)
+                    .await?;
+                }
                 return Ok(begin);
             }
         }
         Ok(Begin::InFlight { retry_after: lease })
+    }
+
+    /// Ends an attempt claimed by [`SqlKeyStore::begin_locked`] whose work may have happened
+    /// outside the database (a call that timed out): rolls back the handler's writes to the
+    /// claim's savepoint and commits the claim alone, so that the key stays locked until its
+    /// lease ends. The lock is never let go in between: no retry can slip in.
+    pub async fn keep_locked(
+        &self,
+        mut tx: sqlx::Transaction<'static, Postgres>,
+    ) -> Result<(), Error> {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "ROLLBACK TO SAVEPOINT {CLAIMED_SAVEPOINT}"
+        )))
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
     }
 
     /// What a request whose key's lock is taken answers. The holder may be an attempt running

@@ -319,8 +319,16 @@ pub async fn a_server_killed_mid_handler_recovers_after_the_lease<S: Store>(name
     doomed.abort();
 
     if S::LOCKED_CLAIM {
-        // The claim died with the attempt's connection, its row with it: the retry runs now.
-        let retry = api.send(&call).await;
+        // The claim dies with the attempt's connection, its row with it: the retry runs as soon
+        // as PostgreSQL has seen the connection close, long before the lease.
+        let deadline = killed_at + lease - Duration::from_millis(500);
+        let retry = loop {
+            let retry = api.send(&call).await;
+            if retry.status != StatusCode::CONFLICT || std::time::Instant::now() > deadline {
+                break retry;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
         assert_eq!(retry.status, StatusCode::CREATED, "{}", retry.text());
         assert!(!retry.replayed(), "nothing of the killed attempt remained");
         let again = api.send(&call).await;
@@ -402,22 +410,28 @@ pub async fn a_stale_attempt_finishing_late_cannot_overwrite<S: Store>(name: &st
     let stale = api.held(&call, "stale").await;
     tokio::time::sleep(lease + Duration::from_millis(300)).await;
     if S::LOCKED_CLAIM {
-        // The slow attempt still holds its lock past the lease: no retry takes over, so there
-        // is no stale completion to fence; the slow attempt's own answer is the one stored.
-        let retry = api.send(&call).await;
-        assert_eq!(retry.status, StatusCode::CONFLICT, "{}", retry.text());
-        assert_eq!(retry.problem().as_deref(), Some("key-in-flight"));
+        // The slow attempt's transaction sat idle past the lease: PostgreSQL ended its session,
+        // its claim and row with it. The retry runs; the slow attempt cannot store anything.
+        let takeover = api.send(&call).await;
+        assert_eq!(takeover.status, StatusCode::CREATED, "{}", takeover.text());
+        assert!(!takeover.replayed());
         api.state.gate("stale").open.notify_one();
-        let slow = stale.await.unwrap();
-        assert_eq!(slow.status, StatusCode::CREATED, "{}", slow.text());
+        let stale = stale.await.unwrap();
+        assert_eq!(
+            stale.status,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "{}",
+            stale.text()
+        );
         let replay = api.send(&call).await;
         assert!(replay.replayed());
+        assert_eq!(replay.body, takeover.body, "the retry's response is stored");
+        assert_eq!(api.executions(), 2, "both attempts ran their handler");
         assert_eq!(
-            replay.body, slow.body,
-            "the slow attempt's response is stored"
+            api.effects().await,
+            1,
+            "the stale attempt's row rolled back"
         );
-        assert_eq!(api.executions(), 1, "only the slow attempt ran");
-        assert_eq!(api.effects().await, 1);
         return;
     }
     let takeover = api.held(&call, "takeover").await;

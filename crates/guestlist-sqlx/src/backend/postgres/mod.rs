@@ -127,9 +127,12 @@ impl KeyStatements for Postgres {
     // The lock is tried first and only a holder inserts: a retry never queues behind the
     // uncommitted row of the attempt in flight. The lock's number hashes the table, the scope's
     // length, the scope and the key, so that no two (scope, key) pairs share one but by chance.
+    // The transaction may sit idle for the lease at most: past it, PostgreSQL ends the session,
+    // the claim rolls back with the writes, and a retry may run.
     const KEY_CLAIM_LOCKED: &'static str = "WITH lock AS (\
          SELECT pg_try_advisory_xact_lock(\
-         hashtextextended('{table}:' || length($1::text) || ':' || $1 || $2, 0)) AS held), \
+         hashtextextended('{table}:' || length($1::text) || ':' || $1 || $2, 0)) AS held, \
+         set_config('idle_in_transaction_session_timeout', $5::text, true) AS idle_limit), \
          claim AS (INSERT INTO {table} \
          (scope, idempotency_key, fingerprint, token, locked_until) \
          SELECT $1, $2, $3, $4, now() + interval '1 millisecond' * $5 FROM lock WHERE held \
