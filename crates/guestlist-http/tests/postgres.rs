@@ -73,3 +73,67 @@ async fn a_failed_round_fails_each_request_and_the_next_round_runs() {
     }
     assert_eq!(db.scalar(format!("SELECT count(*) FROM {table}")).await, 20);
 }
+
+/// A request that goes away while its claim waits for a round leaves no claim behind: dropped
+/// before its round runs, it claims nothing; dropped while its round runs, its row is released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_whose_request_went_away_is_not_left_locked() {
+    use std::time::Duration;
+
+    use guestlist_core::{Begin, Fingerprint, IdempotencyKey, KeyStore, Scope};
+    use guestlist_sqlx::{BatchedKeyStore, SqlKeyStore};
+    use guestlist_testkit::{Database, short_tag};
+    use sqlx::Connection;
+
+    let db = Database::<sqlx::Postgres>::open(8).await;
+    let table = format!("keys_{}", short_tag("batched_went_away"));
+    db.exec(format!("DROP TABLE IF EXISTS {table}")).await;
+    let store = SqlKeyStore::with_table(db.pool.clone(), &table).unwrap();
+    store.migrate().await.unwrap();
+    let keys = BatchedKeyStore::new(store);
+    let scope = Scope::new("tenant:went-away").unwrap();
+    let fingerprint = Fingerprint::builder("POST", "/payments").body(b"{}");
+    let lease = Duration::from_secs(30);
+    let begin = |key: &'static str| {
+        let (keys, scope) = (keys.clone(), scope.clone());
+        async move {
+            let key = IdempotencyKey::new(key).unwrap();
+            keys.begin(&scope, &key, &fingerprint, lease).await
+        }
+    };
+
+    // Hold the table so that the first round blocks with the first claim in it.
+    let mut holder = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    let mut hold = holder.begin().await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE"
+    )))
+    .execute(&mut *hold)
+    .await
+    .unwrap();
+    let in_round = tokio::time::timeout(Duration::from_millis(400), begin("in-round")).await;
+    assert!(
+        in_round.is_err(),
+        "the round is blocked, the request gives up"
+    );
+    let queued = tokio::time::timeout(Duration::from_millis(400), begin("queued")).await;
+    assert!(queued.is_err(), "queued behind it, the request gives up");
+    hold.commit().await.unwrap();
+
+    // Rounds run one after another: once a later claim is answered, the earlier rounds and
+    // their releases are done.
+    let probe = begin("probe").await.unwrap();
+    assert!(matches!(probe, Begin::Run { .. }), "{probe:?}");
+    assert_eq!(
+        db.scalar(format!("SELECT count(*) FROM {table}")).await,
+        1,
+        "only the probe's claim is there"
+    );
+    for key in ["in-round", "queued"] {
+        let again = begin(key).await.unwrap();
+        assert!(
+            matches!(again, Begin::Run { .. }),
+            "a retry of {key} runs at once: {again:?}"
+        );
+    }
+}
