@@ -157,7 +157,7 @@ impl<DB: Backend> SqlKeyStore<DB> {
                 });
             }
             if let Some(begin) = self
-                .settle(&mut conn, scope, key, fingerprint, lease_ms)
+                .settle(&mut conn, scope, key, fingerprint, Some(lease_ms))
                 .await?
             {
                 return Ok(begin);
@@ -167,16 +167,18 @@ impl<DB: Backend> SqlKeyStore<DB> {
     }
 
     /// What a claim that found the key's row already there answers: another request's
-    /// fingerprint, a stored response, a lease still held, or a take-over of an expired lease.
-    /// `None` when the row went or changed under us (released, purged, taken over or completed
-    /// between the read and the take-over): claim again.
+    /// fingerprint, a stored response, a lease still held, or a take-over of an expired lease
+    /// for `take_over` more milliseconds (`None` where another request holds the key's lock and
+    /// any take-over is its to make: an expired lease then answers "in flight" too). `None` when
+    /// the row went or changed under us (released, purged, taken over or completed between the
+    /// read and the take-over): claim again.
     pub(crate) async fn settle(
         &self,
         conn: &mut DB::Connection,
         scope: &Scope,
         key: &IdempotencyKey,
         fingerprint: &Fingerprint,
-        lease_ms: i64,
+        take_over: Option<i64>,
     ) -> Result<Option<Begin>, Error> {
         let (scope, key) = (scope.as_str(), key.as_str());
         let Some(row) = DB::key_select(conn, &self.sql, scope, key)
@@ -192,11 +194,11 @@ impl<DB: Backend> SqlKeyStore<DB> {
             return Ok(Some(replay_of(row)));
         }
         let lease_left = row.lease_left_ms.unwrap_or(0);
-        if lease_left > 0 {
+        let Some(lease_ms) = take_over.filter(|_| lease_left <= 0) else {
             return Ok(Some(Begin::InFlight {
-                retry_after: Duration::from_millis(lease_left as u64),
+                retry_after: Duration::from_millis(lease_left.max(1_000) as u64),
             }));
-        }
+        };
         let token = new_token()?;
         let values = KeyValues::TakeOver(token as i64, lease_ms, scope, key, row.token);
         if DB::key_update(conn, &self.sql.take_over, values).await? != 1 {
@@ -350,7 +352,7 @@ pub(crate) fn new_token() -> Result<u64, Error> {
 }
 
 /// The replay of a completed row.
-pub(crate) fn replay_of(row: KeyRow) -> Begin {
+fn replay_of(row: KeyRow) -> Begin {
     let status = row.status.unwrap_or(500);
     Begin::Replay(stored_response(status, row))
 }

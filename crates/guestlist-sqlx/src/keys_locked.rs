@@ -9,8 +9,10 @@ use crate::Error;
 use crate::SqlKeyStore;
 use crate::keys::{BEGIN_ROUNDS, lease_ms, new_token};
 
-/// The savepoint [`SqlKeyStore::begin_locked`] sets after a claim that runs.
-const CLAIMED_SAVEPOINT: &str = "guestlist_claimed";
+/// Marks the claim after one that runs ([`SqlKeyStore::begin_locked`]), and undoes what came
+/// after it ([`SqlKeyStore::keep_locked`]).
+const SAVE_CLAIM: &str = "SAVEPOINT guestlist_claimed";
+const BACK_TO_CLAIM: &str = "ROLLBACK TO SAVEPOINT guestlist_claimed";
 
 /// What a retry is told to wait when the key's lock is held: the attempt holding it is running
 /// now, and its lease says nothing about when it ends.
@@ -57,22 +59,24 @@ impl SqlKeyStore<Postgres> {
                     .await
                     .map_err(|err| self.error(err))?;
             if !held {
-                return self.lock_held(tx, scope, key, fingerprint).await;
+                // The holder may be an attempt running now, or a retry reading a stored
+                // response: a stored response is replayed, anything else is in flight.
+                let found = self.settle(tx, scope, key, fingerprint, None).await?;
+                return Ok(found.unwrap_or(Begin::InFlight {
+                    retry_after: LOCK_HELD_RETRY,
+                }));
             }
             let begin = if inserted {
                 Some(Begin::Run {
                     attempt: Attempt::new(1, token),
                 })
             } else {
-                self.settle(tx, scope, key, fingerprint, lease_ms).await?
+                self.settle(tx, scope, key, fingerprint, Some(lease_ms))
+                    .await?
             };
             if let Some(begin) = begin {
                 if matches!(begin, Begin::Run { .. }) {
-                    sqlx::query(sqlx::AssertSqlSafe(format!(
-                        "SAVEPOINT {CLAIMED_SAVEPOINT}"
-                    )))
-                    .execute(&mut *tx)
-                    .await?;
+                    sqlx::query(SAVE_CLAIM).execute(&mut *tx).await?;
                 }
                 return Ok(begin);
             }
@@ -88,42 +92,8 @@ impl SqlKeyStore<Postgres> {
         &self,
         mut tx: sqlx::Transaction<'static, Postgres>,
     ) -> Result<(), Error> {
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "ROLLBACK TO SAVEPOINT {CLAIMED_SAVEPOINT}"
-        )))
-        .execute(&mut *tx)
-        .await?;
+        sqlx::query(BACK_TO_CLAIM).execute(&mut *tx).await?;
         tx.commit().await?;
         Ok(())
-    }
-
-    /// What a request whose key's lock is taken answers. The holder may be an attempt running
-    /// now, or another retry reading a stored response: a stored response is replayed; anything
-    /// else is in flight (an expired lease is left to the holder to take over).
-    async fn lock_held(
-        &self,
-        tx: &mut PgConnection,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        fingerprint: &Fingerprint,
-    ) -> Result<Begin, Error> {
-        let row = <Postgres as crate::backend::sealed::KeyStatements>::key_select(
-            tx,
-            &self.sql,
-            scope.as_str(),
-            key.as_str(),
-        )
-        .await
-        .map_err(|err| self.error(err))?;
-        Ok(match row {
-            Some(row) if row.fingerprint != fingerprint.as_bytes() => Begin::Mismatch,
-            Some(row) if row.status.is_some() => crate::keys::replay_of(row),
-            Some(row) => Begin::InFlight {
-                retry_after: Duration::from_millis(row.lease_left_ms.unwrap_or(0).max(1_000) as u64),
-            },
-            None => Begin::InFlight {
-                retry_after: LOCK_HELD_RETRY,
-            },
-        })
     }
 }
