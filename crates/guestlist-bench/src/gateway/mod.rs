@@ -11,21 +11,14 @@
 mod nginx;
 mod process;
 
-use std::time::Duration;
-
 use axum::Router;
 use axum::http::StatusCode;
 use axum::routing::post;
 
 use crate::Common;
-use crate::measure::{Plan, load};
+use crate::measure::Plan;
 use crate::report::Report;
-use crate::requests::{self, send};
-
-/// Concurrent connections of the load generator.
-const CONNECTIONS: usize = 32;
-/// Stored keys the replay figure cycles through.
-const STORED_KEYS: u64 = 1_000;
+use crate::requests::{self, CONNECTIONS, STORED_KEYS, send, stored_key};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Figure {
@@ -37,7 +30,9 @@ enum Figure {
 
 impl Figure {
     const ALL: [Figure; 4] = [Figure::Direct, Figure::Nginx, Figure::Fresh, Figure::Replay];
+}
 
+impl requests::Figure for Figure {
     fn name(self) -> &'static str {
         match self {
             Figure::Direct => "direct",
@@ -162,44 +157,29 @@ async fn measure(
     backend: &'static str,
     report: &mut Report,
 ) -> anyhow::Result<()> {
-    let mut samples: Vec<(Figure, f64, Vec<Duration>)> = Vec::new();
-    for round in 0..plan.rounds {
-        for figure in plan.order(round, &Figure::ALL) {
+    let (client, targets) = (client.clone(), targets.clone());
+    let rows = requests::measure(
+        plan,
+        &Figure::ALL,
+        backend,
+        move |figure, round, worker, n| {
             let (client, targets) = (client.clone(), targets.clone());
-            let measured = load(CONNECTIONS, plan.each, move |worker, n| {
-                let (client, targets) = (client.clone(), targets.clone());
-                async move {
-                    match figure {
-                        Figure::Direct => send(&client, &targets.direct, None).await,
-                        Figure::Nginx => send(&client, &targets.nginx, None).await,
-                        Figure::Fresh => {
-                            let key = format!("{backend}-r{round}-w{worker}-{n}");
-                            send(&client, &targets.gateway, Some(&key)).await
-                        }
-                        Figure::Replay => {
-                            let key = format!("stored-{}", (worker as u64 * 31 + n) % STORED_KEYS);
-                            send(&client, &targets.gateway, Some(&key)).await
-                        }
+            async move {
+                match figure {
+                    Figure::Direct => send(&client, &targets.direct, None).await,
+                    Figure::Nginx => send(&client, &targets.nginx, None).await,
+                    Figure::Fresh => {
+                        let key = format!("{backend}-r{round}-w{worker}-{n}");
+                        send(&client, &targets.gateway, Some(&key)).await
+                    }
+                    Figure::Replay => {
+                        send(&client, &targets.gateway, Some(&stored_key(worker, n))).await
                     }
                 }
-            })
-            .await?;
-            eprintln!(
-                "  {:<15} round {round}  {:>8.0} req/s",
-                figure.name(),
-                measured.per_sec
-            );
-            samples.push((figure, measured.per_sec, measured.latencies));
-        }
-    }
-    for figure in Figure::ALL {
-        let rounds = samples
-            .iter()
-            .filter(|(f, ..)| *f == figure)
-            .map(|(_, rate, latencies)| (*rate, latencies.as_slice()));
-        report
-            .rows
-            .push(requests::row(figure.name(), backend, CONNECTIONS, rounds));
-    }
+            }
+        },
+    )
+    .await?;
+    report.rows.extend(rows);
     Ok(())
 }

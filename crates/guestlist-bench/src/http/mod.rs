@@ -14,8 +14,6 @@
 
 mod workload;
 
-use std::time::Duration;
-
 use anyhow::Context;
 use axum::Router;
 use axum::body::Bytes;
@@ -28,14 +26,9 @@ use guestlist::sqlx::{self, Pool};
 
 use self::workload::{HttpWorkload, KEYS};
 use crate::Common;
-use crate::measure::{Plan, load};
+use crate::measure::Plan;
 use crate::report::Report;
-use crate::requests::{self, send};
-
-/// Concurrent connections of the load generator.
-const CONNECTIONS: usize = 32;
-/// Stored keys the replay figure cycles through.
-const STORED_KEYS: u64 = 1_000;
+use crate::requests::{self, CONNECTIONS, STORED_KEYS, send, stored_key};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Figure {
@@ -57,6 +50,12 @@ impl Figure {
         Figure::ReplayInTx,
     ];
 
+    fn in_tx(self) -> bool {
+        matches!(self, Figure::FreshInTx | Figure::ReplayInTx)
+    }
+}
+
+impl requests::Figure for Figure {
     fn name(self) -> &'static str {
         match self {
             Figure::Unprotected => "unprotected",
@@ -66,10 +65,6 @@ impl Figure {
             Figure::FreshInTx => "fresh_in_tx",
             Figure::ReplayInTx => "replay_in_tx",
         }
-    }
-
-    fn in_tx(self) -> bool {
-        matches!(self, Figure::FreshInTx | Figure::ReplayInTx)
     }
 }
 
@@ -254,45 +249,28 @@ async fn measure_backend<DB: HttpWorkload>(
         send(&client, &guarded, Some(&format!("stored-{n}"))).await?;
     }
 
-    let mut samples: Vec<(Figure, f64, Vec<Duration>)> = Vec::new();
-    for round in 0..plan.rounds {
-        for figure in plan.order(round, &figures) {
-            let urls = (plain.clone(), plain_tx.clone(), guarded.clone());
-            let in_tx = guarded_in_tx.clone();
-            let client = client.clone();
-            let measured = load(CONNECTIONS, plan.each, move |worker, n| {
-                let (client, (plain, plain_tx, guarded)) = (client.clone(), urls.clone());
-                let in_tx = in_tx.clone();
-                async move {
-                    let fresh = format!("{}r{round}-w{worker}-{n}", figure.name());
-                    let stored = format!("stored-{}", (worker as u64 * 31 + n) % STORED_KEYS);
-                    match figure {
-                        Figure::Unprotected => send(&client, &plain, None).await,
-                        Figure::UnprotectedTx => send(&client, &plain_tx, None).await,
-                        Figure::Fresh => send(&client, &guarded, Some(&fresh)).await,
-                        Figure::Replay => send(&client, &guarded, Some(&stored)).await,
-                        Figure::FreshInTx => send(&client, &in_tx, Some(&fresh)).await,
-                        Figure::ReplayInTx => send(&client, &in_tx, Some(&stored)).await,
-                    }
+    let urls = (plain, plain_tx, guarded, guarded_in_tx);
+    let rows = requests::measure(
+        plan,
+        &figures,
+        DB::LABEL,
+        move |figure, round, worker, n| {
+            let (client, (plain, plain_tx, guarded, in_tx)) = (client.clone(), urls.clone());
+            async move {
+                let fresh = format!("{}r{round}-w{worker}-{n}", requests::Figure::name(figure));
+                let stored = stored_key(worker, n);
+                match figure {
+                    Figure::Unprotected => send(&client, &plain, None).await,
+                    Figure::UnprotectedTx => send(&client, &plain_tx, None).await,
+                    Figure::Fresh => send(&client, &guarded, Some(&fresh)).await,
+                    Figure::Replay => send(&client, &guarded, Some(&stored)).await,
+                    Figure::FreshInTx => send(&client, &in_tx, Some(&fresh)).await,
+                    Figure::ReplayInTx => send(&client, &in_tx, Some(&stored)).await,
                 }
-            })
-            .await?;
-            eprintln!(
-                "  {:<12} round {round}  {:>8.0} req/s",
-                figure.name(),
-                measured.per_sec
-            );
-            samples.push((figure, measured.per_sec, measured.latencies));
-        }
-    }
-    for figure in figures {
-        let rounds = samples
-            .iter()
-            .filter(|(f, ..)| *f == figure)
-            .map(|(_, rate, latencies)| (*rate, latencies.as_slice()));
-        report
-            .rows
-            .push(requests::row(figure.name(), DB::LABEL, CONNECTIONS, rounds));
-    }
+            }
+        },
+    )
+    .await?;
+    report.rows.extend(rows);
     Ok(())
 }
