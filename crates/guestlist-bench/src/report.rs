@@ -46,6 +46,26 @@ impl Report {
             .map_or(f64::NAN, |r| r.per_sec)
     }
 
+    /// Records `over / under` for `backend` at `workers` as the ratio `<name>_<backend>`, where
+    /// both figures were measured.
+    pub(crate) fn ratio(
+        &mut self,
+        name: &str,
+        over: &str,
+        under: &str,
+        backend: &str,
+        workers: usize,
+    ) {
+        let (over, under) = (
+            self.get(over, backend, workers),
+            self.get(under, backend, workers),
+        );
+        if !over.is_nan() && !under.is_nan() {
+            self.ratios
+                .insert(format!("{name}_{backend}"), over / under);
+        }
+    }
+
     pub(crate) fn print(&self) {
         println!(
             "\n{:<22} {:<18} {:>7} {:>6} {:>12} {:>6} {:>9} {:>9}",

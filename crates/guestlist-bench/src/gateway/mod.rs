@@ -90,19 +90,13 @@ pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
         let table = gateway.table.clone();
         drop(gateway);
         drop_table(&database, &table).await?;
-        let fresh = report.get("gateway_fresh", backend, CONNECTIONS);
-        let replay = report.get("gateway_replay", backend, CONNECTIONS);
-        let nginx_rate = report.get("nginx", backend, CONNECTIONS);
-        let direct = report.get("direct", backend, CONNECTIONS);
-        report
-            .ratios
-            .insert(format!("fresh_vs_nginx_{backend}"), fresh / nginx_rate);
-        report
-            .ratios
-            .insert(format!("replay_vs_nginx_{backend}"), replay / nginx_rate);
-        report
-            .ratios
-            .insert(format!("nginx_vs_direct_{backend}"), nginx_rate / direct);
+        for (name, over, under) in [
+            ("fresh_vs_nginx", "gateway_fresh", "nginx"),
+            ("replay_vs_nginx", "gateway_replay", "nginx"),
+            ("nginx_vs_direct", "nginx", "direct"),
+        ] {
+            report.ratio(name, over, under, backend, CONNECTIONS);
+        }
     }
     drop(nginx);
     Ok(report)

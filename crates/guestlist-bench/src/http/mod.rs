@@ -104,36 +104,14 @@ pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
         .map(|r| r.backend)
         .collect::<std::collections::BTreeSet<_>>()
     {
-        let unprotected = report.get("unprotected", backend, CONNECTIONS);
-        let unprotected_tx = report.get("unprotected_tx", backend, CONNECTIONS);
-        let fresh = report.get("fresh", backend, CONNECTIONS);
-        let replay = report.get("replay", backend, CONNECTIONS);
-        report.ratios.insert(
-            format!("fresh_vs_unprotected_{backend}"),
-            fresh / unprotected,
-        );
-        report.ratios.insert(
-            format!("fresh_vs_unprotected_tx_{backend}"),
-            fresh / unprotected_tx,
-        );
-        report
-            .ratios
-            .insert(format!("replay_vs_fresh_{backend}"), replay / fresh);
-        if report
-            .rows
-            .iter()
-            .any(|r| r.backend == backend && r.name == "fresh_in_tx")
-        {
-            let fresh_in_tx = report.get("fresh_in_tx", backend, CONNECTIONS);
-            let replay_in_tx = report.get("replay_in_tx", backend, CONNECTIONS);
-            report.ratios.insert(
-                format!("fresh_in_tx_vs_unprotected_{backend}"),
-                fresh_in_tx / unprotected,
-            );
-            report.ratios.insert(
-                format!("replay_in_tx_vs_fresh_in_tx_{backend}"),
-                replay_in_tx / fresh_in_tx,
-            );
+        for (name, over, under) in [
+            ("fresh_vs_unprotected", "fresh", "unprotected"),
+            ("fresh_vs_unprotected_tx", "fresh", "unprotected_tx"),
+            ("replay_vs_fresh", "replay", "fresh"),
+            ("fresh_in_tx_vs_unprotected", "fresh_in_tx", "unprotected"),
+            ("replay_in_tx_vs_fresh_in_tx", "replay_in_tx", "fresh_in_tx"),
+        ] {
+            report.ratio(name, over, under, backend, CONNECTIONS);
         }
     }
     Ok(report)
