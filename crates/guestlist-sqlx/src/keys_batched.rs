@@ -138,7 +138,7 @@ fn by_bytes(batch: Vec<Item>) -> Vec<Vec<Item>> {
             Item::Complete(c) => c.headers.len() + c.body.as_ref().map_or(0, Vec::len),
         };
         let current = rounds.last_mut().expect("never empty");
-        if bytes + size > ROUND_BYTES && !current.is_empty() {
+        if size > 0 && bytes + size > ROUND_BYTES && !current.is_empty() {
             rounds.push(Vec::new());
             bytes = 0;
         }
@@ -324,5 +324,75 @@ impl KeyStore for BatchedKeyStore {
         attempt: Attempt,
     ) -> Result<(), Error> {
         self.store.release(scope, key, attempt).await.map(drop)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(bytes: usize) -> Item {
+        let (reply, _) = oneshot::channel();
+        Item::Complete(CompleteItem {
+            scope: "s".to_owned(),
+            key: format!("answer-{bytes}"),
+            token: 1,
+            status: 201,
+            headers: Vec::new(),
+            body: Some(vec![0; bytes]),
+            reply,
+        })
+    }
+
+    fn claim() -> Item {
+        let (reply, _) = oneshot::channel();
+        Item::Claim(ClaimItem {
+            scope: "s".to_owned(),
+            key: "claim".to_owned(),
+            fingerprint: vec![0; 32],
+            token: 2,
+            lease_ms: 30_000,
+            reply,
+        })
+    }
+
+    fn answer_bytes(round: &[Item]) -> usize {
+        round
+            .iter()
+            .map(|item| match item {
+                Item::Claim(_) => 0,
+                Item::Complete(c) => c.body.as_ref().map_or(0, Vec::len),
+            })
+            .sum()
+    }
+
+    #[test]
+    fn rounds_split_at_the_byte_limit_and_keep_every_item() {
+        let mib = 1024 * 1024;
+        let batch = vec![
+            answer(10 * mib),
+            claim(),
+            answer(10 * mib),
+            answer(20 * mib),
+            claim(),
+            answer(1),
+        ];
+        let rounds = by_bytes(batch);
+        let sizes: Vec<usize> = rounds.iter().map(Vec::len).collect();
+        assert_eq!(
+            sizes,
+            [2, 1, 2, 1],
+            "claims ride along; answers split at 16 MiB"
+        );
+        for round in &rounds {
+            let answers = round
+                .iter()
+                .filter(|item| matches!(item, Item::Complete(_)))
+                .count();
+            assert!(
+                answer_bytes(round) <= ROUND_BYTES || answers == 1,
+                "only a round holding a single large answer may pass the limit"
+            );
+        }
     }
 }
