@@ -7,8 +7,8 @@ use tokio::sync::Notify;
 
 /// The attempts that hold a key and are running now, across every service of one layer.
 ///
-/// An attempt runs on a task of its own, to its end, even when its client hangs up (so that the
-/// retry finds the stored response). A server that stops accepting connections therefore has no
+/// A keyed request, once its body has arrived, is claimed and attempted on a task of its own, to
+/// its end, even when its client hangs up (so that the retry finds the stored response). A server that stops accepting connections therefore has no
 /// request left to wait for while attempts may still be running: wait for
 /// [`settled`](Self::settled) before the runtime goes, or the attempt is cut off between the
 /// handler's work and its stored response, and the key stays locked until its lease ends.

@@ -217,7 +217,7 @@ where
 
     async fn keyed(
         self,
-        mut parts: Parts,
+        parts: Parts,
         body: Pending<ReqBody>,
         keyed: Keyed,
     ) -> Result<Response<Body>, S::Error> {
@@ -230,6 +230,44 @@ where
                 }
             }
         };
+        // From here on the request is accepted: the claim, the attempt and the stored answer (or
+        // the release) run to their end on a task of their own. A client that hangs up (the
+        // response died in a tunnel) drops only the wait for it; were the claim cancelled after
+        // its commit, or the handler halfway, the key would stay locked for the whole lease
+        // instead of holding the answer its retry should get.
+        let span = tracing::Span::current();
+        let running = self.config.attempts.enter();
+        let accepted = tokio::spawn(
+            async move {
+                let _running = running;
+                self.claim_and_attempt(parts, bytes, keyed).await
+            }
+            .instrument(span),
+        );
+        match accepted.await {
+            Ok(response) => response,
+            Err(panicked) => {
+                tracing::error!(error = %panicked, "the handler panicked; its key stays locked until the lease ends (with the claim on its transaction, it is free now)");
+                Ok(Problem::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "handler-panicked",
+                    "The request failed",
+                    "the server failed while handling this request; retry with the same key (while it \
+                     stays locked you get 409 with Retry-After)"
+                        .to_owned(),
+                )
+                .into_response())
+            }
+        }
+    }
+
+    /// Claims the key, then runs the attempt that holds it, or answers why it did not run.
+    async fn claim_and_attempt(
+        self,
+        mut parts: Parts,
+        bytes: Bytes,
+        keyed: Keyed,
+    ) -> Result<Response<Body>, S::Error> {
         let fingerprint = self.fingerprint(&parts, &bytes);
         let slot = self.mode.open(&mut parts.extensions);
         let begin = self
@@ -253,33 +291,7 @@ where
             }
         };
         tracing::Span::current().record("attempt", attempt.number());
-        // The attempt runs to its end on a task of its own: a client that hangs up (the response
-        // died in a tunnel) must not cancel the handler halfway, leaving the key locked for the
-        // whole lease; its retry should find the stored response instead.
-        let span = tracing::Span::current();
-        let running = self.config.attempts.enter();
-        let attempt_run = tokio::spawn(
-            async move {
-                let _running = running;
-                self.attempt(parts, bytes, slot, keyed, attempt).await
-            }
-            .instrument(span),
-        );
-        match attempt_run.await {
-            Ok(response) => response,
-            Err(panicked) => {
-                tracing::error!(error = %panicked, "the handler panicked; its key stays locked until the lease ends (with the claim on its transaction, it is free now)");
-                Ok(Problem::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "handler-panicked",
-                    "The request failed",
-                    "the server failed while handling this request; retry with the same key (while it \
-                     stays locked you get 409 with Retry-After)"
-                        .to_owned(),
-                )
-                .into_response())
-            }
-        }
+        self.attempt(parts, bytes, slot, keyed, attempt).await
     }
 
     /// The answer to a request whose claim did not let it run: a replay, 409, 422, or 503.

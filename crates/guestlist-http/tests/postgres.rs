@@ -9,6 +9,35 @@ http_suite!(plain, common::stores::PlainSql<sqlx::Postgres>);
 http_suite!(locked, common::stores::LockedPostgres);
 http_suite!(batched, common::stores::BatchedPostgres);
 
+/// One test per store and point at which the client hangs up.
+macro_rules! hang_up {
+    ($($m:ident: $store:ty),* $(,)?) => {$(
+        mod $m {
+            use super::common::hang_up::{HangUp, a_client_that_hangs_up_never_strands_its_key};
+            hang_up!(@points $m, $store;
+                before_the_claim: BeforeTheClaim,
+                during_the_claim_commit: DuringTheClaimCommit,
+                during_the_handler: DuringTheHandler,
+                during_the_answer_commit: DuringTheAnswerCommit,
+            );
+        }
+    )*};
+    (@points $m:ident, $store:ty; $($test:ident: $point:ident),* $(,)?) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $test() {
+            let name = concat!(stringify!($m), "_", stringify!($test));
+            a_client_that_hangs_up_never_strands_its_key::<$store>(name, HangUp::$point).await;
+        }
+    )*};
+}
+
+hang_up!(
+    hang_up_transactional: crate::common::stores::Sql<sqlx::Postgres>,
+    hang_up_plain: crate::common::stores::PlainSql<sqlx::Postgres>,
+    hang_up_locked: crate::common::stores::LockedPostgres,
+    hang_up_batched: crate::common::stores::BatchedPostgres,
+);
+
 /// A round that fails fails each request in it with the cause, and the next round runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_round_fails_each_request_and_the_next_round_runs() {

@@ -2,7 +2,9 @@
 //! environment variable or default URL, a clear failure when one is not there, and the few lines
 //! of SQL that differ between them.
 
+pub mod held_commit;
 pub mod metrics;
+pub mod raw_http;
 
 use std::future::Future;
 

@@ -4,6 +4,7 @@
 
 #![allow(unreachable_pub)] // a test crate has no public API
 
+mod hang_up;
 mod harness;
 mod suite;
 
@@ -48,6 +49,31 @@ gateway_suite!(postgres, crate::suite::postgres);
 gateway_suite!(mysql, crate::suite::mysql);
 
 gateway_suite!(shared_postgres, crate::suite::shared_postgres);
+
+/// One test per point at which a client hangs up, on one gateway on PostgreSQL.
+macro_rules! hang_up {
+    ($($name:ident: $point:ident),* $(,)?) => {
+        mod hang_up_postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    crate::hang_up::a_client_that_hangs_up_never_strands_its_key(
+                        concat!("hang_up_", stringify!($name)),
+                        crate::hang_up::HangUp::$point,
+                    )
+                    .await;
+                }
+            )*
+        }
+    };
+}
+
+hang_up!(
+    before_the_claim: BeforeTheClaim,
+    during_the_claim_commit: DuringTheClaimCommit,
+    during_the_upstream: DuringTheUpstream,
+    during_the_answer_commit: DuringTheAnswerCommit,
+);
 
 /// Settings from a TOML file and the environment, logs as JSON: the binary as an operator
 /// configures it.

@@ -6,6 +6,8 @@
 
 pub mod app;
 pub mod client;
+#[cfg(feature = "postgres")]
+pub mod hang_up;
 pub mod stores;
 pub mod suite;
 
