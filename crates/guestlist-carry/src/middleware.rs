@@ -1,8 +1,15 @@
 //! Setting `Idempotency-Key` on outbound requests.
 
+use std::time::{Duration, SystemTime};
+
+use guestlist_core::Deferral;
 use http::Extensions;
-use reqwest::{Method, Request, Response, header::HeaderValue};
+use reqwest::{Method, Request, Response, StatusCode, header::HeaderValue};
 use reqwest_middleware::{Middleware, Next, Result};
+
+/// The wait for a "not yet" that names none (a 429 or 503 without `Retry-After`, a refused
+/// connection).
+const DEFAULT_WAIT: Duration = Duration::from_secs(1);
 
 /// Names the step of an outbound request, for its derived key (default: the method and path).
 ///
@@ -19,11 +26,18 @@ pub struct Step(pub String);
 /// request made outside any work in progress is refused, unless
 /// [`CarryKey::allow_without_key`] says otherwise: a key invented on the spot would be fresh on
 /// every retry and protect nothing.
+///
+/// A downstream "not yet" becomes a [`Deferral`] error, recorded for the runtime with
+/// [`defer`](crate::defer): a 409 with `Retry-After` (another attempt with this key is in
+/// flight), a 429 or a 503 (with or without `Retry-After`), or a refused connection. A broker
+/// consumer then hands the message back for that long without counting a failure. Turn it off
+/// with [`CarryKey::defer_not_yet`].
 #[derive(Debug, Clone)]
 pub struct CarryKey {
     header: http::HeaderName,
     methods: Vec<Method>,
     allow_without_key: bool,
+    defer_not_yet: bool,
 }
 
 impl Default for CarryKey {
@@ -32,6 +46,7 @@ impl Default for CarryKey {
             header: http::HeaderName::from_static("idempotency-key"),
             methods: vec![Method::POST, Method::PATCH, Method::PUT, Method::DELETE],
             allow_without_key: false,
+            defer_not_yet: true,
         }
     }
 }
@@ -59,6 +74,51 @@ impl CarryKey {
         self.allow_without_key = allow;
         self
     }
+
+    /// Whether a downstream "not yet" becomes a [`Deferral`] error (default on); off, the
+    /// response (or the connection error) reaches the caller as it came.
+    pub fn defer_not_yet(mut self, on: bool) -> Self {
+        self.defer_not_yet = on;
+        self
+    }
+}
+
+/// The deferral a downstream's answer asks for, if it says "not yet".
+fn not_yet(method: &Method, url: &str, outcome: &Result<Response>) -> Option<Deferral> {
+    match outcome {
+        Ok(response) => {
+            let status = response.status();
+            let retry_after = response
+                .headers()
+                .get(reqwest::header::RETRY_AFTER)
+                .and_then(|value| retry_after(value.to_str().ok()?));
+            let after = match status {
+                StatusCode::CONFLICT => retry_after?,
+                StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => {
+                    retry_after.unwrap_or(DEFAULT_WAIT)
+                }
+                _ => return None,
+            };
+            Some(Deferral::new(
+                after,
+                format!("{method} {url} answered {status}: not yet"),
+            ))
+        }
+        Err(reqwest_middleware::Error::Reqwest(err)) if err.is_connect() => Some(Deferral::new(
+            DEFAULT_WAIT,
+            format!("{method} {url}: cannot connect ({err})"),
+        )),
+        Err(_) => None,
+    }
+}
+
+/// A `Retry-After` value: seconds, or an HTTP date.
+fn retry_after(value: &str) -> Option<Duration> {
+    if let Ok(seconds) = value.trim().parse::<u64>() {
+        return Some(Duration::from_secs(seconds));
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(at.duration_since(SystemTime::now()).unwrap_or_default())
 }
 
 /// The default step of a request: its method and path, folded into the step alphabet.
@@ -104,7 +164,14 @@ impl Middleware for CarryKey {
                 Err(_) => {}
             }
         }
-        next.run(request, extensions).await
+        let (method, url) = (request.method().clone(), request.url().to_string());
+        let outcome = next.run(request, extensions).await;
+        match not_yet(&method, &url, &outcome) {
+            Some(deferral) if self.defer_not_yet => Err(reqwest_middleware::Error::middleware(
+                crate::defer(deferral),
+            )),
+            _ => outcome,
+        }
     }
 }
 

@@ -188,3 +188,93 @@ async fn a_named_step_and_an_explicit_key_are_respected() {
     assert_eq!(keys[0].as_deref(), Some("warehouse:evt_9f3k/refund-1"));
     assert_eq!(keys[1].as_deref(), Some("mine"));
 }
+
+/// A downstream that answers every request with `status` and, if given, `Retry-After`.
+async fn answering(status: StatusCode, retry_after: Option<&str>) -> String {
+    let mut headers = HeaderMap::new();
+    if let Some(value) = retry_after {
+        headers.insert("retry-after", value.parse().unwrap());
+    }
+    let router = Router::new().route(
+        "/v1/charges",
+        post(move || async move { (status, headers, "not yet") }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    base
+}
+
+/// Sends a charge to `base` with `client` inside a piece of work whose deferrals are watched.
+async fn charge(
+    client: &ClientWithMiddleware,
+    base: &str,
+) -> (
+    reqwest_middleware::Result<reqwest::Response>,
+    Option<guestlist_core::Deferral>,
+) {
+    let url = format!("{base}/v1/charges");
+    guestlist_carry::watch_deferral(scope("warehouse:evt_9f3k", client.post(url).send())).await
+}
+
+#[tokio::test]
+async fn a_downstream_not_yet_becomes_a_deferral_for_as_long_as_it_asks() {
+    let client = client();
+    let in_flight = answering(StatusCode::CONFLICT, Some("7")).await;
+    let (result, recorded) = charge(&client, &in_flight).await;
+    let err = result.expect_err("409 in flight is not a response to act on");
+    assert!(err.to_string().contains("not yet"), "{err}");
+    let recorded = recorded.expect("recorded for the consumer, whatever the error becomes");
+    assert_eq!(recorded.after(), std::time::Duration::from_secs(7));
+    assert!(recorded.reason().contains("409"), "{}", recorded.reason());
+
+    let limited = answering(StatusCode::TOO_MANY_REQUESTS, None).await;
+    let (_, recorded) = charge(&client, &limited).await;
+    assert_eq!(
+        recorded.map(|d| d.after()),
+        Some(std::time::Duration::from_secs(1)),
+        "429 without Retry-After: a second"
+    );
+
+    let later =
+        httpdate::fmt_http_date(std::time::SystemTime::now() + std::time::Duration::from_secs(60));
+    let restarting = answering(StatusCode::SERVICE_UNAVAILABLE, Some(&later)).await;
+    let (_, recorded) = charge(&client, &restarting).await;
+    let after = recorded.expect("503 is not yet").after();
+    assert!(
+        (58..=60).contains(&after.as_secs()),
+        "an HTTP-date Retry-After is a wait until then: {after:?}"
+    );
+
+    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let gone = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let (result, recorded) = charge(&client, &gone).await;
+    assert!(result.is_err());
+    assert!(
+        recorded.is_some_and(|d| d.reason().contains("cannot connect")),
+        "a refused connection is not yet"
+    );
+}
+
+#[tokio::test]
+async fn a_conflict_without_retry_after_and_other_answers_pass_through() {
+    let client = client();
+    for (status, retry_after) in [
+        (StatusCode::CONFLICT, None),
+        (StatusCode::UNPROCESSABLE_ENTITY, None),
+        (StatusCode::INTERNAL_SERVER_ERROR, Some("5")),
+    ] {
+        let base = answering(status, retry_after).await;
+        let (result, recorded) = charge(&client, &base).await;
+        assert_eq!(result.expect("passed through").status(), status);
+        assert!(recorded.is_none(), "{status} is no deferral");
+    }
+    let off = ClientBuilder::new(reqwest::Client::new())
+        .with(CarryKey::new().defer_not_yet(false))
+        .build();
+    let base = answering(StatusCode::CONFLICT, Some("7")).await;
+    let (result, recorded) = charge(&off, &base).await;
+    assert_eq!(result.unwrap().status(), StatusCode::CONFLICT, "turned off");
+    assert!(recorded.is_none());
+}

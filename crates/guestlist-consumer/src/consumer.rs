@@ -1,12 +1,13 @@
 //! The loop: fetch, claim, handle, commit, acknowledge.
 
+use std::any::Any;
 use std::collections::HashSet;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_core::future::BoxFuture;
-use guestlist_core::{HandlerName, MessageId, Retention};
+use guestlist_core::{Deferral, HandlerName, MessageId, Retention};
 use guestlist_sqlx::{Backend, Inbox, ProcessError, Processed};
 use sqlx::Pool;
 
@@ -58,6 +59,9 @@ pub struct Handled {
     pub duplicates: u64,
     /// Handler runs that failed (the message went back with backoff, or to the dead letters).
     pub failed: u64,
+    /// Handler runs that said "not yet" ([`Deferral`]): the message went back for the delay it
+    /// asked, without counting as a failure.
+    pub deferred: u64,
     /// Messages moved to the dead-letter place.
     pub dead_lettered: u64,
 }
@@ -67,6 +71,25 @@ pub struct Handled {
 enum Failure<E> {
     Handler(E),
     TimedOut(Duration),
+}
+
+impl<E: 'static> Failure<E> {
+    /// The deferral the handler returned as its error: a [`Deferral`], or a boxed error with one
+    /// in its chain of sources.
+    fn deferral(&self) -> Option<&Deferral> {
+        let Failure::Handler(err) = self else {
+            return None;
+        };
+        let err: &dyn Any = err;
+        if let Some(deferral) = err.downcast_ref::<Deferral>() {
+            return Some(deferral);
+        }
+        if let Some(boxed) = err.downcast_ref::<Box<dyn std::error::Error + Send + Sync>>() {
+            return Deferral::find(boxed.as_ref());
+        }
+        err.downcast_ref::<Box<dyn std::error::Error + Send>>()
+            .and_then(|boxed| Deferral::find(boxed.as_ref()))
+    }
 }
 
 impl<E: std::fmt::Display> std::fmt::Display for Failure<E> {
@@ -118,6 +141,7 @@ pub struct Consumer<S, DB: Backend, H> {
     max_deliveries: u32,
     backoff: (Duration, Duration),
     handler_timeout: Duration,
+    max_deferral: Duration,
     keep_alive: bool,
     retention: Option<Retention>,
 }
@@ -153,6 +177,7 @@ where
             max_deliveries: 5,
             backoff: (Duration::from_millis(500), Duration::from_secs(60)),
             handler_timeout: Duration::from_secs(300),
+            max_deferral: Duration::from_secs(3600),
             keep_alive: true,
             retention: None,
         }
@@ -180,6 +205,20 @@ where
     /// The longest a handler may run before it is abandoned as failed (default 5 minutes).
     pub fn handler_timeout(mut self, limit: Duration) -> Self {
         self.handler_timeout = limit;
+        self
+    }
+
+    /// How long a message may keep being deferred, from its first deferral, before it is
+    /// dead-lettered (default 1 hour: longer than any sane idempotency-key lease downstream).
+    ///
+    /// A handler defers with a [`Deferral`] (returned as its error, or recorded with
+    /// [`guestlist_carry::defer`], which `guestlist_carry::CarryKey` does when a downstream
+    /// answers 409 in flight, 429, 503 or refuses the connection). A deferred message goes back
+    /// for the delay the deferral asks and does not count toward
+    /// [`max_deliveries`](Self::max_deliveries); deferrals are counted in the inbox's
+    /// `<table>_deferrals`, so that every consumer instance sees them.
+    pub fn max_deferral(mut self, limit: Duration) -> Self {
+        self.max_deferral = limit;
         self
     }
 
@@ -263,18 +302,22 @@ where
             let id = match self.id_from.id_of(&delivery) {
                 Ok(id) => id,
                 Err(why) => {
-                    self.dead_letter(&delivery, &format!("no message id: {why}"), handled)
+                    tracing::error!(handler = %self.name, reason = %why, "dead-lettering a message");
+                    self.dead_letter_only(&delivery, &format!("no message id: {why}"), handled)
                         .await;
                     continue;
                 }
             };
             if delivery.delivery_count() > self.max_deliveries {
-                let why = format!(
-                    "delivered {} times without being handled (the consumer may have died on it each time)",
-                    delivery.delivery_count() - 1
-                );
-                self.dead_letter(&delivery, &why, handled).await;
-                continue;
+                let failed = self.failed_deliveries(&delivery, &id).await;
+                if failed > self.max_deliveries {
+                    let why = format!(
+                        "delivered {} times without being handled, deferrals aside (the consumer may have died on it each time)",
+                        failed - 1
+                    );
+                    self.dead_letter(&delivery, &id, &why, handled).await;
+                    continue;
+                }
             }
             let message = Arc::new(Message {
                 id,
@@ -303,6 +346,7 @@ where
                         self.count("duplicate", 1);
                     }
                     self.ack(delivery.as_ref()).await;
+                    self.forget_deferrals(delivery.as_ref(), &message.id).await;
                 }
             }
             Err(()) => {
@@ -362,36 +406,45 @@ where
     ) {
         let (handler, timeout, message_for_work) =
             (self.handler.clone(), self.handler_timeout, message.clone());
-        let outcome = self
-            .inbox
-            .process(&self.pool, &self.name, &message.id, move |tx| {
+        let (outcome, deferred) = guestlist_carry::watch_deferral(self.inbox.process(
+            &self.pool,
+            &self.name,
+            &message.id,
+            move |tx| {
                 let (handler, message) = (handler.clone(), message_for_work.clone());
                 Box::pin(async move { timed(timeout, handler(tx, &message)).await })
-            })
-            .await;
+            },
+        ))
+        .await;
         match outcome {
             Ok(Processed::Ran(())) => {
                 handled.fresh += 1;
                 self.count("fresh", 1);
                 self.ack(delivery).await;
+                self.forget_deferrals(delivery, &message.id).await;
             }
             Ok(Processed::Duplicate) => {
                 handled.duplicates += 1;
                 self.count("duplicate", 1);
                 self.ack(delivery).await;
+                self.forget_deferrals(delivery, &message.id).await;
             }
             Err(ProcessError::Handler(failure)) => {
+                if let Some(deferral) = deferred.or_else(|| failure.deferral().cloned()) {
+                    self.defer(delivery, message, &deferral, handled).await;
+                    return;
+                }
                 handled.failed += 1;
                 self.count("failed", 1);
-                if delivery.delivery_count() >= self.max_deliveries {
+                let failed = self.failed_deliveries(delivery, &message.id).await;
+                if failed >= self.max_deliveries {
                     let why = format!(
-                        "failed on delivery {} of {}: {failure}",
-                        delivery.delivery_count(),
+                        "failed on delivery {failed} of {} (deferrals aside): {failure}",
                         self.max_deliveries
                     );
-                    self.dead_letter(delivery, &why, handled).await;
+                    self.dead_letter(delivery, &message.id, &why, handled).await;
                 } else {
-                    let delay = self.delay(delivery.delivery_count());
+                    let delay = self.delay(failed);
                     tracing::warn!(handler = %self.name, id = %message.id, error = %failure, ?delay, "handler failed; the message comes back later");
                     if let Err(err) = delivery.nak(delay).await {
                         tracing::warn!(handler = %self.name, error = %err, "cannot hand the message back; the broker redelivers it after its ack wait");
@@ -403,6 +456,77 @@ where
                 tracing::warn!(handler = %self.name, id = %message.id, error = %err, "store failed; the message comes back later");
                 let _ = delivery.nak(self.backoff.0).await;
             }
+        }
+    }
+
+    /// A handler said "not yet": the message goes back for the delay it asked, without counting
+    /// as a failure, unless it has been deferred for longer than `max_deferral`.
+    async fn defer(
+        &self,
+        delivery: &S::Delivery,
+        message: &Message,
+        deferral: &Deferral,
+        handled: &mut Handled,
+    ) {
+        let deferrals = match self.inbox.defer(&self.pool, &self.name, &message.id).await {
+            Ok(deferrals) => deferrals,
+            Err(err) => {
+                // Uncounted, it must not pass for a deferral: back it goes as after a store failure.
+                tracing::warn!(handler = %self.name, id = %message.id, error = %err, "cannot count a deferral; the message comes back later");
+                let _ = delivery.nak(self.backoff.0).await;
+                return;
+            }
+        };
+        let age = deferrals.age();
+        if age >= self.max_deferral {
+            let why = format!(
+                "deferred {} times over {age:?}, past the consumer's max_deferral of {:?}; the last: {deferral}",
+                deferrals.count, self.max_deferral
+            );
+            self.dead_letter(delivery, &message.id, &why, handled).await;
+            return;
+        }
+        handled.deferred += 1;
+        self.count("deferred", 1);
+        let delay = deferral
+            .after()
+            .max(Duration::from_millis(100))
+            .min(self.max_deferral - age);
+        tracing::info!(handler = %self.name, id = %message.id, reason = deferral.reason(), ?delay, deferrals = deferrals.count, "not yet; the message comes back later");
+        if let Err(err) = delivery.nak(delay).await {
+            tracing::warn!(handler = %self.name, error = %err, "cannot hand the message back; the broker redelivers it after its ack wait");
+        }
+    }
+
+    /// The deliveries of `delivery`'s message so far (this one included) that were not
+    /// deferrals: failures, and runs the consumer died in.
+    async fn failed_deliveries(&self, delivery: &S::Delivery, id: &MessageId) -> u32 {
+        let count = delivery.delivery_count();
+        if count <= 1 {
+            return count;
+        }
+        match self.inbox.deferrals(&self.pool, &self.name, id).await {
+            Ok(deferrals) => count
+                .saturating_sub(deferrals.map_or(0, |d| d.count))
+                .max(1),
+            Err(err) => {
+                tracing::warn!(handler = %self.name, id = %id, error = %err, "cannot read the message's deferrals; counting every delivery as a failure");
+                count
+            }
+        }
+    }
+
+    /// Forgets a handled message's deferrals, if it may have any.
+    async fn forget_deferrals(&self, delivery: &S::Delivery, id: &MessageId) {
+        if delivery.delivery_count() <= 1 {
+            return; // a first delivery was never deferred
+        }
+        if let Err(err) = self
+            .inbox
+            .forget_deferrals(&self.pool, &self.name, id)
+            .await
+        {
+            tracing::warn!(handler = %self.name, id = %id, error = %err, "cannot forget the message's deferrals; its row stays in the deferrals table");
         }
     }
 
@@ -429,8 +553,21 @@ where
         }
     }
 
-    async fn dead_letter(&self, delivery: &S::Delivery, why: &str, handled: &mut Handled) {
-        tracing::error!(handler = %self.name, reason = why, "dead-lettering a message");
+    /// Dead-letters the message `id` and forgets its deferrals.
+    async fn dead_letter(
+        &self,
+        delivery: &S::Delivery,
+        id: &MessageId,
+        why: &str,
+        handled: &mut Handled,
+    ) {
+        tracing::error!(handler = %self.name, id = %id, reason = why, "dead-lettering a message");
+        self.dead_letter_only(delivery, why, handled).await;
+        self.forget_deferrals(delivery, id).await;
+    }
+
+    /// Moves a delivery to the dead-letter place.
+    async fn dead_letter_only(&self, delivery: &S::Delivery, why: &str, handled: &mut Handled) {
         handled.dead_lettered += 1;
         self.count("dead_lettered", 1);
         if let Err(err) = delivery.dead_letter(why).await {

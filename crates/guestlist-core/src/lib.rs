@@ -20,6 +20,7 @@
 //! ```
 
 mod claim;
+mod deferral;
 mod error;
 mod fingerprint;
 mod handler_name;
@@ -33,6 +34,7 @@ mod stored_response;
 mod table_name;
 
 pub use claim::Claim;
+pub use deferral::Deferral;
 pub use error::Error;
 pub use fingerprint::{Fingerprint, FingerprintBuilder};
 pub use handler_name::HandlerName;

@@ -13,6 +13,7 @@
 )]
 
 mod backend;
+mod deferrals;
 mod error;
 mod inbox;
 mod key_report;
@@ -30,6 +31,7 @@ mod schema;
 pub use backend::Backend;
 #[cfg(feature = "sqlite")]
 pub use backend::sqlite;
+pub use deferrals::Deferrals;
 pub use error::Error;
 pub use guestlist_core::{
     Attempt, Begin, Claim, Completed, Fingerprint, HandlerName, IdempotencyKey, KeyStore,

@@ -17,6 +17,8 @@ macro_rules! broker_suite {
         $crate::broker_suite!(@tests $m, $broker, $db;
             five_publishes_five_acks_one_pick_task,
             a_poison_message_is_dead_lettered_while_the_rest_flow,
+            not_yet_is_deferred_and_never_counts_as_poison,
+            deferrals_past_their_time_bound_are_dead_lettered,
             shutdown_mid_batch_loses_nothing,
             a_long_handler_keeps_its_delivery_alive,
             a_retention_shorter_than_the_redelivery_horizon_is_refused,

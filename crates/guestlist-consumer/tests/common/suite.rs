@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use guestlist_consumer::{Consumer, ConsumerError, HandlerFuture, IdFrom, Message};
-use guestlist_core::{HandlerName, Retention};
+use guestlist_core::{Deferral, HandlerName, Retention};
 use guestlist_sqlx::Inbox;
 use guestlist_testkit::{Database, Fixture, short_tag};
 use tokio::sync::{Notify, oneshot};
@@ -103,6 +103,13 @@ impl<B: Broker, DB: Fixture> Rig<B, DB> {
                     started.notify_one();
                     let event: serde_json::Value =
                         serde_json::from_slice(&message.payload).map_err(|e| e.to_string())?;
+                    // "Not yet" (a downstream has the work in flight) for the first deliveries.
+                    if let Some(until) = event["not_yet_until"].as_u64()
+                        && u64::from(message.delivery_count) <= until
+                    {
+                        let not_yet = Deferral::new(Duration::from_millis(50), "payments has it in flight");
+                        return Err(guestlist_carry::defer(not_yet).to_string());
+                    }
                     if event["kind"] == "poison" {
                         return Err("poison pill: the order has no lines".to_owned());
                     }
@@ -260,6 +267,99 @@ pub async fn a_poison_message_is_dead_lettered_while_the_rest_flow<B: Broker, DB
         errors[0].contains("poison pill"),
         "the dead letter says why: {errors:?}"
     );
+}
+
+pub async fn not_yet_is_deferred_and_never_counts_as_poison<B: Broker, DB: Fixture>(name: &str) {
+    guestlist_testkit::metrics::recorder();
+    let rig = Rig::<B, DB>::open(name, Duration::from_secs(30)).await;
+    // Six "not yet"s, then it runs; four, then it fails every time.
+    rig.broker
+        .publish(br#"{"id":"evt_later","not_yet_until":6}"#)
+        .await;
+    rig.broker
+        .publish(br#"{"id":"evt_poison","not_yet_until":4,"kind":"poison"}"#)
+        .await;
+    rig.broker.publish(&order_paid("evt_now")).await;
+    let (stop, task) = run_until_stopped!(rig.consumer(10).await.max_deliveries(3));
+    rig.until(
+        Duration::from_secs(30),
+        "the deferred event is handled and the poison dead-lettered",
+        || async { rig.effects().await == (2, 2) && rig.broker.dead_letters().await.len() == 1 },
+    )
+    .await;
+    rig.until(
+        Duration::from_secs(10),
+        "nothing is outstanding",
+        || async { rig.broker.drained().await },
+    )
+    .await;
+    stop.send(()).unwrap();
+    let handled = task.await.unwrap().unwrap();
+    assert_eq!(
+        (
+            handled.fresh,
+            handled.deferred,
+            handled.failed,
+            handled.dead_lettered
+        ),
+        (2, 10, 3, 1),
+        "six + four deferrals; the poison failed its three deliveries, deferrals aside"
+    );
+    let errors = rig.broker.dead_letters().await;
+    assert!(
+        errors[0].contains("poison pill") && errors[0].contains("3 of 3"),
+        "the poison went for its own failures: {errors:?}"
+    );
+    let counted = guestlist_testkit::metrics::counters();
+    let deferred = guestlist_testkit::metrics::sum(
+        &counted,
+        "guestlist_consumer_messages_total",
+        &[("handler", "warehouse"), ("outcome", "deferred")],
+    );
+    assert_eq!(deferred, 10, "outcome=\"deferred\" counts every deferral");
+    let rows = rig
+        .db
+        .scalar(format!(
+            "SELECT count(*) FROM {}_deferrals",
+            rig.inbox.table()
+        ))
+        .await;
+    assert_eq!(
+        rows, 0,
+        "handled and dead-lettered messages leave no deferral rows"
+    );
+}
+
+pub async fn deferrals_past_their_time_bound_are_dead_lettered<B: Broker, DB: Fixture>(name: &str) {
+    let rig = Rig::<B, DB>::open(name, Duration::from_secs(30)).await;
+    rig.broker
+        .publish(br#"{"id":"evt_never","not_yet_until":1000000}"#)
+        .await;
+    let consumer = rig
+        .consumer(1)
+        .await
+        .max_deliveries(3)
+        .max_deferral(Duration::from_millis(800));
+    let (stop, task) = run_until_stopped!(consumer);
+    rig.until(
+        Duration::from_secs(30),
+        "the message deferred past the bound is dead-lettered",
+        || async { rig.broker.dead_letters().await.len() == 1 },
+    )
+    .await;
+    stop.send(()).unwrap();
+    let handled = task.await.unwrap().unwrap();
+    assert!(
+        handled.deferred > 3,
+        "deferred more often than max_deliveries, and not dead-lettered for it: {handled:?}"
+    );
+    assert_eq!((handled.failed, handled.dead_lettered), (0, 1));
+    let errors = rig.broker.dead_letters().await;
+    assert!(
+        errors[0].contains("max_deferral") && errors[0].contains("payments has it in flight"),
+        "the dead letter says it was deferred too long, and why: {errors:?}"
+    );
+    assert_eq!(rig.effects().await, (0, 0));
 }
 
 pub async fn shutdown_mid_batch_loses_nothing<B: Broker, DB: Fixture>(name: &str) {

@@ -10,3 +10,13 @@ CREATE TABLE IF NOT EXISTS guestlist_inbox (
     -- The purge deletes by age.
     KEY guestlist_inbox_seen_at_idx (seen_at)
 ) ENGINE = InnoDB;
+-- Deferrals: a handler said "not yet" (a downstream in flight, rate-limited or restarting), so the
+-- consumer handed the message back; they do not count toward poison. A row lives until the message
+-- is handled or dead-lettered. first_at is the first deferral, in Unix milliseconds.
+CREATE TABLE IF NOT EXISTS guestlist_inbox_deferrals (
+    handler    VARBINARY(255) NOT NULL,
+    message_id VARBINARY(255) NOT NULL,
+    deferrals  BIGINT         NOT NULL,
+    first_at   BIGINT         NOT NULL,
+    PRIMARY KEY (handler, message_id)
+) ENGINE = InnoDB;

@@ -8,3 +8,13 @@ CREATE TABLE IF NOT EXISTS guestlist_inbox (
 );
 -- The purge deletes by age.
 CREATE INDEX IF NOT EXISTS guestlist_inbox_seen_at_idx ON guestlist_inbox (seen_at);
+-- Deferrals: a handler said "not yet" (a downstream in flight, rate-limited or restarting), so the
+-- consumer handed the message back; they do not count toward poison. A row lives until the message
+-- is handled or dead-lettered. first_at is the first deferral, in Unix milliseconds.
+CREATE TABLE IF NOT EXISTS guestlist_inbox_deferrals (
+    handler    TEXT    NOT NULL,
+    message_id TEXT    NOT NULL,
+    deferrals  INTEGER NOT NULL,
+    first_at   INTEGER NOT NULL,
+    PRIMARY KEY (handler, message_id)
+);

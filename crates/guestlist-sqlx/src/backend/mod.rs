@@ -77,6 +77,12 @@ pub struct InboxSql {
     /// Inserts a sorted batch; returns the fresh ids (MySQL claims a batch one id at a time).
     #[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
     pub(crate) claim_batch: Arc<str>,
+    /// Counts one deferral of a message: handler, id, now in Unix milliseconds.
+    pub(crate) defer: Arc<str>,
+    /// Reads a message's deferrals and the first one's time: handler, id.
+    pub(crate) deferrals: Arc<str>,
+    /// Forgets a message's deferrals: handler, id.
+    pub(crate) forget_deferrals: Arc<str>,
 }
 
 impl InboxSql {
@@ -92,6 +98,9 @@ impl InboxSql {
             )),
             claim: fill(DB::CLAIM),
             claim_batch: fill(DB::CLAIM_BATCH),
+            defer: fill(DB::DEFER),
+            deferrals: fill(DB::DEFERRALS),
+            forget_deferrals: fill(DB::FORGET_DEFERRALS),
         }
     }
 }
@@ -195,6 +204,33 @@ macro_rules! same_everywhere {
             Ok(done.rows_affected())
         }
 
+        async fn deferrals<'c>(
+            conn: &'c mut $conn,
+            sql: &'c InboxSql,
+            handler: &'c str,
+            id: &'c str,
+        ) -> Result<Option<(i64, i64)>, sqlx::Error> {
+            sqlx::query_as(sqlx::AssertSqlSafe(sql.deferrals.clone()))
+                .bind(handler)
+                .bind(id)
+                .fetch_optional(conn)
+                .await
+        }
+
+        async fn forget_deferrals<'c>(
+            conn: &'c mut $conn,
+            sql: &'c InboxSql,
+            handler: &'c str,
+            id: &'c str,
+        ) -> Result<(), sqlx::Error> {
+            sqlx::query(sqlx::AssertSqlSafe(sql.forget_deferrals.clone()))
+                .bind(handler)
+                .bind(id)
+                .execute(conn)
+                .await
+                .map(drop)
+        }
+
         async fn count_older<'c>(
             conn: &'c mut $conn,
             sql: &'c TableSql,
@@ -232,6 +268,29 @@ macro_rules! claim_by_rows_affected {
 }
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 use claim_by_rows_affected;
+
+/// A deferral counted by an upsert that returns the row (`ON CONFLICT … DO UPDATE … RETURNING`).
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+macro_rules! defer_by_upsert_returning {
+    ($conn:ty) => {
+        async fn defer<'c>(
+            conn: &'c mut $conn,
+            sql: &'c InboxSql,
+            handler: &'c str,
+            id: &'c str,
+            now_ms: i64,
+        ) -> Result<(i64, i64), sqlx::Error> {
+            sqlx::query_as(sqlx::AssertSqlSafe(sql.defer.clone()))
+                .bind(handler)
+                .bind(id)
+                .bind(now_ms)
+                .fetch_one(conn)
+                .await
+        }
+    };
+}
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+use defer_by_upsert_returning;
 
 /// A key insert that reads "new" from one row affected by `INSERT … ON CONFLICT DO NOTHING`.
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
@@ -380,6 +439,12 @@ pub(crate) mod sealed {
         const CLAIM: &'static str;
         /// Template of [`InboxSql::claim_batch`].
         const CLAIM_BATCH: &'static str;
+        /// Template of [`InboxSql::defer`], on the table `{table}_deferrals`.
+        const DEFER: &'static str;
+        /// Template of [`InboxSql::deferrals`]: the count and the first deferral's time.
+        const DEFERRALS: &'static str;
+        /// Template of [`InboxSql::forget_deferrals`].
+        const FORGET_DEFERRALS: &'static str;
         /// Template of [`TableSql::purge_batch`], with `{table}` and the time column `{at}`.
         const PURGE_BATCH: &'static str;
         /// Template of [`TableSql::count_older`], with `{table}` and the time column `{at}`.
@@ -407,6 +472,32 @@ pub(crate) mod sealed {
             handler: &'c str,
             ids: &'c [&'c str],
         ) -> impl Future<Output = Result<Vec<String>, sqlx::Error>> + Send + 'c;
+
+        /// Counts one deferral of a message; returns its deferrals so far and the first one's
+        /// time (Unix milliseconds), `now_ms` when this is the first.
+        fn defer<'c>(
+            conn: &'c mut Self::Connection,
+            sql: &'c InboxSql,
+            handler: &'c str,
+            id: &'c str,
+            now_ms: i64,
+        ) -> impl Future<Output = Result<(i64, i64), sqlx::Error>> + Send + 'c;
+
+        /// A message's deferrals and the first one's time, if it has any.
+        fn deferrals<'c>(
+            conn: &'c mut Self::Connection,
+            sql: &'c InboxSql,
+            handler: &'c str,
+            id: &'c str,
+        ) -> impl Future<Output = Result<Option<(i64, i64)>, sqlx::Error>> + Send + 'c;
+
+        /// Forgets a message's deferrals.
+        fn forget_deferrals<'c>(
+            conn: &'c mut Self::Connection,
+            sql: &'c InboxSql,
+            handler: &'c str,
+            id: &'c str,
+        ) -> impl Future<Output = Result<(), sqlx::Error>> + Send + 'c;
 
         /// Deletes at most `limit` rows older than `older_than_secs`, returning how many went.
         fn purge_batch<'c>(

@@ -61,12 +61,39 @@ impl Statements for MySql {
     const CLAIM: &'static str = "INSERT INTO {table} (handler, message_id) VALUES (?, ?)";
     // MySQL has no RETURNING: a batch is claimed one sorted id at a time (see claim_batch).
     const CLAIM_BATCH: &'static str = "";
+    // No RETURNING: the count is read back on the same connection (see defer).
+    const DEFER: &'static str = "INSERT INTO {table}_deferrals \
+         (handler, message_id, deferrals, first_at) VALUES (?, ?, 1, ?) \
+         ON DUPLICATE KEY UPDATE deferrals = deferrals + 1";
+    const DEFERRALS: &'static str = "SELECT deferrals, first_at FROM {table}_deferrals \
+         WHERE handler = ? AND message_id = ?";
+    const FORGET_DEFERRALS: &'static str =
+        "DELETE FROM {table}_deferrals WHERE handler = ? AND message_id = ?";
     const PURGE_BATCH: &'static str = "DELETE FROM {table} \
          WHERE {at} < UTC_TIMESTAMP(6) - INTERVAL ? SECOND ORDER BY {at} LIMIT ?";
     const COUNT_OLDER: &'static str =
         "SELECT count(*) FROM {table} WHERE {at} < UTC_TIMESTAMP(6) - INTERVAL ? SECOND";
 
     super::same_everywhere!(MySqlConnection);
+
+    async fn defer<'c>(
+        conn: &'c mut MySqlConnection,
+        sql: &'c InboxSql,
+        handler: &'c str,
+        id: &'c str,
+        now_ms: i64,
+    ) -> Result<(i64, i64), sqlx::Error> {
+        sqlx::query(AssertSqlSafe(sql.defer.clone()))
+            .bind(handler)
+            .bind(id)
+            .bind(now_ms)
+            .execute(&mut *conn)
+            .await?;
+        // Two consumers deferring the message at once each count one; both then read the sum.
+        Ok(Self::deferrals(conn, sql, handler, id)
+            .await?
+            .unwrap_or((1, now_ms)))
+    }
 
     async fn claim<'c>(
         conn: &'c mut MySqlConnection,

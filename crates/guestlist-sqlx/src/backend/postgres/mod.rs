@@ -35,6 +35,14 @@ impl Statements for Postgres {
          SELECT $1, id FROM unnest($2::text[]) AS batch(id) \
          ON CONFLICT DO NOTHING RETURNING message_id";
     // SKIP LOCKED: rows another purger holds are left to it instead of waited for.
+    const DEFER: &'static str = "INSERT INTO {table}_deferrals AS d \
+         (handler, message_id, deferrals, first_at) VALUES ($1, $2, 1, $3) \
+         ON CONFLICT (handler, message_id) DO UPDATE SET deferrals = d.deferrals + 1 \
+         RETURNING deferrals, first_at";
+    const DEFERRALS: &'static str = "SELECT deferrals, first_at FROM {table}_deferrals \
+         WHERE handler = $1 AND message_id = $2";
+    const FORGET_DEFERRALS: &'static str =
+        "DELETE FROM {table}_deferrals WHERE handler = $1 AND message_id = $2";
     const PURGE_BATCH: &'static str = "DELETE FROM {table} WHERE ctid = ANY(ARRAY( \
          SELECT ctid FROM {table} WHERE {at} < now() - make_interval(secs => $1::bigint) \
          ORDER BY {at} LIMIT $2 FOR UPDATE SKIP LOCKED))";
@@ -42,6 +50,7 @@ impl Statements for Postgres {
         "SELECT count(*) FROM {table} WHERE {at} < now() - make_interval(secs => $1::bigint)";
 
     super::same_everywhere!(PgConnection);
+    super::defer_by_upsert_returning!(PgConnection);
     super::claim_by_rows_affected!(PgConnection);
 
     async fn claim_batch<'c>(

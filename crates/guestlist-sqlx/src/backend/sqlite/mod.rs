@@ -61,6 +61,14 @@ impl Statements for Sqlite {
     const CLAIM_BATCH: &'static str = "INSERT INTO {table} (handler, message_id) \
          SELECT ?1, value FROM json_each(?2) WHERE true \
          ON CONFLICT DO NOTHING RETURNING message_id";
+    const DEFER: &'static str = "INSERT INTO {table}_deferrals AS d \
+         (handler, message_id, deferrals, first_at) VALUES (?1, ?2, 1, ?3) \
+         ON CONFLICT (handler, message_id) DO UPDATE SET deferrals = d.deferrals + 1 \
+         RETURNING deferrals, first_at";
+    const DEFERRALS: &'static str = "SELECT deferrals, first_at FROM {table}_deferrals \
+         WHERE handler = ?1 AND message_id = ?2";
+    const FORGET_DEFERRALS: &'static str =
+        "DELETE FROM {table}_deferrals WHERE handler = ?1 AND message_id = ?2";
     const PURGE_BATCH: &'static str = "DELETE FROM {table} WHERE rowid IN ( \
          SELECT rowid FROM {table} \
          WHERE {at} < strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || ?1 || ' seconds') \
@@ -75,6 +83,7 @@ impl Statements for Sqlite {
     }
 
     super::same_everywhere!(SqliteConnection);
+    super::defer_by_upsert_returning!(SqliteConnection);
     super::claim_by_rows_affected!(SqliteConnection);
 
     async fn claim_batch<'c>(

@@ -1,0 +1,85 @@
+//! Deferrals: messages a handler could not handle *yet*, counted apart from failures.
+//!
+//! A handler that says "not yet" (a downstream service has the work in flight, is rate-limited,
+//! or is restarting) hands its message back without counting toward poison. The broker's
+//! delivery count cannot tell the two apart, and two consumers (or a restarted one) each see only
+//! some of the deliveries, so the deferrals of a message are counted in the database, in
+//! `<inbox table>_deferrals`, created by [`Inbox::migrate`].
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use guestlist_core::{HandlerName, MessageId};
+
+use crate::{Backend, Error, Inbox};
+
+/// How often a message has been deferred, and since when.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deferrals {
+    /// Deferrals counted so far.
+    pub count: u32,
+    /// When the first was counted.
+    pub since: SystemTime,
+}
+
+impl Deferrals {
+    /// How long ago the first deferral was counted.
+    pub fn age(&self) -> Duration {
+        SystemTime::now()
+            .duration_since(self.since)
+            .unwrap_or_default()
+    }
+
+    fn from_row((count, first_ms): (i64, i64)) -> Self {
+        Self {
+            count: u32::try_from(count).unwrap_or(u32::MAX),
+            since: UNIX_EPOCH + Duration::from_millis(u64::try_from(first_ms).unwrap_or(0)),
+        }
+    }
+}
+
+impl<DB: Backend> Inbox<DB> {
+    /// Counts one deferral of message `id` for `handler`, in a statement of its own (outside any
+    /// rolled-back work), and returns the count with the time of the first.
+    pub async fn defer(
+        &self,
+        pool: &sqlx::Pool<DB>,
+        handler: &HandlerName,
+        id: &MessageId,
+    ) -> Result<Deferrals, Error> {
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        let mut conn = pool.acquire().await?;
+        let row = DB::defer(&mut conn, &self.sql, handler.as_str(), id.as_str(), now_ms)
+            .await
+            .map_err(|err| self.error(err))?;
+        Ok(Deferrals::from_row(row))
+    }
+
+    /// The deferrals counted for message `id` and `handler`, if any.
+    pub async fn deferrals(
+        &self,
+        pool: &sqlx::Pool<DB>,
+        handler: &HandlerName,
+        id: &MessageId,
+    ) -> Result<Option<Deferrals>, Error> {
+        let mut conn = pool.acquire().await?;
+        let row = DB::deferrals(&mut conn, &self.sql, handler.as_str(), id.as_str())
+            .await
+            .map_err(|err| self.error(err))?;
+        Ok(row.map(Deferrals::from_row))
+    }
+
+    /// Forgets the deferrals of message `id` for `handler`, once it is handled or dead-lettered.
+    pub async fn forget_deferrals(
+        &self,
+        pool: &sqlx::Pool<DB>,
+        handler: &HandlerName,
+        id: &MessageId,
+    ) -> Result<(), Error> {
+        let mut conn = pool.acquire().await?;
+        DB::forget_deferrals(&mut conn, &self.sql, handler.as_str(), id.as_str())
+            .await
+            .map_err(|err| self.error(err))
+    }
+}
