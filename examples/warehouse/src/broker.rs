@@ -156,7 +156,8 @@ impl Orders {
         Ok(())
     }
 
-    /// The consumer's NATS source, with `ack_wait`.
+    /// The consumer's NATS source, with `ack_wait`: the durable consumer `warehouse`, created
+    /// or bound when this returns.
     pub async fn nats_source(
         &self,
         ack_wait: Duration,
@@ -171,7 +172,7 @@ impl Orders {
         .await?)
     }
 
-    /// The consumer's RabbitMQ source.
+    /// The consumer's RabbitMQ source, consuming the queue when this returns.
     pub async fn rabbit_source(&self) -> anyhow::Result<guestlist_amqp::RabbitSource> {
         Ok(
             guestlist_amqp::RabbitSource::connect(&self.url, &self.name, 100)

@@ -29,6 +29,11 @@ pub struct OrderPaid {
     pub amount: i64,
 }
 
+/// The inbox of the OrderPaid handler.
+const INBOX: &str = "warehouse_inbox";
+/// The stored responses of `POST /orders`.
+const KEYS: &str = "warehouse_keys";
+
 /// Set in the environment to make the handler hang after it charges and before its commit, so
 /// that a test (or the demo) can kill it there.
 pub const HANG_AFTER_CHARGE: &str = "WAREHOUSE_HANG_AFTER_CHARGE";
@@ -79,16 +84,25 @@ pub async fn on_order_paid<DB: Shop>(
         .map_err(|e| e.to_string())
 }
 
-/// Consumes `source` until `shutdown`, with the inbox on `pool`.
+/// Creates the warehouse's tables where missing: the example's own, the inbox and the key
+/// table. Instances that start at once take turns.
+pub async fn migrate<DB: Shop>(pool: &Pool<DB>) -> anyhow::Result<()> {
+    DB::create_tables(pool).await?;
+    Inbox::<DB>::with_table(INBOX)?.migrate(pool).await?;
+    SqlKeyStore::with_table(pool.clone(), KEYS)?
+        .migrate()
+        .await?;
+    Ok(())
+}
+
+/// Consumes `source` until `shutdown`, with the inbox on `pool` (after [`migrate`]).
 pub async fn consume<S: Source, DB: Shop>(
     source: S,
     pool: Pool<DB>,
     payments: String,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> anyhow::Result<()> {
-    DB::create_tables(&pool).await?;
-    let inbox = Inbox::<DB>::with_table("warehouse_inbox")?;
-    inbox.migrate(&pool).await?;
+    let inbox = Inbox::<DB>::with_table(INBOX)?;
     let client = payments_client();
     Consumer::new(
         source,
@@ -132,11 +146,9 @@ async fn create_order<DB: Shop>(
     }
 }
 
-/// The warehouse's public API: `POST /orders` with an `Idempotency-Key`.
-pub async fn api<DB: Shop>(pool: Pool<DB>) -> anyhow::Result<Router> {
-    DB::create_tables(&pool).await?;
-    let keys = SqlKeyStore::with_table(pool, "warehouse_keys")?;
-    keys.migrate().await?;
+/// The warehouse's public API: `POST /orders` with an `Idempotency-Key` (after [`migrate`]).
+pub fn api<DB: Shop>(pool: Pool<DB>) -> anyhow::Result<Router> {
+    let keys = SqlKeyStore::with_table(pool, KEYS)?;
     Ok(Router::new()
         .route("/orders", post(create_order::<DB>))
         .layer(IdempotencyLayer::transactional(keys)))
