@@ -18,15 +18,30 @@ use serde::{Deserialize, Serialize};
 use crate::db::Shop;
 use crate::payments::{Charge, ChargeRequest};
 
-/// The event the warehouse consumes.
+/// The event the warehouse consumes: `{"id": "evt_9f3k", "order": 1, "amount": 1200}`.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct OrderPaid {
-    /// The event's id (`evt_9f3k`): the inbox's message id.
-    pub id: String,
+    /// The event's id (`evt_9f3k`): the inbox's message id. A publisher may leave it out and
+    /// give the broker the id instead (AMQP `message_id`, `Nats-Msg-Id`); see [`id_from`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
     /// The order paid.
     pub order: i64,
     /// In cents.
     pub amount: i64,
+}
+
+/// What the handler reads of an OrderPaid body.
+#[derive(Deserialize)]
+struct Payment {
+    order: i64,
+    amount: i64,
+}
+
+/// Where the warehouse reads an event's id: the payload's `id`, or else the id the publisher
+/// gave the broker, so that an ordinary client in any language can publish with either.
+pub fn id_from() -> IdFrom {
+    IdFrom::first_of([IdFrom::JsonField("/id".into()), IdFrom::BrokerId])
 }
 
 /// The inbox of the OrderPaid handler.
@@ -54,7 +69,8 @@ pub async fn on_order_paid<DB: Shop>(
     payments: &str,
     client: &ClientWithMiddleware,
 ) -> Result<(), String> {
-    let event: OrderPaid = serde_json::from_slice(&message.payload).map_err(|e| e.to_string())?;
+    // The event's id is `message.id`, wherever the publisher put it: read only the rest.
+    let event: Payment = serde_json::from_slice(&message.payload).map_err(|e| e.to_string())?;
     DB::set_picking(tx, event.order)
         .await
         .map_err(|e| e.to_string())?;
@@ -109,7 +125,7 @@ pub async fn consume<S: Source, DB: Shop>(
         pool,
         inbox,
         HandlerName::new("warehouse")?,
-        IdFrom::JsonField("/id".into()),
+        id_from(),
         move |tx: &mut DB::Connection, message: &Message| {
             let (payments, client) = (payments.clone(), client.clone());
             Box::pin(async move { on_order_paid::<DB>(tx, message, &payments, &client).await })

@@ -62,7 +62,7 @@ async fn charge_crash_redeliver<DB: Fixture + Shop>(
     assert_eq!(count(&warehouse_db, "SELECT COUNT(*) FROM orders").await, 1);
 
     let paid = OrderPaid {
-        id: "evt_9f3k".into(),
+        id: Some("evt_9f3k".into()),
         order,
         amount: 1200,
     };
@@ -117,7 +117,7 @@ async fn charge_crash_redeliver<DB: Fixture + Shop>(
     orders.publish(&paid).await.unwrap();
     orders
         .publish(&OrderPaid {
-            id: "evt_2".into(),
+            id: Some("evt_2".into()),
             order,
             amount: 300,
         })
