@@ -6,6 +6,10 @@
 //! requeues it. Dead letters are published, with the error in a `guestlist-error` header, to the
 //! dead-letter exchange you name (then the original is acknowledged); without one, the message is
 //! rejected without requeue, to the queue's own dead-letter exchange if it has one.
+//!
+//! `IdFrom::BrokerId` reads the AMQP `message_id` property: what any client sets as the
+//! message's id (pika's `BasicProperties(message_id=…)`, amqplib's `messageId`, the Java
+//! client's `messageId(…)`), so publishers in other languages need no id in the body.
 
 use std::time::Duration;
 
@@ -150,6 +154,9 @@ impl Source for RabbitSource {
     }
 }
 
+/// Where RabbitMQ puts a message id too long for the `message_id` property.
+const LONG_MESSAGE_ID: &str = "x-message-id";
+
 /// One RabbitMQ delivery.
 pub struct RabbitDelivery {
     delivery: lapin::message::Delivery,
@@ -182,11 +189,14 @@ impl Delivery for RabbitDelivery {
     }
 
     fn broker_id(&self) -> Option<&str> {
-        self.delivery
-            .properties
-            .message_id()
-            .as_ref()
-            .map(ShortString::as_str)
+        // The `message_id` property is a short string (at most 255 bytes). RabbitMQ hands an
+        // AMQP 1.0 publisher's longer message-id to AMQP 0-9-1 consumers in the `x-message-id`
+        // header instead: read it there, so that the id is refused for its length (and says
+        // so) rather than reported missing.
+        match self.delivery.properties.message_id() {
+            Some(id) => Some(id.as_str()),
+            None => self.header(LONG_MESSAGE_ID),
+        }
     }
 
     fn delivery_count(&self) -> u32 {

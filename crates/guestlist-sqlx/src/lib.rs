@@ -45,4 +45,5 @@ pub use keys_batched::BatchedKeyStore;
 pub use process::{BatchProcessed, ProcessError, Processed, WorkFuture};
 pub use purge::{Purge, Purgeable, Purged};
 pub use purger::{Purger, PurgerHandle};
+pub use schema::Schema;
 pub use sqlx;

@@ -67,7 +67,7 @@ pub use guestlist_sqlx::BatchedKeyStore;
 pub use guestlist_sqlx::sqlite;
 pub use guestlist_sqlx::{
     Backend, BatchProcessed, Error, Inbox, KeyRecord, KeyState, KeyStats, ProcessError, Processed,
-    Purge, Purgeable, Purged, Purger, PurgerHandle, SqlKeyStore, WorkFuture, sqlx,
+    Purge, Purgeable, Purged, Purger, PurgerHandle, Schema, SqlKeyStore, WorkFuture, sqlx,
 };
 
 /// Errors of the core types: invalid ids, names, table names and retentions.

@@ -13,7 +13,7 @@ use lapin::options::{
     BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions, QueueDeleteOptions,
 };
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
-use lapin::{Connection, ConnectionProperties};
+use lapin::{BasicProperties, Connection, ConnectionProperties};
 
 use crate::warehouse::OrderPaid;
 
@@ -144,7 +144,7 @@ impl Orders {
                     ShortString::from(self.name.as_str()),
                     BasicPublishOptions::default(),
                     &payload,
-                    guestlist_amqp::with_message_id(&event.id).with_delivery_mode(2),
+                    properties(event),
                 )
                 .await?
                 .await
@@ -156,7 +156,8 @@ impl Orders {
         Ok(())
     }
 
-    /// The consumer's NATS source, with `ack_wait`.
+    /// The consumer's NATS source, with `ack_wait`: the durable consumer `warehouse`, created
+    /// or bound when this returns.
     pub async fn nats_source(
         &self,
         ack_wait: Duration,
@@ -171,7 +172,7 @@ impl Orders {
         .await?)
     }
 
-    /// The consumer's RabbitMQ source.
+    /// The consumer's RabbitMQ source, consuming the queue when this returns.
     pub async fn rabbit_source(&self) -> anyhow::Result<guestlist_amqp::RabbitSource> {
         Ok(
             guestlist_amqp::RabbitSource::connect(&self.url, &self.name, 100)
@@ -194,4 +195,13 @@ impl Orders {
         let channel = connection.create_channel().await?;
         Ok((connection, channel))
     }
+}
+
+/// The AMQP properties of `event`: persistent, and its id (if it has one) as `message_id`.
+fn properties(event: &OrderPaid) -> BasicProperties {
+    let properties = match &event.id {
+        Some(id) => guestlist_amqp::with_message_id(id),
+        None => BasicProperties::default(),
+    };
+    properties.with_delivery_mode(2)
 }

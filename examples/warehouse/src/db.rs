@@ -1,12 +1,13 @@
 //! The example's SQL, once for PostgreSQL and SQLite (both take `$1` placeholders).
 
 use guestlist::sqlx::{self, Pool};
-use guestlist::{Backend, WorkFuture};
+use guestlist::{Backend, Schema, WorkFuture};
 
 /// The tables and statements of the example, on one database.
 pub trait Shop: Backend {
-    /// Creates the example's tables if they are missing.
-    fn create_tables(pool: &Pool<Self>) -> WorkFuture<'_, (), sqlx::Error>;
+    /// Creates the example's tables if they are missing, taking turns with every other
+    /// instance that starts at the same moment (see [`Schema`]).
+    fn create_tables(pool: &Pool<Self>) -> WorkFuture<'_, (), guestlist::Error>;
     /// A charge row; its id.
     fn insert_charge(
         conn: &mut Self::Connection,
@@ -35,16 +36,10 @@ const TABLES: [&str; 3] = [
 macro_rules! shop {
     ($db:ty, $conn:ty, $id:literal) => {
         impl Shop for $db {
-            fn create_tables(pool: &Pool<Self>) -> WorkFuture<'_, (), sqlx::Error> {
-                Box::pin(async move {
-                    for table in TABLES {
-                        let table = table.replace("INTEGER PRIMARY KEY", $id);
-                        sqlx::query(sqlx::AssertSqlSafe(table))
-                            .execute(pool)
-                            .await?;
-                    }
-                    Ok(())
-                })
+            fn create_tables(pool: &Pool<Self>) -> WorkFuture<'_, (), guestlist::Error> {
+                // Both services create all three tables: one Schema, so that they take turns.
+                let tables = TABLES.map(|table| table.replace("INTEGER PRIMARY KEY", $id));
+                Box::pin(async move { Schema::new(tables).migrate(pool).await })
             }
 
             fn insert_charge(

@@ -8,9 +8,11 @@
 //!   charge again rather than a second one. Its own API creates orders, behind the same layer.
 //!
 //! Run `payments`, then `warehouse`, then publish with `order-paid`, all binaries of this crate
-//! (the crate's README walks through it); its tests play the crash.
+//! (the crate's README walks through it); its tests play the crash. Each service says where it
+//! listens once it is [ready](ready): tables there, listener bound, consumer attached.
 
 pub mod broker;
 pub mod db;
 pub mod payments;
+pub mod ready;
 pub mod warehouse;

@@ -46,11 +46,23 @@ async fn charge<DB: Shop>(
     }
 }
 
-/// The payments API on `pool`: every charge requires an idempotency key, scoped per caller.
-pub async fn router<DB: Shop>(pool: Pool<DB>) -> anyhow::Result<Router> {
-    DB::create_tables(&pool).await?;
-    let keys = SqlKeyStore::with_table(pool, "payments_keys")?;
-    keys.migrate().await?;
+/// The stored responses of `POST /v1/charges`.
+const KEYS: &str = "payments_keys";
+
+/// Creates payments' tables where missing: the example's own and the key table. Instances
+/// that start at once take turns.
+pub async fn migrate<DB: Shop>(pool: &Pool<DB>) -> anyhow::Result<()> {
+    DB::create_tables(pool).await?;
+    SqlKeyStore::with_table(pool.clone(), KEYS)?
+        .migrate()
+        .await?;
+    Ok(())
+}
+
+/// The payments API on `pool` (after [`migrate`]): every charge requires an idempotency key,
+/// scoped per caller.
+pub fn router<DB: Shop>(pool: Pool<DB>) -> anyhow::Result<Router> {
+    let keys = SqlKeyStore::with_table(pool, KEYS)?;
     Ok(Router::new()
         .route("/v1/charges", post(charge::<DB>))
         .layer(IdempotencyLayer::transactional(keys).require_key(true)))

@@ -18,16 +18,36 @@ use serde::{Deserialize, Serialize};
 use crate::db::Shop;
 use crate::payments::{Charge, ChargeRequest};
 
-/// The event the warehouse consumes.
+/// The event the warehouse consumes: `{"id": "evt_9f3k", "order": 1, "amount": 1200}`.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct OrderPaid {
-    /// The event's id (`evt_9f3k`): the inbox's message id.
-    pub id: String,
+    /// The event's id (`evt_9f3k`): the inbox's message id. A publisher may leave it out and
+    /// give the broker the id instead (AMQP `message_id`, `Nats-Msg-Id`); see [`id_from`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
     /// The order paid.
     pub order: i64,
     /// In cents.
     pub amount: i64,
 }
+
+/// What the handler reads of an OrderPaid body.
+#[derive(Deserialize)]
+struct Payment {
+    order: i64,
+    amount: i64,
+}
+
+/// Where the warehouse reads an event's id: the payload's `id`, or else the id the publisher
+/// gave the broker, so that an ordinary client in any language can publish with either.
+pub fn id_from() -> IdFrom {
+    IdFrom::first_of([IdFrom::JsonField("/id".into()), IdFrom::BrokerId])
+}
+
+/// The inbox of the OrderPaid handler.
+const INBOX: &str = "warehouse_inbox";
+/// The stored responses of `POST /orders`.
+const KEYS: &str = "warehouse_keys";
 
 /// Set in the environment to make the handler hang after it charges and before its commit, so
 /// that a test (or the demo) can kill it there.
@@ -49,7 +69,8 @@ pub async fn on_order_paid<DB: Shop>(
     payments: &str,
     client: &ClientWithMiddleware,
 ) -> Result<(), String> {
-    let event: OrderPaid = serde_json::from_slice(&message.payload).map_err(|e| e.to_string())?;
+    // The event's id is `message.id`, wherever the publisher put it: read only the rest.
+    let event: Payment = serde_json::from_slice(&message.payload).map_err(|e| e.to_string())?;
     DB::set_picking(tx, event.order)
         .await
         .map_err(|e| e.to_string())?;
@@ -79,23 +100,32 @@ pub async fn on_order_paid<DB: Shop>(
         .map_err(|e| e.to_string())
 }
 
-/// Consumes `source` until `shutdown`, with the inbox on `pool`.
+/// Creates the warehouse's tables where missing: the example's own, the inbox and the key
+/// table. Instances that start at once take turns.
+pub async fn migrate<DB: Shop>(pool: &Pool<DB>) -> anyhow::Result<()> {
+    DB::create_tables(pool).await?;
+    Inbox::<DB>::with_table(INBOX)?.migrate(pool).await?;
+    SqlKeyStore::with_table(pool.clone(), KEYS)?
+        .migrate()
+        .await?;
+    Ok(())
+}
+
+/// Consumes `source` until `shutdown`, with the inbox on `pool` (after [`migrate`]).
 pub async fn consume<S: Source, DB: Shop>(
     source: S,
     pool: Pool<DB>,
     payments: String,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> anyhow::Result<()> {
-    DB::create_tables(&pool).await?;
-    let inbox = Inbox::<DB>::with_table("warehouse_inbox")?;
-    inbox.migrate(&pool).await?;
+    let inbox = Inbox::<DB>::with_table(INBOX)?;
     let client = payments_client();
     Consumer::new(
         source,
         pool,
         inbox,
         HandlerName::new("warehouse")?,
-        IdFrom::JsonField("/id".into()),
+        id_from(),
         move |tx: &mut DB::Connection, message: &Message| {
             let (payments, client) = (payments.clone(), client.clone());
             Box::pin(async move { on_order_paid::<DB>(tx, message, &payments, &client).await })
@@ -132,11 +162,9 @@ async fn create_order<DB: Shop>(
     }
 }
 
-/// The warehouse's public API: `POST /orders` with an `Idempotency-Key`.
-pub async fn api<DB: Shop>(pool: Pool<DB>) -> anyhow::Result<Router> {
-    DB::create_tables(&pool).await?;
-    let keys = SqlKeyStore::with_table(pool, "warehouse_keys")?;
-    keys.migrate().await?;
+/// The warehouse's public API: `POST /orders` with an `Idempotency-Key` (after [`migrate`]).
+pub fn api<DB: Shop>(pool: Pool<DB>) -> anyhow::Result<Router> {
+    let keys = SqlKeyStore::with_table(pool, KEYS)?;
     Ok(Router::new()
         .route("/orders", post(create_order::<DB>))
         .layer(IdempotencyLayer::transactional(keys)))

@@ -65,6 +65,11 @@ impl TableSql {
     pub(crate) fn purge_lock(&self) -> String {
         format!("guestlist_purge_{}", self.table)
     }
+
+    /// The name of the lock migrations of this table take turns with.
+    pub(crate) fn migrate_lock(&self) -> String {
+        format!("guestlist_migrate_{}", self.table)
+    }
 }
 
 /// SQL text for one inbox table, formatted once when the [`crate::Inbox`] is built.
@@ -514,10 +519,12 @@ pub(crate) mod sealed {
             older_than_secs: i64,
         ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send + 'c;
 
-        /// Creates the table and its index, serialized against other migrating processes.
+        /// Runs `ddl` holding the lock named `lock`, so that processes migrating at once take
+        /// turns: concurrent `CREATE … IF NOT EXISTS` can still collide in the catalog.
         fn migrate<'c>(
             conn: &'c mut Self::Connection,
-            sql: &'c TableSql,
+            lock: &'c str,
+            ddl: &'c [String],
         ) -> impl Future<Output = Result<(), sqlx::Error>> + Send + 'c;
 
         /// Tries to take the session lock named `name` without waiting: `true` when taken.

@@ -29,6 +29,7 @@ macro_rules! inbox_suite {
             a_narrow_column_errors_instead_of_truncating,
             a_missing_table_says_to_migrate,
             concurrent_migrations_all_succeed,
+            an_applications_schema_steps_take_turns,
             claims_and_purged_rows_are_counted_in_metrics,
             a_cancelled_purge_releases_its_lock,
             a_holder_that_rolls_back_lets_exactly_one_waiter_run,

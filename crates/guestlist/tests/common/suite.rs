@@ -9,7 +9,7 @@ use std::time::Duration;
 use guestlist::sqlx::{self, Connection};
 use guestlist::{
     Begin, Claim, Error, Fingerprint, HandlerName, IdempotencyKey, Inbox, MessageId, ProcessError,
-    Processed, Purged, Purger, Retention, Scope, SqlKeyStore, StoredBody, StoredResponse,
+    Processed, Purged, Purger, Retention, Schema, Scope, SqlKeyStore, StoredBody, StoredResponse,
 };
 use tokio::sync::Barrier;
 
@@ -566,6 +566,50 @@ pub async fn concurrent_migrations_all_succeed<DB: Fixture>(name: &str) {
             .unwrap()
             .is_fresh()
     );
+}
+
+pub async fn an_applications_schema_steps_take_turns<DB: Fixture>(name: &str) {
+    let h = Arc::new(Harness::<DB>::new(name).await);
+    let (orders, picks) = (format!("{}_s", h.orders()), format!("{}_s", h.picks()));
+    for table in [&orders, &picks] {
+        h.exec(format!("DROP TABLE IF EXISTS {table}")).await;
+    }
+    let schema = Schema::new([
+        format!(
+            "CREATE TABLE IF NOT EXISTS {orders} (id BIGINT PRIMARY KEY, status VARCHAR(16) NOT NULL)"
+        ),
+        format!(
+            "CREATE TABLE IF NOT EXISTS {picks} (order_id BIGINT NOT NULL, event VARCHAR(255) NOT NULL)"
+        ),
+    ]);
+    let start = Arc::new(Barrier::new(4));
+    let steps: Vec<_> = (0..4)
+        .map(|_| {
+            let (h, schema, start) = (h.clone(), schema.clone(), start.clone());
+            tokio::spawn(async move {
+                let mut conn = h.pool.acquire().await.unwrap();
+                start.wait().await;
+                schema.migrate_on::<DB>(&mut conn).await
+            })
+        })
+        .collect();
+    for step in steps {
+        step.await
+            .unwrap()
+            .expect("every instance's schema step succeeds");
+    }
+    schema
+        .migrate(&h.pool)
+        .await
+        .expect("and once more, at the next start");
+    h.exec(format!(
+        "INSERT INTO {picks} (order_id, event) VALUES (42, 'evt_9f3k')"
+    ))
+    .await;
+    assert_eq!(h.scalar(format!("SELECT count(*) FROM {picks}")).await, 1);
+    for table in [&orders, &picks] {
+        h.exec(format!("DROP TABLE {table}")).await;
+    }
 }
 
 pub async fn claims_and_purged_rows_are_counted_in_metrics<DB: Fixture>(name: &str) {

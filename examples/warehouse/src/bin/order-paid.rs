@@ -32,7 +32,7 @@ async fn main() -> anyhow::Result<()> {
     orders.declare().await?;
     orders
         .publish(&OrderPaid {
-            id: args.event.clone(),
+            id: Some(args.event.clone()),
             order: args.order,
             amount: args.amount,
         })

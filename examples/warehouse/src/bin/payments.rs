@@ -1,6 +1,10 @@
 //! The payments service: `payments --database sqlite:payments.db --listen 127.0.0.1:4000`.
+//!
+//! It prints `payments on http://…` once ready (tables there, listener bound); `GET /readyz`
+//! answers 200 from then on, 503 before.
 
 use clap::Parser;
+use warehouse_example::ready::Readiness;
 use warehouse_example::{payments, with_pool};
 
 /// The card network stand-in, behind guestlist's Idempotency-Key layer.
@@ -21,11 +25,20 @@ async fn main() -> anyhow::Result<()> {
         .init();
     let args = Args::parse();
     let listener = tokio::net::TcpListener::bind(&args.listen).await?;
-    println!("payments on http://{}", listener.local_addr()?);
+    let addr = listener.local_addr()?;
+    let readiness = Readiness::waiting_for("its tables");
     with_pool!(&args.database, |pool| {
-        axum::serve(listener, payments::router(pool).await?)
-            .with_graceful_shutdown(guestlist_consumer::shutdown_signal())
-            .await?;
+        // Serve at once, so that /readyz can say "not yet"; the API answers 503 until ready.
+        let app = readiness.gate(payments::router(pool.clone())?);
+        let server = tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(guestlist_consumer::shutdown_signal())
+                .await
+        });
+        payments::migrate(&pool).await?;
+        readiness.ready();
+        println!("payments on http://{addr}");
+        server.await??;
     });
     Ok(())
 }

@@ -1,12 +1,17 @@
 //! The warehouse service: consumes OrderPaid from NATS (`--broker nats://…`) or RabbitMQ
 //! (`--broker amqp://…`), picks each paid order once, charges through payments with the key it
 //! carries, and serves `POST /orders` behind the Idempotency-Key layer.
+//!
+//! It prints `warehouse API on http://…` once ready (tables there, listener bound, broker
+//! consumer attached); `GET /readyz` answers 200 from then on, 503 before.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use clap::Parser;
 use guestlist_consumer::shutdown_signal;
 use warehouse_example::broker::Orders;
+use warehouse_example::ready::Readiness;
 use warehouse_example::{warehouse, with_pool};
 
 /// The warehouse: picks paid orders exactly once, and charges through payments with the key it
@@ -40,19 +45,32 @@ async fn main() -> anyhow::Result<()> {
         .init();
     let args = Args::parse();
     let orders = Orders::new(&args.broker, &args.queue);
-    orders.declare().await?;
     let listener = tokio::net::TcpListener::bind(&args.listen).await?;
-    println!("warehouse API on http://{}", listener.local_addr()?);
+    let addr = listener.local_addr()?;
+    let readiness = Readiness::waiting_for("its tables");
     with_pool!(&args.database, |pool| {
-        let api = warehouse::api(pool.clone()).await?;
-        tokio::spawn(async move { axum::serve(listener, api).await });
+        // Serve at once, so that /readyz can say "not yet"; the API answers 503 until ready.
+        let app = readiness.gate(warehouse::api(pool.clone())?);
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        warehouse::migrate(&pool).await?;
+        readiness.now_waiting_for("its broker consumer");
+        orders.declare().await?;
         if orders.is_nats() {
             let source = orders.nats_source(args.ack_wait).await?;
+            ready(&readiness, addr);
             warehouse::consume(source, pool, args.payments, shutdown_signal()).await?;
         } else {
             let source = orders.rabbit_source().await?;
+            ready(&readiness, addr);
             warehouse::consume(source, pool, args.payments, shutdown_signal()).await?;
         }
     });
     Ok(())
+}
+
+/// Tables there, listener bound, consumer attached: says so, on `/readyz` and in the line that
+/// scripts and tests wait for.
+fn ready(readiness: &Readiness, addr: SocketAddr) {
+    readiness.ready();
+    println!("warehouse API on http://{addr}");
 }

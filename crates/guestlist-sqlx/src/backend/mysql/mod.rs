@@ -128,25 +128,24 @@ impl Statements for MySql {
 
     async fn migrate<'c>(
         conn: &'c mut MySqlConnection,
-        sql: &'c TableSql,
+        lock: &'c str,
+        ddl: &'c [String],
     ) -> Result<(), sqlx::Error> {
         // DDL commits implicitly in MySQL: a session lock, not a transaction, makes migrators
         // take turns.
-        let name = format!("guestlist_migrate_{}", sql.table);
         let taken: Option<i64> =
             sqlx::query_scalar(concat!("SELECT GET_LOCK(", lock_name!(), ", ?)"))
-                .bind(&name)
+                .bind(lock)
                 .bind(MIGRATE_WAIT_SECS)
                 .fetch_one(&mut *conn)
                 .await?;
         if taken != Some(1) {
             return Err(sqlx::Error::Protocol(format!(
-                "another migration of {} held its lock for {MIGRATE_WAIT_SECS}s; run the migration again",
-                sql.table
+                "another migration held the lock {lock} for {MIGRATE_WAIT_SECS}s; run the migration again"
             )));
         }
         let mut result = Ok(());
-        for statement in &sql.ddl {
+        for statement in ddl {
             result = sqlx::query(AssertSqlSafe(statement.as_str()))
                 .execute(&mut *conn)
                 .await
@@ -155,7 +154,7 @@ impl Statements for MySql {
                 break;
             }
         }
-        Self::unlock(conn, &name).await?;
+        Self::unlock(conn, lock).await?;
         result
     }
 

@@ -66,17 +66,21 @@ impl Statements for Postgres {
             .await
     }
 
-    async fn migrate<'c>(conn: &'c mut PgConnection, sql: &'c TableSql) -> Result<(), sqlx::Error> {
+    async fn migrate<'c>(
+        conn: &'c mut PgConnection,
+        lock: &'c str,
+        ddl: &'c [String],
+    ) -> Result<(), sqlx::Error> {
         use sqlx::Connection;
         // Concurrent CREATE TABLE IF NOT EXISTS can still collide in the catalog: take turns.
         let mut tx = conn.begin().await?;
         sqlx::query(AssertSqlSafe(format!(
             "SELECT pg_advisory_xact_lock({LOCK_KEY})"
         )))
-        .bind(format!("guestlist_migrate_{}", sql.table))
+        .bind(lock)
         .execute(&mut *tx)
         .await?;
-        for statement in &sql.ddl {
+        for statement in ddl {
             sqlx::query(AssertSqlSafe(statement.as_str()))
                 .execute(&mut *tx)
                 .await?;

@@ -102,10 +102,12 @@ impl Statements for Sqlite {
 
     async fn migrate<'c>(
         conn: &'c mut SqliteConnection,
-        sql: &'c TableSql,
+        _lock: &'c str,
+        ddl: &'c [String],
     ) -> Result<(), sqlx::Error> {
+        // One file, one writer: the write lock taken up front is the turn.
         let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
-        for statement in &sql.ddl {
+        for statement in ddl {
             sqlx::query(AssertSqlSafe(statement.as_str()))
                 .execute(&mut *tx)
                 .await?;

@@ -1,0 +1,212 @@
+//! What the example's tests share: its binaries as child processes, read line by line, and
+//! databases of their own.
+
+#![allow(dead_code)] // each test binary uses the parts it needs
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use guestlist_testkit::{Database, Fixture};
+use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdout, Command};
+use warehouse_example::broker::Orders;
+use warehouse_example::db::Shop;
+use warehouse_example::warehouse::HANG_AFTER_CHARGE;
+
+pub const PATIENCE: Duration = Duration::from_secs(60);
+
+/// What the warehouse prints once ready, before its API's URL.
+pub const WAREHOUSE_READY: &str = "warehouse API on ";
+/// What payments prints once ready, before its URL.
+pub const PAYMENTS_READY: &str = "payments on ";
+
+/// One of the example's binaries, running, with its standard output read line by line.
+pub struct Service {
+    child: Child,
+    lines: Lines<BufReader<ChildStdout>>,
+    /// Where its HTTP API listens.
+    pub url: String,
+}
+
+impl Service {
+    /// Starts `command` and waits for the line that starts with `ready`, followed by the URL.
+    /// That line means ready, so `/readyz` must answer 200 at once.
+    pub async fn start(mut command: Command, ready: &str) -> Self {
+        command
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = command.spawn().expect("start the binary");
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let url = next_line(&mut lines, ready).await;
+        let readyz = reqwest::get(format!("{url}/readyz"))
+            .await
+            .expect("the service answers once it says it is ready");
+        assert_eq!(readyz.status(), 200, "/readyz once the line is printed");
+        Self { child, lines, url }
+    }
+
+    /// The rest of the next line that starts with `prefix`.
+    pub async fn next_line(&mut self, prefix: &str) -> String {
+        next_line(&mut self.lines, prefix).await
+    }
+
+    pub async fn sigkill(mut self) {
+        self.child.kill().await.expect("SIGKILL the service");
+    }
+
+    pub async fn sigterm(mut self) {
+        let pid = self.child.id().expect("running").to_string();
+        let status = std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill -TERM");
+        assert!(status.success());
+        let exit = tokio::time::timeout(PATIENCE, self.child.wait())
+            .await
+            .expect("the service stops on SIGTERM")
+            .unwrap();
+        assert!(
+            exit.success(),
+            "the service exits cleanly on SIGTERM: {exit}"
+        );
+    }
+}
+
+/// The `warehouse` binary on `database`, consuming `orders`, charging through `payments`; with
+/// `hang`, its handler stops after the charge and before its commit.
+pub fn warehouse(database: &str, orders: &Orders, payments: &str, hang: bool) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_warehouse"));
+    command
+        .args(["--database", database, "--broker", &orders.url])
+        .args(["--queue", &orders.name, "--payments", payments])
+        .args(["--listen", "127.0.0.1:0", "--ack-wait", "2s"]);
+    if hang {
+        command.env(HANG_AFTER_CHARGE, "1");
+    }
+    command
+}
+
+/// The `payments` binary on `database`.
+pub fn payments(database: &str) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_payments"));
+    command.args(["--database", database, "--listen", "127.0.0.1:0"]);
+    command
+}
+
+/// The rest of the first line of `lines` that starts with `prefix`.
+async fn next_line(lines: &mut Lines<BufReader<ChildStdout>>, prefix: &str) -> String {
+    let read = async {
+        while let Some(line) = lines.next_line().await.expect("read the service's output") {
+            if let Some(rest) = line.strip_prefix(prefix) {
+                return rest.to_owned();
+            }
+        }
+        panic!("the service exited before printing {prefix:?} (its log is above)")
+    };
+    tokio::time::timeout(PATIENCE, read)
+        .await
+        .unwrap_or_else(|_| panic!("the service printed no {prefix:?} within {PATIENCE:?}"))
+}
+
+/// Waits until `sql` counts `want`.
+pub async fn eventually<DB: Fixture>(db: &Database<DB>, sql: &str, want: i64) {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let got = db.scalar(sql.to_owned()).await;
+        if got == want {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{sql}: {got} after {PATIENCE:?}, want {want}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+pub async fn count<DB: Fixture>(db: &Database<DB>, sql: &str) -> i64 {
+    db.scalar(sql.to_owned()).await
+}
+
+/// Payments, in this process, on `pool`; its base URL.
+pub async fn start_payments<DB: Shop>(pool: guestlist::sqlx::Pool<DB>) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    warehouse_example::payments::migrate(&pool).await.unwrap();
+    let app = warehouse_example::payments::router(pool).unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    url
+}
+
+/// A fresh SQLite file in `dir`.
+pub async fn sqlite_file(dir: &tempfile::TempDir, name: &str) -> Database<guestlist::sqlx::Sqlite> {
+    let path = dir.path().join(name);
+    Database::attach(path.to_str().unwrap(), 2).await
+}
+
+/// The NATS server the tests use.
+pub fn nats_url() -> String {
+    std::env::var("GUESTLIST_TEST_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".to_owned())
+}
+
+/// The RabbitMQ server the tests use.
+pub fn amqp_url() -> String {
+    std::env::var("GUESTLIST_TEST_AMQP_URL")
+        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned())
+}
+
+/// A PostgreSQL database of its own beside the test database, created empty and dropped when
+/// this goes out of scope, a failed assertion included.
+pub struct FreshDatabase {
+    /// Its URL.
+    pub url: String,
+    name: String,
+    admin_url: String,
+}
+
+impl FreshDatabase {
+    /// Drops `name` if an earlier run left it, and creates it empty.
+    pub async fn create(name: &str) -> Self {
+        let admin = Database::<guestlist::sqlx::Postgres>::open(1).await;
+        admin
+            .exec(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+            .await;
+        admin.exec(format!("CREATE DATABASE {name}")).await;
+        let (base, query) = admin.url.split_once('?').unwrap_or((&admin.url, ""));
+        let (server, _) = base.rsplit_once('/').expect("a database URL");
+        let url = if query.is_empty() {
+            format!("{server}/{name}")
+        } else {
+            format!("{server}/{name}?{query}")
+        };
+        Self {
+            url,
+            name: name.to_owned(),
+            admin_url: admin.url.clone(),
+        }
+    }
+}
+
+impl Drop for FreshDatabase {
+    fn drop(&mut self) {
+        // On a thread of its own: the test's runtime may be unwinding, or busy in this thread.
+        let (admin_url, name) = (self.admin_url.clone(), self.name.clone());
+        let dropped = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                let admin = Database::<guestlist::sqlx::Postgres>::attach(&admin_url, 1).await;
+                admin
+                    .exec(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                    .await;
+            });
+        })
+        .join();
+        if dropped.is_err() && !std::thread::panicking() {
+            panic!("cannot drop the database {}", self.name);
+        }
+    }
+}
