@@ -27,12 +27,14 @@ impl<DB: Backend> Inbox<DB> {
 /// `CREATE TABLE IF NOT EXISTS orders …` can both find the table missing, and one then dies on
 /// `duplicate key value violates unique constraint "pg_type_typname_nsp_index"`: `IF NOT EXISTS`
 /// is no lock. [`Schema::migrate`] runs the statements holding a lock that every `Schema` on the
-/// database (on PostgreSQL, in the current schema) shares: a transaction-scoped advisory lock on PostgreSQL (the statements commit
-/// together), `GET_LOCK` on MySQL (where DDL commits one statement at a time), the write lock
-/// on SQLite. The next process waits, then finds the tables there.
+/// database (on PostgreSQL, in the current schema) shares: a transaction-scoped advisory lock on
+/// PostgreSQL, `GET_LOCK` on MySQL, the write lock on SQLite. The next process waits, then finds
+/// the tables there.
 ///
 /// The statements run again at every start, so each must be safe to repeat (`IF NOT EXISTS`).
-/// They are run as given: never format untrusted input into them.
+/// On PostgreSQL and SQLite they run in one transaction and commit together (so no
+/// `CREATE INDEX CONCURRENTLY`); on MySQL each DDL statement commits on its own. They are run as
+/// given: never format untrusted input into them.
 ///
 /// ```no_run
 /// # async fn run(pool: sqlx::PgPool) -> Result<(), guestlist_sqlx::Error> {

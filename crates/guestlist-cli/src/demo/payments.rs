@@ -9,9 +9,9 @@ use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use guestlist::SqlKeyStore;
 use guestlist::http::{IdempotencyLayer, IdempotentTx};
 use guestlist::sqlx::Pool;
+use guestlist::{Schema, SqlKeyStore};
 use reqwest_middleware::ClientWithMiddleware;
 
 use super::shop::Shop;
@@ -23,16 +23,14 @@ const KEYS: &str = "guestlist_demo_payment_keys";
 
 /// Resets payments' tables on `pool` and serves payments on a loopback port; its base URL.
 pub(super) async fn serve<DB: Shop>(pool: Pool<DB>) -> anyhow::Result<String> {
-    let mut conn = pool.acquire().await?;
-    for table in [CHARGES, KEYS] {
-        DB::exec(&mut conn, format!("DROP TABLE IF EXISTS {table}")).await?;
-    }
-    DB::exec(
-        &mut conn,
+    // Under the lock every schema step takes, like any other process's.
+    Schema::new([
+        format!("DROP TABLE IF EXISTS {CHARGES}"),
+        format!("DROP TABLE IF EXISTS {KEYS}"),
         format!("CREATE TABLE {CHARGES} (id VARCHAR(32) PRIMARY KEY, amount BIGINT NOT NULL)"),
-    )
+    ])
+    .migrate(&pool)
     .await?;
-    drop(conn);
     let keys = SqlKeyStore::with_table(pool, KEYS)?;
     keys.migrate().await?;
     let app = axum::Router::new()

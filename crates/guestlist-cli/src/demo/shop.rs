@@ -3,7 +3,7 @@
 use std::future::Future;
 
 use guestlist::sqlx::{self, AssertSqlSafe, Pool};
-use guestlist::{Backend, Inbox, MessageId, WorkFuture};
+use guestlist::{Backend, Inbox, MessageId, Schema, WorkFuture};
 
 /// The demo's tables; the demo drops and recreates them.
 pub(super) const INBOX: &str = "guestlist_demo_inbox";
@@ -48,24 +48,21 @@ shop!(sqlx::MySql, sqlx::MySqlConnection);
 
 /// Drops and recreates the demo's tables, with order 42 paid and waiting.
 pub(super) async fn open<DB: Shop>(pool: &Pool<DB>) -> anyhow::Result<Inbox<DB>> {
-    let mut conn = pool.acquire().await?;
-    for table in [INBOX, ORDERS, PICK_TASKS] {
-        DB::exec(&mut conn, format!("DROP TABLE IF EXISTS {table}")).await?;
-    }
-    let inbox = Inbox::<DB>::with_table(INBOX)?;
-    inbox.migrate(pool).await?;
-    DB::exec(
-        &mut conn,
+    // Under the lock every schema step takes, like any other process's.
+    Schema::new([
+        format!("DROP TABLE IF EXISTS {INBOX}"),
+        format!("DROP TABLE IF EXISTS {ORDERS}"),
+        format!("DROP TABLE IF EXISTS {PICK_TASKS}"),
         format!("CREATE TABLE {ORDERS} (id BIGINT PRIMARY KEY, status VARCHAR(16) NOT NULL)"),
-    )
-    .await?;
-    DB::exec(
-        &mut conn,
         format!(
             "CREATE TABLE {PICK_TASKS} (order_id BIGINT NOT NULL, event VARCHAR(255) NOT NULL)"
         ),
-    )
+    ])
+    .migrate(pool)
     .await?;
+    let inbox = Inbox::<DB>::with_table(INBOX)?;
+    inbox.migrate(pool).await?;
+    let mut conn = pool.acquire().await?;
     DB::exec(
         &mut conn,
         format!("INSERT INTO {ORDERS} (id, status) VALUES ({ORDER}, 'PAID')"),

@@ -6,6 +6,7 @@
 //! runs, 422 for a key reused with another request. Keys live in SQLite by default, or in
 //! PostgreSQL or MySQL/MariaDB, which several gateways can share.
 
+mod lingering;
 mod ops;
 mod proxy;
 pub(crate) mod settings;
@@ -108,7 +109,9 @@ async fn serve<DB: GatewayKeys>(pool: Pool<DB>, settings: Settings) -> anyhow::R
     let app = Router::new()
         .fallback(proxy::forward)
         .with_state(proxy)
-        .layer(layer);
+        .layer(layer)
+        // Outermost: whatever answers early, the client reads the answer (lingering close).
+        .layer(axum::middleware::map_request(lingering::linger));
     let listener = tokio::net::TcpListener::bind(&settings.listen)
         .await
         .with_context(|| format!("cannot listen on {}", settings.listen))?;

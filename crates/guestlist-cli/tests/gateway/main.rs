@@ -145,3 +145,23 @@ async fn settings_from_a_file_and_the_environment_logs_as_json() {
     }
     assert!(logged > 0, "the gateway logged its requests");
 }
+
+mod upload;
+
+/// A 413 the client reads, however it uploads (SQLite: the refusal comes before the store).
+macro_rules! upload_tests {
+    ($($name:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                upload::$name().await;
+            }
+        )*
+    };
+}
+
+upload_tests!(
+    an_oversize_upload_reads_its_413_not_a_reset,
+    an_oversize_chunked_upload_reads_its_413_not_a_reset,
+    a_client_that_expects_100_continue_gets_the_413_and_sends_nothing,
+);
