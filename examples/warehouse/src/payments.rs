@@ -2,8 +2,10 @@
 //! charge once, however often it is retried; the charge row and the stored response commit in
 //! one transaction.
 
+use std::time::Duration;
+
 use axum::Router;
-use axum::extract::Json;
+use axum::extract::{Json, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::post;
@@ -30,11 +32,35 @@ pub struct Charge {
     pub id: String,
 }
 
+/// How payments runs.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    /// How long a charge's key stays locked when its attempt died (the Idempotency-Key lease).
+    pub lease: Duration,
+    /// How long each charge takes after its row is written and before it commits: a slow card
+    /// network, so that a crash can land mid-charge.
+    pub charge_takes: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            lease: Duration::from_secs(30),
+            charge_takes: Duration::ZERO,
+        }
+    }
+}
+
 async fn charge<DB: Shop>(
+    State(options): State<Options>,
     mut tx: IdempotentTx<DB>,
     Json(request): Json<ChargeRequest>,
 ) -> impl IntoResponse {
-    match DB::insert_charge(&mut tx, request.order, request.amount).await {
+    let inserted = DB::insert_charge(&mut tx, request.order, request.amount).await;
+    if !options.charge_takes.is_zero() {
+        tokio::time::sleep(options.charge_takes).await;
+    }
+    match inserted {
         Ok(id) => (
             StatusCode::CREATED,
             Json(Charge {
@@ -61,9 +87,14 @@ pub async fn migrate<DB: Shop>(pool: &Pool<DB>) -> anyhow::Result<()> {
 
 /// The payments API on `pool` (after [`migrate`]): every charge requires an idempotency key,
 /// scoped per caller.
-pub fn router<DB: Shop>(pool: Pool<DB>) -> anyhow::Result<Router> {
+pub fn router<DB: Shop>(pool: Pool<DB>, options: Options) -> anyhow::Result<Router> {
     let keys = SqlKeyStore::with_table(pool, KEYS)?;
     Ok(Router::new()
         .route("/v1/charges", post(charge::<DB>))
-        .layer(IdempotencyLayer::transactional(keys).require_key(true)))
+        .with_state(options)
+        .layer(
+            IdempotencyLayer::transactional(keys)
+                .require_key(true)
+                .lease(options.lease),
+        ))
 }

@@ -3,6 +3,8 @@
 //! It prints `payments on http://…` once ready (tables there, listener bound); `GET /readyz`
 //! answers 200 from then on, 503 before.
 
+use std::time::Duration;
+
 use clap::Parser;
 use warehouse_example::ready::Readiness;
 use warehouse_example::{payments, with_pool};
@@ -16,6 +18,12 @@ struct Args {
     /// Where the API listens.
     #[arg(long, default_value = "127.0.0.1:4000")]
     listen: String,
+    /// How long a charge's key stays locked after its attempt died, before a retry takes over.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    lease: Duration,
+    /// How long each charge takes before it commits (a slow card network; for crash drills).
+    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+    charge_takes: Duration,
 }
 
 #[tokio::main]
@@ -29,7 +37,11 @@ async fn main() -> anyhow::Result<()> {
     let readiness = Readiness::waiting_for("its tables");
     with_pool!(&args.database, |pool| {
         // Serve at once, so that /readyz can say "not yet"; the API answers 503 until ready.
-        let app = readiness.gate(payments::router(pool.clone())?);
+        let options = payments::Options {
+            lease: args.lease,
+            charge_takes: args.charge_takes,
+        };
+        let app = readiness.gate(payments::router(pool.clone(), options)?);
         let server = tokio::spawn(async move {
             axum::serve(listener, app)
                 .with_graceful_shutdown(guestlist_consumer::shutdown_signal())

@@ -89,8 +89,13 @@ pub fn warehouse(database: &str, orders: &Orders, payments: &str, hang: bool) ->
 
 /// The `payments` binary on `database`.
 pub fn payments(database: &str) -> Command {
+    payments_on(database, "127.0.0.1:0")
+}
+
+/// The `payments` binary on `database`, listening on `listen`.
+pub fn payments_on(database: &str, listen: &str) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_payments"));
-    command.args(["--database", database, "--listen", "127.0.0.1:0"]);
+    command.args(["--database", database, "--listen", listen]);
     command
 }
 
@@ -134,7 +139,7 @@ pub async fn start_payments<DB: Shop>(pool: guestlist::sqlx::Pool<DB>) -> String
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     warehouse_example::payments::migrate(&pool).await.unwrap();
-    let app = warehouse_example::payments::router(pool).unwrap();
+    let app = warehouse_example::payments::router(pool, Default::default()).unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await });
     url
 }
