@@ -56,7 +56,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub use guestlist_core::{
-    Attempt, Begin, Claim, Completed, Fingerprint, HandlerName, IdempotencyKey, KeyStore,
+    Attempt, Begin, Claim, Completed, Deferral, Fingerprint, HandlerName, IdempotencyKey, KeyStore,
     MessageId, Retention, Scope, StoredBody, StoredResponse, TableName,
 };
 /// Plain-mode keys on PostgreSQL with concurrent requests' claims and responses batched (feature
@@ -66,8 +66,9 @@ pub use guestlist_sqlx::BatchedKeyStore;
 #[cfg(feature = "sqlite")]
 pub use guestlist_sqlx::sqlite;
 pub use guestlist_sqlx::{
-    Backend, BatchProcessed, Error, Inbox, KeyRecord, KeyState, KeyStats, ProcessError, Processed,
-    Purge, Purgeable, Purged, Purger, PurgerHandle, Schema, SqlKeyStore, WorkFuture, sqlx,
+    Backend, BatchProcessed, Deferrals, Error, Inbox, KeyRecord, KeyState, KeyStats, ProcessError,
+    Processed, Purge, Purgeable, Purged, Purger, PurgerHandle, Schema, SqlKeyStore, WorkFuture,
+    sqlx,
 };
 
 /// Errors of the core types: invalid ids, names, table names and retentions.
