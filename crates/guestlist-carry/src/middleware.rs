@@ -150,7 +150,7 @@ impl Middleware for CarryKey {
                 .map_or_else(|| default_step(&request), |step| step.0.clone());
             match crate::key_for(&step) {
                 Ok(key) => {
-                    let value = HeaderValue::from_str(key.as_str())
+                    let value = HeaderValue::from_str(&key.header_value())
                         .map_err(reqwest_middleware::Error::middleware)?;
                     request.headers_mut().insert(self.header.clone(), value);
                 }

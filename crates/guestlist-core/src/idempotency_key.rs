@@ -20,6 +20,36 @@ crate::printable::printable_newtype!(
 );
 
 impl IdempotencyKey {
+    /// The key as an `Idempotency-Key` header value that parses back to this very key: bare
+    /// where it has no space, `"` or `\\`, else a Structured Field string (RFC 9651) with those
+    /// escaped.
+    ///
+    /// ```
+    /// use guestlist_core::IdempotencyKey;
+    /// assert_eq!(IdempotencyKey::new("k-1")?.header_value(), "k-1");
+    /// assert_eq!(IdempotencyKey::new(r#"a "b"\c"#)?.header_value(), r#""a \"b\"\\c""#);
+    /// # Ok::<(), guestlist_core::Error>(())
+    /// ```
+    pub fn header_value(&self) -> std::borrow::Cow<'_, str> {
+        if self
+            .0
+            .bytes()
+            .all(|b| b.is_ascii_graphic() && !matches!(b, b'"' | b'\\'))
+        {
+            return std::borrow::Cow::Borrowed(&self.0);
+        }
+        let mut quoted = String::with_capacity(self.0.len() + 2);
+        quoted.push('"');
+        for c in self.0.chars() {
+            if matches!(c, '"' | '\\') {
+                quoted.push('\\');
+            }
+            quoted.push(c);
+        }
+        quoted.push('"');
+        std::borrow::Cow::Owned(quoted)
+    }
+
     /// The key for one downstream step of the work named by `parent` (a message id, or a
     /// request's scoped key): `evt_9f3k` and `charge` give `evt_9f3k/charge`, the same on every
     /// retry, and another key for another step. A step is 1 to 64 letters, digits, `_`, `.` or

@@ -20,6 +20,22 @@ crate::printable::printable_newtype!(
 );
 
 impl Scope {
+    /// The name of `key` within this scope, distinct for every (scope, key) pair: the scope's
+    /// length, the scope, the key (`8:tenant:a:b:c`), so that where the scope ends is never
+    /// in doubt. Tenant `a` with key `b:c` and tenant `a:b` with key `c` stay two names.
+    ///
+    /// ```
+    /// use guestlist_core::{IdempotencyKey, Scope};
+    /// let key = |k| IdempotencyKey::new(k).unwrap();
+    /// let a = Scope::new("a")?.qualify(&key("b:c"));
+    /// let ab = Scope::new("a:b")?.qualify(&key("c"));
+    /// assert_eq!((a.as_str(), ab.as_str()), ("1:a:b:c", "3:a:b:c"));
+    /// # Ok::<(), guestlist_core::Error>(())
+    /// ```
+    pub fn qualify(&self, key: &crate::IdempotencyKey) -> String {
+        format!("{}:{}:{}", self.0.len(), self.0, key.as_str())
+    }
+
     /// A scope derived from the credentials a client sent (an `Authorization` header, an API
     /// key): `cred:` + the hex SHA-256 of the bytes, so that secrets never reach the store.
     pub fn from_credentials(credentials: &[u8]) -> Self {

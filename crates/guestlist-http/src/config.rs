@@ -42,7 +42,8 @@ impl Default for Config {
             require_key: false,
             scope: Arc::new(scope_from_authorization),
             scope_hint:
-                "send credentials in Authorization: keys are scoped to the client that sent them"
+                "send your credentials in one non-empty Authorization header: keys are scoped to \
+                 the client that sent them"
                     .into(),
             fingerprint_headers: Vec::new(),
             lease: Duration::from_secs(30),
@@ -83,10 +84,64 @@ impl fmt::Debug for Config {
 }
 
 /// The default scope: a hash of the `Authorization` header, so that each client's keys are its
-/// own and no secret reaches the store.
+/// own and no secret reaches the store. No header, an empty or blank one, or two of them give no
+/// scope (the request is refused): every such client would otherwise share one scope.
 fn scope_from_authorization(parts: &Parts) -> Option<Scope> {
-    parts
-        .headers
-        .get(header::AUTHORIZATION)
-        .map(|credentials| Scope::from_credentials(credentials.as_bytes()))
+    let mut values = parts.headers.get_all(header::AUTHORIZATION).iter();
+    let credentials = values.next()?;
+    if values.next().is_some() {
+        return None; // two credentials: whose keys would these be?
+    }
+    canonical_credentials(credentials.as_bytes()).map(|c| Scope::from_credentials(&c))
+}
+
+/// `Authorization` as one client sends it in any spelling: the scheme is case-insensitive (RFC
+/// 9110 §11.1), so it is written `Bearer`, `Basic`, one space before the credentials. A value
+/// with no space (a bare API key) is kept byte for byte; a blank one is none.
+fn canonical_credentials(raw: &[u8]) -> Option<Vec<u8>> {
+    let value = raw.trim_ascii();
+    if value.is_empty() {
+        return None;
+    }
+    let Some(space) = value.iter().position(|b| matches!(b, b' ' | b'\t')) else {
+        return Some(value.to_vec());
+    };
+    let (scheme, credentials) = (&value[..space], value[space..].trim_ascii_start());
+    let mut canonical = Vec::with_capacity(value.len());
+    canonical.push(scheme[0].to_ascii_uppercase());
+    canonical.extend(scheme[1..].iter().map(u8::to_ascii_lowercase));
+    canonical.push(b' ');
+    canonical.extend_from_slice(credentials);
+    Some(canonical)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::canonical_credentials;
+
+    #[test]
+    fn one_client_in_any_spelling_of_its_scheme() {
+        let canonical =
+            |raw: &[u8]| canonical_credentials(raw).map(|c| String::from_utf8(c).unwrap());
+        for spelling in [&b"Bearer a"[..], b"bearer a", b"BEARER  a", b" Bearer\ta "] {
+            assert_eq!(
+                canonical(spelling).as_deref(),
+                Some("Bearer a"),
+                "{spelling:?}"
+            );
+        }
+        assert_eq!(
+            canonical(b"Bearer A").as_deref(),
+            Some("Bearer A"),
+            "credentials keep their case"
+        );
+        assert_eq!(
+            canonical(b"sk_live_AbC").as_deref(),
+            Some("sk_live_AbC"),
+            "a bare key, byte for byte"
+        );
+        for blank in [&b""[..], b" ", b"\t \t"] {
+            assert_eq!(canonical(blank), None, "{blank:?}");
+        }
+    }
 }

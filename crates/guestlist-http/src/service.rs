@@ -354,7 +354,7 @@ where
             attempt,
         });
         // Outbound calls the handler makes derive their keys from this client's key.
-        let parent = format!("{}:{}", keyed.scope, keyed.key);
+        let parent = keyed.scope.qualify(&keyed.key);
         let call = self
             .inner
             .call(Request::from_parts(parts, ReqBody::from(bytes)));

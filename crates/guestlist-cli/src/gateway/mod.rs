@@ -172,13 +172,19 @@ fn layer<K: KeyStore>(keys: K, settings: &Settings) -> IdempotencyLayer<Plain<Re
         ScopeFrom::None => layer.scope(|_| Scope::new("all").ok()),
         ScopeFrom::Header(name) => {
             let hint = format!(
-                "send the {name} header (1 to 255 printable ASCII characters): keys are scoped \
-                 to its value"
+                "send one {name} header (1 to 255 printable ASCII characters, not blank): keys \
+                 are scoped to its value"
             );
             let name = name.clone();
             layer
                 .scope(move |parts| {
-                    let value = parts.headers.get(&name)?.to_str().ok()?;
+                    // One non-blank value: blank ones would be one scope shared by every such
+                    // client, and of two values, which would name it?
+                    let mut values = parts.headers.get_all(&name).iter();
+                    let value = values.next()?.to_str().ok()?.trim();
+                    if values.next().is_some() || value.is_empty() {
+                        return None;
+                    }
                     Scope::new(value).ok()
                 })
                 .scope_hint(hint)

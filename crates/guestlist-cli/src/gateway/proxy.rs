@@ -49,15 +49,18 @@ impl Proxy {
 }
 
 /// The key the upstream receives: the client's own where one scope holds every key (webhook
-/// ids are global), else `scope:key`, so that two clients' `k-1` stay two keys upstream too.
+/// ids are global), else the key qualified by its scope ([`Scope::qualify`]), so that two
+/// clients' `k-1` stay two keys upstream too, and no scope's end passes for a key's start.
+///
+/// [`Scope::qualify`]: guestlist::Scope::qualify
 fn upstream_key(context: &IdempotencyContext, scoped: bool) -> IdempotencyKey {
     if !scoped {
         return context.key.clone();
     }
-    IdempotencyKey::new(format!("{}:{}", context.scope, context.key)).unwrap_or_else(|_| {
-        // Past 255 bytes: a hash of both, as stable and as distinct.
-        IdempotencyKey::derive(&format!("{}:{}", context.scope, context.key), "upstream")
-    })
+    let qualified = context.scope.qualify(&context.key);
+    // Past 255 bytes: a hash of it, as stable and as distinct.
+    IdempotencyKey::new(qualified.as_str())
+        .unwrap_or_else(|_| IdempotencyKey::derive(&qualified, "upstream"))
 }
 
 /// Headers that describe one connection, not the message: never forwarded (RFC 9110 §7.6.1).
@@ -108,7 +111,7 @@ pub(crate) async fn forward(
     let mut headers = end_to_end(&parts.headers);
     let context = parts.extensions.get::<IdempotencyContext>();
     if let Some(context) = context
-        && let Ok(key) = HeaderValue::from_str(upstream_key(context, proxy.scoped).as_str())
+        && let Ok(key) = HeaderValue::from_str(&upstream_key(context, proxy.scoped).header_value())
     {
         headers.insert("idempotency-key", key);
     }

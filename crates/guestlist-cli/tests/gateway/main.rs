@@ -18,6 +18,8 @@ macro_rules! gateway_suite {
                 another_body_with_the_same_key_gets_422,
                 malformed_and_missing_keys_get_400_and_reach_nothing,
                 two_scopes_two_executions,
+                blank_or_doubled_credentials_share_no_scope,
+                scoped_keys_stay_apart_and_parse_upstream,
                 limits_and_methods_are_the_operators,
                 webhook_keys_from_a_header,
                 webhook_keys_from_a_json_field,

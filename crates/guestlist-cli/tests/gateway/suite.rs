@@ -76,7 +76,7 @@ pub async fn five_retries_one_execution_four_replays(store: Store) {
     let sent = keys[0].as_deref().unwrap();
     assert_eq!(keys.len(), 1);
     assert!(
-        sent.starts_with("cred:") && sent.ends_with(":k-1"),
+        sent.starts_with("69:cred:") && sent.ends_with(":k-1"),
         "the key travelled upstream, named with its client's scope: {sent}"
     );
 }
@@ -694,4 +694,97 @@ pub async fn operators_inspect_evict_and_count_keys(store: Store) {
 
 fn gateway_count(store: &Store) -> usize {
     store.gateways()
+}
+
+pub async fn blank_or_doubled_credentials_share_no_scope(store: Store) {
+    let (upstream, gateway) = front(&store, &[]).await;
+    let url = gateway.route("/profile");
+    let key = ("idempotency-key", "k-blank");
+    // Two clients told apart upstream only by their cookies, each with a blank Authorization:
+    // scoped by the blank value, the second would get the first one's answer.
+    for (authorization, cookie) in [("", "session=alice"), ("  ", "session=bob")] {
+        let answer = post(
+            &url,
+            &[("authorization", authorization), ("cookie", cookie), key],
+            b"{}",
+        )
+        .await;
+        assert_eq!(answer.status, 400, "blank credentials: {authorization:?}");
+        assert!(!answer.replayed);
+    }
+    let doubled = post(
+        &url,
+        &[ALICE, ("authorization", "Bearer mallory"), key],
+        b"{}",
+    )
+    .await;
+    assert_eq!(doubled.status, 400, "two Authorization headers");
+    assert_eq!(
+        upstream.executions("/profile"),
+        0,
+        "nothing reached the upstream"
+    );
+
+    // The scheme is case-insensitive: one client, one scope.
+    let first = post(&url, &[("authorization", "Bearer carol"), key], b"{}").await;
+    let again = post(&url, &[("authorization", "bearer  carol"), key], b"{}").await;
+    assert_eq!((first.status, again.replayed), (201, true));
+    assert_eq!(upstream.executions("/profile"), 1);
+
+    // Scoped by a header: a blank one is refused too.
+    let tenants =
+        Gateways::start(&upstream.url, &store, &["--scope-from", "header:x-tenant"]).await;
+    let blank = post(
+        &tenants.route("/tenanted"),
+        &[("x-tenant", " "), key],
+        b"{}",
+    )
+    .await;
+    assert_eq!(blank.status, 400, "a blank tenant is no tenant");
+}
+
+pub async fn scoped_keys_stay_apart_and_parse_upstream(store: Store) {
+    let upstream = Upstream::start().await;
+    let tenants =
+        Gateways::start(&upstream.url, &store, &["--scope-from", "header:x-tenant"]).await;
+    let url = tenants.route("/charges");
+    // Tenant a with key b:c, tenant a:b with key c: `scope:key` would be a:b:c for both.
+    let a = post(
+        &url,
+        &[("x-tenant", "a"), ("idempotency-key", "b:c")],
+        b"{}",
+    )
+    .await;
+    let ab = post(
+        &url,
+        &[("x-tenant", "a:b"), ("idempotency-key", "c")],
+        b"{}",
+    )
+    .await;
+    assert_eq!((a.status, ab.status), (201, 201));
+    let keys = upstream.keys();
+    assert_ne!(keys[0], keys[1], "two tenants, two keys upstream: {keys:?}");
+
+    // A second guestlist hop behind: every key the first accepts, the second parses back to the
+    // same key (a quoted key with a space, a quote or a backslash is forwarded quoted).
+    let behind = Store::sqlite().await;
+    let second = Gateways::start(&upstream.url, &behind, &["--scope-from", "none"]).await;
+    let first = Gateways::start(&second.everywhere("")[0], &store, &[]).await;
+    let url = first.route("/quoted");
+    for key in [r#""a b""#, r#""a\"b""#, r#""a\\b""#] {
+        let answer = post(&url, &[ALICE, ("idempotency-key", key)], b"{}").await;
+        assert_eq!(
+            answer.status,
+            201,
+            "{key}: {}",
+            String::from_utf8_lossy(&answer.body)
+        );
+        let again = post(&url, &[ALICE, ("idempotency-key", key)], b"{}").await;
+        assert!(again.replayed, "{key}");
+    }
+    assert_eq!(
+        upstream.executions("/quoted"),
+        3,
+        "one run per key, none refused"
+    );
 }

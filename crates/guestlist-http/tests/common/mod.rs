@@ -35,6 +35,7 @@ macro_rules! http_suite {
                 a_body_over_the_limit_gets_413_and_stores_nothing,
                 a_missing_key_passes_through_or_is_refused_where_required,
                 a_keyed_request_without_credentials_is_refused,
+                one_client_is_one_scope_whatever_the_case_of_its_scheme,
                 an_oversize_response_is_sent_whole_and_never_run_again,
                 quoted_and_bare_keys_name_the_same_key,
             );

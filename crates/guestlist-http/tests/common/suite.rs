@@ -598,11 +598,41 @@ pub async fn a_missing_key_passes_through_or_is_refused_where_required<S: Store>
 
 pub async fn a_keyed_request_without_credentials_is_refused<S: Store>(name: &str) {
     let api = Api::<S>::start(name, Settings::default()).await;
-    let answer = api.send(&Call::new("anonymous").by(None)).await;
-    assert_eq!(answer.status, StatusCode::BAD_REQUEST);
-    assert_eq!(answer.problem().as_deref(), Some("no-scope"));
-    assert!(answer.text().contains("Authorization"), "{}", answer.text());
+    // None, empty, blank (each would be one scope shared by every such client), and two.
+    let calls = [
+        Call::new("anonymous").by(None),
+        Call::new("anonymous").by(Some("")),
+        Call::new("anonymous").by(Some("   ")),
+        Call::new("anonymous").header("authorization", "Bearer mallory"),
+    ];
+    for call in &calls {
+        let answer = api.send(call).await;
+        assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{call:?}");
+        assert_eq!(answer.problem().as_deref(), Some("no-scope"), "{call:?}");
+        assert!(answer.text().contains("Authorization"), "{}", answer.text());
+    }
     assert_eq!(api.executions(), 0);
+    assert_eq!(api.store.stored_keys().await, 0, "nothing stored");
+}
+
+pub async fn one_client_is_one_scope_whatever_the_case_of_its_scheme<S: Store>(name: &str) {
+    let api = Api::<S>::start(name, Settings::default()).await;
+    let first = api
+        .send(&Call::new("scheme-case").by(Some("Bearer alice")))
+        .await;
+    let again = api
+        .send(&Call::new("scheme-case").by(Some("bearer  alice")))
+        .await;
+    assert_eq!(first.status, StatusCode::CREATED);
+    assert!(
+        again.replayed(),
+        "the scheme is case-insensitive (RFC 9110)"
+    );
+    let other = api
+        .send(&Call::new("scheme-case").by(Some("Bearer ALICE")))
+        .await;
+    assert!(!other.replayed(), "the credentials themselves are not");
+    assert_eq!(api.executions(), 2);
 }
 
 pub async fn an_oversize_response_is_sent_whole_and_never_run_again<S: Store>(name: &str) {
