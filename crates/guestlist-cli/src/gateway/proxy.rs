@@ -106,6 +106,9 @@ pub(crate) async fn forward(
     request: Request,
 ) -> Response {
     let started = Instant::now();
+    if let Some(answer) = answered_here(&request) {
+        return answer;
+    }
     let (parts, body) = request.into_parts();
     let path = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
     let mut headers = end_to_end(&parts.headers);
@@ -162,6 +165,35 @@ pub(crate) async fn forward(
     );
     response
 }
+
+/// The answer to a request that is not for the upstream: `CONNECT` (the gateway tunnels
+/// nothing: 405, nothing sent) and `OPTIONS *` (a question about the gateway itself, which has
+/// no path to forward: 204 with the methods it forwards).
+fn answered_here(request: &Request) -> Option<Response> {
+    if request.method() == axum::http::Method::CONNECT {
+        let mut response = problem(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method-not-allowed",
+            "The gateway does not tunnel",
+            "CONNECT is not forwarded; nothing was sent to the service behind the gateway",
+        );
+        response
+            .headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static(FORWARDED_METHODS));
+        return Some(response);
+    }
+    if request.method() == axum::http::Method::OPTIONS && request.uri().path() == "*" {
+        let mut response = StatusCode::NO_CONTENT.into_response();
+        response
+            .headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static(FORWARDED_METHODS));
+        return Some(response);
+    }
+    None
+}
+
+/// The methods the gateway forwards.
+const FORWARDED_METHODS: &str = "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS";
 
 /// Whether an upstream status says the work may have run without saying how it ended. 503
 /// (unavailable) and 429 (too many requests) say it did not run: the gateway releases those

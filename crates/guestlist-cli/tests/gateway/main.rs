@@ -20,6 +20,7 @@ macro_rules! gateway_suite {
                 two_scopes_two_executions,
                 blank_or_doubled_credentials_share_no_scope,
                 scoped_keys_stay_apart_and_parse_upstream,
+                connect_and_options_star_are_answered_here,
                 limits_and_methods_are_the_operators,
                 webhook_keys_from_a_header,
                 webhook_keys_from_a_json_field,

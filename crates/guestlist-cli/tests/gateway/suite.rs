@@ -788,3 +788,33 @@ pub async fn scoped_keys_stay_apart_and_parse_upstream(store: Store) {
         "one run per key, none refused"
     );
 }
+
+pub async fn connect_and_options_star_are_answered_here(store: Store) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let (upstream, gateway) = front(&store, &[]).await;
+    let addr = gateway.everywhere("")[0]
+        .trim_start_matches("http://")
+        .to_owned();
+    for (request, status) in [
+        (
+            "CONNECT example.com:443 HTTP/1.1\r\nhost: example.com:443\r\n\r\n",
+            "405",
+        ),
+        ("OPTIONS * HTTP/1.1\r\nhost: gateway\r\n\r\n", "204"),
+    ] {
+        let mut socket = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        socket.write_all(request.as_bytes()).await.unwrap();
+        let mut head = [0u8; 12];
+        socket
+            .read_exact(&mut head)
+            .await
+            .expect("an answer, not a dropped connection");
+        assert_eq!(
+            String::from_utf8_lossy(&head),
+            format!("HTTP/1.1 {status}"),
+            "{request:?}"
+        );
+    }
+    assert_eq!(upstream.keys().len(), 0, "nothing reached the upstream");
+}
