@@ -9,9 +9,9 @@
 mod lingering;
 mod ops;
 mod proxy;
+mod server;
 pub(crate) mod settings;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -110,8 +110,13 @@ async fn serve<DB: GatewayKeys>(pool: Pool<DB>, settings: Settings) -> anyhow::R
         .fallback(proxy::forward)
         .with_state(proxy)
         .layer(layer)
-        // Outermost: whatever answers early, the client reads the answer (lingering close).
-        .layer(axum::middleware::map_request(lingering::linger));
+        // Whatever answers early, the client reads the answer (lingering close).
+        .layer(axum::middleware::map_request(lingering::linger))
+        // Outermost: a body that stops arriving fails its request (and ends the lingering
+        // drain) instead of holding the connection open.
+        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
+            settings.body_timeout,
+        ));
     let listener = tokio::net::TcpListener::bind(&settings.listen)
         .await
         .with_context(|| format!("cannot listen on {}", settings.listen))?;
@@ -127,12 +132,11 @@ async fn serve<DB: GatewayKeys>(pool: Pool<DB>, settings: Settings) -> anyhow::R
         tracing::info!("stopping: finishing the requests in flight");
         let _ = stop.send(true);
     });
-    axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown())
-    .await?;
+    let limits = server::Limits {
+        max_connections: settings.max_connections,
+        header_timeout: settings.header_timeout,
+    };
+    server::serve(listener, app, limits, shutdown()).await;
     // A request whose client hung up is still running on its own task: let it store its answer
     // (it cannot outlast the upstream timeout by much) rather than leave its key locked.
     let patience = settings.upstream_timeout + std::time::Duration::from_secs(5);

@@ -74,6 +74,17 @@ pub(crate) struct GatewayArgs {
     /// replayed by a gateway for this long [default: 60s].
     #[arg(long, env = "GUESTLIST_GATEWAY_REPLAY_CACHE_TTL")]
     pub(crate) replay_cache_ttl: Option<String>,
+    /// How long a client may take to send a request's headers before its connection is closed
+    /// [default: 10s].
+    #[arg(long, env = "GUESTLIST_GATEWAY_HEADER_TIMEOUT")]
+    pub(crate) header_timeout: Option<String>,
+    /// How long a request's body may go without a byte arriving before the request fails
+    /// [default: 30s].
+    #[arg(long, env = "GUESTLIST_GATEWAY_BODY_TIMEOUT")]
+    pub(crate) body_timeout: Option<String>,
+    /// Client connections open at once; further clients wait to be accepted [default: 1024].
+    #[arg(long, env = "GUESTLIST_GATEWAY_MAX_CONNECTIONS")]
+    pub(crate) max_connections: Option<usize>,
 }
 
 /// The same settings, from the TOML file.
@@ -96,6 +107,9 @@ struct FileSettings {
     metrics_listen: Option<String>,
     replay_cache: Option<String>,
     replay_cache_ttl: Option<String>,
+    header_timeout: Option<String>,
+    body_timeout: Option<String>,
+    max_connections: Option<usize>,
 }
 
 /// Whose key it is.
@@ -128,6 +142,9 @@ pub(crate) struct Settings {
     pub(crate) metrics_listen: Option<SocketAddr>,
     pub(crate) replay_cache: usize,
     pub(crate) replay_cache_ttl: Duration,
+    pub(crate) header_timeout: Duration,
+    pub(crate) body_timeout: Duration,
+    pub(crate) max_connections: usize,
 }
 
 impl Settings {
@@ -180,6 +197,25 @@ impl Settings {
                 humantime::format_duration(retention)
             );
         }
+        let header_timeout = duration(
+            "header-timeout",
+            args.header_timeout.or(file.header_timeout),
+            "10s",
+        )?;
+        let body_timeout = duration(
+            "body-timeout",
+            args.body_timeout.or(file.body_timeout),
+            "30s",
+        )?;
+        let max_connections = args
+            .max_connections
+            .or(file.max_connections)
+            .unwrap_or(1024);
+        anyhow::ensure!(
+            max_connections > 0,
+            "--max-connections must be above zero: it keeps slow clients from holding every \
+             connection the gateway may open"
+        );
         let mismatch = args.mismatch_status.or(file.mismatch_status).unwrap_or(422);
         let mismatch_status = StatusCode::from_u16(mismatch)
             .ok()
@@ -226,6 +262,9 @@ impl Settings {
                     .unwrap_or("64MiB"),
             )?,
             replay_cache_ttl,
+            header_timeout,
+            body_timeout,
+            max_connections,
             metrics_listen: match args.metrics_listen.or(file.metrics_listen) {
                 Some(addr) => Some(addr.parse().with_context(|| {
                     format!("--metrics-listen {addr:?} is not an address like 127.0.0.1:9090")

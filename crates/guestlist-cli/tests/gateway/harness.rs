@@ -284,6 +284,11 @@ impl Gateway {
     }
 
     /// Kills the gateway with SIGKILL.
+    /// The process id, to look at what the process holds.
+    pub fn pid(&self) -> u32 {
+        self.child.id().expect("running")
+    }
+
     pub async fn sigkill(mut self) {
         self.child.kill().await.unwrap();
     }

@@ -6,6 +6,7 @@
 
 mod hang_up;
 mod harness;
+mod slow_clients;
 mod suite;
 
 /// One test per story in [`suite`] for the store `$store`, in module `$m`.
