@@ -102,4 +102,23 @@ pub trait KeyStore: Clone + Send + Sync + 'static {
         key: &IdempotencyKey,
         attempt: Attempt,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send;
+
+    /// What `scope` holds now, for per-client caps; `None` (the default) where the store cannot
+    /// count it.
+    fn usage(
+        &self,
+        scope: &Scope,
+    ) -> impl Future<Output = Result<Option<ScopeUsage>, Self::Error>> + Send {
+        let _ = scope;
+        async { Ok(None) }
+    }
+}
+
+/// What one scope (one client) holds in a key store.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ScopeUsage {
+    /// Keys whose first attempt has not finished.
+    pub in_flight: u64,
+    /// Keys stored, in flight or answered, within the store's retention.
+    pub keys: u64,
 }

@@ -39,7 +39,7 @@ pub use error::Error;
 pub use fingerprint::{Fingerprint, FingerprintBuilder};
 pub use handler_name::HandlerName;
 pub use idempotency_key::IdempotencyKey;
-pub use key_store::{Attempt, Begin, Completed, KeyStore};
+pub use key_store::{Attempt, Begin, Completed, KeyStore, ScopeUsage};
 pub use message_id::MessageId;
 pub use retention::Retention;
 pub use scope::Scope;

@@ -30,6 +30,10 @@ pub(crate) struct Config {
     pub(crate) max_stored_body: usize,
     pub(crate) mismatch_status: StatusCode,
     pub(crate) stored_headers: Vec<HeaderName>,
+    /// Keys one scope may have in flight at once (`None`: no cap).
+    pub(crate) max_in_flight_per_scope: Option<u64>,
+    /// Keys one scope may hold in the store, in flight or answered (`None`: no cap).
+    pub(crate) max_keys_per_scope: Option<u64>,
     pub(crate) release_when: ReleaseFn,
     pub(crate) attempts: Attempts,
 }
@@ -59,6 +63,8 @@ impl Default for Config {
                 header::ETAG,
                 header::LAST_MODIFIED,
             ],
+            max_in_flight_per_scope: None,
+            max_keys_per_scope: None,
             release_when: Arc::new(|status: StatusCode| {
                 status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS
             }),

@@ -177,6 +177,31 @@ impl<M: Mode> IdempotencyLayer<M> {
         self
     }
 
+    /// The most keys one client (scope) may have in flight at once; a new key past it gets 429
+    /// with `Retry-After` and runs nothing (default: no cap). It keeps one client from holding
+    /// every handler and connection with requests it never lets finish.
+    ///
+    /// Counted in the key store after the claim (one indexed count of the scope's rows, on SQL
+    /// stores; a store that cannot count, such as Redis, is not capped). Concurrent new keys
+    /// may pass the cap by as many as arrive at once. With
+    /// [`claim_in_transaction`](Self::claim_in_transaction), other requests' claims are
+    /// invisible until they commit, so only [`max_keys_per_scope`](Self::max_keys_per_scope)
+    /// holds there.
+    pub fn max_in_flight_per_scope(mut self, keys: Option<u64>) -> Self {
+        self.config().max_in_flight_per_scope = keys;
+        self
+    }
+
+    /// The most keys one client (scope) may hold in the store, in flight or answered, within
+    /// the retention window; a new key past it gets 429 and runs nothing (default: no cap).
+    /// Stored keys cost the table about a kilobyte each plus the response: this bounds what
+    /// one client can make it grow by. Replays of its stored keys still answer. Counted as
+    /// [`max_in_flight_per_scope`](Self::max_in_flight_per_scope) is.
+    pub fn max_keys_per_scope(mut self, keys: Option<u64>) -> Self {
+        self.config().max_keys_per_scope = keys;
+        self
+    }
+
     /// The status for a key reused with another request (default 422; Stripe answers 400).
     pub fn mismatch_status(mut self, status: StatusCode) -> Self {
         self.config().mismatch_status = status;

@@ -4,7 +4,8 @@ use std::future::Future;
 use std::time::Duration;
 
 use guestlist_core::{
-    Attempt, Begin, Completed, Fingerprint, IdempotencyKey, KeyStore, Scope, StoredResponse,
+    Attempt, Begin, Completed, Fingerprint, IdempotencyKey, KeyStore, Scope, ScopeUsage,
+    StoredResponse,
 };
 use http::Extensions;
 
@@ -64,6 +65,14 @@ pub trait Mode: Clone + Send + Sync + 'static + sealed::Sealed {
         slot: Self::Slot,
         keep: bool,
     ) -> impl Future<Output = Result<(), BoxError>> + Send;
+
+    /// What `scope` holds, this request's own claim included; `None` where the store cannot
+    /// count.
+    #[doc(hidden)]
+    fn usage(
+        &self,
+        scope: &Scope,
+    ) -> impl Future<Output = Result<Option<ScopeUsage>, BoxError>> + Send;
 
     /// Ends an attempt whose work may have happened outside the database ([`KeepLocked`]): rolls
     /// back its writes, and keeps the key locked until the lease ends.
@@ -128,6 +137,10 @@ impl<K: KeyStore> Mode for Plain<K> {
 
     async fn finish(&self, (): (), _: bool) -> Result<(), BoxError> {
         Ok(())
+    }
+
+    async fn usage(&self, scope: &Scope) -> Result<Option<ScopeUsage>, BoxError> {
+        Ok(self.0.usage(scope).await?)
     }
 
     async fn keep_locked(&self, (): ()) -> Result<(), BoxError> {

@@ -24,6 +24,8 @@ pub(crate) enum Outcome {
     Refused,
     /// The key store failed.
     StoreError,
+    /// The client's scope was over a cap (keys in flight, or keys stored): 429, key released.
+    OverQuota,
 }
 
 impl Outcome {
@@ -39,6 +41,7 @@ impl Outcome {
             Outcome::Fenced => "fenced",
             Outcome::Refused => "refused",
             Outcome::StoreError => "store_error",
+            Outcome::OverQuota => "over_quota",
         }
     }
 

@@ -4,8 +4,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use guestlist_core::{
-    Attempt, Begin, Completed, Fingerprint, IdempotencyKey, KeyStore, Scope, StoredBody,
-    StoredResponse,
+    Attempt, Begin, Completed, Fingerprint, IdempotencyKey, KeyStore, Scope, ScopeUsage,
+    StoredBody, StoredResponse,
 };
 
 /// A [`KeyStore`] that remembers the responses it replays, for a while.
@@ -168,5 +168,9 @@ impl<K: KeyStore> KeyStore for ReplayCache<K> {
         attempt: Attempt,
     ) -> Result<(), K::Error> {
         self.store.release(scope, key, attempt).await
+    }
+
+    async fn usage(&self, scope: &Scope) -> Result<Option<ScopeUsage>, K::Error> {
+        self.store.usage(scope).await
     }
 }

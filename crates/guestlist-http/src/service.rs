@@ -291,6 +291,16 @@ where
             }
         };
         tracing::Span::current().record("attempt", attempt.number());
+        if let Some(refusal) = over_quota(&self.mode, &self.config, &keyed.scope).await {
+            if let Err(err) = self
+                .mode
+                .release(slot, &keyed.scope, &keyed.key, attempt)
+                .await
+            {
+                tracing::error!(error = %err, "cannot release a key refused for its scope's cap; a retry can take over once its lease ends");
+            }
+            return Ok(refusal);
+        }
         self.attempt(parts, bytes, slot, keyed, attempt).await
     }
 
@@ -502,6 +512,60 @@ where
         }
         builder.body(body)
     }
+}
+
+/// The 429 for a new key whose scope is over a cap, if it is. A store that cannot count, or
+/// fails to, caps nothing: the caps protect the store, they are no guarantee of its own.
+async fn over_quota<M: Mode>(mode: &M, config: &Config, scope: &Scope) -> Option<Response<Body>> {
+    let (in_flight_cap, keys_cap) = (config.max_in_flight_per_scope, config.max_keys_per_scope);
+    if in_flight_cap.is_none() && keys_cap.is_none() {
+        return None;
+    }
+    let usage = match mode.usage(scope).await {
+        Ok(usage) => usage?,
+        Err(err) => {
+            tracing::warn!(error = %err, "cannot count the scope's keys; not capping this request");
+            return None;
+        }
+    };
+    let (kind, detail, seconds) = if in_flight_cap.is_some_and(|cap| usage.in_flight > cap) {
+        let seconds = config.lease.as_secs().max(1);
+        (
+            "too-many-in-flight",
+            format!(
+                "this client has {} requests with keys in flight, over its limit of {}; \
+                 nothing was run: retry with the same key after {seconds}s",
+                usage.in_flight - 1,
+                in_flight_cap.unwrap_or_default()
+            ),
+            seconds,
+        )
+    } else if keys_cap.is_some_and(|cap| usage.keys > cap) {
+        (
+            "too-many-keys",
+            format!(
+                "this client holds {} idempotency keys, over its limit of {}; nothing was \
+                 run: retry later, once older keys have expired, or reuse keys of requests \
+                 you retry",
+                usage.keys - 1,
+                keys_cap.unwrap_or_default()
+            ),
+            60,
+        )
+    } else {
+        return None;
+    };
+    Outcome::OverQuota.record();
+    Some(
+        Problem::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            kind,
+            "Too many idempotency keys for this client",
+            detail,
+        )
+        .retry_after(seconds)
+        .into_response(),
+    )
 }
 
 /// Reads a keyed request's body within the limit, or the refusal to send instead.

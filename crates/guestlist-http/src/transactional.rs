@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use futures_core::future::BoxFuture;
 use guestlist_core::{
-    Attempt, Begin, Completed, Fingerprint, IdempotencyKey, Scope, StoredResponse,
+    Attempt, Begin, Completed, Fingerprint, IdempotencyKey, Scope, ScopeUsage, StoredResponse,
 };
 use guestlist_sqlx::{Backend, SqlKeyStore};
 use http::Extensions;
@@ -306,6 +306,16 @@ impl<DB: Backend> Mode for Transactional<DB> {
             None => {}
         }
         Ok(())
+    }
+
+    async fn usage(&self, scope: &Scope) -> Result<Option<ScopeUsage>, BoxError> {
+        let mut usage = self.store.usage(scope).await?;
+        if self.claim_on_tx.is_some() {
+            // This request's claim is on its own transaction, not yet visible to the count.
+            usage.in_flight += 1;
+            usage.keys += 1;
+        }
+        Ok(Some(usage))
     }
 
     async fn keep_locked(&self, slot: TxSlot<DB>) -> Result<(), BoxError> {

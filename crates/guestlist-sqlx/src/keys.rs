@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use guestlist_core::{
-    Attempt, Begin, Completed, Fingerprint, IdempotencyKey, KeyStore, Retention, Scope, StoredBody,
-    StoredResponse, TableName,
+    Attempt, Begin, Completed, Fingerprint, IdempotencyKey, KeyStore, Retention, Scope, ScopeUsage,
+    StoredBody, StoredResponse, TableName,
 };
 use sqlx::Pool;
 
@@ -337,6 +337,20 @@ impl<DB: Backend> SqlKeyStore<DB> {
         })
     }
 
+    /// What `scope` holds: its keys in flight, and in all (one indexed count on the scope's
+    /// range of the primary key).
+    pub async fn usage(&self, scope: &Scope) -> Result<ScopeUsage, Error> {
+        let mut conn = self.pool.acquire().await?;
+        let (in_flight, keys) = DB::key_usage(&mut conn, &self.sql, scope.as_str())
+            .await
+            .map_err(|err| self.error(err))?;
+        let unsigned = |n: i64| u64::try_from(n).unwrap_or(0);
+        Ok(ScopeUsage {
+            in_flight: unsigned(in_flight),
+            keys: unsigned(keys),
+        })
+    }
+
     pub(crate) fn error(&self, err: sqlx::Error) -> Error {
         Error::from_store::<DB>(self.table(), err)
     }
@@ -411,5 +425,9 @@ impl<DB: Backend> KeyStore for SqlKeyStore<DB> {
         SqlKeyStore::release(self, scope, key, attempt)
             .await
             .map(drop)
+    }
+
+    async fn usage(&self, scope: &Scope) -> Result<Option<ScopeUsage>, Error> {
+        SqlKeyStore::usage(self, scope).await.map(Some)
     }
 }

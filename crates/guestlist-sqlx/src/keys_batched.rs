@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use guestlist_core::{
-    Attempt, Begin, Completed, Fingerprint, IdempotencyKey, KeyStore, Scope, StoredResponse,
+    Attempt, Begin, Completed, Fingerprint, IdempotencyKey, KeyStore, Scope, ScopeUsage,
+    StoredResponse,
 };
 use sqlx::Postgres;
 use tokio::sync::{mpsc, oneshot};
@@ -324,6 +325,10 @@ impl KeyStore for BatchedKeyStore {
         attempt: Attempt,
     ) -> Result<(), Error> {
         self.store.release(scope, key, attempt).await.map(drop)
+    }
+
+    async fn usage(&self, scope: &Scope) -> Result<Option<ScopeUsage>, Error> {
+        self.store.usage(scope).await.map(Some)
     }
 }
 

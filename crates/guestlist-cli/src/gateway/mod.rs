@@ -168,6 +168,8 @@ fn layer<K: KeyStore>(keys: K, settings: &Settings) -> IdempotencyLayer<Plain<Re
         .lease(settings.lease)
         .max_request_body(settings.max_body)
         .max_stored_body(settings.max_body)
+        .max_in_flight_per_scope(settings.max_in_flight_per_scope)
+        .max_keys_per_scope(settings.max_keys_per_scope)
         .mismatch_status(settings.mismatch_status);
     // The layer releases a key on 5xx and 429; the proxy marks the 5xx after which the work may
     // have run (an upstream 500, 502 or 504, a timeout) to keep their keys locked instead.

@@ -85,6 +85,12 @@ pub(crate) struct GatewayArgs {
     /// Client connections open at once; further clients wait to be accepted [default: 1024].
     #[arg(long, env = "GUESTLIST_GATEWAY_MAX_CONNECTIONS")]
     pub(crate) max_connections: Option<usize>,
+    /// Keys one client (scope) may have in flight at once; past it, 429 [default: no cap].
+    #[arg(long, env = "GUESTLIST_GATEWAY_MAX_IN_FLIGHT_PER_SCOPE")]
+    pub(crate) max_in_flight_per_scope: Option<u64>,
+    /// Keys one client (scope) may hold within --retention; past it, 429 [default: no cap].
+    #[arg(long, env = "GUESTLIST_GATEWAY_MAX_KEYS_PER_SCOPE")]
+    pub(crate) max_keys_per_scope: Option<u64>,
 }
 
 /// The same settings, from the TOML file.
@@ -110,6 +116,8 @@ struct FileSettings {
     header_timeout: Option<String>,
     body_timeout: Option<String>,
     max_connections: Option<usize>,
+    max_in_flight_per_scope: Option<u64>,
+    max_keys_per_scope: Option<u64>,
 }
 
 /// Whose key it is.
@@ -145,6 +153,8 @@ pub(crate) struct Settings {
     pub(crate) header_timeout: Duration,
     pub(crate) body_timeout: Duration,
     pub(crate) max_connections: usize,
+    pub(crate) max_in_flight_per_scope: Option<u64>,
+    pub(crate) max_keys_per_scope: Option<u64>,
 }
 
 impl Settings {
@@ -265,6 +275,10 @@ impl Settings {
             header_timeout,
             body_timeout,
             max_connections,
+            max_in_flight_per_scope: args
+                .max_in_flight_per_scope
+                .or(file.max_in_flight_per_scope),
+            max_keys_per_scope: args.max_keys_per_scope.or(file.max_keys_per_scope),
             metrics_listen: match args.metrics_listen.or(file.metrics_listen) {
                 Some(addr) => Some(addr.parse().with_context(|| {
                     format!("--metrics-listen {addr:?} is not an address like 127.0.0.1:9090")

@@ -115,3 +115,42 @@ async fn two_hundred_idle_connections_hold_at_most_the_cap() {
     .await;
     assert_eq!(answer.status, 201, "served once the idle clients are gone");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_client_cannot_grow_the_key_table_past_its_cap() {
+    let upstream = Upstream::start().await;
+    let store = Store::sqlite().await;
+    let gateway = Gateway::start(&upstream.url, &store, &["--max-keys-per-scope", "2"]).await;
+    let url = format!("{}/charges", gateway.url);
+    let send = |who: &'static str, key: &'static str| {
+        let url = url.clone();
+        async move {
+            post(
+                &url,
+                &[("authorization", who), ("idempotency-key", key)],
+                b"{}",
+            )
+            .await
+        }
+    };
+    assert_eq!(send("Bearer a", "k-1").await.status, 201);
+    assert_eq!(send("Bearer a", "k-2").await.status, 201);
+    let over = send("Bearer a", "k-3").await;
+    assert_eq!(over.status, 429, "{}", String::from_utf8_lossy(&over.body));
+    assert!(
+        over.json()["type"]
+            .as_str()
+            .unwrap()
+            .ends_with("#too-many-keys")
+    );
+    assert!(
+        send("Bearer a", "k-1").await.replayed,
+        "its stored keys still replay"
+    );
+    assert_eq!(
+        send("Bearer b", "k-3").await.status,
+        201,
+        "another client's cap is its own"
+    );
+    assert_eq!(upstream.executions("/charges"), 3);
+}

@@ -36,6 +36,7 @@ macro_rules! http_suite {
                 a_missing_key_passes_through_or_is_refused_where_required,
                 a_keyed_request_without_credentials_is_refused,
                 one_client_is_one_scope_whatever_the_case_of_its_scheme,
+                a_client_over_its_key_caps_gets_429_and_runs_nothing,
                 an_oversize_response_is_sent_whole_and_never_run_again,
                 quoted_and_bare_keys_name_the_same_key,
             );

@@ -29,6 +29,8 @@ pub struct Settings {
     /// Scope keys by this request header instead of `Authorization`.
     pub scope_header: Option<&'static str>,
     pub fingerprint_header: Option<axum::http::HeaderName>,
+    pub max_in_flight_per_scope: Option<u64>,
+    pub max_keys_per_scope: Option<u64>,
 }
 
 impl Default for Settings {
@@ -43,6 +45,8 @@ impl Default for Settings {
             mismatch_status: None,
             scope_header: None,
             fingerprint_header: None,
+            max_in_flight_per_scope: None,
+            max_keys_per_scope: None,
         }
     }
 }
@@ -53,7 +57,9 @@ pub fn configure<M: Mode>(layer: IdempotencyLayer<M>, settings: &Settings) -> Id
         .lease(settings.lease)
         .max_request_body(settings.max_request_body)
         .max_stored_body(settings.max_stored_body)
-        .require_key(settings.require_key);
+        .require_key(settings.require_key)
+        .max_in_flight_per_scope(settings.max_in_flight_per_scope)
+        .max_keys_per_scope(settings.max_keys_per_scope);
     if let Some(methods) = &settings.methods {
         layer = layer.methods(methods.clone());
     }
@@ -88,6 +94,8 @@ pub trait Store: Send + Sync + Sized + 'static {
     /// Whether the claim rides on the handler's transaction behind a lock (PostgreSQL's
     /// `claim_in_transaction`): a dead attempt leaves nothing behind, a stalled one keeps its key.
     const LOCKED_CLAIM: bool = false;
+    /// Whether the store counts a scope's keys, so that per-scope caps apply (not Redis).
+    const COUNTS_KEYS: bool = true;
 
     /// Fresh tables for the test `name`.
     fn open(name: &str) -> impl Future<Output = Self> + Send;
@@ -382,6 +390,7 @@ impl Store for Redis {
     const LABEL: &'static str = "Redis";
     const TRANSACTIONAL: bool = false;
     const SINGLE_WRITER: bool = false;
+    const COUNTS_KEYS: bool = false;
 
     async fn open(name: &str) -> Self {
         let url =

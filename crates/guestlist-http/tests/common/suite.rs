@@ -674,3 +674,85 @@ pub async fn quoted_and_bare_keys_name_the_same_key<S: Store>(name: &str) {
     assert!(bare.replayed(), "\"k-1\" and k-1 are one key");
     assert_eq!(api.executions(), 1);
 }
+
+pub async fn a_client_over_its_key_caps_gets_429_and_runs_nothing<S: Store>(name: &str) {
+    let settings = Settings {
+        max_keys_per_scope: Some(3),
+        max_in_flight_per_scope: Some(1),
+        ..Settings::default()
+    };
+    let api = Arc::new(Api::<S>::start(name, settings).await);
+    if !S::COUNTS_KEYS {
+        // A store that cannot count is not capped: documented, and checked here.
+        for n in 0..5 {
+            assert_eq!(
+                api.send(&Call::new(&format!("cap-{n}"))).await.status,
+                StatusCode::CREATED
+            );
+        }
+        return;
+    }
+    if S::SINGLE_WRITER || S::LOCKED_CLAIM {
+        // A held handler holds SQLite's one write lock, and a claim on the handler's
+        // transaction is invisible to the count until it commits: the in-flight cap is for
+        // stores whose claims commit first.
+        let first = api.send(&Call::new("cap-held")).await;
+        assert_eq!(first.status, StatusCode::CREATED);
+        assert_eq!(
+            api.send(&Call::new("cap-second").by(Some("Bearer bob")))
+                .await
+                .status,
+            StatusCode::CREATED
+        );
+    } else {
+        // In flight: one held at a gate, a second key from the same client is refused.
+        let held = api.held(&Call::new("cap-held"), "cap").await;
+        let second = api.send(&Call::new("cap-second")).await;
+        assert_eq!(
+            second.status,
+            StatusCode::TOO_MANY_REQUESTS,
+            "{}",
+            second.text()
+        );
+        assert_eq!(second.problem().as_deref(), Some("too-many-in-flight"));
+        assert!(second.header("retry-after").is_some());
+        let other_client = api
+            .send(&Call::new("cap-second").by(Some("Bearer bob")))
+            .await;
+        assert_eq!(
+            other_client.status,
+            StatusCode::CREATED,
+            "another client has caps of its own"
+        );
+        api.state.gate("cap").open.notify_one();
+        assert_eq!(held.await.unwrap().status, StatusCode::CREATED);
+    }
+    // Stored: with cap-held done, two more keys fit, the fourth does not.
+    for key in ["cap-second", "cap-third"] {
+        assert_eq!(
+            api.send(&Call::new(key)).await.status,
+            StatusCode::CREATED,
+            "{key}"
+        );
+    }
+    let over = api.send(&Call::new("cap-fourth")).await;
+    assert_eq!(
+        over.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "{}",
+        over.text()
+    );
+    assert_eq!(over.problem().as_deref(), Some("too-many-keys"));
+    let replay = api.send(&Call::new("cap-held")).await;
+    assert!(replay.replayed(), "stored keys still replay over the cap");
+    assert_eq!(
+        api.executions(),
+        4,
+        "cap-held, bob's, cap-second, cap-third"
+    );
+    assert_eq!(
+        api.store.stored_keys().await,
+        4,
+        "the refused keys left nothing behind"
+    );
+}

@@ -129,6 +129,8 @@ pub struct KeysSql {
     pub(crate) evict: Arc<str>,
     /// The table's figures, for operators.
     pub(crate) stats: Arc<str>,
+    /// One scope's keys in flight and in all: scope.
+    pub(crate) usage: Arc<str>,
     /// Claims a key on the caller's transaction behind an advisory lock (PostgreSQL only;
     /// empty elsewhere).
     pub(crate) claim_locked: Arc<str>,
@@ -152,6 +154,7 @@ impl KeysSql {
             release: fill(DB::KEY_RELEASE),
             evict: fill(DB::KEY_EVICT),
             stats: fill(DB::KEY_STATS),
+            usage: fill(DB::KEY_USAGE),
             claim_locked: fill(DB::KEY_CLAIM_LOCKED),
         }
     }
@@ -373,6 +376,17 @@ macro_rules! keys_same_everywhere {
                 .await
         }
 
+        async fn key_usage<'c>(
+            conn: &'c mut $conn,
+            sql: &'c KeysSql,
+            scope: &'c str,
+        ) -> Result<(i64, i64), sqlx::Error> {
+            sqlx::query_as(sqlx::AssertSqlSafe(sql.usage.clone()))
+                .bind(scope)
+                .fetch_one(conn)
+                .await
+        }
+
         async fn key_update<'c>(
             conn: &'c mut $conn,
             statement: &'c std::sync::Arc<str>,
@@ -565,6 +579,8 @@ pub(crate) mod sealed {
         /// Template of [`KeysSql::stats`]: rows, rows in flight, the oldest row's age in
         /// milliseconds, and the table's size in bytes (SQLite: the database file's).
         const KEY_STATS: &'static str;
+        /// Template of [`KeysSql::usage`]: one scope's keys in flight, and in all.
+        const KEY_USAGE: &'static str;
         /// Template of [`KeysSql::claim_locked`]: scope, key, fingerprint, token, lease in
         /// milliseconds; reads (lock held, row inserted). Empty where the database has no
         /// transaction-scoped lock to try.
@@ -594,6 +610,13 @@ pub(crate) mod sealed {
             conn: &'c mut Self::Connection,
             sql: &'c KeysSql,
         ) -> impl Future<Output = Result<KeyStatsRow, sqlx::Error>> + Send + 'c;
+
+        /// Counts one scope's keys in flight, and in all.
+        fn key_usage<'c>(
+            conn: &'c mut Self::Connection,
+            sql: &'c KeysSql,
+            scope: &'c str,
+        ) -> impl Future<Output = Result<(i64, i64), sqlx::Error>> + Send + 'c;
 
         /// Runs a statement that binds, in order, the given values and reports rows affected:
         /// take-over, complete, release and evict share it.

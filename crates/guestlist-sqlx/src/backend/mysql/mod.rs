@@ -203,6 +203,8 @@ impl KeyStatements for MySql {
     const KEY_RELEASE: &'static str = "DELETE FROM {table} \
          WHERE scope = ? AND idempotency_key = ? AND token = ? AND status IS NULL";
     const KEY_EVICT: &'static str = "DELETE FROM {table} WHERE scope = ? AND idempotency_key = ?";
+    const KEY_USAGE: &'static str = "SELECT CAST(COALESCE(SUM(status IS NULL), 0) AS SIGNED), \
+         COUNT(*) FROM {table} WHERE scope = ?";
     const KEY_STATS: &'static str = "SELECT COUNT(*), \
          CAST(COALESCE(SUM(status IS NULL), 0) AS SIGNED), \
          CAST(TIMESTAMPDIFF(MICROSECOND, MIN(created_at), UTC_TIMESTAMP(6)) DIV 1000 AS SIGNED), \

@@ -132,6 +132,8 @@ impl KeyStatements for Postgres {
     const KEY_RELEASE: &'static str = "DELETE FROM {table} \
          WHERE scope = $1 AND idempotency_key = $2 AND token = $3 AND status IS NULL";
     const KEY_EVICT: &'static str = "DELETE FROM {table} WHERE scope = $1 AND idempotency_key = $2";
+    const KEY_USAGE: &'static str = "SELECT (COUNT(*) FILTER (WHERE status IS NULL))::bigint, \
+         COUNT(*)::bigint FROM {table} WHERE scope = $1";
     const KEY_STATS: &'static str = "SELECT COUNT(*)::bigint, \
          (COUNT(*) FILTER (WHERE status IS NULL))::bigint, \
          (EXTRACT(EPOCH FROM (now() - MIN(created_at))) * 1000)::bigint, \

@@ -165,6 +165,8 @@ impl KeyStatements for Sqlite {
          WHERE scope = ?1 AND idempotency_key = ?2 AND token = ?3 AND status IS NULL";
     const KEY_EVICT: &'static str = "DELETE FROM {table} WHERE scope = ?1 AND idempotency_key = ?2";
     // SQLite has no size per table without the dbstat module: the whole file's size instead.
+    const KEY_USAGE: &'static str =
+        "SELECT COALESCE(SUM(status IS NULL), 0), COUNT(*) FROM {table} WHERE scope = ?1";
     const KEY_STATS: &'static str = "SELECT COUNT(*), \
          COALESCE(SUM(status IS NULL), 0), \
          CAST(round((julianday('now') - julianday(MIN(created_at))) * 86400000.0) AS INTEGER), \
