@@ -150,4 +150,37 @@ mod tests {
             assert_eq!(canonical(blank), None, "{blank:?}");
         }
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2_000))]
+
+        /// No `Authorization` value makes the scope panic.
+        #[test]
+        fn no_value_panics(raw in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300)) {
+            let _ = canonical_credentials(&raw);
+        }
+
+        /// The scheme's case and spacing never split one client into two scopes.
+        #[test]
+        fn the_scheme_is_case_insensitive(scheme in "[A-Za-z]{1,12}", credentials in "[!-~]{1,60}") {
+            let lower = format!("{} {credentials}", scheme.to_ascii_lowercase());
+            let shouted = format!(" {}  {credentials} ", scheme.to_ascii_uppercase());
+            proptest::prop_assert_eq!(
+                canonical_credentials(lower.as_bytes()),
+                canonical_credentials(shouted.as_bytes())
+            );
+        }
+
+        /// Different credentials never share a scope, with a scheme or bare.
+        #[test]
+        fn different_credentials_stay_apart(a in "[!-~]{1,30}", b in "[!-~]{1,30}") {
+            proptest::prop_assume!(a != b);
+            for (x, y) in [(a.clone(), b.clone()), (format!("Bearer {a}"), format!("Bearer {b}"))] {
+                proptest::prop_assert_ne!(
+                    canonical_credentials(x.as_bytes()),
+                    canonical_credentials(y.as_bytes())
+                );
+            }
+        }
+    }
 }

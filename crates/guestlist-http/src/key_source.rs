@@ -87,8 +87,15 @@ impl KeySource {
                         number.to_string()
                     }
                     Some(other) => {
+                        // Named by its kind, not echoed: it may be a megabyte of JSON.
+                        let kind = match other {
+                            serde_json::Value::Bool(_) => "a boolean",
+                            serde_json::Value::Number(_) => "a fractional number",
+                            serde_json::Value::Array(_) => "an array",
+                            _ => "an object",
+                        };
                         return KeyHeader::Malformed(format!(
-                            "the value at {pointer} is {other}, not a string"
+                            "the value at {pointer} is {kind}, not a string"
                         ));
                     }
                 };
@@ -160,5 +167,29 @@ mod tests {
         assert!(a.as_str().starts_with("sha256:"));
         assert_ne!(a, b, "the same JSON with other bytes is another delivery");
         assert_eq!(key(&sha, b""), KeyHeader::Missing);
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2_000))]
+
+        /// No body makes the JSON key reader panic, and what it refuses it describes briefly.
+        #[test]
+        fn no_body_panics_the_json_reader(body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512)) {
+            for pointer in ["/id", "/a/0", "", "/~1"] {
+                if let KeyHeader::Malformed(why) = key(&KeySource::JsonPointer(pointer.into()), &body) {
+                    proptest::prop_assert!(why.len() < 400, "{why}");
+                }
+            }
+        }
+
+        /// The id a JSON body carries is its key, byte for byte.
+        #[test]
+        fn the_id_in_a_json_body_is_its_key(id in "[ -~]{1,255}") {
+            let body = serde_json::json!({ "id": id, "amount": 1 }).to_string();
+            match key(&KeySource::JsonPointer("/id".into()), body.as_bytes()) {
+                KeyHeader::Key(found) => proptest::prop_assert_eq!(found.as_str(), id.as_str()),
+                other => proptest::prop_assert!(false, "{other:?}"),
+            }
+        }
     }
 }
