@@ -533,7 +533,7 @@ async fn over_quota<M: Mode>(mode: &M, config: &Config, scope: &Scope) -> Option
         (
             "too-many-in-flight",
             format!(
-                "this client has {} requests with keys in flight, over its limit of {}; \
+                "this client already has {} requests with keys in flight, and its limit is {}; \
                  nothing was run: retry with the same key after {seconds}s",
                 usage.in_flight - 1,
                 in_flight_cap.unwrap_or_default()
@@ -544,9 +544,9 @@ async fn over_quota<M: Mode>(mode: &M, config: &Config, scope: &Scope) -> Option
         (
             "too-many-keys",
             format!(
-                "this client holds {} idempotency keys, over its limit of {}; nothing was \
-                 run: retry later, once older keys have expired, or reuse keys of requests \
-                 you retry",
+                "this client already holds {} idempotency keys, and its limit is {}; nothing \
+                 was run: retry later, once older keys have expired, and reuse a key only to \
+                 retry its own request",
                 usage.keys - 1,
                 keys_cap.unwrap_or_default()
             ),
