@@ -8,6 +8,36 @@ http_suite!(transactional, common::stores::Sql<sqlx::Postgres>);
 http_suite!(plain, common::stores::PlainSql<sqlx::Postgres>);
 http_suite!(locked, common::stores::LockedPostgres);
 http_suite!(batched, common::stores::BatchedPostgres);
+http_suite!(sealed, common::stores::SealedPostgres);
+
+/// With sealing on, the key table holds no response body an operator could read, and retries
+/// still get the response byte for byte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sealed_bodies_are_unreadable_at_rest_and_replay_whole() {
+    use common::client::{Call, Server};
+    use common::stores::{SealedPostgres, Settings, Store};
+
+    let store = SealedPostgres::open("sealed_at_rest").await;
+    let state = common::app::AppState::default();
+    let server = Server::start(store.router(state.clone(), &Settings::default())).await;
+    let call = Call::new("sealed-1");
+    let first = call.send(&server.base).await;
+    let again = call.send(&server.base).await;
+    assert_eq!(first.status, 201);
+    assert!(again.replayed());
+    assert_eq!(again.body, first.body, "byte for byte");
+    let at_rest = store.bodies_at_rest().await;
+    assert_eq!(at_rest.len(), 1);
+    let plain = &first.body[..first.body.len().min(12)];
+    assert!(
+        !at_rest[0].windows(plain.len()).any(|w| w == plain),
+        "the stored body is not the response"
+    );
+    assert!(
+        at_rest[0].starts_with(b"glseal1\x03new"),
+        "sealed with the newest key, by id"
+    );
+}
 
 /// One test per store and point at which the client hangs up.
 macro_rules! hang_up {

@@ -30,6 +30,10 @@ pub enum Error {
     /// The database refused or failed, or could not be reached.
     #[error("database error: {0}")]
     Database(#[source] sqlx::Error),
+    /// A stored body could not be sealed or opened ([`Sealing`](crate::Sealing)); the text says
+    /// why and what to do.
+    #[error("sealed bodies: {0}")]
+    Sealing(String),
     /// The statement that carried this request together with others failed
     /// ([`BatchedKeyStore`](crate::BatchedKeyStore)); every request in it gets the same cause.
     #[error(transparent)]

@@ -10,11 +10,11 @@ use guestlist_core::{
 };
 use sqlx::Pool;
 
-use crate::Error;
 use crate::backend::sealed::KeyValues;
 use crate::backend::{Backend, KeyRow, KeysSql, TableSql};
 use crate::key_report::{KeyRecord, KeyState, KeyStats};
 use crate::purge::{Purge, Purgeable, sealed};
+use crate::{Error, Sealing};
 
 /// The default table name.
 const DEFAULT_TABLE: &str = "guestlist_keys";
@@ -52,6 +52,8 @@ pub(crate) const BEGIN_ROUNDS: usize = 5;
 pub struct SqlKeyStore<DB: Backend> {
     pool: Pool<DB>,
     pub(crate) sql: Arc<KeysSql>,
+    /// Seals stored bodies at rest, when set.
+    sealing: Option<Sealing>,
 }
 
 impl<DB: Backend> Clone for SqlKeyStore<DB> {
@@ -59,6 +61,7 @@ impl<DB: Backend> Clone for SqlKeyStore<DB> {
         Self {
             pool: self.pool.clone(),
             sql: Arc::clone(&self.sql),
+            sealing: self.sealing.clone(),
         }
     }
 }
@@ -89,6 +92,29 @@ impl<DB: Backend> SqlKeyStore<DB> {
         Self {
             pool,
             sql: Arc::new(KeysSql::new::<DB>(&table)),
+            sealing: None,
+        }
+    }
+
+    /// Seals the response bodies this store writes (AES-256-GCM, see [`Sealing`]), so that
+    /// reading the key table reveals no response; bodies it reads are opened, and bodies stored
+    /// before sealing was turned on are read as they are. Every instance on the table needs the
+    /// same keys.
+    pub fn sealed(mut self, sealing: Sealing) -> Self {
+        self.sealing = Some(sealing);
+        self
+    }
+
+    /// A response body as it is stored: sealed for its row, when sealing is on.
+    pub(crate) fn body_at_rest(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        body: Option<&[u8]>,
+    ) -> Result<Option<Vec<u8>>, Error> {
+        match (&self.sealing, body) {
+            (Some(sealing), Some(body)) => sealing.seal(scope, key, body).map(Some),
+            (_, body) => Ok(body.map(<[u8]>::to_vec)),
         }
     }
 
@@ -185,8 +211,7 @@ impl<DB: Backend> SqlKeyStore<DB> {
         fingerprint: &Fingerprint,
         take_over: Option<i64>,
     ) -> Result<Option<Begin>, Error> {
-        let (scope, key) = (scope.as_str(), key.as_str());
-        let Some(row) = DB::key_select(conn, &self.sql, scope, key)
+        let Some(mut row) = DB::key_select(conn, &self.sql, scope.as_str(), key.as_str())
             .await
             .map_err(|err| self.error(err))?
         else {
@@ -196,8 +221,12 @@ impl<DB: Backend> SqlKeyStore<DB> {
             return Ok(Some(Begin::Mismatch));
         }
         if row.status.is_some() {
+            if let (Some(sealing), Some(body)) = (&self.sealing, row.body.take()) {
+                row.body = Some(sealing.open(scope, key, body)?);
+            }
             return Ok(Some(replay_of(row)));
         }
+        let (scope, key) = (scope.as_str(), key.as_str());
         let lease_left = row.lease_left_ms.unwrap_or(0);
         let Some(lease_ms) = take_over.filter(|_| lease_left <= 0) else {
             return Ok(Some(Begin::InFlight {
@@ -232,11 +261,11 @@ impl<DB: Backend> SqlKeyStore<DB> {
         response: &StoredResponse,
     ) -> Result<Completed, Error> {
         let headers = response.encode_headers();
-        let body = response.body.stored_bytes();
+        let body = self.body_at_rest(scope, key, response.body.stored_bytes())?;
         let values = KeyValues::Complete(
             i32::from(response.status),
             &headers,
-            body,
+            body.as_deref(),
             scope.as_str(),
             key.as_str(),
             attempt.token() as i64,

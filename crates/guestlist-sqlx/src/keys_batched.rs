@@ -298,6 +298,9 @@ impl KeyStore for BatchedKeyStore {
         attempt: Attempt,
         response: &StoredResponse,
     ) -> Result<Completed, Error> {
+        let body = self
+            .store
+            .body_at_rest(scope, key, response.body.stored_bytes())?;
         let stored = self
             .through(|reply| {
                 Item::Complete(CompleteItem {
@@ -306,7 +309,7 @@ impl KeyStore for BatchedKeyStore {
                     token: attempt.token() as i64,
                     status: i32::from(response.status),
                     headers: response.encode_headers(),
-                    body: response.body.stored_bytes().map(<[u8]>::to_vec),
+                    body,
                     reply,
                 })
             })

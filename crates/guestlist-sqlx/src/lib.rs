@@ -27,6 +27,7 @@ mod purge;
 mod purger;
 mod retry;
 mod schema;
+mod sealing;
 
 pub use backend::Backend;
 #[cfg(feature = "sqlite")]
@@ -46,4 +47,5 @@ pub use process::{BatchProcessed, ProcessError, Processed, WorkFuture};
 pub use purge::{Purge, Purgeable, Purged};
 pub use purger::{Purger, PurgerHandle};
 pub use schema::Schema;
+pub use sealing::Sealing;
 pub use sqlx;

@@ -9,7 +9,8 @@
 //! answering retries of stored keys: the claim's INSERT and a SELECT, no commit). On PostgreSQL
 //! also `fresh_in_tx` and `replay_in_tx`: the same with `claim_in_transaction` (BEGIN, the locked
 //! claim, the row, the stored response, COMMIT: 5 statements, 1 commit; a replay is BEGIN, the
-//! claim, a SELECT and ROLLBACK). The load generator runs in the same process: 32 keep-alive
+//! claim, a SELECT and ROLLBACK). `fresh_encrypted` is `fresh` with the stored bodies sealed at
+//! rest (AES-256-GCM). Guarded handlers answer 512 bytes of JSON. The load generator runs in the same process: 32 keep-alive
 //! connections in a closed loop.
 
 mod workload;
@@ -38,16 +39,18 @@ enum Figure {
     Replay,
     FreshInTx,
     ReplayInTx,
+    FreshSealed,
 }
 
 impl Figure {
-    const ALL: [Figure; 6] = [
+    const ALL: [Figure; 7] = [
         Figure::Unprotected,
         Figure::UnprotectedTx,
         Figure::Fresh,
         Figure::Replay,
         Figure::FreshInTx,
         Figure::ReplayInTx,
+        Figure::FreshSealed,
     ];
 
     fn in_tx(self) -> bool {
@@ -64,6 +67,7 @@ impl requests::Figure for Figure {
             Figure::Replay => "replay",
             Figure::FreshInTx => "fresh_in_tx",
             Figure::ReplayInTx => "replay_in_tx",
+            Figure::FreshSealed => "fresh_encrypted",
         }
     }
 }
@@ -110,6 +114,7 @@ pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
             ("replay_vs_fresh", "replay", "fresh"),
             ("fresh_in_tx_vs_unprotected", "fresh_in_tx", "unprotected"),
             ("replay_in_tx_vs_fresh_in_tx", "replay_in_tx", "fresh_in_tx"),
+            ("fresh_encrypted_vs_fresh", "fresh_encrypted", "fresh"),
         ] {
             report.ratio(name, over, under, backend, CONNECTIONS);
         }
@@ -154,13 +159,28 @@ async fn unprotected_tx<DB: HttpWorkload>(State(pool): State<Pool<DB>>, body: By
     }
 }
 
-/// The same handler behind the layer: the row on the request's transaction.
-async fn protected<DB: HttpWorkload>(mut tx: IdempotentTx<DB>, body: Bytes) -> StatusCode {
+/// The same handler behind the layer: the row on the request's transaction, and a 512-byte
+/// answer like a payment API's, so that storing (and sealing) it costs what it would.
+async fn protected<DB: HttpWorkload>(
+    mut tx: IdempotentTx<DB>,
+    body: Bytes,
+) -> (StatusCode, &'static str) {
     match DB::insert(&mut tx, &body).await {
-        Ok(()) => StatusCode::CREATED,
-        Err(_) => StatusCode::SERVICE_UNAVAILABLE,
+        Ok(()) => (StatusCode::CREATED, ANSWER),
+        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, ""),
     }
 }
+
+/// What the protected handler answers: 512 bytes of JSON.
+const ANSWER: &str = concat!(
+    r#"{"id":"ch_3Pq8sK2eZvKYlo2C1a4bXyZt","object":"charge","amount":1200,"currency":"eur","#,
+    r#""status":"succeeded","captured":true,"paid":true,"refunded":false,"livemode":false,"#,
+    r#""description":"order 42","receipt_email":"alice@example.com","#,
+    r#""payment_method":"pm_1Pq8sK2eZvKYlo2CxyzAbCdE","balance_transaction":"txn_3Pq8sK2eZvKYlo2C","#,
+    r#""billing_details":{"name":"Alice Example","address":{"city":"Lyon","country":"FR","#,
+    r#""line1":"1 rue de la Paix","postal_code":"69001"}},"metadata":{"order":"42"},"#,
+    r#""created":1764460800,"outcome":{"network_status":"approved_by_network","type":"authorized"}}"#
+);
 
 /// Serves `router` on a loopback port; returns its base URL.
 async fn serve(router: Router) -> anyhow::Result<String> {
@@ -203,6 +223,15 @@ async fn measure_backend<DB: HttpWorkload>(
             .layer(IdempotencyLayer::transactional(keys.clone())),
     )
     .await?;
+    let sealing = guestlist::Sealing::parse(&format!("bench:{}", "42".repeat(32)))?;
+    let sealed = serve(
+        Router::new()
+            .route("/payments", post(protected::<DB>))
+            .layer(IdempotencyLayer::transactional(
+                keys.clone().sealed(sealing),
+            )),
+    )
+    .await?;
     let guarded_in_tx = match DB::claim_in_transaction(keys) {
         Some(layer) => Some(
             serve(
@@ -227,13 +256,14 @@ async fn measure_backend<DB: HttpWorkload>(
         send(&client, &guarded, Some(&format!("stored-{n}"))).await?;
     }
 
-    let urls = (plain, plain_tx, guarded, guarded_in_tx);
+    let urls = (plain, plain_tx, guarded, guarded_in_tx, sealed);
     let rows = requests::measure(
         plan,
         &figures,
         DB::LABEL,
         move |figure, round, worker, n| {
-            let (client, (plain, plain_tx, guarded, in_tx)) = (client.clone(), urls.clone());
+            let (client, (plain, plain_tx, guarded, in_tx, sealed)) =
+                (client.clone(), urls.clone());
             async move {
                 let fresh = format!("{}r{round}-w{worker}-{n}", requests::Figure::name(figure));
                 let stored = stored_key(worker, n);
@@ -244,6 +274,7 @@ async fn measure_backend<DB: HttpWorkload>(
                     Figure::Replay => send(&client, &guarded, Some(&stored)).await,
                     Figure::FreshInTx => send(&client, &in_tx, Some(&fresh)).await,
                     Figure::ReplayInTx => send(&client, &in_tx, Some(&stored)).await,
+                    Figure::FreshSealed => send(&client, &sealed, Some(&fresh)).await,
                 }
             }
         },

@@ -69,7 +69,14 @@ impl GatewayKeys for sqlx::MySql {
 async fn serve<DB: GatewayKeys>(pool: Pool<DB>, settings: Settings) -> anyhow::Result<()> {
     // Before anything can take a request, so that a SIGTERM is never the default (instant) one.
     let terminated = crate::signal::Terminated::install()?;
-    let keys = SqlKeyStore::with_table(pool.clone(), &settings.table)?;
+    let mut keys = SqlKeyStore::with_table(pool.clone(), &settings.table)?;
+    if let Some(sealing) = &settings.sealing {
+        tracing::info!(
+            key_id = sealing.sealing_key_id(),
+            "stored response bodies are sealed"
+        );
+        keys = keys.sealed(sealing.clone());
+    }
     keys.migrate().await.with_context(|| {
         format!(
             "cannot create the key table {} in {}",

@@ -91,6 +91,11 @@ pub(crate) struct GatewayArgs {
     /// Keys one client (scope) may hold within --retention; past it, 429 [default: no cap].
     #[arg(long, env = "GUESTLIST_GATEWAY_MAX_KEYS_PER_SCOPE")]
     pub(crate) max_keys_per_scope: Option<u64>,
+    /// A file of keys that seal stored response bodies at rest, `id:hex,id:hex` (the first
+    /// seals; `openssl rand -hex 32` makes one); or the keys themselves in
+    /// GUESTLIST_SEALING_KEYS [default: bodies stored as they are].
+    #[arg(long, env = "GUESTLIST_GATEWAY_SEALING_KEYS_FILE")]
+    pub(crate) sealing_keys_file: Option<PathBuf>,
 }
 
 /// The same settings, from the TOML file.
@@ -118,6 +123,7 @@ struct FileSettings {
     max_connections: Option<usize>,
     max_in_flight_per_scope: Option<u64>,
     max_keys_per_scope: Option<u64>,
+    sealing_keys_file: Option<PathBuf>,
 }
 
 /// Whose key it is.
@@ -155,6 +161,7 @@ pub(crate) struct Settings {
     pub(crate) max_connections: usize,
     pub(crate) max_in_flight_per_scope: Option<u64>,
     pub(crate) max_keys_per_scope: Option<u64>,
+    pub(crate) sealing: Option<guestlist::Sealing>,
 }
 
 impl Settings {
@@ -279,6 +286,7 @@ impl Settings {
                 .max_in_flight_per_scope
                 .or(file.max_in_flight_per_scope),
             max_keys_per_scope: args.max_keys_per_scope.or(file.max_keys_per_scope),
+            sealing: sealing(args.sealing_keys_file.or(file.sealing_keys_file))?,
             metrics_listen: match args.metrics_listen.or(file.metrics_listen) {
                 Some(addr) => Some(addr.parse().with_context(|| {
                     format!("--metrics-listen {addr:?} is not an address like 127.0.0.1:9090")
@@ -287,6 +295,20 @@ impl Settings {
             },
         })
     }
+}
+
+/// The sealing keys: from the file named, else from `GUESTLIST_SEALING_KEYS`, else none. The
+/// keys themselves never go in the settings file, which is often not kept secret.
+fn sealing(file: Option<PathBuf>) -> anyhow::Result<Option<guestlist::Sealing>> {
+    let keys = match file {
+        Some(path) => std::fs::read_to_string(&path)
+            .with_context(|| format!("cannot read the sealing keys in {}", path.display()))?,
+        None => match std::env::var("GUESTLIST_SEALING_KEYS") {
+            Ok(keys) => keys,
+            Err(_) => return Ok(None),
+        },
+    };
+    Ok(Some(guestlist::Sealing::parse(&keys)?))
 }
 
 fn read_file(path: &Path) -> anyhow::Result<FileSettings> {

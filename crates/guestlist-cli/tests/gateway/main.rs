@@ -6,6 +6,7 @@
 
 mod hang_up;
 mod harness;
+mod sealed;
 mod slow_clients;
 mod suite;
 

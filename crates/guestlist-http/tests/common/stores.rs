@@ -430,3 +430,59 @@ impl Store for Redis {
         self.our_keys().await.len() as u64
     }
 }
+
+/// The sealing keys the sealed stores use: a current key and an older one.
+#[cfg(feature = "postgres")]
+pub fn test_sealing() -> guestlist_sqlx::Sealing {
+    guestlist_sqlx::Sealing::parse(&format!("new:{},old:{}", "5a".repeat(32), "a5".repeat(32)))
+        .unwrap()
+}
+
+/// PostgreSQL in transactional mode with response bodies sealed at rest.
+#[cfg(feature = "postgres")]
+pub struct SealedPostgres(Sql<sqlx::Postgres>);
+
+#[cfg(feature = "postgres")]
+impl SealedPostgres {
+    /// The raw bytes of every stored body, as an operator reading the table sees them.
+    pub async fn bodies_at_rest(&self) -> Vec<Vec<u8>> {
+        let sql = format!(
+            "SELECT body FROM {} WHERE body IS NOT NULL",
+            self.0.keys.table()
+        );
+        sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+            .fetch_all(&self.0.db.pool)
+            .await
+            .unwrap()
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl Store for SealedPostgres {
+    const LABEL: &'static str = "PostgreSQL, sealed bodies";
+    const TRANSACTIONAL: bool = true;
+    const SINGLE_WRITER: bool = false;
+
+    wraps_store!(Sql);
+
+    fn router(&self, state: AppState, settings: &Settings) -> Router {
+        let keys = self.0.keys.clone().sealed(test_sealing());
+        Router::new()
+            .route(
+                "/payments",
+                post(pay_in_transaction::<sqlx::Postgres>)
+                    .patch(pay_in_transaction::<sqlx::Postgres>)
+                    .put(pay_in_transaction::<sqlx::Postgres>),
+            )
+            .with_state((state, Arc::from(self.0.payments())))
+            .layer(configure(IdempotencyLayer::transactional(keys), settings))
+    }
+
+    async fn effects(&self, state: &AppState) -> u64 {
+        self.0.effects(state).await
+    }
+
+    async fn stored_keys(&self) -> u64 {
+        self.0.stored_keys().await
+    }
+}
