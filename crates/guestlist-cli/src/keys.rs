@@ -90,7 +90,11 @@ async fn one_key<DB: Backend>(
     evict: bool,
     force: bool,
 ) -> anyhow::Result<()> {
-    let keys = SqlKeyStore::with_table(pool, table)?;
+    // Keys stored as keyed hashes are looked up by the raw key, hashed the gateway's way.
+    let mut keys = SqlKeyStore::with_table(pool, table)?;
+    if let Some(hashing) = crate::gateway::settings::key_hashing()? {
+        keys = keys.hashing_keys(hashing);
+    }
     let Some(record) = keys.inspect(scope, key).await? else {
         if evict {
             println!("no key {key} in scope {scope} (table {table}): nothing removed");

@@ -10,8 +10,8 @@ http_suite!(locked, common::stores::LockedPostgres);
 http_suite!(batched, common::stores::BatchedPostgres);
 http_suite!(sealed, common::stores::SealedPostgres);
 
-/// With sealing on, the key table holds no response body an operator could read, and retries
-/// still get the response byte for byte.
+/// With sealing and key hashing on, the key table holds no response body and no client key an
+/// operator could read, and retries still get the response byte for byte.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sealed_bodies_are_unreadable_at_rest_and_replay_whole() {
     use common::client::{Call, Server};
@@ -36,6 +36,13 @@ async fn sealed_bodies_are_unreadable_at_rest_and_replay_whole() {
     assert!(
         at_rest[0].starts_with(b"glseal1\x03new"),
         "sealed with the newest key, by id"
+    );
+    let keys = store.keys_at_rest().await;
+    assert_eq!(keys.len(), 1);
+    assert!(
+        keys[0].starts_with("hmac:") && !keys[0].contains("sealed-1"),
+        "the client's key is stored only as a keyed hash: {}",
+        keys[0]
     );
 }
 

@@ -14,7 +14,7 @@ use crate::backend::sealed::KeyValues;
 use crate::backend::{Backend, KeyRow, KeysSql, TableSql};
 use crate::key_report::{KeyRecord, KeyState, KeyStats};
 use crate::purge::{Purge, Purgeable, sealed};
-use crate::{Error, Sealing};
+use crate::{Error, KeyHashing, Sealing};
 
 /// The default table name.
 const DEFAULT_TABLE: &str = "guestlist_keys";
@@ -54,6 +54,8 @@ pub struct SqlKeyStore<DB: Backend> {
     pub(crate) sql: Arc<KeysSql>,
     /// Seals stored bodies at rest, when set.
     sealing: Option<Sealing>,
+    /// Stores keys as keyed hashes, when set.
+    hashing: Option<KeyHashing>,
 }
 
 impl<DB: Backend> Clone for SqlKeyStore<DB> {
@@ -62,6 +64,7 @@ impl<DB: Backend> Clone for SqlKeyStore<DB> {
             pool: self.pool.clone(),
             sql: Arc::clone(&self.sql),
             sealing: self.sealing.clone(),
+            hashing: self.hashing.clone(),
         }
     }
 }
@@ -93,6 +96,7 @@ impl<DB: Backend> SqlKeyStore<DB> {
             pool,
             sql: Arc::new(KeysSql::new::<DB>(&table)),
             sealing: None,
+            hashing: None,
         }
     }
 
@@ -103,6 +107,27 @@ impl<DB: Backend> SqlKeyStore<DB> {
     pub fn sealed(mut self, sealing: Sealing) -> Self {
         self.sealing = Some(sealing);
         self
+    }
+
+    /// Stores each key as a keyed hash of it ([`KeyHashing`]), so that reading the key table
+    /// reveals no client's keys. Operators then look a key up by the raw key with the same
+    /// secret (`guestlist keys inspect` reads it from `GUESTLIST_KEY_HASHING_SECRET`). Every
+    /// instance on the table needs the same secret; keys stored before it was set are not found
+    /// under it (their retries run again once).
+    pub fn hashing_keys(mut self, hashing: KeyHashing) -> Self {
+        self.hashing = Some(hashing);
+        self
+    }
+
+    /// A key as it is stored: a keyed hash of it, when hashing is on.
+    pub(crate) fn key_at_rest<'k>(
+        &self,
+        key: &'k IdempotencyKey,
+    ) -> std::borrow::Cow<'k, IdempotencyKey> {
+        match &self.hashing {
+            Some(hashing) => std::borrow::Cow::Owned(hashing.hash(key)),
+            None => std::borrow::Cow::Borrowed(key),
+        }
     }
 
     /// A response body as it is stored: sealed for its row, when sealing is on.
@@ -167,6 +192,7 @@ impl<DB: Backend> SqlKeyStore<DB> {
         fingerprint: &Fingerprint,
         lease: Duration,
     ) -> Result<Begin, Error> {
+        let key = &*self.key_at_rest(key);
         let lease_ms = lease_ms(lease);
         let mut conn = self.pool.acquire().await?;
         for _ in 0..BEGIN_ROUNDS {
@@ -221,7 +247,10 @@ impl<DB: Backend> SqlKeyStore<DB> {
             return Ok(Some(Begin::Mismatch));
         }
         if row.status.is_some() {
-            if let (Some(sealing), Some(body)) = (&self.sealing, row.body.take()) {
+            // Only with sealing on is the body taken out, to be opened.
+            if let Some(sealing) = &self.sealing
+                && let Some(body) = row.body.take()
+            {
                 row.body = Some(sealing.open(scope, key, body)?);
             }
             return Ok(Some(replay_of(row)));
@@ -260,6 +289,7 @@ impl<DB: Backend> SqlKeyStore<DB> {
         attempt: Attempt,
         response: &StoredResponse,
     ) -> Result<Completed, Error> {
+        let key = &*self.key_at_rest(key);
         let headers = response.encode_headers();
         let body = self.body_at_rest(scope, key, response.body.stored_bytes())?;
         let values = KeyValues::Complete(
@@ -301,6 +331,7 @@ impl<DB: Backend> SqlKeyStore<DB> {
         key: &IdempotencyKey,
         attempt: Attempt,
     ) -> Result<bool, Error> {
+        let key = &*self.key_at_rest(key);
         let mut conn = self.pool.acquire().await?;
         let values = KeyValues::Release(scope.as_str(), key.as_str(), attempt.token() as i64);
         let gone = DB::key_update(&mut conn, &self.sql.release, values)
@@ -311,6 +342,7 @@ impl<DB: Backend> SqlKeyStore<DB> {
 
     /// Deletes the key whatever its state (an operator's eviction). `true` when a row went.
     pub async fn evict(&self, scope: &Scope, key: &IdempotencyKey) -> Result<bool, Error> {
+        let key = &*self.key_at_rest(key);
         let mut conn = self.pool.acquire().await?;
         let values = KeyValues::Evict(scope.as_str(), key.as_str());
         let gone = DB::key_update(&mut conn, &self.sql.evict, values)
@@ -326,6 +358,7 @@ impl<DB: Backend> SqlKeyStore<DB> {
         scope: &Scope,
         key: &IdempotencyKey,
     ) -> Result<Option<KeyRecord>, Error> {
+        let key = &*self.key_at_rest(key);
         let mut conn = self.pool.acquire().await?;
         let row = DB::key_select(&mut conn, &self.sql, scope.as_str(), key.as_str())
             .await

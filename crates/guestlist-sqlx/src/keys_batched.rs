@@ -270,11 +270,12 @@ impl KeyStore for BatchedKeyStore {
         lease: Duration,
     ) -> Result<Begin, Error> {
         let token = new_token()?;
+        let stored_key = self.store.key_at_rest(key);
         let inserted = self
             .through(|reply| {
                 Item::Claim(ClaimItem {
                     scope: scope.as_str().to_owned(),
-                    key: key.as_str().to_owned(),
+                    key: stored_key.as_str().to_owned(),
                     fingerprint: fingerprint.as_bytes().to_vec(),
                     token: token as i64,
                     lease_ms: lease_ms(lease),
@@ -298,6 +299,7 @@ impl KeyStore for BatchedKeyStore {
         attempt: Attempt,
         response: &StoredResponse,
     ) -> Result<Completed, Error> {
+        let key = &*self.store.key_at_rest(key);
         let body = self
             .store
             .body_at_rest(scope, key, response.body.stored_bytes())?;

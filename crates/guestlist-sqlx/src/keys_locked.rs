@@ -45,6 +45,7 @@ impl SqlKeyStore<Postgres> {
         fingerprint: &Fingerprint,
         lease: Duration,
     ) -> Result<Begin, Error> {
+        let key = &*self.key_at_rest(key);
         let lease_ms = lease_ms(lease);
         for _ in 0..BEGIN_ROUNDS {
             let token = new_token()?;

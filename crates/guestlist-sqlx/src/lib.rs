@@ -47,5 +47,5 @@ pub use process::{BatchProcessed, ProcessError, Processed, WorkFuture};
 pub use purge::{Purge, Purgeable, Purged};
 pub use purger::{Purger, PurgerHandle};
 pub use schema::Schema;
-pub use sealing::Sealing;
+pub use sealing::{KeyHashing, Sealing};
 pub use sqlx;

@@ -158,6 +158,50 @@ impl Sealing {
     }
 }
 
+/// A secret that turns each client's raw idempotency key into a keyed hash before it is stored,
+/// so that reading the key table reveals no client's keys: `hmac:` + the hex HMAC-SHA-256 of
+/// the key. Unlike sealing keys it never rotates: another secret names every key anew.
+///
+/// ```
+/// use guestlist_sqlx::KeyHashing;
+/// let hashing = KeyHashing::parse(&"ab".repeat(32))?;
+/// # Ok::<(), guestlist_sqlx::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct KeyHashing(std::sync::Arc<ring::hmac::Key>);
+
+impl fmt::Debug for KeyHashing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("KeyHashing(..)")
+    }
+}
+
+impl KeyHashing {
+    /// A secret of 32 bytes as 64 hex digits (`openssl rand -hex 32`).
+    pub fn parse(text: &str) -> Result<Self, Error> {
+        let secret = hex::decode(text.trim())
+            .ok()
+            .filter(|b| b.len() == 32)
+            .ok_or_else(|| {
+                invalid(
+                    "the key-hashing secret is 32 bytes as 64 hex digits (openssl rand -hex 32)"
+                        .to_owned(),
+                )
+            })?;
+        Ok(Self(std::sync::Arc::new(ring::hmac::Key::new(
+            ring::hmac::HMAC_SHA256,
+            &secret,
+        ))))
+    }
+
+    /// The key as it is stored.
+    pub(crate) fn hash(&self, key: &IdempotencyKey) -> IdempotencyKey {
+        let tag = ring::hmac::sign(&self.0, key.as_str().as_bytes());
+        IdempotencyKey::new(format!("hmac:{}", hex::encode(tag.as_ref())))
+            .expect("hmac: and 64 hex digits is a key")
+    }
+}
+
 /// The associated data that binds a sealed body to its row.
 fn row_of(scope: &Scope, key: &IdempotencyKey) -> Vec<u8> {
     scope.qualify(key).into_bytes()
@@ -214,6 +258,27 @@ mod tests {
             b"plain, from before",
             "bodies stored before sealing read as they are"
         );
+    }
+
+    #[test]
+    fn a_hashed_key_is_stable_distinct_and_a_key() {
+        let hashing = KeyHashing::parse(&"3c".repeat(32)).unwrap();
+        let key = |k| IdempotencyKey::new(k).unwrap();
+        let stored = hashing.hash(&key("order-1"));
+        assert!(stored.as_str().starts_with("hmac:") && stored.as_str().len() == 69);
+        assert_eq!(
+            stored,
+            hashing.hash(&key("order-1")),
+            "the same key, the same row"
+        );
+        assert_ne!(stored, hashing.hash(&key("order-2")));
+        let other = KeyHashing::parse(&"c3".repeat(32)).unwrap();
+        assert_ne!(
+            stored,
+            other.hash(&key("order-1")),
+            "keyed: no secret, no lookup"
+        );
+        assert!(KeyHashing::parse("abcd").is_err());
     }
 
     #[test]

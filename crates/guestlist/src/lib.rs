@@ -66,9 +66,9 @@ pub use guestlist_sqlx::BatchedKeyStore;
 #[cfg(feature = "sqlite")]
 pub use guestlist_sqlx::sqlite;
 pub use guestlist_sqlx::{
-    Backend, BatchProcessed, Deferrals, Error, Inbox, KeyRecord, KeyState, KeyStats, ProcessError,
-    Processed, Purge, Purgeable, Purged, Purger, PurgerHandle, Schema, Sealing, SqlKeyStore,
-    WorkFuture, sqlx,
+    Backend, BatchProcessed, Deferrals, Error, Inbox, KeyHashing, KeyRecord, KeyState, KeyStats,
+    ProcessError, Processed, Purge, Purgeable, Purged, Purger, PurgerHandle, Schema, Sealing,
+    SqlKeyStore, WorkFuture, sqlx,
 };
 
 /// Errors of the core types: invalid ids, names, table names and retentions.

@@ -77,6 +77,10 @@ async fn serve<DB: GatewayKeys>(pool: Pool<DB>, settings: Settings) -> anyhow::R
         );
         keys = keys.sealed(sealing.clone());
     }
+    if let Some(hashing) = &settings.key_hashing {
+        tracing::info!("keys are stored as keyed hashes");
+        keys = keys.hashing_keys(hashing.clone());
+    }
     keys.migrate().await.with_context(|| {
         format!(
             "cannot create the key table {} in {}",

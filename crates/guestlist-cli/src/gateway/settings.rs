@@ -162,6 +162,7 @@ pub(crate) struct Settings {
     pub(crate) max_in_flight_per_scope: Option<u64>,
     pub(crate) max_keys_per_scope: Option<u64>,
     pub(crate) sealing: Option<guestlist::Sealing>,
+    pub(crate) key_hashing: Option<guestlist::KeyHashing>,
 }
 
 impl Settings {
@@ -287,6 +288,7 @@ impl Settings {
                 .or(file.max_in_flight_per_scope),
             max_keys_per_scope: args.max_keys_per_scope.or(file.max_keys_per_scope),
             sealing: sealing(args.sealing_keys_file.or(file.sealing_keys_file))?,
+            key_hashing: key_hashing()?,
             metrics_listen: match args.metrics_listen.or(file.metrics_listen) {
                 Some(addr) => Some(addr.parse().with_context(|| {
                     format!("--metrics-listen {addr:?} is not an address like 127.0.0.1:9090")
@@ -309,6 +311,17 @@ fn sealing(file: Option<PathBuf>) -> anyhow::Result<Option<guestlist::Sealing>> 
         },
     };
     Ok(Some(guestlist::Sealing::parse(&keys)?))
+}
+
+/// The secret that stores keys as keyed hashes, from `GUESTLIST_KEY_HASHING_SECRET` (never the
+/// settings file), if set.
+pub(crate) fn key_hashing() -> anyhow::Result<Option<guestlist::KeyHashing>> {
+    match std::env::var("GUESTLIST_KEY_HASHING_SECRET") {
+        Ok(secret) => Ok(Some(
+            guestlist::KeyHashing::parse(&secret).context("GUESTLIST_KEY_HASHING_SECRET")?,
+        )),
+        Err(_) => Ok(None),
+    }
 }
 
 fn read_file(path: &Path) -> anyhow::Result<FileSettings> {

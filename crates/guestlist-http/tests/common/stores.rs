@@ -438,12 +438,27 @@ pub fn test_sealing() -> guestlist_sqlx::Sealing {
         .unwrap()
 }
 
-/// PostgreSQL in transactional mode with response bodies sealed at rest.
+/// The secret the sealed stores hash keys with.
+#[cfg(feature = "postgres")]
+pub fn test_hashing() -> guestlist_sqlx::KeyHashing {
+    guestlist_sqlx::KeyHashing::parse(&"c0".repeat(32)).unwrap()
+}
+
+/// PostgreSQL in transactional mode with response bodies sealed and keys hashed at rest.
 #[cfg(feature = "postgres")]
 pub struct SealedPostgres(Sql<sqlx::Postgres>);
 
 #[cfg(feature = "postgres")]
 impl SealedPostgres {
+    /// Every stored key, as an operator reading the table sees it.
+    pub async fn keys_at_rest(&self) -> Vec<String> {
+        let sql = format!("SELECT idempotency_key FROM {}", self.0.keys.table());
+        sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+            .fetch_all(&self.0.db.pool)
+            .await
+            .unwrap()
+    }
+
     /// The raw bytes of every stored body, as an operator reading the table sees them.
     pub async fn bodies_at_rest(&self) -> Vec<Vec<u8>> {
         let sql = format!(
@@ -459,14 +474,19 @@ impl SealedPostgres {
 
 #[cfg(feature = "postgres")]
 impl Store for SealedPostgres {
-    const LABEL: &'static str = "PostgreSQL, sealed bodies";
+    const LABEL: &'static str = "PostgreSQL, sealed bodies and hashed keys";
     const TRANSACTIONAL: bool = true;
     const SINGLE_WRITER: bool = false;
 
     wraps_store!(Sql);
 
     fn router(&self, state: AppState, settings: &Settings) -> Router {
-        let keys = self.0.keys.clone().sealed(test_sealing());
+        let keys = self
+            .0
+            .keys
+            .clone()
+            .sealed(test_sealing())
+            .hashing_keys(test_hashing());
         Router::new()
             .route(
                 "/payments",
