@@ -1,6 +1,7 @@
 //! The operator's commands on idempotency keys: `guestlist keys inspect`, `guestlist keys
 //! evict` and `guestlist stats`.
 
+use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use guestlist::sqlx::Pool;
 use guestlist::{Backend, IdempotencyKey, KeyState, Scope, SqlKeyStore};
@@ -62,7 +63,11 @@ impl KeyArgs {
     fn scope(&self) -> anyhow::Result<Scope> {
         match (&self.whose.scope, &self.whose.authorization) {
             (Some(scope), _) => Ok(Scope::new(scope.clone())?),
-            (None, Some(credentials)) => Ok(Scope::from_credentials(credentials.as_bytes())),
+            // The gateway's own derivation, so that `bearer a` finds what `Bearer a` stored.
+            (None, Some(credentials)) => {
+                guestlist::http::scope_of_credentials(credentials.as_bytes())
+                    .context("--authorization is blank: no client sends blank credentials")
+            }
             (None, None) => anyhow::bail!("say whose key: --scope S or --authorization VALUE"),
         }
     }

@@ -98,7 +98,20 @@ fn scope_from_authorization(parts: &Parts) -> Option<Scope> {
     if values.next().is_some() {
         return None; // two credentials: whose keys would these be?
     }
-    canonical_credentials(credentials.as_bytes()).map(|c| Scope::from_credentials(&c))
+    scope_of_credentials(credentials.as_bytes())
+}
+
+/// The scope the layer gives a client that sends `credentials` in `Authorization`: a hash of them
+/// with the scheme's case and spacing settled (`bearer  a` is `Bearer a`); `None` for blank
+/// ones. Operators' tools use it to find a client's keys.
+///
+/// ```
+/// use guestlist_http::scope_of_credentials;
+/// assert_eq!(scope_of_credentials(b"bearer  a"), scope_of_credentials(b"Bearer a"));
+/// assert_eq!(scope_of_credentials(b"  "), None);
+/// ```
+pub fn scope_of_credentials(credentials: &[u8]) -> Option<Scope> {
+    canonical_credentials(credentials).map(|c| Scope::from_credentials(&c))
 }
 
 /// `Authorization` as one client sends it in any spelling: the scheme is case-insensitive (RFC

@@ -55,6 +55,7 @@ mod transactional;
 
 pub use attempts::Attempts;
 pub use body::{Body, BoxError};
+pub use config::scope_of_credentials;
 pub use context::IdempotencyContext;
 pub use keep_locked::KeepLocked;
 pub use key_source::KeySource;

@@ -249,8 +249,19 @@ pub struct Gateway {
 impl Gateway {
     /// Starts a gateway in front of `upstream` on `store`, with `extra` flags.
     pub async fn start(upstream: &str, store: &Store, extra: &[&str]) -> Self {
+        Self::start_with_env(upstream, store, extra, &[]).await
+    }
+
+    /// [`Gateway::start`] with `env` set in the gateway's environment.
+    pub async fn start_with_env(
+        upstream: &str,
+        store: &Store,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
         let mut command = Command::new(env!("CARGO_BIN_EXE_guestlist"));
         command
+            .envs(env.iter().copied())
             .args(["gateway", "--listen", "127.0.0.1:0", "--upstream", upstream])
             .args(store.args())
             .args(extra)
