@@ -150,6 +150,25 @@ impl<DB: Fixture> Sql<DB> {
         format!("payments_{}", self.tag)
     }
 
+    /// `POST`, `PATCH` and `PUT /payments` with the payment row on the request's transaction,
+    /// behind `layer` configured by `settings`.
+    fn transactional_router<M: Mode>(
+        &self,
+        layer: IdempotencyLayer<M>,
+        state: AppState,
+        settings: &Settings,
+    ) -> Router {
+        Router::new()
+            .route(
+                "/payments",
+                post(pay_in_transaction::<DB>)
+                    .patch(pay_in_transaction::<DB>)
+                    .put(pay_in_transaction::<DB>),
+            )
+            .with_state((state, Arc::from(self.payments())))
+            .layer(configure(layer, settings))
+    }
+
     async fn around(db: Database<DB>, tag: &str) -> Self {
         let keys = SqlKeyStore::with_table(db.pool.clone(), &format!("keys_{tag}")).unwrap();
         Self {
@@ -211,16 +230,8 @@ impl<DB: Fixture> Store for Sql<DB> {
     }
 
     fn router(&self, state: AppState, settings: &Settings) -> Router {
-        let layer = configure(IdempotencyLayer::transactional(self.keys.clone()), settings);
-        Router::new()
-            .route(
-                "/payments",
-                post(pay_in_transaction::<DB>)
-                    .patch(pay_in_transaction::<DB>)
-                    .put(pay_in_transaction::<DB>),
-            )
-            .with_state((state, Arc::from(self.payments())))
-            .layer(layer)
+        let layer = IdempotencyLayer::transactional(self.keys.clone());
+        self.transactional_router(layer, state, settings)
     }
 
     async fn effects(&self, _: &AppState) -> u64 {
@@ -251,15 +262,7 @@ impl Store for LockedPostgres {
 
     fn router(&self, state: AppState, settings: &Settings) -> Router {
         let layer = IdempotencyLayer::transactional(self.0.keys.clone()).claim_in_transaction();
-        Router::new()
-            .route(
-                "/payments",
-                post(pay_in_transaction::<sqlx::Postgres>)
-                    .patch(pay_in_transaction::<sqlx::Postgres>)
-                    .put(pay_in_transaction::<sqlx::Postgres>),
-            )
-            .with_state((state, Arc::from(self.0.payments())))
-            .layer(configure(layer, settings))
+        self.0.transactional_router(layer, state, settings)
     }
 
     async fn effects(&self, state: &AppState) -> u64 {
@@ -487,15 +490,8 @@ impl Store for SealedPostgres {
             .clone()
             .sealed(test_sealing())
             .hashing_keys(test_hashing());
-        Router::new()
-            .route(
-                "/payments",
-                post(pay_in_transaction::<sqlx::Postgres>)
-                    .patch(pay_in_transaction::<sqlx::Postgres>)
-                    .put(pay_in_transaction::<sqlx::Postgres>),
-            )
-            .with_state((state, Arc::from(self.0.payments())))
-            .layer(configure(IdempotencyLayer::transactional(keys), settings))
+        let layer = IdempotencyLayer::transactional(keys);
+        self.0.transactional_router(layer, state, settings)
     }
 
     async fn effects(&self, state: &AppState) -> u64 {
