@@ -10,6 +10,10 @@
 //! `IdFrom::BrokerId` reads the AMQP `message_id` property: what any client sets as the
 //! message's id (pika's `BasicProperties(message_id=…)`, amqplib's `messageId`, the Java
 //! client's `messageId(…)`), so publishers in other languages need no id in the body.
+//!
+//! The guide tells the whole story, with each part's guarantees and failure tables: see
+//! [broker consumers](https://github.com/guestlist-rs/guestlist/blob/main/docs/guide/src/consumers.md)
+//! (or build it locally with `mdbook serve docs/guide`).
 
 use std::time::Duration;
 

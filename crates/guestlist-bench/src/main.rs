@@ -3,6 +3,10 @@
 //! Each subcommand runs guestlist and its baseline (raw SQL written by hand, or no dedup at all)
 //! on the same machine, database and load, interleaved, and reports throughput and the ratios
 //! between them. Timing is only ever reported here, never asserted in a test.
+//!
+//! The guide tells the whole story, with each part's guarantees and failure tables: see
+//! [performance](https://github.com/guestlist-rs/guestlist/blob/main/docs/guide/src/performance.md)
+//! (or build it locally with `mdbook serve docs/guide`).
 
 mod broker;
 mod gateway;
@@ -11,6 +15,7 @@ mod inbox;
 mod measure;
 mod report;
 mod requests;
+mod work_future;
 
 use clap::{Args, Parser, Subcommand};
 

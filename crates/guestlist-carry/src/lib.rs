@@ -21,6 +21,10 @@
 //! assert!(guestlist_carry::key_for("charge").is_err(), "no work in progress out here");
 //! # }
 //! ```
+//!
+//! The guide tells the whole story, with each part's guarantees and failure tables: see
+//! [carrying the key forward](https://github.com/guestlist-rs/guestlist/blob/main/docs/guide/src/carry.md)
+//! (or build it locally with `mdbook serve docs/guide`).
 
 #[cfg(feature = "reqwest")]
 mod middleware;

@@ -79,7 +79,7 @@ pub(crate) async fn connect(url: &str, max: u32) -> anyhow::Result<AnyPool> {
             )
         }
         Kind::Sqlite => {
-            let options = guestlist::sqlite::connect_options(url).map_err(failed)?;
+            let options = guestlist::sqlite_options(url).map_err(failed)?;
             AnyPool::Sqlite(open(options, max).await.map_err(failed)?)
         }
     })

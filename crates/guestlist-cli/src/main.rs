@@ -1,5 +1,9 @@
 //! `guestlist`: create the guest list's tables, purge old rows, and watch the warehouse story
 //! play out exactly once.
+//!
+//! The guide tells the whole story, with each part's guarantees and failure tables: see
+//! [operations](https://github.com/guestlist-rs/guestlist/blob/main/docs/guide/src/operations.md)
+//! (or build it locally with `mdbook serve docs/guide`).
 
 mod cli;
 mod database;

@@ -109,7 +109,7 @@ async fn migrate_then_purge_deletes_only_old_rows() {
     let output = guestlist(&["migrate", "--database", &url]);
     assert!(output.status.success(), "{}", stderr(&output));
 
-    let pool = SqlitePool::connect_with(guestlist::sqlite::connect_options(&url).unwrap())
+    let pool = SqlitePool::connect_with(guestlist::sqlite_options(&url).unwrap())
         .await
         .unwrap();
     sqlx::raw_sql(

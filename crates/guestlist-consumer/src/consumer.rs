@@ -1,20 +1,15 @@
 //! The loop: fetch, claim, handle, commit, acknowledge.
 
-use std::any::Any;
 use std::collections::HashSet;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures_core::future::BoxFuture;
 use guestlist_core::{Deferral, HandlerName, MessageId, Retention};
-use guestlist_sqlx::{Backend, Inbox, ProcessError, Processed};
+use guestlist_sqlx::{Backend, Inbox, ProcessError, Processed, WorkError};
 use sqlx::Pool;
 
-use crate::{Delivery, IdFrom, Message, Source};
-
-/// The future a handler returns: it borrows the transaction and the message for `'c`.
-pub type HandlerFuture<'c, E> = BoxFuture<'c, Result<(), E>>;
+use crate::{Delivery, Handler, IdFrom, Message, Source};
 
 /// A consumer that refuses to start, or whose store failed.
 #[derive(Debug, thiserror::Error)]
@@ -66,37 +61,40 @@ pub struct Handled {
     pub dead_lettered: u64,
 }
 
-/// Why a handler run failed: its own error, or it ran out of time.
+/// Why a handler run failed: its own error (its type erased, its chain of sources kept), or it
+/// ran out of time.
 #[derive(Debug)]
-enum Failure<E> {
-    Handler(E),
+enum Failure {
+    Handler(Box<dyn std::error::Error + Send + Sync>),
     TimedOut(Duration),
 }
 
-impl<E: 'static> Failure<E> {
-    /// The deferral the handler returned as its error: a [`Deferral`], or a boxed error with one
-    /// in its chain of sources.
+impl Failure {
+    /// The deferral the handler returned as its error, or held in the error's chain.
     fn deferral(&self) -> Option<&Deferral> {
         let Failure::Handler(err) = self else {
             return None;
         };
-        let err: &dyn Any = err;
-        if let Some(deferral) = err.downcast_ref::<Deferral>() {
-            return Some(deferral);
-        }
-        if let Some(boxed) = err.downcast_ref::<Box<dyn std::error::Error + Send + Sync>>() {
-            return Deferral::find(boxed.as_ref());
-        }
-        err.downcast_ref::<Box<dyn std::error::Error + Send>>()
-            .and_then(|boxed| Deferral::find(boxed.as_ref()))
+        Deferral::find(err.as_ref())
     }
 }
 
-impl<E: std::fmt::Display> std::fmt::Display for Failure<E> {
+impl std::fmt::Display for Failure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Failure::Handler(err) => write!(f, "{err}"),
             Failure::TimedOut(limit) => write!(f, "the handler ran longer than {limit:?}"),
+        }
+    }
+}
+
+impl std::error::Error for Failure {
+    // The handler's own error is the source, so the inbox sees a deadlock inside it and runs the
+    // transaction again.
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Failure::Handler(err) => Some(&**err),
+            Failure::TimedOut(_) => None,
         }
     }
 }
@@ -116,14 +114,12 @@ impl<E: std::fmt::Display> std::fmt::Display for Failure<E> {
 ///     Inbox::<sqlx::Postgres>::new(),
 ///     HandlerName::new("warehouse")?,
 ///     IdFrom::BrokerId,
-///     |tx, message| {
-///         Box::pin(async move {
-///             sqlx::query("INSERT INTO pick_tasks (event) VALUES ($1)")
-///                 .bind(message.id.as_str())
-///                 .execute(&mut *tx)
-///                 .await
-///                 .map(drop)
-///         })
+///     async |tx, message| {
+///         sqlx::query("INSERT INTO pick_tasks (event) VALUES ($1)")
+///             .bind(message.id.as_str())
+///             .execute(&mut *tx)
+///             .await
+///             .map(drop)
 ///     },
 /// )
 /// .batch_size(100);
@@ -146,19 +142,35 @@ pub struct Consumer<S, DB: Backend, H> {
     retention: Option<Retention>,
 }
 
-impl<S, DB, H, E> Consumer<S, DB, H>
+impl<S, DB, F, E> Consumer<S, DB, F>
 where
     S: Source,
     DB: Backend,
-    H: for<'c> Fn(&'c mut DB::Connection, &'c Message) -> HandlerFuture<'c, E>
-        + Send
-        + Sync
-        + 'static,
-    E: std::fmt::Display + Send + 'static,
+    F: AsyncFn(&mut DB::Connection, &Message) -> Result<(), E> + Send + Sync + 'static,
+    E: WorkError,
 {
     /// A consumer of `source` that claims each message for `name` in `inbox` on `pool`, finding
-    /// its id by `id_from`, and runs `handler` for fresh ones.
+    /// its id by `id_from`, and runs the async closure `handler` for fresh ones.
     pub fn new(
+        source: S,
+        pool: Pool<DB>,
+        inbox: Inbox<DB>,
+        name: HandlerName,
+        id_from: IdFrom,
+        handler: F,
+    ) -> Self {
+        Self::with_handler(source, pool, inbox, name, id_from, handler)
+    }
+}
+
+impl<S, DB, H> Consumer<S, DB, H>
+where
+    S: Source,
+    DB: Backend,
+    H: Handler<DB>,
+{
+    /// [`Consumer::new`] with a [`Handler`] of your own type.
+    pub fn with_handler(
         source: S,
         pool: Pool<DB>,
         inbox: Inbox<DB>,
@@ -410,10 +422,7 @@ where
             &self.pool,
             &self.name,
             &message.id,
-            move |tx| {
-                let (handler, message) = (handler.clone(), message_for_work.clone());
-                Box::pin(async move { timed(timeout, handler(tx, &message)).await })
-            },
+            async move |tx| timed(timeout, handler.handle(tx, &message_for_work)).await,
         ))
         .await;
         match outcome {
@@ -531,12 +540,8 @@ where
     }
 
     /// The handler, on `tx`, within the handler timeout.
-    async fn run_handler(
-        &self,
-        tx: &mut DB::Connection,
-        message: &Message,
-    ) -> Result<(), Failure<E>> {
-        timed(self.handler_timeout, (self.handler)(tx, message)).await
+    async fn run_handler(&self, tx: &mut DB::Connection, message: &Message) -> Result<(), Failure> {
+        timed(self.handler_timeout, self.handler.handle(tx, message)).await
     }
 
     fn delay(&self, delivery_count: u32) -> Duration {
@@ -604,13 +609,13 @@ where
 }
 
 /// Runs `work` within `limit`, timing it for the handler-latency histogram.
-async fn timed<E>(
+async fn timed<E: WorkError>(
     limit: Duration,
     work: impl Future<Output = Result<(), E>>,
-) -> Result<(), Failure<E>> {
+) -> Result<(), Failure> {
     let started = Instant::now();
     let result = match tokio::time::timeout(limit, work).await {
-        Ok(result) => result.map_err(Failure::Handler),
+        Ok(result) => result.map_err(|err| Failure::Handler(err.into_boxed())),
         Err(_) => Err(Failure::TimedOut(limit)),
     };
     metrics::histogram!("guestlist_consumer_handler_seconds")

@@ -8,15 +8,21 @@
 //!
 //! Brokers plug in through [`Source`] and [`Delivery`]: `guestlist-nats` for NATS JetStream,
 //! `guestlist-amqp` for RabbitMQ.
+//!
+//! The guide tells the whole story, with each part's guarantees and failure tables: see
+//! [broker consumers](https://github.com/guestlist-rs/guestlist/blob/main/docs/guide/src/consumers.md)
+//! (or build it locally with `mdbook serve docs/guide`).
 
 mod consumer;
 mod delivery;
+mod handler;
 mod id_from;
 mod message;
 mod shutdown;
 
-pub use consumer::{Consumer, ConsumerError, Handled, HandlerFuture};
+pub use consumer::{Consumer, ConsumerError, Handled};
 pub use delivery::{BrokerError, Delivery, Source};
+pub use handler::Handler;
 pub use id_from::IdFrom;
 pub use message::Message;
 pub use shutdown::shutdown_signal;

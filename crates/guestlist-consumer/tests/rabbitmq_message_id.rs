@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use guestlist_consumer::{Consumer, Delivery, HandlerFuture, IdFrom, Message, Source};
+use guestlist_consumer::{Consumer, Delivery, IdFrom, Message, Source};
 use guestlist_core::HandlerName;
 use guestlist_sqlx::Inbox;
 use guestlist_testkit::Database;
@@ -137,15 +137,12 @@ async fn a_plain_clients_message_id_is_the_id_claimed() {
         inbox,
         HandlerName::new("warehouse").unwrap(),
         IdFrom::BrokerId,
-        |tx: &mut sqlx::SqliteConnection, message: &Message| {
-            Box::pin(async move {
-                sqlx::query("INSERT INTO picks (event) VALUES (?1)")
-                    .bind(message.id.as_str())
-                    .execute(&mut *tx)
-                    .await
-                    .map(drop)
-                    .map_err(|e| e.to_string())
-            }) as HandlerFuture<'_, String>
+        async |tx: &mut sqlx::SqliteConnection, message: &Message| {
+            sqlx::query("INSERT INTO picks (event) VALUES (?1)")
+                .bind(message.id.as_str())
+                .execute(&mut *tx)
+                .await
+                .map(drop)
         },
     );
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -16,15 +16,19 @@
 //! // An upstream without ids: hash the exact bytes received.
 //! let derived = MessageId::from_raw_bytes(br#"{"order":42}"#);
 //! assert!(derived.as_str().starts_with("sha256:"));
-//! # Ok::<(), guestlist_core::Error>(())
+//! # Ok::<(), guestlist_core::InvalidValue>(())
 //! ```
+//!
+//! The guide tells the whole story, with each part's guarantees and failure tables: see
+//! [introduction](https://github.com/guestlist-rs/guestlist/blob/main/docs/guide/src/introduction.md)
+//! (or build it locally with `mdbook serve docs/guide`).
 
 mod claim;
 mod deferral;
-mod error;
 mod fingerprint;
 mod handler_name;
 mod idempotency_key;
+mod invalid_value;
 mod key_store;
 mod message_id;
 mod printable;
@@ -35,10 +39,10 @@ mod table_name;
 
 pub use claim::Claim;
 pub use deferral::Deferral;
-pub use error::Error;
 pub use fingerprint::{Fingerprint, FingerprintBuilder};
 pub use handler_name::HandlerName;
 pub use idempotency_key::IdempotencyKey;
+pub use invalid_value::InvalidValue;
 pub use key_store::{Attempt, Begin, Completed, KeyStore, ScopeUsage};
 pub use message_id::MessageId;
 pub use retention::Retention;

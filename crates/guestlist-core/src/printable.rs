@@ -1,17 +1,17 @@
 //! The one rule shared by handler names and message ids: 1 to 255 bytes of printable ASCII.
 
-use crate::Error;
+use crate::InvalidValue;
 
 /// Longest id or name, in bytes; it fits a `VARCHAR(255)` key on every backend.
 pub(crate) const MAX_LEN: usize = 255;
 
 /// Checks `value` against the rule; `what` names the value in the error ("message id").
-pub(crate) fn check(what: &'static str, value: &str) -> Result<(), Error> {
+pub(crate) fn check(what: &'static str, value: &str) -> Result<(), InvalidValue> {
     if value.is_empty() {
-        return Err(Error::Empty { what });
+        return Err(InvalidValue::Empty { what });
     }
     if value.len() > MAX_LEN {
-        return Err(Error::TooLong {
+        return Err(InvalidValue::TooLong {
             what,
             len: value.len(),
         });
@@ -21,7 +21,7 @@ pub(crate) fn check(what: &'static str, value: &str) -> Result<(), Error> {
         .enumerate()
         .find(|(_, b)| !(0x20..=0x7e).contains(b))
     {
-        return Err(Error::NotPrintableAscii {
+        return Err(InvalidValue::NotPrintableAscii {
             what,
             position,
             byte,
@@ -40,7 +40,7 @@ macro_rules! printable_newtype {
 
         impl $name {
             #[doc = concat!("Validates `value` as a ", $what, ": 1 to 255 bytes of printable ASCII.")]
-            pub fn new(value: impl Into<String>) -> Result<Self, $crate::Error> {
+            pub fn new(value: impl Into<String>) -> Result<Self, $crate::InvalidValue> {
                 let value = value.into();
                 $crate::printable::check($what, &value)?;
                 Ok(Self(value))
@@ -58,21 +58,21 @@ macro_rules! printable_newtype {
         }
 
         impl std::str::FromStr for $name {
-            type Err = $crate::Error;
+            type Err = $crate::InvalidValue;
             fn from_str(value: &str) -> Result<Self, Self::Err> {
                 Self::new(value)
             }
         }
 
         impl TryFrom<&str> for $name {
-            type Error = $crate::Error;
+            type Error = $crate::InvalidValue;
             fn try_from(value: &str) -> Result<Self, Self::Error> {
                 Self::new(value)
             }
         }
 
         impl TryFrom<String> for $name {
-            type Error = $crate::Error;
+            type Error = $crate::InvalidValue;
             fn try_from(value: String) -> Result<Self, Self::Error> {
                 Self::new(value)
             }

@@ -50,10 +50,8 @@ async fn create_payment(mut tx: IdempotentTx<Sqlite>, body: Bytes) -> impl IntoR
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("payments.db");
-    let pool = SqlitePool::connect_with(guestlist_sqlx::sqlite::connect_options(
-        path.to_str().unwrap(),
-    )?)
-    .await?;
+    let pool =
+        SqlitePool::connect_with(guestlist_sqlx::sqlite_options(path.to_str().unwrap())?).await?;
     sqlx::query("CREATE TABLE payments (id INTEGER PRIMARY KEY, body BLOB NOT NULL)")
         .execute(&pool)
         .await?;

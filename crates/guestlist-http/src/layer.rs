@@ -62,7 +62,7 @@ impl<DB: guestlist_sqlx::Backend> IdempotencyLayer<crate::Transactional<DB>> {
 impl IdempotencyLayer<crate::Transactional<sqlx::Postgres>> {
     /// Writes the claim on the handler's own transaction instead of committing it first: the
     /// claim, the handler's writes and the stored response take one commit, not two (1.07–1.31×
-    /// the default's requests per second in the README's performance section).
+    /// the default's requests per second in the guide's performance chapter).
     ///
     /// A transaction-scoped advisory lock on the key stands in for the committed claim: a retry
     /// that arrives while the first attempt runs gets 409 at once. What changes:

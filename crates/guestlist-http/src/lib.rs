@@ -36,6 +36,10 @@
 //! ```
 //!
 //! [tower]: https://docs.rs/tower
+//!
+//! The guide tells the whole story, with each part's guarantees and failure tables: see
+//! [Idempotency-Key for HTTP APIs](https://github.com/guestlist-rs/guestlist/blob/main/docs/guide/src/http.md)
+//! (or build it locally with `mdbook serve docs/guide`).
 
 mod attempts;
 mod body;

@@ -4,6 +4,10 @@
 //! deliveries acknowledge with a double ack (the server confirms), hand messages back with a
 //! delayed NAK, keep long handlers alive with in-progress acks, and dead-letter by publishing the
 //! message with its error to a dead-letter subject, then terminating it.
+//!
+//! The guide tells the whole story, with each part's guarantees and failure tables: see
+//! [broker consumers](https://github.com/guestlist-rs/guestlist/blob/main/docs/guide/src/consumers.md)
+//! (or build it locally with `mdbook serve docs/guide`).
 
 use std::time::Duration;
 

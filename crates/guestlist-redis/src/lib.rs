@@ -16,6 +16,10 @@
 //! // IdempotencyLayer::new(keys) in guestlist-http
 //! # Ok(()) }
 //! ```
+//!
+//! The guide tells the whole story, with each part's guarantees and failure tables: see
+//! [Idempotency-Key for HTTP APIs](https://github.com/guestlist-rs/guestlist/blob/main/docs/guide/src/http.md)
+//! (or build it locally with `mdbook serve docs/guide`).
 
 use std::time::Duration;
 

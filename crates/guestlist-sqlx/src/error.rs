@@ -6,7 +6,7 @@
 pub enum Error {
     /// A value was refused before anything was sent to the database.
     #[error(transparent)]
-    Invalid(#[from] guestlist_core::Error),
+    Invalid(#[from] guestlist_core::InvalidValue),
     /// The guest list's table is not there.
     #[error(
         "table {table} does not exist: create an inbox table with `guestlist migrate --database URL` \
@@ -27,6 +27,15 @@ pub enum Error {
          `&mut *tx`, so that the claim commits together with the handler's writes"
     )]
     NotInTransaction,
+    /// SQLite could not give the claim the write lock: its transaction was begun deferred
+    /// (`pool.begin()`) and had read first, so it asked for the lock late, while another writer
+    /// held it. Running the transaction again can succeed; beginning it with the lock cannot fail.
+    #[error(
+        "SQLite was busy when the claim asked for the write lock: the transaction was begun \
+         deferred (pool.begin()) and had read first; begin it with Inbox::begin(&pool) \
+         (BEGIN IMMEDIATE), or let Inbox::process or Inbox::transaction run it, which also retry"
+    )]
+    DeferredTransaction(#[source] sqlx::Error),
     /// The database refused or failed, or could not be reached.
     #[error("database error: {0}")]
     Database(#[source] sqlx::Error),
@@ -46,6 +55,7 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         match self {
             Error::Database(err) => crate::backend::is_retryable(err),
+            Error::DeferredTransaction(_) => true,
             Error::Shared(err) => err.is_retryable(),
             _ => false,
         }

@@ -4,6 +4,10 @@
 //! The inbox claims `(handler, message id)` with one `INSERT` on the caller's own transaction, so
 //! that the tick on the guest list and the handler's work commit together or not at all. See
 //! [`Inbox`] for the API and the `guestlist` crate for the guide.
+//!
+//! The guide tells the whole story, with each part's guarantees and failure tables: see
+//! [the inbox](https://github.com/guestlist-rs/guestlist/blob/main/docs/guide/src/inbox.md)
+//! (or build it locally with `mdbook serve docs/guide`).
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 // Without a backend feature there is nothing to call the inbox's machinery.
@@ -13,39 +17,29 @@
 )]
 
 mod backend;
-mod deferrals;
 mod error;
 mod inbox;
-mod key_report;
 mod keys;
-#[cfg(feature = "postgres")]
-mod keys_batched;
-#[cfg(feature = "postgres")]
-mod keys_locked;
-mod process;
 mod purge;
 mod purger;
 mod retry;
 mod schema;
-mod sealing;
+mod work_error;
 
 pub use backend::Backend;
 #[cfg(feature = "sqlite")]
-pub use backend::sqlite;
-pub use deferrals::Deferrals;
+pub use backend::sqlite::{SQLITE_BUSY_TIMEOUT, sqlite_options};
 pub use error::Error;
 pub use guestlist_core::{
-    Attempt, Begin, Claim, Completed, Fingerprint, HandlerName, IdempotencyKey, KeyStore,
-    MessageId, Retention, Scope, StoredBody, StoredResponse, TableName,
+    Attempt, Begin, Claim, Completed, Fingerprint, HandlerName, IdempotencyKey, InvalidValue,
+    KeyStore, MessageId, Retention, Scope, StoredBody, StoredResponse, TableName,
 };
-pub use inbox::Inbox;
-pub use key_report::{KeyRecord, KeyState, KeyStats};
-pub use keys::SqlKeyStore;
+pub use inbox::{BatchProcessed, Deferrals, Inbox, ProcessError, Processed};
 #[cfg(feature = "postgres")]
-pub use keys_batched::BatchedKeyStore;
-pub use process::{BatchProcessed, ProcessError, Processed, WorkFuture};
+pub use keys::BatchedKeyStore;
+pub use keys::{KeyHashing, KeyRecord, KeyState, KeyStats, Sealing, SqlKeyStore};
 pub use purge::{Purge, Purgeable, Purged};
 pub use purger::{Purger, PurgerHandle};
 pub use schema::Schema;
-pub use sealing::{KeyHashing, Sealing};
 pub use sqlx;
+pub use work_error::WorkError;

@@ -22,13 +22,14 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
-    /// Sleeps before attempt `attempt + 1`, somewhere in `[p, 2p)` for `p = first_pause * 2^attempt`,
-    /// so that two transactions that collided do not collide again in step.
-    pub(crate) async fn pause(&self, attempt: u32) {
+    /// The pause before attempt `attempt + 1`, somewhere in `[p, 2p)` for
+    /// `p = first_pause * 2^attempt`, so that two transactions that collided do not collide again
+    /// in step.
+    pub(crate) fn pause(&self, attempt: u32) -> Duration {
         let base = self.first_pause * 2u32.saturating_pow(attempt.min(10));
         // A fresh RandomState is randomly keyed: enough jitter without another dependency.
         let jitter = RandomState::new().hash_one(attempt) % 1000;
         let pause = base + base.mul_f64(jitter as f64 / 1000.0);
-        tokio::time::sleep(pause.min(Duration::from_secs(2))).await;
+        pause.min(Duration::from_secs(2))
     }
 }

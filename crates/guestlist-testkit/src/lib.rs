@@ -1,6 +1,10 @@
 //! What guestlist's test suites share: real databases (PostgreSQL, SQLite, MariaDB) found by
 //! environment variable or default URL, a clear failure when one is not there, and the few lines
 //! of SQL that differ between them.
+//!
+//! The guide tells the whole story, with each part's guarantees and failure tables: see
+//! [tests](https://github.com/guestlist-rs/guestlist/blob/main/docs/guide/src/tests.md)
+//! (or build it locally with `mdbook serve docs/guide`).
 
 pub mod held_commit;
 pub mod metrics;
@@ -10,7 +14,7 @@ use std::future::Future;
 
 use tempfile::TempDir;
 
-use guestlist_sqlx::{Backend, WorkFuture};
+use guestlist_sqlx::Backend;
 use sqlx::{AssertSqlSafe, Pool};
 
 /// A database the suite runs against, over a real connection.
@@ -32,8 +36,19 @@ pub trait Fixture: Backend {
     fn connect(url: &str, max: u32)
     -> impl Future<Output = Result<Pool<Self>, sqlx::Error>> + Send;
 
-    /// Runs `sql` (one or more statements) on `conn`.
-    fn exec(conn: &mut Self::Connection, sql: String) -> WorkFuture<'_, u64, sqlx::Error>;
+    /// Runs `sql` (one or more statements) on `conn`: written once for every backend, through
+    /// [`Backend::executor`].
+    fn exec(
+        conn: &mut Self::Connection,
+        sql: String,
+    ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send + '_ {
+        async move {
+            let done = sqlx::raw_sql(AssertSqlSafe(sql))
+                .execute(Self::executor(conn))
+                .await?;
+            Ok(Self::rows_affected(&done))
+        }
+    }
 
     /// Runs a query that returns one integer.
     fn scalar(pool: &Pool<Self>, sql: String) -> impl Future<Output = i64> + Send;
@@ -70,13 +85,6 @@ pub async fn pool<DB: Backend>(
 /// The queries every backend runs the same way; only the connection type differs.
 macro_rules! fixture_queries {
     ($conn:ty) => {
-        fn exec(conn: &mut $conn, sql: String) -> WorkFuture<'_, u64, sqlx::Error> {
-            Box::pin(async move {
-                let done = sqlx::raw_sql(AssertSqlSafe(sql)).execute(conn).await?;
-                Ok(done.rows_affected())
-            })
-        }
-
         async fn scalar(pool: &Pool<Self>, sql: String) -> i64 {
             sqlx::query_scalar::<_, i64>(AssertSqlSafe(sql.clone()))
                 .fetch_one(pool)
@@ -132,7 +140,7 @@ impl Fixture for sqlx::Sqlite {
     fixture_queries!(sqlx::SqliteConnection);
 
     async fn connect(url: &str, max: u32) -> Result<Pool<Self>, sqlx::Error> {
-        pool(guestlist_sqlx::sqlite::connect_options(url)?, max).await
+        pool(guestlist_sqlx::sqlite_options(url)?, max).await
     }
 
     fn bulk_old_rows(table: &str, n: u64, age_secs: i64) -> String {

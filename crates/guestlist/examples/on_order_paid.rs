@@ -40,7 +40,7 @@ async fn on_order_paid(
     let id = MessageId::new(event.event_id)?;
     let order_id = event.order_id;
     let done = inbox
-        .process(pool, &warehouse, &id, |tx| Box::pin(pick(tx, order_id)))
+        .process(pool, &warehouse, &id, async |tx| pick(tx, order_id).await)
         .await?;
     Ok(done)
 }
@@ -49,9 +49,7 @@ async fn on_order_paid(
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("warehouse.db");
-    let pool =
-        SqlitePool::connect_with(guestlist::sqlite::connect_options(path.to_str().unwrap())?)
-            .await?;
+    let pool = SqlitePool::connect_with(guestlist::sqlite_options(path.to_str().unwrap())?).await?;
     let inbox = Inbox::<sqlx::Sqlite>::new();
     inbox.migrate(&pool).await?;
     sqlx::raw_sql(

@@ -25,7 +25,7 @@
 //! use guestlist::{HandlerName, Inbox, MessageId, Processed};
 //! use guestlist::sqlx::{self, SqlitePool};
 //!
-//! let pool = SqlitePool::connect_with(guestlist::sqlite::connect_options("sqlite::memory:")?).await?;
+//! let pool = SqlitePool::connect_with(guestlist::sqlite_options("sqlite::memory:")?).await?;
 //! let inbox = Inbox::<sqlx::Sqlite>::new();
 //! inbox.migrate(&pool).await?;
 //! sqlx::query("CREATE TABLE pick_tasks (order_id INTEGER)").execute(&pool).await?;
@@ -35,10 +35,8 @@
 //! let mut acks = 0;
 //! for _delivery in 0..5 {
 //!     let done = inbox
-//!         .process(&pool, &warehouse, &event, |tx| {
-//!             Box::pin(async move {
-//!                 sqlx::query("INSERT INTO pick_tasks VALUES (42)").execute(&mut *tx).await
-//!             })
+//!         .process(&pool, &warehouse, &event, async |tx| {
+//!             sqlx::query("INSERT INTO pick_tasks VALUES (42)").execute(&mut *tx).await
 //!         })
 //!         .await?;
 //!     let _ran = matches!(done, Processed::Ran(_)); // fresh or duplicate: acknowledge either way
@@ -52,27 +50,28 @@
 //! [`Inbox::claim`] does the same on a transaction you hold yourself; [`Inbox::claim_batch`] and
 //! [`Inbox::process_batch`] claim a whole batch in one statement. Read [`guide`] for which writes
 //! need an inbox at all.
+//!
+//! The guide tells the whole story, with each part's guarantees and failure tables: see
+//! [introduction](https://github.com/guestlist-rs/guestlist/blob/main/docs/guide/src/introduction.md)
+//! (or build it locally with `mdbook serve docs/guide`).
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub use guestlist_core::{
-    Attempt, Begin, Claim, Completed, Deferral, Fingerprint, HandlerName, IdempotencyKey, KeyStore,
-    MessageId, Retention, Scope, StoredBody, StoredResponse, TableName,
+    Attempt, Begin, Claim, Completed, Deferral, Fingerprint, HandlerName, IdempotencyKey,
+    InvalidValue, KeyStore, MessageId, Retention, Scope, StoredBody, StoredResponse, TableName,
 };
 /// Plain-mode keys on PostgreSQL with concurrent requests' claims and responses batched (feature
 /// `postgres`).
 #[cfg(feature = "postgres")]
 pub use guestlist_sqlx::BatchedKeyStore;
-#[cfg(feature = "sqlite")]
-pub use guestlist_sqlx::sqlite;
 pub use guestlist_sqlx::{
     Backend, BatchProcessed, Deferrals, Error, Inbox, KeyHashing, KeyRecord, KeyState, KeyStats,
     ProcessError, Processed, Purge, Purgeable, Purged, Purger, PurgerHandle, Schema, Sealing,
-    SqlKeyStore, WorkFuture, sqlx,
+    SqlKeyStore, WorkError, sqlx,
 };
-
-/// Errors of the core types: invalid ids, names, table names and retentions.
-pub use guestlist_core::Error as InvalidValue;
+#[cfg(feature = "sqlite")]
+pub use guestlist_sqlx::{SQLITE_BUSY_TIMEOUT, sqlite_options};
 
 /// Stripe-style `Idempotency-Key` for HTTP APIs: the tower layer (feature `http`).
 #[cfg(feature = "http")]
@@ -81,6 +80,9 @@ pub use guestlist_http as http;
 /// The idempotency-key store on Redis (feature `redis`).
 #[cfg(feature = "redis")]
 pub use guestlist_redis as redis;
+
+#[cfg(doctest)]
+mod guide_doctests;
 
 pub mod guide {
     #![doc = include_str!("docs/boundary.md")]

@@ -1,7 +1,13 @@
 //! The example's SQL, once for PostgreSQL and SQLite (both take `$1` placeholders).
 
+use std::future::Future;
+use std::pin::Pin;
+
 use guestlist::sqlx::{self, Pool};
-use guestlist::{Backend, Schema, WorkFuture};
+use guestlist::{Backend, Schema};
+
+/// What the example's statements return: a future that borrows the connection for `'c`.
+pub type WorkFuture<'c, T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send + 'c>>;
 
 /// The tables and statements of the example, on one database.
 pub trait Shop: Backend {
@@ -114,7 +120,7 @@ macro_rules! with_pool {
         } else {
             let $pool = guestlist::sqlx::pool::PoolOptions::<guestlist::sqlx::Sqlite>::new()
                 .max_connections(4)
-                .connect_with(guestlist::sqlite::connect_options(url)?)
+                .connect_with(guestlist::sqlite_options(url)?)
                 .await?;
             $body
         }

@@ -11,7 +11,7 @@ use axum::routing::post;
 use guestlist::http::{IdempotencyLayer, IdempotentTx};
 use guestlist::sqlx::Pool;
 use guestlist::{HandlerName, Inbox, SqlKeyStore};
-use guestlist_consumer::{Consumer, HandlerFuture, IdFrom, Message, Source};
+use guestlist_consumer::{Consumer, IdFrom, Message, Source};
 use reqwest_middleware::ClientWithMiddleware;
 use serde::{Deserialize, Serialize};
 
@@ -68,12 +68,10 @@ pub async fn on_order_paid<DB: Shop>(
     message: &Message,
     payments: &str,
     client: &ClientWithMiddleware,
-) -> Result<(), String> {
+) -> anyhow::Result<()> {
     // The event's id is `message.id`, wherever the publisher put it: read only the rest.
-    let event: Payment = serde_json::from_slice(&message.payload).map_err(|e| e.to_string())?;
-    DB::set_picking(tx, event.order)
-        .await
-        .map_err(|e| e.to_string())?;
+    let event: Payment = serde_json::from_slice(&message.payload)?;
+    DB::set_picking(tx, event.order).await?;
     // The key is warehouse:<event id>/charge: the same on every redelivery of this event.
     let charge: Charge = client
         .post(format!("{payments}/v1/charges"))
@@ -84,20 +82,16 @@ pub async fn on_order_paid<DB: Shop>(
         })
         .with_extension(guestlist_carry::Step("charge".into()))
         .send()
-        .await
-        .map_err(|e| e.to_string())?
-        .error_for_status()
-        .map_err(|e| e.to_string())?
+        .await?
+        .error_for_status()?
         .json()
-        .await
-        .map_err(|e| e.to_string())?;
+        .await?;
     if std::env::var_os(HANG_AFTER_CHARGE).is_some() {
         println!("{CHARGED} {}", charge.id);
         std::future::pending::<()>().await;
     }
-    DB::add_pick_task(tx, event.order, message.id.as_str(), &charge.id)
-        .await
-        .map_err(|e| e.to_string())
+    DB::add_pick_task(tx, event.order, message.id.as_str(), &charge.id).await?;
+    Ok(())
 }
 
 /// Creates the warehouse's tables where missing: the example's own, the inbox and the key
@@ -126,10 +120,8 @@ pub async fn consume<S: Source, DB: Shop>(
         inbox,
         HandlerName::new("warehouse")?,
         id_from(),
-        move |tx: &mut DB::Connection, message: &Message| {
-            let (payments, client) = (payments.clone(), client.clone());
-            Box::pin(async move { on_order_paid::<DB>(tx, message, &payments, &client).await })
-                as HandlerFuture<'_, String>
+        async move |tx: &mut DB::Connection, message: &Message| {
+            on_order_paid::<DB>(tx, message, &payments, &client).await
         },
     )
     .handler_timeout(Duration::from_secs(600))

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use guestlist::sqlx::{self, PgConnection, PgPool};
 use guestlist::{HandlerName, Inbox};
-use guestlist_consumer::{Consumer, Delivery, HandlerFuture, IdFrom, Message, Source};
+use guestlist_consumer::{Consumer, Delivery, IdFrom, Message, Source};
 use tokio::sync::Notify;
 
 use self::queues::{Queue, with_source};
@@ -173,17 +173,13 @@ async fn drain<S: Source>(
                 inbox.clone(),
                 HandlerName::new("warehouse")?,
                 IdFrom::JsonField("/id".into()),
-                move |tx: &mut PgConnection, message: &Message| {
-                    let (handled, all_done) = counter.clone();
-                    Box::pin(async move {
-                        work(tx, message.id.as_str())
-                            .await
-                            .map_err(|e| e.to_string())?;
-                        if handled.fetch_add(1, Ordering::SeqCst) + 1 >= events as u64 {
-                            all_done.notify_one();
-                        }
-                        Ok(())
-                    }) as HandlerFuture<'_, String>
+                async move |tx: &mut PgConnection, message: &Message| {
+                    let (handled, all_done) = &counter;
+                    work(tx, message.id.as_str()).await?;
+                    if handled.fetch_add(1, Ordering::SeqCst) + 1 >= events as u64 {
+                        all_done.notify_one();
+                    }
+                    Ok::<_, sqlx::Error>(())
                 },
             )
             .batch_size(n);

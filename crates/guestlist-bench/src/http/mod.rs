@@ -93,7 +93,7 @@ pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
                 measure_backend(pool, plan, &mut report).await?;
             }
             "sqlite" => {
-                let options = guestlist::sqlite::connect_options(&url)?;
+                let options = guestlist::sqlite_options(&url)?;
                 let pool = connect::<sqlx::Sqlite>(options, &url).await?;
                 measure_backend(pool, plan, &mut report).await?;
             }

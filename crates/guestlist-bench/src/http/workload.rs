@@ -2,7 +2,9 @@
 
 use guestlist::http::{IdempotencyLayer, Transactional};
 use guestlist::sqlx::{self, Pool};
-use guestlist::{Backend, SqlKeyStore, WorkFuture};
+use guestlist::{Backend, SqlKeyStore};
+
+use crate::work_future::WorkFuture;
 
 /// The key table of the protected handlers.
 pub(super) const KEYS: &str = "bench_http_keys";

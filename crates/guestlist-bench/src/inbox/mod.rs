@@ -90,8 +90,7 @@ pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
                 measure_backend(&pool, plan, &mut report).await?;
             }
             "sqlite" => {
-                let pool = connect::<sqlx::Sqlite>(guestlist::sqlite::connect_options(&url)?, &url)
-                    .await?;
+                let pool = connect::<sqlx::Sqlite>(guestlist::sqlite_options(&url)?, &url).await?;
                 measure_backend(&pool, plan, &mut report).await?;
             }
             _ => anyhow::bail!(
@@ -263,12 +262,12 @@ impl<DB: Workload> Bench<DB> {
                 };
                 let id = MessageId::new(event(round, worker, n))?;
                 let order = order_of(id.as_str());
-                // The work's future may borrow only the transaction: it owns its copy of the id.
+                // Spawned: the closure owns its copy of the id (see `Inbox::process` on Send).
+                let event = id.to_string();
                 let done = self
                     .inbox
-                    .process(&self.pool, &self.handler, &id, |tx| {
-                        let event = id.to_string();
-                        Box::pin(async move { DB::work_one(tx, order, &event).await })
+                    .process(&self.pool, &self.handler, &id, async move |tx| {
+                        DB::work_one(tx, order, &event).await
                     })
                     .await?;
                 anyhow::ensure!(
@@ -282,9 +281,10 @@ impl<DB: Workload> Bench<DB> {
                     .collect::<Result<_, _>>()?;
                 let done = self
                     .inbox
-                    .process_batch(&self.pool, &self.handler, &ids, |tx, fresh| {
+                    .process_batch(&self.pool, &self.handler, &ids, async move |tx, fresh| {
                         let orders = fresh.iter().map(|id| order_of(id.as_str())).collect();
                         DB::work_batch(tx, orders, fresh.iter().map(MessageId::as_str).collect())
+                            .await
                     })
                     .await?;
                 anyhow::ensure!(
@@ -311,7 +311,7 @@ impl<DB: Workload> Bench<DB> {
     }
 }
 
-/// The ratios the README and the closing notes quote, at 16 workers (and at 1, suffixed).
+/// The ratios the guide's performance chapter quotes, at 16 workers (and at 1, suffixed).
 fn add_ratios(report: &mut Report) {
     let backends: Vec<&'static str> = {
         let mut b: Vec<_> = report.rows.iter().map(|r| r.backend).collect();

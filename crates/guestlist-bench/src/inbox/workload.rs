@@ -6,8 +6,10 @@
 
 use std::future::Future;
 
+use guestlist::Backend;
 use guestlist::sqlx::{self, AssertSqlSafe, Pool, QueryBuilder, Transaction};
-use guestlist::{Backend, WorkFuture};
+
+use crate::work_future::WorkFuture;
 
 /// Orders the events pay for; message `n` pays order `n % ORDERS`.
 pub(super) const ORDERS: i64 = 10_000;

@@ -1,6 +1,6 @@
 //! The consumer the demo kills with SIGKILL after its work and before its commit.
 
-use guestlist::{HandlerName, Inbox, MessageId, Processed, WorkFuture};
+use guestlist::{HandlerName, Inbox, MessageId, Processed};
 
 use super::payments;
 use super::shop::{INBOX, Shop, pick};
@@ -34,22 +34,16 @@ async fn work_then_hang<DB: Shop>(
 ) -> anyhow::Result<()> {
     let inbox = Inbox::<DB>::with_table(INBOX)?;
     let client = payments::client();
-    let mut pick = pick::<DB>(event);
     let done = inbox
-        .process(pool, &HandlerName::new("warehouse")?, event, |tx| {
-            let (picked, payments, client) = (pick(tx), payments.clone(), client.clone());
-            Box::pin(async move {
-                picked.await?;
-                let charged = match payments {
-                    Some(url) => {
-                        format!(": charged {}", payments::charge(&client, &url, 1200).await?)
-                    }
-                    None => String::new(),
-                };
-                println!("{WORK_DONE}{charged}");
-                tokio::time::sleep(std::time::Duration::from_secs(600)).await;
-                anyhow::Ok(())
-            }) as WorkFuture<'_, (), anyhow::Error>
+        .process(pool, &HandlerName::new("warehouse")?, event, async |tx| {
+            pick::<DB>(tx, event).await?;
+            let charged = match &payments {
+                Some(url) => format!(": charged {}", payments::charge(&client, url, 1200).await?),
+                None => String::new(),
+            };
+            println!("{WORK_DONE}{charged}");
+            tokio::time::sleep(std::time::Duration::from_secs(600)).await;
+            anyhow::Ok(())
         })
         .await;
     match done {

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use guestlist::sqlx::Pool;
-use guestlist::{HandlerName, IdempotencyKey, Inbox, MessageId, Processed, WorkFuture};
+use guestlist::{HandlerName, IdempotencyKey, Inbox, MessageId, Processed};
 use tokio::sync::Barrier;
 
 use self::report::Chapter;
@@ -156,7 +156,9 @@ impl<DB: Shop> Story<'_, DB> {
             tokio::spawn(async move {
                 start.wait().await;
                 inbox
-                    .process(&pool, &warehouse, &event, shop::pick::<DB>(&event))
+                    .process(&pool, &warehouse, &event.clone(), async move |tx| {
+                        shop::pick::<DB>(tx, &event).await
+                    })
                     .await
             })
         });
@@ -266,15 +268,11 @@ impl<DB: Shop> Story<'_, DB> {
     /// Delivers `event` to a consumer that picks and charges; the charge id, if it ran.
     async fn deliver_and_charge(&self, event: &MessageId) -> anyhow::Result<Option<String>> {
         let client = payments::client();
-        let mut pick = shop::pick::<DB>(event);
         let done = self
             .inbox
-            .process(self.pool, self.warehouse, event, |tx| {
-                let (picked, client, url) = (pick(tx), client.clone(), self.payments_url.clone());
-                Box::pin(async move {
-                    picked.await?;
-                    payments::charge(&client, &url, 1200).await
-                }) as WorkFuture<'_, String, anyhow::Error>
+            .process(self.pool, self.warehouse, event, async |tx| {
+                shop::pick::<DB>(tx, event).await?;
+                payments::charge(&client, &self.payments_url, 1200).await
             })
             .await
             .map_err(|err| anyhow::anyhow!("{err}"))?;
@@ -287,7 +285,9 @@ impl<DB: Shop> Story<'_, DB> {
     async fn deliver(&self, event: &MessageId) -> anyhow::Result<bool> {
         let done = self
             .inbox
-            .process(self.pool, self.warehouse, event, shop::pick::<DB>(event))
+            .process(self.pool, self.warehouse, event, async |tx| {
+                shop::pick::<DB>(tx, event).await
+            })
             .await?;
         Ok(matches!(done, Processed::Ran(_)))
     }

@@ -14,7 +14,7 @@ use guestlist::sqlx::Pool;
 use guestlist::{Schema, SqlKeyStore};
 use reqwest_middleware::ClientWithMiddleware;
 
-use super::shop::Shop;
+use super::shop::{self, Shop};
 
 /// The charges payments has made; the demo drops and recreates it.
 const CHARGES: &str = "guestlist_demo_charges";
@@ -57,7 +57,7 @@ async fn create_charge<DB: Shop>(
     };
     let id = format!("ch_{:016x}", rand::random::<u64>());
     let insert = format!("INSERT INTO {CHARGES} (id, amount) VALUES ('{id}', {amount})");
-    match DB::exec(&mut tx, insert).await {
+    match shop::exec::<DB>(&mut tx, insert).await {
         Ok(_) => (StatusCode::CREATED, Json(serde_json::json!({ "id": id }))).into_response(),
         // 5xx: the layer rolls back and releases the key, so the caller's retry runs again.
         Err(err) => (StatusCode::SERVICE_UNAVAILABLE, err.to_string()).into_response(),

@@ -3,7 +3,7 @@
 use std::future::Future;
 
 use guestlist::sqlx::{self, AssertSqlSafe, Pool};
-use guestlist::{Backend, Inbox, MessageId, Schema, WorkFuture};
+use guestlist::{Backend, Inbox, MessageId, Schema};
 
 /// The demo's tables; the demo drops and recreates them.
 pub(super) const INBOX: &str = "guestlist_demo_inbox";
@@ -13,10 +13,20 @@ const PICK_TASKS: &str = "guestlist_demo_pick_tasks";
 /// The order every event pays for.
 const ORDER: i64 = 42;
 
-/// The two kinds of SQL the demo runs, on each backend.
+/// Runs one or more statements on `conn`: written once, generically, through
+/// [`Backend::executor`].
+pub(crate) async fn exec<DB: Backend>(
+    conn: &mut DB::Connection,
+    sql: String,
+) -> Result<u64, sqlx::Error> {
+    let done = sqlx::raw_sql(AssertSqlSafe(sql))
+        .execute(DB::executor(conn))
+        .await?;
+    Ok(DB::rows_affected(&done))
+}
+
+/// The one query whose result type differs in its bounds on each backend.
 pub(crate) trait Shop: Backend {
-    /// Runs one or more statements on `conn`.
-    fn exec(conn: &mut Self::Connection, sql: String) -> WorkFuture<'_, u64, sqlx::Error>;
     /// Runs a query returning one integer.
     fn count(
         pool: &Pool<Self>,
@@ -25,26 +35,17 @@ pub(crate) trait Shop: Backend {
 }
 
 macro_rules! shop {
-    ($db:ty, $conn:ty) => {
+    ($db:ty) => {
         impl Shop for $db {
-            fn exec(conn: &mut $conn, sql: String) -> WorkFuture<'_, u64, sqlx::Error> {
-                Box::pin(async move {
-                    Ok(sqlx::raw_sql(AssertSqlSafe(sql))
-                        .execute(conn)
-                        .await?
-                        .rows_affected())
-                })
-            }
-
             async fn count(pool: &Pool<Self>, sql: String) -> Result<i64, sqlx::Error> {
                 sqlx::query_scalar(AssertSqlSafe(sql)).fetch_one(pool).await
             }
         }
     };
 }
-shop!(sqlx::Postgres, sqlx::PgConnection);
-shop!(sqlx::Sqlite, sqlx::SqliteConnection);
-shop!(sqlx::MySql, sqlx::MySqlConnection);
+shop!(sqlx::Postgres);
+shop!(sqlx::Sqlite);
+shop!(sqlx::MySql);
 
 /// Drops and recreates the demo's tables, with order 42 paid and waiting.
 pub(super) async fn open<DB: Shop>(pool: &Pool<DB>) -> anyhow::Result<Inbox<DB>> {
@@ -63,7 +64,7 @@ pub(super) async fn open<DB: Shop>(pool: &Pool<DB>) -> anyhow::Result<Inbox<DB>>
     let inbox = Inbox::<DB>::with_table(INBOX)?;
     inbox.migrate(pool).await?;
     let mut conn = pool.acquire().await?;
-    DB::exec(
+    exec::<DB>(
         &mut conn,
         format!("INSERT INTO {ORDERS} (id, status) VALUES ({ORDER}, 'PAID')"),
     )
@@ -73,15 +74,15 @@ pub(super) async fn open<DB: Shop>(pool: &Pool<DB>) -> anyhow::Result<Inbox<DB>>
 
 /// `onOrderPaid`'s work for `event`: the order goes to PICKING (idempotent by shape) and a pick
 /// task is appended (not idempotent: the reason for the inbox).
-pub(super) fn pick<DB: Shop>(
+pub(super) async fn pick<DB: Backend>(
+    tx: &mut DB::Connection,
     event: &MessageId,
-) -> impl for<'c> FnMut(&'c mut DB::Connection) -> WorkFuture<'c, u64, sqlx::Error> + Send + use<DB>
-{
+) -> Result<u64, sqlx::Error> {
     let sql = format!(
         "UPDATE {ORDERS} SET status = 'PICKING' WHERE id = {ORDER}; \
          INSERT INTO {PICK_TASKS} (order_id, event) VALUES ({ORDER}, '{event}')"
     );
-    move |tx| DB::exec(tx, sql.clone())
+    exec::<DB>(tx, sql).await
 }
 
 /// Pick tasks created for `event`, or for every event.

@@ -5,13 +5,51 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use guestlist_consumer::{Consumer, ConsumerError, HandlerFuture, IdFrom, Message};
+use guestlist_consumer::{Consumer, ConsumerError, Handler, IdFrom, Message};
 use guestlist_core::{Deferral, HandlerName, Retention};
 use guestlist_sqlx::Inbox;
 use guestlist_testkit::{Database, Fixture, short_tag};
 use tokio::sync::{Notify, oneshot};
 
 use super::brokers::Broker;
+
+/// The suite's handler: one effect row per fresh event, with the key a charge would carry; "not
+/// yet" for the first deliveries of an event that asks for it, and a failure for poison.
+pub struct Pick {
+    effects: Arc<str>,
+    started: Arc<Notify>,
+}
+
+impl<DB: Fixture> Handler<DB> for Pick {
+    type Error = anyhow::Error;
+
+    async fn handle(&self, tx: &mut DB::Connection, message: &Message) -> anyhow::Result<()> {
+        self.started.notify_one();
+        let event: serde_json::Value = serde_json::from_slice(&message.payload)?;
+        // "Not yet" (a downstream has the work in flight) for the first deliveries.
+        if let Some(until) = event["not_yet_until"].as_u64()
+            && u64::from(message.delivery_count) <= until
+        {
+            let not_yet = Deferral::new(Duration::from_millis(50), "payments has it in flight");
+            return Err(guestlist_carry::defer(not_yet).into());
+        }
+        if event["kind"] == "poison" {
+            anyhow::bail!("poison pill: the order has no lines");
+        }
+        if let Some(ms) = event["slow_ms"].as_u64() {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+        }
+        // The key a charge would carry downstream, derived from this message.
+        let carried = guestlist_carry::key_for("charge")?;
+        // The suite's ids are evt_<digits>, safe to write into the SQL text.
+        let insert = format!(
+            "INSERT INTO {} (event, delivery, carried) VALUES ('{}', {}, '{carried}')",
+            self.effects, message.id, message.delivery_count
+        );
+        DB::exec(tx, insert).await?;
+        Ok(())
+    }
+}
 
 /// One test's broker queue, inbox and effects table, on the database `DB`.
 pub struct Rig<B: Broker, DB: Fixture> {
@@ -62,17 +100,7 @@ impl<B: Broker, DB: Fixture> Rig<B, DB> {
     }
 
     /// A consumer of the queue with the pick handler, `batch` messages at a time.
-    pub async fn consumer(
-        &self,
-        batch: usize,
-    ) -> Consumer<
-        B::Source,
-        DB,
-        impl for<'c> Fn(&'c mut DB::Connection, &'c Message) -> HandlerFuture<'c, String>
-        + Send
-        + Sync
-        + 'static,
-    > {
+    pub async fn consumer(&self, batch: usize) -> Consumer<B::Source, DB, Pick> {
         self.consumer_signalling(batch, Arc::new(Notify::new()))
             .await
     }
@@ -82,52 +110,16 @@ impl<B: Broker, DB: Fixture> Rig<B, DB> {
         &self,
         batch: usize,
         started: Arc<Notify>,
-    ) -> Consumer<
-        B::Source,
-        DB,
-        impl for<'c> Fn(&'c mut DB::Connection, &'c Message) -> HandlerFuture<'c, String>
-        + Send
-        + Sync
-        + 'static,
-    > {
-        let effects = self.effects.clone();
-        Consumer::new(
+    ) -> Consumer<B::Source, DB, Pick> {
+        Consumer::with_handler(
             self.broker.source().await,
             self.db.pool.clone(),
             self.inbox.clone(),
             HandlerName::new("warehouse").unwrap(),
             IdFrom::JsonField("/id".to_owned()),
-            move |tx: &mut DB::Connection, message: &Message| {
-                let (effects, started) = (effects.clone(), started.clone());
-                Box::pin(async move {
-                    started.notify_one();
-                    let event: serde_json::Value =
-                        serde_json::from_slice(&message.payload).map_err(|e| e.to_string())?;
-                    // "Not yet" (a downstream has the work in flight) for the first deliveries.
-                    if let Some(until) = event["not_yet_until"].as_u64()
-                        && u64::from(message.delivery_count) <= until
-                    {
-                        let not_yet = Deferral::new(Duration::from_millis(50), "payments has it in flight");
-                        return Err(guestlist_carry::defer(not_yet).to_string());
-                    }
-                    if event["kind"] == "poison" {
-                        return Err("poison pill: the order has no lines".to_owned());
-                    }
-                    if let Some(ms) = event["slow_ms"].as_u64() {
-                        tokio::time::sleep(Duration::from_millis(ms)).await;
-                    }
-                    // The suite's ids are evt_<digits>, safe to write into the SQL text.
-                    // The key a charge would carry downstream, derived from this message.
-                    let carried = guestlist_carry::key_for("charge").map_err(|e| e.to_string())?;
-                    let insert = format!(
-                        "INSERT INTO {effects} (event, delivery, carried) VALUES ('{}', {}, '{carried}')",
-                        message.id, message.delivery_count
-                    );
-                    DB::exec(tx, insert)
-                        .await
-                        .map(drop)
-                        .map_err(|e| e.to_string())
-                }) as HandlerFuture<'_, String>
+            Pick {
+                effects: self.effects.clone(),
+                started,
             },
         )
         .batch_size(batch)

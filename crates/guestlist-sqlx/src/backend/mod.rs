@@ -4,13 +4,6 @@
 //! reported, which errors are worth a retry, how purgers take turns) lives in these files; the
 //! inbox itself is written once, generically.
 
-#[cfg(feature = "mysql")]
-mod mysql;
-#[cfg(feature = "postgres")]
-mod postgres;
-#[cfg(feature = "sqlite")]
-pub mod sqlite;
-
 use std::future::Future;
 use std::sync::Arc;
 
@@ -20,10 +13,66 @@ use sqlx::{Database, Pool, Transaction};
 /// A database guestlist can keep its guest list in: [`sqlx::Postgres`], [`sqlx::Sqlite`] or
 /// [`sqlx::MySql`], each behind the feature of the same name.
 ///
-/// The trait is sealed: its methods are guestlist's own business.
-pub trait Backend: sealed::Statements + sealed::KeyStatements {}
+/// The trait is sealed: its SQL is guestlist's own business. It is also the bound generic code
+/// needs to run its own queries on the connection the inbox hands it: pass
+/// [`DB::executor(tx)`](Backend::executor) where sqlx wants an executor, and bound each type you
+/// bind or read with `for<'q> T: sqlx::Encode<'q, DB> + sqlx::Type<DB>` (or `sqlx::Decode`).
+///
+/// ```
+/// use guestlist_sqlx::Backend;
+///
+/// /// Records a pick task on PostgreSQL, SQLite or MySQL alike.
+/// async fn pick<DB: Backend>(tx: &mut DB::Connection, order: i64) -> Result<u64, sqlx::Error>
+/// where
+///     for<'q> i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+/// {
+///     // PostgreSQL numbers its placeholders; SQLite and MySQL take `?`.
+///     let sql = if DB::NAME == "PostgreSQL" {
+///         "INSERT INTO pick_tasks (order_id) VALUES ($1)"
+///     } else {
+///         "INSERT INTO pick_tasks (order_id) VALUES (?)"
+///     };
+///     let done = sqlx::query::<DB>(sql).bind(order).execute(DB::executor(tx)).await?;
+///     Ok(DB::rows_affected(&done))
+/// }
+/// ```
+pub trait Backend:
+    sealed::Statements + sealed::KeyStatements + Database<Arguments: sqlx::IntoArguments<Self>>
+{
+    /// The connection as an executor sqlx runs queries on: `&mut` the connection.
+    type Executor<'c>: sqlx::Executor<'c, Database = Self>;
 
-impl<DB: sealed::Statements + sealed::KeyStatements> Backend for DB {}
+    /// `conn` as an executor, for generic code: `query.execute(DB::executor(&mut *tx))`.
+    fn executor(conn: &mut Self::Connection) -> Self::Executor<'_>;
+
+    /// The rows a statement changed, which each database reports in a type of its own.
+    fn rows_affected(done: &Self::QueryResult) -> u64;
+}
+
+/// Implements [`Backend`] for a database whose connection type is `$conn`.
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+macro_rules! backend {
+    ($db:ty, $conn:ty) => {
+        impl $crate::backend::Backend for $db {
+            type Executor<'c> = &'c mut $conn;
+
+            fn executor(conn: &mut $conn) -> &mut $conn {
+                conn
+            }
+
+            fn rows_affected(done: &Self::QueryResult) -> u64 {
+                done.rows_affected()
+            }
+        }
+    };
+}
+
+#[cfg(feature = "mysql")]
+mod mysql;
+#[cfg(feature = "postgres")]
+mod postgres;
+#[cfg(feature = "sqlite")]
+pub(crate) mod sqlite;
 
 /// SQL text every guestlist table needs: its name, its DDL, and its purge.
 #[derive(Debug)]
@@ -556,6 +605,12 @@ pub(crate) mod sealed {
 
         /// `true` when `err` says the table does not exist.
         fn is_missing_table(err: &sqlx::Error) -> bool;
+
+        /// `true` when a write failed because the transaction had to take the write lock late
+        /// and another writer held it: a deferred SQLite transaction that had read first.
+        fn is_late_write_lock(_err: &sqlx::Error) -> bool {
+            false
+        }
     }
 
     /// The per-database half of the idempotency-key store.

@@ -2,7 +2,7 @@
 //! table, named after the test so that tests running at once never share rows.
 
 use guestlist::sqlx::{self, Pool};
-use guestlist::{HandlerName, Inbox, MessageId, WorkFuture};
+use guestlist::{HandlerName, Inbox, MessageId};
 
 use guestlist_testkit::{Database, Fixture, short_tag};
 
@@ -97,10 +97,9 @@ impl<DB: Fixture> Harness<DB> {
     pub fn pick(
         &self,
         event: &MessageId,
-    ) -> impl for<'c> FnMut(&'c mut DB::Connection) -> WorkFuture<'c, u64, sqlx::Error> + Send + 'static
-    {
+    ) -> impl AsyncFnMut(&mut DB::Connection) -> Result<u64, sqlx::Error> + Send + 'static {
         let sql = self.pick_sql(event);
-        move |tx| DB::exec(tx, sql.clone())
+        async move |tx| DB::exec(tx, sql.clone()).await
     }
 
     /// Pick tasks created for `event`.

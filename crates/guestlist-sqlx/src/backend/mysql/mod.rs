@@ -55,6 +55,8 @@ macro_rules! lock_name {
 /// How long a migration waits for another one to finish.
 const MIGRATE_WAIT_SECS: i64 = 60;
 
+backend!(MySql, MySqlConnection);
+
 impl Statements for MySql {
     const BACKEND: &'static str = "mysql";
     const INBOX_DDL: &'static str = include_str!("../../../sql/mysql/inbox.sql");

@@ -24,6 +24,8 @@ pub(super) fn is_retryable(err: &dyn DatabaseError) -> Option<bool> {
 /// that both hold a `guestlist_inbox` do not block each other.
 const LOCK_KEY: &str = "hashtextextended(current_schema() || '.' || $1, 0)";
 
+backend!(Postgres, PgConnection);
+
 impl Statements for Postgres {
     const BACKEND: &'static str = "postgres";
     const INBOX_DDL: &'static str = include_str!("../../../sql/postgres/inbox.sql");

@@ -18,21 +18,21 @@ const SQLITE_BUSY: i32 = 5;
 const SQLITE_LOCKED: i32 = 6;
 
 /// How long a connection waits for another writer before it reports the database busy.
-pub const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+pub const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Connection options guestlist recommends for a SQLite file: created if missing, WAL (readers
 /// never block the writer), `synchronous = FULL` (a commit survives a power cut, not only a
-/// crash) and a busy timeout of [`BUSY_TIMEOUT`] so that writers queue instead of failing.
+/// crash) and a busy timeout of [`SQLITE_BUSY_TIMEOUT`] so that writers queue instead of failing.
 ///
 /// Takes a `sqlite:` URL or a plain path.
 ///
 /// ```
 /// # fn main() -> Result<(), sqlx::Error> {
-/// let options = guestlist_sqlx::sqlite::connect_options("sqlite:guestlist.db")?;
+/// let options = guestlist_sqlx::sqlite_options("sqlite:guestlist.db")?;
 /// assert_eq!(options.get_filename().to_str(), Some("guestlist.db"));
 /// # Ok(()) }
 /// ```
-pub fn connect_options(url_or_path: &str) -> Result<SqliteConnectOptions, sqlx::Error> {
+pub fn sqlite_options(url_or_path: &str) -> Result<SqliteConnectOptions, sqlx::Error> {
     let options = if url_or_path.starts_with("sqlite:") {
         SqliteConnectOptions::from_str(url_or_path)?
     } else {
@@ -42,7 +42,7 @@ pub fn connect_options(url_or_path: &str) -> Result<SqliteConnectOptions, sqlx::
         .create_if_missing(true)
         .journal_mode(SqliteJournalMode::Wal)
         .synchronous(SqliteSynchronous::Full)
-        .busy_timeout(BUSY_TIMEOUT))
+        .busy_timeout(SQLITE_BUSY_TIMEOUT))
 }
 
 pub(super) fn is_retryable(err: &dyn DatabaseError) -> Option<bool> {
@@ -50,6 +50,8 @@ pub(super) fn is_retryable(err: &dyn DatabaseError) -> Option<bool> {
     let code = err.code().and_then(|c| c.parse::<i32>().ok()).unwrap_or(0);
     Some(matches!(code & 0xff, SQLITE_BUSY | SQLITE_LOCKED))
 }
+
+backend!(Sqlite, SqliteConnection);
 
 impl Statements for Sqlite {
     const BACKEND: &'static str = "sqlite";
@@ -127,6 +129,16 @@ impl Statements for Sqlite {
     fn is_missing_table(err: &sqlx::Error) -> bool {
         err.as_database_error()
             .is_some_and(|e| e.message().starts_with("no such table"))
+    }
+
+    // A transaction begun with BEGIN IMMEDIATE holds the write lock from its start, so a write
+    // inside it is never busy: one that is was begun deferred and had read first.
+    fn is_late_write_lock(err: &sqlx::Error) -> bool {
+        err.as_database_error()
+            .and_then(|e| e.try_downcast_ref::<SqliteError>())
+            .and_then(|e| e.code())
+            .and_then(|code| code.parse::<i32>().ok())
+            .is_some_and(|code| code & 0xff == SQLITE_BUSY)
     }
 }
 

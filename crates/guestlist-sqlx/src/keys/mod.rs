@@ -10,11 +10,22 @@ use guestlist_core::{
 };
 use sqlx::Pool;
 
+use crate::Error;
 use crate::backend::sealed::KeyValues;
 use crate::backend::{Backend, KeyRow, KeysSql, TableSql};
-use crate::key_report::{KeyRecord, KeyState, KeyStats};
 use crate::purge::{Purge, Purgeable, sealed};
-use crate::{Error, KeyHashing, Sealing};
+
+#[cfg(feature = "postgres")]
+mod batched;
+#[cfg(feature = "postgres")]
+mod locked;
+mod report;
+mod sealing;
+
+#[cfg(feature = "postgres")]
+pub use batched::BatchedKeyStore;
+pub use report::{KeyRecord, KeyState, KeyStats};
+pub use sealing::{KeyHashing, Sealing};
 
 /// The default table name.
 const DEFAULT_TABLE: &str = "guestlist_keys";
@@ -86,7 +97,7 @@ impl<DB: Backend> SqlKeyStore<DB> {
     }
 
     /// Keys in the table `name`, refused unless it is a plain identifier.
-    pub fn with_table(pool: Pool<DB>, name: &str) -> Result<Self, Error> {
+    pub fn with_table(pool: Pool<DB>, name: &str) -> Result<Self, guestlist_core::InvalidValue> {
         Ok(Self::in_table(pool, TableName::new(name)?))
     }
 

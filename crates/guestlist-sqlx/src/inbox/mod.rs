@@ -5,12 +5,19 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use guestlist_core::{Claim, HandlerName, MessageId, TableName};
+use guestlist_core::{Claim, HandlerName, InvalidValue, MessageId, TableName};
 use tracing::Instrument;
 
 use crate::Error;
 use crate::backend::{Backend, InboxSql};
 use crate::retry::RetryPolicy;
+
+mod deferrals;
+mod process;
+mod transaction;
+
+pub use deferrals::Deferrals;
+pub use process::{BatchProcessed, ProcessError, Processed};
 
 /// The default table name.
 pub(crate) const DEFAULT_TABLE: &str = "guestlist_inbox";
@@ -101,9 +108,9 @@ impl<DB: Backend> Inbox<DB> {
     /// let err = Inbox::<sqlx::Sqlite>::with_table("inbox'; --").unwrap_err();
     /// assert!(err.to_string().contains("not a plain identifier"));
     /// # }
-    /// # Ok::<(), guestlist_sqlx::Error>(())
+    /// # Ok::<(), guestlist_sqlx::InvalidValue>(())
     /// ```
-    pub fn with_table(name: &str) -> Result<Self, Error> {
+    pub fn with_table(name: &str) -> Result<Self, InvalidValue> {
         Ok(Self::in_table(TableName::new(name)?))
     }
 
@@ -147,8 +154,10 @@ impl<DB: Backend> Inbox<DB> {
     /// Claims `id` for `handler` on the caller's transaction: one `INSERT`, no `SELECT` first.
     ///
     /// Pass the transaction that holds the handler's writes (`&mut *tx`), begun with
-    /// [`Inbox::begin`] or `pool.begin()`; a connection outside a transaction is refused with
-    /// [`Error::NotInTransaction`]. On [`Claim::Fresh`], do the work and commit; on
+    /// [`Inbox::begin`] (or `pool.begin()`, except on SQLite: there a deferred transaction that
+    /// read first cannot always get the write lock, and its claim fails with
+    /// [`Error::DeferredTransaction`]); a connection outside a transaction is refused with
+    /// [`Error::NotInTransaction`]. [`Inbox::transaction`] begins, commits and retries for you. On [`Claim::Fresh`], do the work and commit; on
     /// [`Claim::Duplicate`], roll back and acknowledge.
     pub async fn claim(
         &self,
@@ -167,7 +176,7 @@ impl<DB: Backend> Inbox<DB> {
             require_transaction::<DB>(conn)?;
             let inserted = DB::claim(conn, &self.sql, handler.as_str(), id.as_str())
                 .await
-                .map_err(|err| self.error(err))?;
+                .map_err(|err| self.claim_error(err))?;
             let claim = if inserted {
                 Claim::Fresh
             } else {
@@ -214,7 +223,7 @@ impl<DB: Backend> Inbox<DB> {
             let raw: Vec<&str> = sorted.iter().map(|id| id.as_str()).collect();
             let inserted = DB::claim_batch(conn, &self.sql, handler.as_str(), &raw)
                 .await
-                .map_err(|err| self.error(err))?;
+                .map_err(|err| self.claim_error(err))?;
             let inserted: HashSet<&str> = inserted.iter().map(String::as_str).collect();
             let fresh: Vec<MessageId> = sorted
                 .into_iter()
@@ -233,6 +242,16 @@ impl<DB: Backend> Inbox<DB> {
     /// Turns a database error into [`Error::MissingTable`] where it says the table is absent.
     pub(crate) fn error(&self, err: sqlx::Error) -> Error {
         Error::from_store::<DB>(self.table(), err)
+    }
+
+    /// [`Inbox::error`] for a claim's statement, which can also say that its transaction took
+    /// the write lock too late ([`Error::DeferredTransaction`]).
+    fn claim_error(&self, err: sqlx::Error) -> Error {
+        if DB::is_late_write_lock(&err) {
+            Error::DeferredTransaction(err)
+        } else {
+            self.error(err)
+        }
     }
 }
 

@@ -1,9 +1,9 @@
-//! The error type of the core crate.
+//! The values guestlist refuses: ids, names, table names, retentions.
 
 /// A value that guestlist refuses, with what was wrong and what to do instead.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
-pub enum Error {
+pub enum InvalidValue {
     /// The id or name is the empty string.
     #[error("{what} is empty; it must be 1 to 255 bytes of printable ASCII")]
     Empty {

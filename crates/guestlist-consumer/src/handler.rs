@@ -1,0 +1,68 @@
+//! What a consumer runs for each fresh message.
+
+use std::future::Future;
+
+use guestlist_sqlx::{Backend, WorkError};
+
+use crate::Message;
+
+/// The work a [`Consumer`](crate::Consumer) runs for each fresh message, on the transaction that
+/// claimed it.
+///
+/// An async closure is a handler (`async |tx, message| { … }`, given to
+/// [`Consumer::new`](crate::Consumer::new)). So is a type of your own that implements this
+/// trait: its state lives in fields, and a consumer built with it has a type you can name, so
+/// one function can build it and another spawn it (a consumer whose handler is hidden behind
+/// `impl AsyncFn` cannot prove its future `Send`).
+///
+/// ```
+/// use guestlist_consumer::{Handler, Message};
+///
+/// /// Records each fresh event as a pick task.
+/// struct Pick {
+///     table: String,
+/// }
+///
+/// impl Handler<sqlx::Postgres> for Pick {
+///     type Error = sqlx::Error;
+///
+///     async fn handle(&self, tx: &mut sqlx::PgConnection, message: &Message) -> Result<(), sqlx::Error> {
+///         let insert = format!("INSERT INTO {} (event) VALUES ($1)", self.table);
+///         sqlx::query(sqlx::AssertSqlSafe(insert))
+///             .bind(message.id.as_str())
+///             .execute(&mut *tx)
+///             .await?;
+///         Ok(())
+///     }
+/// }
+/// ```
+pub trait Handler<DB: Backend>: Send + Sync + 'static {
+    /// What the handler fails with: `sqlx::Error`, `anyhow::Error`, an error enum of your own
+    /// (see [`WorkError`]).
+    type Error: WorkError;
+
+    /// Handles `message` on `tx`, the transaction its claim was written on; the consumer commits
+    /// it, then acknowledges. An error rolls back the claim with the handler's writes.
+    fn handle(
+        &self,
+        tx: &mut DB::Connection,
+        message: &Message,
+    ) -> impl Future<Output = Result<(), Self::Error>>;
+}
+
+impl<DB, F, E> Handler<DB> for F
+where
+    DB: Backend,
+    F: AsyncFn(&mut DB::Connection, &Message) -> Result<(), E> + Send + Sync + 'static,
+    E: WorkError,
+{
+    type Error = E;
+
+    fn handle(
+        &self,
+        tx: &mut DB::Connection,
+        message: &Message,
+    ) -> impl Future<Output = Result<(), E>> {
+        self(tx, message)
+    }
+}

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Builds the guide (docs/guide) with mdBook, installing mdBook when it is missing. Fails on any
+# error: a chapter listed in SUMMARY.md but missing (book.toml sets create-missing = false), and
+# the errors mdBook only logs and builds past, such as an include whose file is gone.
+# The guide's Rust snippets are compiled as doctests of the guestlist crate and its links checked
+# by crates/guestlist/tests/guide.rs; both run with scripts/test.sh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+say() { printf '==> %s\n' "$*" >&2; }
+
+if ! command -v mdbook >/dev/null 2>&1; then
+    say "installing mdbook"
+    cargo install --locked mdbook --version '^0.4'
+    # cargo install puts it in $CARGO_HOME/bin, which may not be on this shell's PATH yet.
+    export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
+fi
+case "$(mdbook --version)" in
+    "mdbook v0.4."*) ;;
+    *) say "warning: $(mdbook --version) is not mdBook 0.4, which the guide is written for" ;;
+esac
+
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
+mdbook build docs/guide "$@" 2>&1 | tee "$log"
+if grep -q '\[ERROR\]' "$log"; then
+    say "mdbook reported errors (above); the guide is not ready"
+    exit 1
+fi
+say "the guide is in docs/guide/book/index.html"
