@@ -127,20 +127,13 @@ impl<DB: Backend> Inbox<DB> {
         F: AsyncFnMut(&mut DB::Connection) -> Result<T, E>,
         E: WorkError,
     {
-        let mut attempt = 0;
-        loop {
-            let result = self.process_once(pool, handler, id, &mut work).await;
-            match self.again(handler.as_str(), result, attempt) {
-                Again::Yes(pause) => {
-                    tokio::time::sleep(pause).await;
-                    attempt += 1;
-                }
-                Again::No(result) => {
-                    count_processed(handler, result.as_ref().map(Processed::ran));
-                    return result;
-                }
-            }
-        }
+        let result = with_retries!(
+            self,
+            handler.as_str(),
+            self.process_once(pool, handler, id, &mut work)
+        );
+        count_processed(handler, result.as_ref().map(Processed::ran));
+        result
     }
 
     /// One attempt of [`Inbox::process`].
@@ -206,20 +199,13 @@ impl<DB: Backend> Inbox<DB> {
         F: AsyncFnMut(&mut DB::Connection, &[MessageId]) -> Result<T, E>,
         E: WorkError,
     {
-        let mut attempt = 0;
-        loop {
-            let result = self.process_batch_once(pool, handler, ids, &mut work).await;
-            match self.again(handler.as_str(), result, attempt) {
-                Again::Yes(pause) => {
-                    tokio::time::sleep(pause).await;
-                    attempt += 1;
-                }
-                Again::No(result) => {
-                    count_processed(handler, result.as_ref().map(|b| b.output.is_some()));
-                    return result;
-                }
-            }
-        }
+        let result = with_retries!(
+            self,
+            handler.as_str(),
+            self.process_batch_once(pool, handler, ids, &mut work)
+        );
+        count_processed(handler, result.as_ref().map(|b| b.output.is_some()));
+        result
     }
 
     /// One attempt of [`Inbox::process_batch`].
@@ -286,6 +272,26 @@ impl<DB: Backend> Inbox<DB> {
         Again::Yes(self.retry.pause(attempt))
     }
 }
+
+/// Awaits `$attempt` (one run of a transaction) until it succeeds, fails for good, or
+/// [`Inbox::again`] says no more, pausing between runs. A macro, not a function taking a closure:
+/// a closure that borrowed the work would make the caller's future lose `Send`.
+macro_rules! with_retries {
+    ($inbox:expr, $label:expr, $attempt:expr) => {{
+        let mut attempt = 0;
+        loop {
+            let result = $attempt.await;
+            match $inbox.again($label, result, attempt) {
+                $crate::inbox::process::Again::Yes(pause) => {
+                    tokio::time::sleep(pause).await;
+                    attempt += 1;
+                }
+                $crate::inbox::process::Again::No(result) => break result,
+            }
+        }
+    }};
+}
+pub(crate) use with_retries;
 
 /// What to do after an attempt.
 pub(crate) enum Again<R> {

@@ -2,7 +2,7 @@
 
 use sqlx::Pool;
 
-use super::process::Again;
+use super::process::with_retries;
 use crate::backend::Backend;
 use crate::{Inbox, ProcessError, WorkError};
 
@@ -58,17 +58,7 @@ impl<DB: Backend> Inbox<DB> {
         F: AsyncFnMut(&mut DB::Connection) -> Result<T, E>,
         E: WorkError,
     {
-        let mut attempt = 0;
-        loop {
-            let result = self.transaction_once(pool, &mut work).await;
-            match self.again(LABEL, result, attempt) {
-                Again::Yes(pause) => {
-                    tokio::time::sleep(pause).await;
-                    attempt += 1;
-                }
-                Again::No(result) => return result,
-            }
-        }
+        with_retries!(self, LABEL, self.transaction_once(pool, &mut work))
     }
 
     /// One attempt of [`Inbox::transaction`].

@@ -765,17 +765,26 @@ enum PickError {
     Database(#[from] sqlx::Error),
 }
 
-pub async fn a_deadlock_in_the_work_is_retried<DB: Fixture>(name: &str) {
+/// Orders 1 and 2, paid, for two transactions to update in opposite orders; `None` where the
+/// backend cannot deadlock.
+async fn two_paid_orders<DB: Fixture>(name: &str) -> Option<Arc<Harness<DB>>> {
     if !DB::ROW_LOCKS {
-        return; // SQLite's BEGIN IMMEDIATE serializes whole transactions: no deadlock to provoke
+        return None;
     }
     recorder();
     let h = Arc::new(Harness::<DB>::new(name).await);
-    let orders = h.orders();
     h.exec(format!(
-        "INSERT INTO {orders} (id, status) VALUES (1, 'PAID'), (2, 'PAID')"
+        "INSERT INTO {} (id, status) VALUES (1, 'PAID'), (2, 'PAID')",
+        h.orders()
     ))
     .await;
+    Some(h)
+}
+
+pub async fn a_deadlock_in_the_work_is_retried<DB: Fixture>(name: &str) {
+    let Some(h) = two_paid_orders::<DB>(name).await else {
+        return; // SQLite's BEGIN IMMEDIATE serializes whole transactions: no deadlock to provoke
+    };
     // The deadlock reaches the inbox as sqlx's error, inside anyhow with a context, and inside an
     // enum of the application's own: each one must be found in the chain and retried.
     deadlock_story(&h, "sqlx", |err| err).await;
@@ -833,22 +842,15 @@ async fn deadlock_story<DB: Fixture, E: guestlist::WorkError>(
 }
 
 pub async fn a_bare_claim_in_a_transaction_is_retried_after_a_deadlock<DB: Fixture>(name: &str) {
-    if !DB::ROW_LOCKS {
+    let Some(h) = two_paid_orders::<DB>(name).await else {
         return; // SQLite's BEGIN IMMEDIATE serializes whole transactions: no deadlock to provoke
-    }
-    recorder();
-    let h = Arc::new(Harness::<DB>::new(name).await);
-    let orders = h.orders();
-    h.exec(format!(
-        "INSERT INTO {orders} (id, status) VALUES (1, 'PAID'), (2, 'PAID')"
-    ))
-    .await;
+    };
     let warehouse = handler("warehouse");
     let middle = Arc::new(Barrier::new(2));
     // Inbox::transaction around a bare claim: the whole transaction runs again, claim included.
     let handlers = [(1, 2, "evt_a"), (2, 1, "evt_b")].map(|(first, second, event)| {
         let (h, middle, orders, warehouse) =
-            (h.clone(), middle.clone(), orders.clone(), warehouse.clone());
+            (h.clone(), middle.clone(), h.orders(), warehouse.clone());
         let first_try = Arc::new(AtomicBool::new(true));
         // Owned, not borrowed: a spawned async closure must not capture references (see
         // Inbox::process on Send).
