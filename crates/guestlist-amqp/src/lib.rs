@@ -1,6 +1,10 @@
 //! guestlist's consumer on RabbitMQ.
 //!
-//! [`RabbitSource`] consumes a queue with manual acknowledgements and a prefetch of one batch.
+//! [`RabbitSource`] consumes a queue with manual acknowledgements and a prefetch window (make it
+//! two batches, so that the next batch flows while one commits). A fetch takes the deliveries
+//! that have arrived, up to the batch limit, and waits only while none has. A committed batch is
+//! acknowledged with one `basic.ack` with `multiple` where no other delivery below it is still
+//! unsettled (one by one otherwise).
 //! Use a **quorum queue**: it counts deliveries (`x-delivery-count`), which guestlist needs to
 //! tell a poison message from a new one. A NAK with backoff holds the message for the delay, then
 //! requeues it. Dead letters are published, with the error in a `guestlist-error` header, to the
@@ -15,9 +19,11 @@
 //! [broker consumers](https://github.com/guestlist-rs/guestlist/blob/main/docs/guide/src/consumers.md)
 //! (or build it locally with `mdbook serve docs/guide`).
 
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use futures_util::StreamExt;
+use futures_util::{FutureExt, StreamExt};
 use guestlist_consumer::{BrokerError, Delivery, Source};
 use lapin::options::{
     BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicPublishOptions, BasicQosOptions,
@@ -59,7 +65,12 @@ pub struct RabbitSource {
     consumer: lapin::Consumer,
     dead_letters: Option<(String, String)>,
     fetch_wait: Duration,
+    unsettled: Unsettled,
 }
+
+/// The delivery tags this channel has handed out and not yet acknowledged, handed back or
+/// rejected: a `multiple` acknowledgement must not settle one of them by accident.
+type Unsettled = Arc<Mutex<BTreeSet<u64>>>;
 
 impl std::fmt::Debug for RabbitSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -71,7 +82,8 @@ impl std::fmt::Debug for RabbitSource {
 
 impl RabbitSource {
     /// Connects to `url` and consumes `queue`, which must exist, holding at most `prefetch`
-    /// unacknowledged deliveries (set it to the consumer's batch size or more).
+    /// unacknowledged deliveries. Make it twice the consumer's batch size (200 for the default
+    /// 100), so that the next batch arrives while one commits.
     pub async fn connect(url: &str, queue: &str, prefetch: u16) -> Result<Self, Error> {
         let connection = Connection::connect(url, ConnectionProperties::default())
             .await
@@ -113,7 +125,18 @@ impl RabbitSource {
             consumer,
             dead_letters: None,
             fetch_wait: Duration::from_millis(250),
+            unsettled: Unsettled::default(),
         })
+    }
+
+    fn delivery(&self, delivery: lapin::message::Delivery) -> RabbitDelivery {
+        lock(&self.unsettled).insert(delivery.delivery_tag);
+        RabbitDelivery {
+            delivery,
+            channel: self.channel.clone(),
+            dead_letters: self.dead_letters.clone(),
+            unsettled: Arc::clone(&self.unsettled),
+        }
     }
 
     /// Publishes dead letters to `exchange` with `routing_key`, carrying their error.
@@ -127,23 +150,24 @@ impl Source for RabbitSource {
     type Delivery = RabbitDelivery;
 
     async fn fetch(&mut self, max: usize) -> Result<Vec<RabbitDelivery>, BrokerError> {
+        // The first delivery may wait; the rest of a batch is whatever has already arrived.
+        let first = match tokio::time::timeout(self.fetch_wait, self.consumer.next()).await {
+            Ok(Some(first)) => self.delivery(first?),
+            Ok(None) => return Err(CANCELLED.into()),
+            Err(_) => return Ok(Vec::new()),
+        };
+        let mut deliveries = vec![first];
+        deliveries.extend(self.fetch_ready(max.saturating_sub(1)).await?);
+        Ok(deliveries)
+    }
+
+    async fn fetch_ready(&mut self, max: usize) -> Result<Vec<RabbitDelivery>, BrokerError> {
         let mut deliveries = Vec::with_capacity(max);
-        let deadline = tokio::time::Instant::now() + self.fetch_wait;
         while deliveries.len() < max {
-            // The first delivery may wait; the rest of a batch is whatever has already arrived.
-            let wait = if deliveries.is_empty() {
-                deadline.saturating_duration_since(tokio::time::Instant::now())
-            } else {
-                Duration::from_millis(2)
-            };
-            match tokio::time::timeout(wait, self.consumer.next()).await {
-                Ok(Some(delivery)) => deliveries.push(RabbitDelivery {
-                    delivery: delivery?,
-                    channel: self.channel.clone(),
-                    dead_letters: self.dead_letters.clone(),
-                }),
-                Ok(None) => return Err("the RabbitMQ consumer was cancelled".into()),
-                Err(_) => break,
+            match self.consumer.next().now_or_never() {
+                Some(Some(delivery)) => deliveries.push(self.delivery(delivery?)),
+                Some(None) => return Err(CANCELLED.into()),
+                None => break, // nothing more has arrived
             }
         }
         Ok(deliveries)
@@ -158,6 +182,9 @@ impl Source for RabbitSource {
     }
 }
 
+/// The error of a fetch from a consumer RabbitMQ cancelled.
+const CANCELLED: &str = "the RabbitMQ consumer was cancelled";
+
 /// Where RabbitMQ puts a message id too long for the `message_id` property.
 const LONG_MESSAGE_ID: &str = "x-message-id";
 
@@ -166,9 +193,20 @@ pub struct RabbitDelivery {
     delivery: lapin::message::Delivery,
     channel: Channel,
     dead_letters: Option<(String, String)>,
+    unsettled: Unsettled,
+}
+
+/// The set, even if a thread panicked while holding it (a set of integers stays whole).
+fn lock(unsettled: &Unsettled) -> std::sync::MutexGuard<'_, BTreeSet<u64>> {
+    unsettled.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl RabbitDelivery {
+    /// Marks this delivery settled: acknowledged, handed back or rejected.
+    fn settled(&self) {
+        lock(&self.unsettled).remove(&self.delivery.delivery_tag);
+    }
+
     fn header_value(&self, name: &str) -> Option<&AMQPValue> {
         self.delivery
             .properties
@@ -215,22 +253,59 @@ impl Delivery for RabbitDelivery {
     }
 
     async fn ack(&self) -> Result<(), BrokerError> {
+        self.settled();
         self.delivery.acker.ack(BasicAckOptions::default()).await?;
         Ok(())
     }
 
+    async fn ack_all(deliveries: &[&Self]) -> Result<(), BrokerError> {
+        let Some(last) = deliveries.iter().max_by_key(|d| d.delivery.delivery_tag) else {
+            return Ok(());
+        };
+        let tags: BTreeSet<u64> = deliveries.iter().map(|d| d.delivery.delivery_tag).collect();
+        let at_once = {
+            let mut unsettled = lock(&last.unsettled);
+            // Every delivery still unsettled up to the last one is in this batch: one
+            // `multiple` ack settles exactly the batch. A message held back for a delayed
+            // requeue, below it, would be settled by mistake: then one by one.
+            let at_once = unsettled
+                .range(..=last.delivery.delivery_tag)
+                .all(|tag| tags.contains(tag));
+            if at_once {
+                unsettled.retain(|tag| !tags.contains(tag));
+            }
+            at_once
+        };
+        if at_once {
+            last.delivery
+                .acker
+                .ack(BasicAckOptions { multiple: true })
+                .await?;
+            return Ok(());
+        }
+        for delivery in deliveries {
+            delivery.ack().await?;
+        }
+        Ok(())
+    }
+
     async fn nak(&self, delay: Duration) -> Result<(), BrokerError> {
-        // RabbitMQ has no delayed NAK: hold the message for the delay, then requeue it.
+        // RabbitMQ has no delayed NAK: hold the message for the delay, then requeue it. It
+        // stays unsettled meanwhile, so that no `multiple` ack settles it.
         let acker = self.delivery.acker.clone();
+        let (unsettled, tag) = (Arc::clone(&self.unsettled), self.delivery.delivery_tag);
         tokio::spawn(async move {
             tokio::time::sleep(delay).await;
-            if let Err(err) = acker
+            let requeued = acker
                 .nack(BasicNackOptions {
                     requeue: true,
                     ..BasicNackOptions::default()
                 })
-                .await
-            {
+                .await;
+            // Only once its NACK is on the wire: a `multiple` ack sent before it would settle
+            // this message, and the NACK would then name a tag the channel no longer knows.
+            lock(&unsettled).remove(&tag);
+            if let Err(err) = requeued {
                 tracing::warn!(error = %err, "cannot requeue a message; RabbitMQ redelivers it when the channel closes");
             }
         });
@@ -239,6 +314,7 @@ impl Delivery for RabbitDelivery {
 
     async fn dead_letter(&self, reason: &str) -> Result<(), BrokerError> {
         let Some((exchange, routing_key)) = &self.dead_letters else {
+            self.settled();
             self.delivery
                 .acker
                 .reject(BasicRejectOptions { requeue: false })
@@ -267,6 +343,7 @@ impl Delivery for RabbitDelivery {
             )
             .await?
             .await?;
+        self.settled();
         self.delivery.acker.ack(BasicAckOptions::default()).await?;
         Ok(())
     }

@@ -16,8 +16,25 @@ pub trait Delivery: Send + Sync + 'static {
     fn broker_id(&self) -> Option<&str>;
     /// How many times this message has been delivered, this time included (1 the first time).
     fn delivery_count(&self) -> u32;
-    /// Acknowledges the message, waiting for the broker to confirm where it can.
+    /// Acknowledges the message.
     fn ack(&self) -> impl Future<Output = Result<(), BrokerError>> + Send;
+    /// Acknowledges a committed batch in as few round trips as the broker allows (one after
+    /// another, by default). Called only after the batch's transaction committed: a lost
+    /// acknowledgement brings a redelivery, which the inbox answers as a duplicate.
+    fn ack_all(deliveries: &[&Self]) -> impl Future<Output = Result<(), BrokerError>> + Send
+    where
+        Self: Sized,
+    {
+        async move {
+            let mut first_error = None;
+            for delivery in deliveries {
+                if let Err(err) = delivery.ack().await {
+                    first_error.get_or_insert(err);
+                }
+            }
+            first_error.map_or(Ok(()), Err)
+        }
+    }
     /// Hands the message back, to be delivered again after `delay`.
     fn nak(&self, delay: Duration) -> impl Future<Output = Result<(), BrokerError>> + Send;
     /// Moves the message to the dead-letter place, with `reason`, and stops its deliveries.
@@ -36,6 +53,16 @@ pub trait Source: Send + Sync + 'static {
         &mut self,
         max: usize,
     ) -> impl Future<Output = Result<Vec<Self::Delivery>, BrokerError>> + Send;
+
+    /// Up to `max` deliveries that are ready now, without waiting for any: the consumer takes
+    /// the next batch this way while the current one commits. None by default.
+    fn fetch_ready(
+        &mut self,
+        max: usize,
+    ) -> impl Future<Output = Result<Vec<Self::Delivery>, BrokerError>> + Send {
+        let _ = max;
+        std::future::ready(Ok(Vec::new()))
+    }
 
     /// How long the broker waits for an acknowledgement before it redelivers, where it has
     /// such a limit (JetStream's ack wait). Handlers must finish or keep their deliveries alive

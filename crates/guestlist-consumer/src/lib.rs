@@ -1,7 +1,9 @@
 //! guestlist's consumer runtime: the loop every broker adapter shares.
 //!
-//! Fetch a batch; claim its message ids in one transaction; run the handler for each fresh
-//! message on that transaction; commit; only then acknowledge, duplicates included. A handler
+//! Take what the broker has ready, up to a batch (100 by default, never waiting for it to fill);
+//! claim its message ids in one transaction; run the handler for each fresh message on that
+//! transaction; commit, fetching what is ready of the next batch meanwhile; only then
+//! acknowledge, duplicates included, in as few round trips as the broker allows. A handler
 //! error rolls the batch back and the messages go through one at a time, so that the failing
 //! one is negatively acknowledged with backoff and the rest are not lost. A message that keeps
 //! failing is dead-lettered, with its error, after the configured number of deliveries.
@@ -15,7 +17,9 @@
 
 mod consumer;
 mod delivery;
+mod failure;
 mod handler;
+mod handling;
 mod id_from;
 mod message;
 mod shutdown;

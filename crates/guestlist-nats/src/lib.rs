@@ -1,9 +1,12 @@
 //! guestlist's consumer on NATS JetStream.
 //!
-//! [`JetStreamSource`] pulls from a durable consumer with explicit acknowledgement, and its
-//! deliveries acknowledge with a double ack (the server confirms), hand messages back with a
-//! delayed NAK, keep long handlers alive with in-progress acks, and dead-letter by publishing the
-//! message with its error to a dead-letter subject, then terminating it.
+//! [`JetStreamSource`] pulls from a durable consumer with explicit acknowledgement: each fetch
+//! takes what the stream has ready, up to the batch limit, and waits only while nothing is. A
+//! committed batch is acknowledged with pipelined acks and one flush (one round trip for the
+//! batch; [`JetStreamSource::confirmed_acks`] waits for the server to confirm each instead).
+//! Deliveries hand messages back with a delayed NAK, keep long handlers alive with in-progress
+//! acks, and dead-letter by publishing the message with its error to a dead-letter subject, then
+//! terminating it.
 //!
 //! The guide tells the whole story, with each part's guarantees and failure tables: see
 //! [broker consumers](https://github.com/guestlist-rs/guestlist/blob/main/docs/guide/src/consumers.md)
@@ -52,6 +55,7 @@ pub struct JetStreamSource {
     horizon: Option<Duration>,
     dead_letters: String,
     fetch_wait: Duration,
+    confirmed_acks: bool,
 }
 
 impl std::fmt::Debug for JetStreamSource {
@@ -114,13 +118,35 @@ impl JetStreamSource {
             horizon: (!max_age.is_zero()).then_some(max_age),
             dead_letters: dead_letters.to_owned(),
             fetch_wait: Duration::from_millis(250),
+            confirmed_acks: false,
         })
     }
 
-    /// How long a fetch waits for messages before it returns what it has (default 250 ms).
+    /// How long a fetch waits for a first message when none is ready, before it returns empty
+    /// (default 250 ms). A fetch returns as soon as one message is there.
     pub fn fetch_wait(mut self, wait: Duration) -> Self {
         self.fetch_wait = wait;
         self
+    }
+
+    /// Waits for the server to confirm every acknowledgement (a double ack, one round trip per
+    /// message) instead of sending a batch's acks together and flushing once (default off).
+    /// guestlist does not need it: an acknowledgement lost after the commit brings a
+    /// redelivery, which the inbox answers as a duplicate.
+    pub fn confirmed_acks(mut self, on: bool) -> Self {
+        self.confirmed_acks = on;
+        self
+    }
+
+    fn delivery(&self, message: jetstream::Message) -> JetStreamDelivery {
+        let delivered = message.info().map(|info| info.delivered).unwrap_or(1);
+        JetStreamDelivery {
+            message,
+            delivered: u32::try_from(delivered).unwrap_or(u32::MAX),
+            context: self.context.clone(),
+            dead_letters: self.dead_letters.clone(),
+            confirmed_acks: self.confirmed_acks,
+        }
     }
 }
 
@@ -128,23 +154,30 @@ impl Source for JetStreamSource {
     type Delivery = JetStreamDelivery;
 
     async fn fetch(&mut self, max: usize) -> Result<Vec<JetStreamDelivery>, BrokerError> {
-        let mut batch = self
+        let mut deliveries = self.fetch_ready(max).await?;
+        if !deliveries.is_empty() {
+            return Ok(deliveries);
+        }
+        // Nothing ready: wait for the first message, and return it as soon as it comes.
+        let mut first = self
             .consumer
-            .fetch()
-            .max_messages(max)
+            .batch()
+            .max_messages(1)
             .expires(self.fetch_wait)
             .messages()
             .await?;
+        while let Some(message) = first.next().await {
+            deliveries.push(self.delivery(message?));
+        }
+        Ok(deliveries)
+    }
+
+    async fn fetch_ready(&mut self, max: usize) -> Result<Vec<JetStreamDelivery>, BrokerError> {
+        // A no-wait pull: the server sends what it has, up to `max`, and ends the request.
+        let mut ready = self.consumer.fetch().max_messages(max).messages().await?;
         let mut deliveries = Vec::with_capacity(max);
-        while let Some(message) = batch.next().await {
-            let message = message?;
-            let delivered = message.info().map(|info| info.delivered).unwrap_or(1);
-            deliveries.push(JetStreamDelivery {
-                message,
-                delivered: u32::try_from(delivered).unwrap_or(u32::MAX),
-                context: self.context.clone(),
-                dead_letters: self.dead_letters.clone(),
-            });
+        while let Some(message) = ready.next().await {
+            deliveries.push(self.delivery(message?));
         }
         Ok(deliveries)
     }
@@ -164,6 +197,7 @@ pub struct JetStreamDelivery {
     delivered: u32,
     context: jetstream::Context,
     dead_letters: String,
+    confirmed_acks: bool,
 }
 
 impl Delivery for JetStreamDelivery {
@@ -184,7 +218,29 @@ impl Delivery for JetStreamDelivery {
     }
 
     async fn ack(&self) -> Result<(), BrokerError> {
-        self.message.double_ack().await
+        if self.confirmed_acks {
+            self.message.double_ack().await
+        } else {
+            self.message.ack().await
+        }
+    }
+
+    async fn ack_all(deliveries: &[&Self]) -> Result<(), BrokerError> {
+        let Some(first) = deliveries.first() else {
+            return Ok(());
+        };
+        if first.confirmed_acks {
+            for delivery in deliveries {
+                delivery.message.double_ack().await?;
+            }
+            return Ok(());
+        }
+        // Sent back to back, then one flush: the batch costs one round trip, not one each.
+        for delivery in deliveries {
+            delivery.message.ack().await?;
+        }
+        first.context.client().flush().await?;
+        Ok(())
     }
 
     async fn nak(&self, delay: Duration) -> Result<(), BrokerError> {

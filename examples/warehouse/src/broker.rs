@@ -175,7 +175,7 @@ impl Orders {
     /// The consumer's RabbitMQ source, consuming the queue when this returns.
     pub async fn rabbit_source(&self) -> anyhow::Result<guestlist_amqp::RabbitSource> {
         Ok(
-            guestlist_amqp::RabbitSource::connect(&self.url, &self.name, 100)
+            guestlist_amqp::RabbitSource::connect(&self.url, &self.name, 200)
                 .await?
                 .dead_letter_to("", &self.dead_letters()),
         )

@@ -2,11 +2,20 @@
 //! PostgreSQL as the store, in one run.
 //!
 //! Each figure publishes the same events to a fresh stream or queue and times draining them:
-//! `baseline` fetches 100, does the work for each on one transaction, commits and acknowledges,
-//! with no inbox (a redelivery would do the work twice); `batch1`, `batch10` and `batch100` run
-//! guestlist's consumer, which also claims every id, at those batch sizes. The work is one INSERT
-//! per message.
+//! - `baseline` fetches 100, does the work for each on one transaction, commits and acknowledges,
+//!   with no inbox (a redelivery would do the work twice);
+//! - `plain` is what a user writes without guestlist: the broker's client loop, one message at
+//!   a time, its work on its own transaction, then a plain acknowledgement (no dedup);
+//! - `default` runs guestlist's consumer with no settings;
+//! - `batch1`, `batch10` and `batch100` run it at those batch limits;
+//! - `inbox_only` does the consumer's claims and work in batches of 100 on one connection, with
+//!   no broker: the database's limit for one consumer.
+//!
+//! The work is one INSERT per message. Then `default` is run again at 10 messages a second, for
+//! the latency from publish to commit when traffic is thin.
 
+mod latency;
+mod plain;
 mod queues;
 
 use std::sync::Arc;
@@ -14,7 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use guestlist::sqlx::{self, PgConnection, PgPool};
-use guestlist::{HandlerName, Inbox};
+use guestlist::{HandlerName, Inbox, MessageId};
 use guestlist_consumer::{Consumer, Delivery, IdFrom, Message, Source};
 use tokio::sync::Notify;
 
@@ -29,12 +38,18 @@ const INBOX: &str = "bench_broker_inbox";
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Figure {
     Baseline,
+    Plain,
+    InboxOnly,
+    Default,
     Batch(usize),
 }
 
 impl Figure {
-    const ALL: [Figure; 4] = [
+    const ALL: [Figure; 7] = [
         Figure::Baseline,
+        Figure::Plain,
+        Figure::InboxOnly,
+        Figure::Default,
         Figure::Batch(1),
         Figure::Batch(10),
         Figure::Batch(100),
@@ -43,17 +58,26 @@ impl Figure {
     fn name(self) -> String {
         match self {
             Figure::Baseline => "baseline".to_owned(),
+            Figure::Plain => "plain".to_owned(),
+            Figure::InboxOnly => "inbox_only".to_owned(),
+            Figure::Default => "default".to_owned(),
             Figure::Batch(n) => format!("batch{n}"),
         }
     }
 
     fn batch(self) -> usize {
         match self {
-            Figure::Baseline => 100,
+            Figure::Plain | Figure::Batch(1) => 1,
             Figure::Batch(n) => n,
+            Figure::Baseline | Figure::InboxOnly | Figure::Default => 100,
         }
     }
 }
+
+/// The batch of the `inbox_only` figure, and the prefetch window every consumer's source gets
+/// (two batches, so that the next one arrives while one commits).
+const BATCH: usize = 100;
+const PREFETCH: u16 = 200;
 
 pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
     anyhow::ensure!(
@@ -98,13 +122,29 @@ pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
                         .execute(&pool)
                         .await?;
                 }
-                queue.publish(events).await?;
-                let source = queue.source(100).await?;
-                let started = Instant::now();
-                with_source!(source, |source| drain(
-                    source, figure, &pool, &inbox, events
-                )
-                .await)?;
+                let started = match figure {
+                    Figure::InboxOnly => {
+                        let started = Instant::now();
+                        inbox_only(&pool, &inbox, events).await?;
+                        started
+                    }
+                    Figure::Plain => {
+                        queue.publish(events).await?;
+                        let started = Instant::now();
+                        plain::drain(&queue, &pool, events).await?;
+                        started
+                    }
+                    _ => {
+                        queue.publish(events).await?;
+                        let source = queue.source(PREFETCH).await?;
+                        let started = Instant::now();
+                        with_source!(source, |source| drain(
+                            source, figure, &pool, &inbox, events
+                        )
+                        .await)?;
+                        started
+                    }
+                };
                 let rate = events as f64 / started.elapsed().as_secs_f64();
                 let done: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
                     "SELECT count(*) FROM {EFFECTS}"
@@ -141,14 +181,45 @@ pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
                 latency: None,
             });
         }
-        let baseline = report.get("baseline", label, 1);
         for n in [1, 10, 100] {
-            let guestlist = report.get(&format!("batch{n}"), label, 1);
-            report.ratios.insert(
-                format!("batch{n}_vs_baseline_{label}"),
-                guestlist / baseline,
+            let batch = format!("batch{n}");
+            report.ratio(
+                &format!("{batch}_vs_baseline"),
+                &batch,
+                "baseline",
+                label,
+                1,
             );
         }
+        report.ratio("batch100_vs_inbox_only", "batch100", "inbox_only", label, 1);
+        report.ratio("default_vs_batch100", "default", "batch100", label, 1);
+        report.ratio("default_vs_plain", "default", "plain", label, 1);
+
+        // Thin traffic: the default consumer must not wait for a batch to fill.
+        let queue = match broker {
+            "nats" => Queue::nats(&nats_url, "bench_latency").await?,
+            _ => Queue::rabbit(&amqp_url, "bench_latency").await?,
+        };
+        for table in [EFFECTS, INBOX] {
+            sqlx::query(sqlx::AssertSqlSafe(format!("TRUNCATE {table}")))
+                .execute(&pool)
+                .await?;
+        }
+        let count = if common.quick { 50 } else { 200 };
+        let latency = latency::measure(&queue, &pool, &inbox, count, 10).await?;
+        eprintln!(
+            "  default at 10 msgs/s: p50 {:.1} ms, p99 {:.1} ms",
+            latency.p50_ms, latency.p99_ms
+        );
+        report.rows.push(Row {
+            name: "default_10_per_sec".to_owned(),
+            backend: label,
+            workers: 1,
+            batch: BATCH,
+            per_sec: 10.0,
+            unit: "msgs/s",
+            latency: Some(latency),
+        });
     }
     Ok(report)
 }
@@ -163,7 +234,8 @@ async fn drain<S: Source>(
 ) -> anyhow::Result<()> {
     match figure {
         Figure::Baseline => baseline(source, pool, events).await,
-        Figure::Batch(n) => {
+        Figure::Plain | Figure::InboxOnly => unreachable!("{figure:?} runs without a source"),
+        Figure::Default | Figure::Batch(_) => {
             let handled = Arc::new(AtomicU64::new(0));
             let all_done = Arc::new(Notify::new());
             let counter = (handled.clone(), all_done.clone());
@@ -181,8 +253,12 @@ async fn drain<S: Source>(
                     }
                     Ok::<_, sqlx::Error>(())
                 },
-            )
-            .batch_size(n);
+            );
+            // `default` keeps every setting as it comes.
+            let consumer = match figure {
+                Figure::Batch(n) => consumer.batch_size(n),
+                _ => consumer,
+            };
             consumer
                 .run(async move { all_done.notified().await })
                 .await?;
@@ -191,8 +267,30 @@ async fn drain<S: Source>(
     }
 }
 
+/// `inbox_only`: the consumer's claims and work in batches of [`BATCH`] on one connection, with
+/// no broker.
+async fn inbox_only(
+    pool: &PgPool,
+    inbox: &Inbox<sqlx::Postgres>,
+    events: usize,
+) -> anyhow::Result<()> {
+    let handler = HandlerName::new("warehouse")?;
+    let ids: Vec<MessageId> = (0..events)
+        .map(|n| MessageId::new(format!("evt_{n}")))
+        .collect::<Result<_, _>>()?;
+    for batch in ids.chunks(BATCH) {
+        let mut tx = inbox.begin(pool).await?;
+        let fresh = inbox.claim_batch(&mut tx, &handler, batch).await?;
+        for id in &fresh {
+            work(&mut tx, id.as_str()).await?;
+        }
+        tx.commit().await?;
+    }
+    Ok(())
+}
+
 /// The work every figure does for a message.
-async fn work(tx: &mut PgConnection, event: &str) -> Result<(), sqlx::Error> {
+pub(super) async fn work(tx: &mut PgConnection, event: &str) -> Result<(), sqlx::Error> {
     sqlx::query("INSERT INTO bench_broker_effects (event) VALUES ($1)")
         .bind(event)
         .execute(tx)

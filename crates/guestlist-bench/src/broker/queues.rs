@@ -122,6 +122,34 @@ impl Queue {
         Ok(())
     }
 
+    /// Publishes one event with the id `id`, confirmed by the broker.
+    pub(super) async fn publish_one(&self, id: &str) -> anyhow::Result<()> {
+        let payload = format!(r#"{{"id":"{id}","type":"OrderPaid","order":1}}"#).into_bytes();
+        match self {
+            Queue::Nats {
+                context, stream, ..
+            } => {
+                context
+                    .publish(format!("{stream}.events"), payload.into())
+                    .await?
+                    .await?;
+            }
+            Queue::Rabbit { channel, queue, .. } => {
+                channel
+                    .basic_publish(
+                        "".into(),
+                        queue.as_str().into(),
+                        lapin::options::BasicPublishOptions::default(),
+                        &payload,
+                        lapin::BasicProperties::default().with_delivery_mode(2),
+                    )
+                    .await?
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
     /// A consumer's source, holding up to `prefetch` deliveries.
     pub(super) async fn source(&self, prefetch: u16) -> anyhow::Result<AnySource> {
         Ok(match self {

@@ -4,6 +4,7 @@
 #![allow(unreachable_pub)] // a test crate has no public API
 
 pub mod brokers;
+pub mod held_acks;
 pub mod suite;
 
 /// Generates one `#[tokio::test]` per story in [`suite`] for the broker `$broker` with the store
@@ -25,6 +26,7 @@ macro_rules! broker_suite {
             ten_thousand_events_two_consumers_one_killed_again_and_again,
             a_missing_queue_is_refused_at_start_up,
             sigterm_mid_batch_finishes_the_batch_and_loses_nothing,
+            sigkill_between_commit_and_acks_redelivers_a_batch_of_duplicates,
         );
 
         /// Not a test on its own: the consumer process the SIGTERM test stops.
@@ -32,6 +34,13 @@ macro_rules! broker_suite {
         #[ignore = "child process of sigterm_mid_batch_finishes_the_batch_and_loses_nothing"]
         async fn term_consumer() {
             common::suite::term_consumer::<$broker, $db>().await;
+        }
+
+        /// Not a test on its own: the consumer the commit-then-kill test stops before its acks.
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        #[ignore = "child process of sigkill_between_commit_and_acks_redelivers_a_batch_of_duplicates"]
+        async fn held_acks_consumer() {
+            common::suite::held_acks_consumer::<$broker, $db>().await;
         }
 
         /// Not a test on its own: the consumer process the chaos test starts and kills.

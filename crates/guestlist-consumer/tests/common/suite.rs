@@ -105,14 +105,32 @@ impl<B: Broker, DB: Fixture> Rig<B, DB> {
             .await
     }
 
+    /// A consumer of `source` with the pick handler, `batch` messages at a time.
+    pub fn consumer_of<S: guestlist_consumer::Source>(
+        &self,
+        source: S,
+        batch: usize,
+    ) -> Consumer<S, DB, Pick> {
+        self.consumer_of_signalling(source, batch, Arc::new(Notify::new()))
+    }
+
     /// [`Rig::consumer`], notifying `started` whenever a handler starts.
     pub async fn consumer_signalling(
         &self,
         batch: usize,
         started: Arc<Notify>,
     ) -> Consumer<B::Source, DB, Pick> {
+        self.consumer_of_signalling(self.broker.source().await, batch, started)
+    }
+
+    fn consumer_of_signalling<S: guestlist_consumer::Source>(
+        &self,
+        source: S,
+        batch: usize,
+        started: Arc<Notify>,
+    ) -> Consumer<S, DB, Pick> {
         Consumer::with_handler(
-            self.broker.source().await,
+            source,
             self.db.pool.clone(),
             self.inbox.clone(),
             HandlerName::new("warehouse").unwrap(),
@@ -471,7 +489,10 @@ pub async fn ten_thousand_events_two_consumers_one_killed_again_and_again<
             distinct += 1;
             distinct - 1
         };
-        rig.broker.publish(&order_paid(&format!("evt_{id}"))).await;
+        // A millisecond of work each, so that the stream outlasts the kills: batches of 50
+        // otherwise drain it in about a second.
+        let event = format!(r#"{{"id":"evt_{id}","slow_ms":1}}"#);
+        rig.broker.publish(event.as_bytes()).await;
     }
 
     let module = name.split('_').next().unwrap();
@@ -527,7 +548,9 @@ pub async fn chaos_consumer<B: Broker, DB: Fixture>() {
         return;
     };
     let rig = Rig::<B, DB>::attach(&tag, &url, CHAOS_ACK_WAIT).await;
-    let consumer = rig.consumer(50).await;
+    // Kills land on whatever is in hand: the same prefetched messages can ride several kills in
+    // a row, which would look like a message that kills its consumer (poison) at 5 deliveries.
+    let consumer = rig.consumer(50).await.max_deliveries(50);
     consumer.run(std::future::pending()).await.unwrap();
 }
 
@@ -598,6 +621,101 @@ pub async fn term_consumer<B: Broker, DB: Fixture>() {
     let consumer = rig.consumer(10).await;
     consumer
         .run(guestlist_consumer::shutdown_signal())
+        .await
+        .unwrap();
+}
+
+/// Environment of the held-acks child.
+const HELD_TAG: &str = "GUESTLIST_HELD_TAG";
+const HELD_DB: &str = "GUESTLIST_HELD_DB";
+/// Short, so that JetStream redelivers the killed consumer's batch soon.
+const HELD_ACK_WAIT: Duration = Duration::from_secs(2);
+
+pub async fn sigkill_between_commit_and_acks_redelivers_a_batch_of_duplicates<
+    B: Broker,
+    DB: Fixture,
+>(
+    name: &str,
+) {
+    const EVENTS: usize = 40;
+    let rig = Rig::<B, DB>::open(name, HELD_ACK_WAIT).await;
+    for n in 0..EVENTS {
+        rig.broker.publish(&order_paid(&format!("evt_{n}"))).await;
+    }
+    let module = name.split('_').next().unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            &format!("{module}::held_acks_consumer"),
+            "--exact",
+            "--ignored",
+        ])
+        .env(HELD_TAG, &rig.tag)
+        .env(HELD_DB, &rig.db.url)
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("start the consumer process");
+    // Its batch acknowledgements never leave: once a batch of several has committed, it waits
+    // there for good (a first batch of one may come before, acknowledged as usual).
+    rig.until(
+        Duration::from_secs(30),
+        "the consumer committed a batch",
+        || async { rig.effects().await.0 > 1 },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (committed, _) = rig.effects().await;
+    // Committed, not acknowledged: killed right there.
+    child.kill().expect("SIGKILL the consumer");
+    child.wait().unwrap();
+    assert_eq!(
+        rig.effects().await,
+        (committed, committed),
+        "the batch committed, once"
+    );
+
+    let (stop, task) = run_until_stopped!(rig.consumer(100).await);
+    rig.until(
+        Duration::from_secs(60),
+        "every event is handled and acknowledged, the redelivered batch too",
+        || async {
+            rig.effects().await.1 == EVENTS as i64
+                && rig.broker.drained().await
+                && rig.broker.outstanding().await == 0
+        },
+    )
+    .await;
+    stop.send(()).unwrap();
+    let handled = task.await.unwrap().unwrap();
+    assert_eq!(
+        rig.effects().await,
+        (EVENTS as i64, EVENTS as i64),
+        "no second effect for the redelivered batch"
+    );
+    assert!(
+        handled.duplicates >= 2 && handled.duplicates <= committed as u64,
+        "the redelivered batch is acknowledged as duplicates: {handled:?}"
+    );
+    assert_eq!(
+        handled.fresh,
+        EVENTS as u64 - committed as u64,
+        "only what never committed runs: {handled:?}"
+    );
+    assert_eq!(
+        rig.broker.outstanding().await,
+        0,
+        "nothing left unacknowledged"
+    );
+}
+
+pub async fn held_acks_consumer<B: Broker, DB: Fixture>() {
+    let (Ok(tag), Ok(url)) = (std::env::var(HELD_TAG), std::env::var(HELD_DB)) else {
+        eprintln!("held_acks_consumer runs only as the commit-then-kill test's child process");
+        return;
+    };
+    let rig = Rig::<B, DB>::attach(&tag, &url, HELD_ACK_WAIT).await;
+    let source = super::held_acks::HeldAcks(rig.broker.source().await);
+    rig.consumer_of(source, 100)
+        .run(std::future::pending())
         .await
         .unwrap();
 }

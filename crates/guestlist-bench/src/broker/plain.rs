@@ -1,0 +1,75 @@
+//! `plain`: what a user writes without guestlist. The broker's usual client loop, one message at
+//! a time: its work in a transaction of its own, commit, then a plain acknowledgement. No claim,
+//! so a redelivery would do the work twice.
+
+use futures_util::StreamExt;
+use guestlist::sqlx::PgPool;
+
+use super::queues::Queue;
+use super::work;
+
+/// Consumes `events` messages from `queue` the plain way.
+pub(super) async fn drain(queue: &Queue, pool: &PgPool, events: usize) -> anyhow::Result<()> {
+    match queue {
+        Queue::Nats {
+            context, stream, ..
+        } => {
+            use async_nats::jetstream::consumer::{AckPolicy, PullConsumer, pull};
+            let consumer: PullConsumer = context
+                .get_stream(stream)
+                .await?
+                .get_or_create_consumer(
+                    "plain",
+                    pull::Config {
+                        durable_name: Some("plain".into()),
+                        ack_policy: AckPolicy::Explicit,
+                        ..Default::default()
+                    },
+                )
+                .await?;
+            let mut messages = consumer.messages().await?;
+            for _ in 0..events {
+                let message = messages
+                    .next()
+                    .await
+                    .ok_or_else(|| anyhow::anyhow!("the stream ended"))?
+                    .map_err(|e| anyhow::anyhow!(e))?;
+                handle(pool, &message.payload).await?;
+                message.ack().await.map_err(|e| anyhow::anyhow!(e))?;
+            }
+        }
+        Queue::Rabbit { url, queue, .. } => {
+            use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions};
+            let connection =
+                lapin::Connection::connect(url, lapin::ConnectionProperties::default()).await?;
+            let channel = connection.create_channel().await?;
+            channel.basic_qos(100, BasicQosOptions::default()).await?;
+            let mut deliveries = channel
+                .basic_consume(
+                    queue.as_str().into(),
+                    "plain".into(),
+                    BasicConsumeOptions::default(),
+                    Default::default(),
+                )
+                .await?;
+            for _ in 0..events {
+                let delivery = deliveries
+                    .next()
+                    .await
+                    .ok_or_else(|| anyhow::anyhow!("the consumer was cancelled"))??;
+                handle(pool, &delivery.data).await?;
+                delivery.ack(BasicAckOptions::default()).await?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The work for one message, on its own transaction.
+async fn handle(pool: &PgPool, payload: &[u8]) -> anyhow::Result<()> {
+    let event: serde_json::Value = serde_json::from_slice(payload)?;
+    let mut tx = pool.begin().await?;
+    work(&mut tx, event["id"].as_str().unwrap_or_default()).await?;
+    tx.commit().await?;
+    Ok(())
+}

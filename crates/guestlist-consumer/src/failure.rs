@@ -1,0 +1,43 @@
+//! Why a handler run failed.
+
+use std::time::Duration;
+
+use guestlist_core::Deferral;
+
+/// Why a handler run failed: its own error (its type erased, its chain of sources kept), or it
+/// ran out of time.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    Handler(Box<dyn std::error::Error + Send + Sync>),
+    TimedOut(Duration),
+}
+
+impl Failure {
+    /// The deferral the handler returned as its error, or held in the error's chain.
+    pub(crate) fn deferral(&self) -> Option<&Deferral> {
+        let Failure::Handler(err) = self else {
+            return None;
+        };
+        Deferral::find(err.as_ref())
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Handler(err) => write!(f, "{err}"),
+            Failure::TimedOut(limit) => write!(f, "the handler ran longer than {limit:?}"),
+        }
+    }
+}
+
+impl std::error::Error for Failure {
+    // The handler's own error is the source, so the inbox sees a deadlock inside it and runs the
+    // transaction again.
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Failure::Handler(err) => Some(&**err),
+            Failure::TimedOut(_) => None,
+        }
+    }
+}
