@@ -13,6 +13,7 @@
 //! rest (AES-256-GCM). Guarded handlers answer 512 bytes of JSON. The load generator runs in the same process: 32 keep-alive
 //! connections in a closed loop.
 
+mod by_hand;
 mod workload;
 
 use anyhow::Context;
@@ -40,10 +41,12 @@ enum Figure {
     FreshInTx,
     ReplayInTx,
     FreshSealed,
+    Handwritten,
+    AtomicPhases,
 }
 
 impl Figure {
-    const ALL: [Figure; 7] = [
+    const ALL: [Figure; 9] = [
         Figure::Unprotected,
         Figure::UnprotectedTx,
         Figure::Fresh,
@@ -51,10 +54,16 @@ impl Figure {
         Figure::FreshInTx,
         Figure::ReplayInTx,
         Figure::FreshSealed,
+        Figure::Handwritten,
+        Figure::AtomicPhases,
     ];
 
     fn in_tx(self) -> bool {
         matches!(self, Figure::FreshInTx | Figure::ReplayInTx)
+    }
+
+    fn by_hand(self) -> bool {
+        matches!(self, Figure::Handwritten | Figure::AtomicPhases)
     }
 }
 
@@ -68,6 +77,8 @@ impl requests::Figure for Figure {
             Figure::FreshInTx => "fresh_in_tx",
             Figure::ReplayInTx => "replay_in_tx",
             Figure::FreshSealed => "fresh_encrypted",
+            Figure::Handwritten => "handwritten",
+            Figure::AtomicPhases => "atomic_phases",
         }
     }
 }
@@ -115,6 +126,10 @@ pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
             ("fresh_in_tx_vs_unprotected", "fresh_in_tx", "unprotected"),
             ("replay_in_tx_vs_fresh_in_tx", "replay_in_tx", "fresh_in_tx"),
             ("fresh_encrypted_vs_fresh", "fresh_encrypted", "fresh"),
+            ("fresh_in_tx_vs_handwritten", "fresh_in_tx", "handwritten"),
+            ("fresh_vs_atomic_phases", "fresh", "atomic_phases"),
+            ("replay_vs_unprotected", "replay", "unprotected"),
+            ("replay_in_tx_vs_unprotected", "replay_in_tx", "unprotected"),
         ] {
             report.ratio(name, over, under, backend, CONNECTIONS);
         }
@@ -243,11 +258,17 @@ async fn measure_backend<DB: HttpWorkload>(
         ),
         None => None,
     };
+    let by_hand = match DB::by_hand(pool.clone()).await? {
+        Some((handwritten, phases)) => Some((serve(handwritten).await?, serve(phases).await?)),
+        None => None,
+    };
     let figures: Vec<Figure> = Figure::ALL
         .into_iter()
         .filter(|figure| guarded_in_tx.is_some() || !figure.in_tx())
+        .filter(|figure| by_hand.is_some() || !figure.by_hand())
         .collect();
     let guarded_in_tx = guarded_in_tx.unwrap_or_default();
+    let (handwritten, phases) = by_hand.unwrap_or_default();
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(CONNECTIONS)
         .build()?;
@@ -256,13 +277,21 @@ async fn measure_backend<DB: HttpWorkload>(
         send(&client, &guarded, Some(&format!("stored-{n}"))).await?;
     }
 
-    let urls = (plain, plain_tx, guarded, guarded_in_tx, sealed);
+    let urls = (
+        plain,
+        plain_tx,
+        guarded,
+        guarded_in_tx,
+        sealed,
+        handwritten,
+        phases,
+    );
     let rows = requests::measure(
         plan,
         &figures,
         DB::LABEL,
         move |figure, round, worker, n| {
-            let (client, (plain, plain_tx, guarded, in_tx, sealed)) =
+            let (client, (plain, plain_tx, guarded, in_tx, sealed, handwritten, phases)) =
                 (client.clone(), urls.clone());
             async move {
                 let fresh = format!("{}r{round}-w{worker}-{n}", requests::Figure::name(figure));
@@ -275,6 +304,8 @@ async fn measure_backend<DB: HttpWorkload>(
                     Figure::FreshInTx => send(&client, &in_tx, Some(&fresh)).await,
                     Figure::ReplayInTx => send(&client, &in_tx, Some(&stored)).await,
                     Figure::FreshSealed => send(&client, &sealed, Some(&fresh)).await,
+                    Figure::Handwritten => send(&client, &handwritten, Some(&fresh)).await,
+                    Figure::AtomicPhases => send(&client, &phases, Some(&fresh)).await,
                 }
             }
         },

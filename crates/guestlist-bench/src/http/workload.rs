@@ -1,5 +1,6 @@
 //! The one row every measured handler writes, in each backend's SQL.
 
+use axum::Router;
 use guestlist::http::{IdempotencyLayer, Transactional};
 use guestlist::sqlx::{self, Pool};
 use guestlist::{Backend, SqlKeyStore};
@@ -27,10 +28,12 @@ pub(super) trait HttpWorkload: Backend {
     fn claim_in_transaction(
         keys: SqlKeyStore<Self>,
     ) -> Option<IdempotencyLayer<Transactional<Self>>>;
+    /// The `handwritten` and `atomic_phases` handlers, where they are written (PostgreSQL).
+    fn by_hand(pool: Pool<Self>) -> WorkFuture<'static, Option<(Router, Router)>, anyhow::Error>;
 }
 
 macro_rules! http_workload {
-    ($db:ty, $conn:ty, $label:literal, $pool:literal, $create:literal, $insert:literal, $in_tx:expr) => {
+    ($db:ty, $conn:ty, $label:literal, $pool:literal, $create:literal, $insert:literal, $in_tx:expr, $by_hand:expr) => {
         impl HttpWorkload for $db {
             const LABEL: &'static str = $label;
             const CREATE: &'static str = $create;
@@ -60,6 +63,16 @@ macro_rules! http_workload {
                     $in_tx;
                 in_tx(keys)
             }
+
+            fn by_hand(
+                pool: Pool<Self>,
+            ) -> WorkFuture<'static, Option<(Router, Router)>, anyhow::Error> {
+                let by_hand: fn(
+                    Pool<Self>,
+                )
+                    -> WorkFuture<'static, Option<(Router, Router)>, anyhow::Error> = $by_hand;
+                by_hand(pool)
+            }
         }
     };
 }
@@ -71,7 +84,8 @@ http_workload!(
     32,
     "CREATE TABLE bench_http_payments (id BIGSERIAL PRIMARY KEY, body BYTEA NOT NULL)",
     "INSERT INTO bench_http_payments (body) VALUES ($1)",
-    |keys| Some(IdempotencyLayer::transactional(keys).claim_in_transaction())
+    |keys| Some(IdempotencyLayer::transactional(keys).claim_in_transaction()),
+    |pool| Box::pin(super::by_hand::routers(pool))
 );
 http_workload!(
     sqlx::Sqlite,
@@ -80,7 +94,8 @@ http_workload!(
     4,
     "CREATE TABLE bench_http_payments (id INTEGER PRIMARY KEY, body BLOB NOT NULL)",
     "INSERT INTO bench_http_payments (body) VALUES (?1)",
-    |_| None
+    |_| None,
+    |_| Box::pin(async { Ok(None) })
 );
 http_workload!(
     sqlx::MySql,
@@ -89,5 +104,6 @@ http_workload!(
     32,
     "CREATE TABLE bench_http_payments (id BIGINT AUTO_INCREMENT PRIMARY KEY, body BLOB NOT NULL)",
     "INSERT INTO bench_http_payments (body) VALUES (?)",
-    |_| None
+    |_| None,
+    |_| Box::pin(async { Ok(None) })
 );

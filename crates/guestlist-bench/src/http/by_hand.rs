@@ -1,0 +1,161 @@
+//! The same guarantee written by hand, on PostgreSQL, as floors and peers for the layer:
+//!
+//! - `handwritten`: the least SQL a transactional key takes, in one transaction: the key row
+//!   inserted `ON CONFLICT DO NOTHING`, the work, the stored response, commit; on a conflict,
+//!   the stored row read back.
+//! - `atomic_phases`: the design most teams copy (brandur's rocket-rides-atomic, "Implementing
+//!   Stripe-like Idempotency Keys in Postgres"): the key row found or inserted and locked in a
+//!   first transaction, the work and a recovery point in a second, the response stored and the
+//!   lock cleared in a third.
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use guestlist::sqlx::{self, PgPool};
+
+use super::ANSWER;
+
+/// The key tables of the two handlers.
+const TABLES: [&str; 4] = [
+    "DROP TABLE IF EXISTS bench_http_hand_keys",
+    "CREATE TABLE bench_http_hand_keys (key TEXT PRIMARY KEY, status INT, body BYTEA)",
+    "DROP TABLE IF EXISTS bench_http_phase_keys",
+    "CREATE TABLE bench_http_phase_keys (key TEXT PRIMARY KEY, locked_at TIMESTAMPTZ, \
+     recovery_point TEXT NOT NULL, status INT, body BYTEA)",
+];
+
+/// Creates the tables and returns the `handwritten` and `atomic_phases` routers.
+pub(super) async fn routers(pool: PgPool) -> anyhow::Result<Option<(Router, Router)>> {
+    for statement in TABLES {
+        sqlx::query(statement).execute(&pool).await?;
+    }
+    let handwritten = Router::new()
+        .route("/payments", post(handwritten))
+        .with_state(pool.clone());
+    let phases = Router::new()
+        .route("/payments", post(atomic_phases))
+        .with_state(pool);
+    Ok(Some((handwritten, phases)))
+}
+
+/// What a handler answers: the status and body, or 500 when the database failed.
+fn answer(result: Result<(u16, Vec<u8>), sqlx::Error>) -> Response {
+    match result {
+        Ok((status, body)) => (
+            StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            body,
+        )
+            .into_response(),
+        Err(_) => StatusCode::SERVICE_UNAVAILABLE.into_response(),
+    }
+}
+
+/// The request's key, or none.
+fn key(headers: &HeaderMap) -> Option<String> {
+    Some(headers.get("idempotency-key")?.to_str().ok()?.to_owned())
+}
+
+async fn handwritten(State(pool): State<PgPool>, headers: HeaderMap, body: Bytes) -> Response {
+    let Some(key) = key(&headers) else {
+        return StatusCode::BAD_REQUEST.into_response();
+    };
+    answer(
+        async {
+            let mut tx = pool.begin().await?;
+            let claimed = sqlx::query(
+                "INSERT INTO bench_http_hand_keys (key) VALUES ($1) ON CONFLICT DO NOTHING",
+            )
+            .bind(&key)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected()
+                == 1;
+            if !claimed {
+                tx.rollback().await?;
+                return stored(&pool, "bench_http_hand_keys", &key).await;
+            }
+            sqlx::query("INSERT INTO bench_http_payments (body) VALUES ($1)")
+                .bind(&body[..])
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query("UPDATE bench_http_hand_keys SET status = 201, body = $2 WHERE key = $1")
+                .bind(&key)
+                .bind(ANSWER.as_bytes())
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            Ok((201, ANSWER.as_bytes().to_vec()))
+        }
+        .await,
+    )
+}
+
+async fn atomic_phases(State(pool): State<PgPool>, headers: HeaderMap, body: Bytes) -> Response {
+    let Some(key) = key(&headers) else {
+        return StatusCode::BAD_REQUEST.into_response();
+    };
+    answer(
+        async {
+            // Phase 1: find the key (locked) or insert it, and take its lock.
+            let mut tx = pool.begin().await?;
+            let found: Option<(Option<i32>,)> =
+                sqlx::query_as("SELECT status FROM bench_http_phase_keys WHERE key = $1 FOR UPDATE")
+                    .bind(&key)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            if found.is_some() {
+                tx.rollback().await?;
+                return stored(&pool, "bench_http_phase_keys", &key).await;
+            }
+            sqlx::query(
+                "INSERT INTO bench_http_phase_keys (key, locked_at, recovery_point) \
+                 VALUES ($1, now(), 'started')",
+            )
+            .bind(&key)
+            .execute(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            // Phase 2: the work, and the recovery point that says it is done.
+            let mut tx = pool.begin().await?;
+            sqlx::query("INSERT INTO bench_http_payments (body) VALUES ($1)")
+                .bind(&body[..])
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query(
+                "UPDATE bench_http_phase_keys SET recovery_point = 'payment_created' WHERE key = $1",
+            )
+            .bind(&key)
+            .execute(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            // Phase 3: the response stored, the lock cleared.
+            sqlx::query(
+                "UPDATE bench_http_phase_keys SET status = 201, body = $2, \
+                 recovery_point = 'finished', locked_at = NULL WHERE key = $1",
+            )
+            .bind(&key)
+            .bind(ANSWER.as_bytes())
+            .execute(&pool)
+            .await?;
+            Ok((201, ANSWER.as_bytes().to_vec()))
+        }
+        .await,
+    )
+}
+
+/// The stored answer of `key` in `table`, or 409 while its first attempt runs.
+async fn stored(pool: &PgPool, table: &str, key: &str) -> Result<(u16, Vec<u8>), sqlx::Error> {
+    let row: Option<(Option<i32>, Option<Vec<u8>>)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT status, body FROM {table} WHERE key = $1"
+    )))
+    .bind(key)
+    .fetch_optional(pool)
+    .await?;
+    Ok(match row {
+        Some((Some(status), Some(body))) => (u16::try_from(status).unwrap_or(500), body),
+        _ => (409, Vec::new()),
+    })
+}
