@@ -193,9 +193,13 @@ impl<DB: Backend> SqlKeyStore<DB> {
         Purge::new(&self.sql.common, retention)
     }
 
-    /// Claims `key` in `scope` insert-first with a lease of `lease`, committed at once; or
-    /// reports a stored response, a valid lease held by another attempt, or another request's
-    /// fingerprint. An expired lease is taken over by compare-and-set on the attempt.
+    /// Claims `key` in `scope` with a lease of `lease`, committed at once; or reports a stored
+    /// response, a valid lease held by another attempt, or another request's fingerprint. An
+    /// expired lease is taken over by compare-and-set on the attempt.
+    ///
+    /// The key's row is read first, by primary key, so that a retry of a stored answer costs one
+    /// read and no write; a key with no row is claimed insert-first (`ON CONFLICT DO NOTHING`),
+    /// and the insert arbitrates between racers.
     pub async fn begin(
         &self,
         scope: &Scope,
@@ -206,6 +210,14 @@ impl<DB: Backend> SqlKeyStore<DB> {
         let key = &*self.key_at_rest(key);
         let lease_ms = lease_ms(lease);
         let mut conn = self.pool.acquire().await?;
+        // Read first: a retry of a stored answer is replayed by one read by primary key, with no
+        // write. Only a key with no row goes on to the insert, which arbitrates between racers.
+        if let Some(found) = self
+            .settle(&mut conn, scope, key, fingerprint, Some(lease_ms))
+            .await?
+        {
+            return Ok(found);
+        }
         for _ in 0..BEGIN_ROUNDS {
             let token = new_token()?;
             let inserted = DB::key_insert(
