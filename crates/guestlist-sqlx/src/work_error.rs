@@ -58,16 +58,7 @@ where
         mut look: impl FnMut(&(dyn StdError + 'static)) -> Option<R>,
     ) -> (Self, Option<R>) {
         // The common cases are looked at in place, with nothing allocated.
-        let any: &dyn Any = &self;
-        if let Some(err) = any.downcast_ref::<anyhow::Error>() {
-            let found = err.chain().find_map(&mut look);
-            return (self, found);
-        }
-        if let Some(err) = any.downcast_ref::<sqlx::Error>() {
-            let found = chain(err).find_map(&mut look);
-            return (self, found);
-        }
-        if let Some(err) = any.downcast_ref::<crate::Error>() {
+        if let Some(err) = as_source(&self) {
             let found = chain(err).find_map(&mut look);
             return (self, found);
         }
@@ -105,8 +96,9 @@ pub(crate) fn is_retryable_link(err: &(dyn StdError + 'static)) -> bool {
             .is_some_and(crate::Error::is_retryable)
 }
 
-/// The work's error as a link of a chain, where its type says how: `anyhow::Error`, sqlx's error
-/// and guestlist's own. Any other type is reported through its `Display` only.
+/// The work's error as the first link of its chain, where its type says how without an
+/// allocation: `anyhow::Error` (whose chain of contexts starts there), sqlx's error and
+/// guestlist's own. `None` for any other type.
 pub(crate) fn as_source<E: 'static>(err: &E) -> Option<&(dyn StdError + 'static)> {
     let any: &dyn Any = err;
     if let Some(err) = any.downcast_ref::<anyhow::Error>() {
