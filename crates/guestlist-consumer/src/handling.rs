@@ -38,7 +38,8 @@ enum Batched<F: Future> {
     Committed(HashSet<MessageId>, F::Output),
     /// The commit failed (its outcome unknown); the next fetch ran meanwhile.
     CommitFailed(F::Output),
-    /// Rolled back before the commit; the next fetch has not started.
+    /// Rolled back before the commit (or never tried, for a single message); the next fetch has
+    /// not started.
     RolledBack(F),
 }
 
@@ -92,30 +93,29 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
             return next.await;
         }
         let keep_alive = self.keep_alive_while(&ready);
-        let (batched, fetched) = if ready.len() > 1 {
-            match self.in_one_transaction(&ready, next).await {
-                Batched::Committed(fresh, fetched) => (Some(fresh), fetched),
-                Batched::CommitFailed(fetched) => {
-                    // Its outcome unknown: one by one, each finds out (fresh, or a duplicate).
-                    self.all_one_by_one(&ready, handled).await;
-                    (None, fetched)
-                }
-                Batched::RolledBack(next) => {
-                    self.all_one_by_one(&ready, handled).await;
-                    (None, next.await)
-                }
-            }
+        // One message goes on its own (with the inbox's retries); several, in one transaction.
+        let batched = if ready.len() > 1 {
+            self.in_one_transaction(&ready, next).await
         } else {
-            self.all_one_by_one(&ready, handled).await;
-            (None, next.await)
+            Batched::RolledBack(next)
         };
-        if let Some(fresh) = batched {
-            let mut fresh_count = 0;
-            for (_, message) in &ready {
-                if fresh.contains(&message.id) {
-                    fresh_count += 1;
-                }
+        let (fresh, fetched) = match batched {
+            Batched::Committed(fresh, fetched) => (Some(fresh), fetched),
+            Batched::CommitFailed(fetched) => {
+                // Its outcome unknown: one by one, each finds out (fresh, or a duplicate).
+                self.all_one_by_one(&ready, handled).await;
+                (None, fetched)
             }
+            Batched::RolledBack(next) => {
+                self.all_one_by_one(&ready, handled).await;
+                (None, next.await)
+            }
+        };
+        if let Some(fresh) = fresh {
+            let fresh_count = ready
+                .iter()
+                .filter(|(_, message)| fresh.contains(&message.id))
+                .count() as u64;
             let duplicates = ready.len() as u64 - fresh_count;
             handled.fresh += fresh_count;
             handled.duplicates += duplicates;
