@@ -39,7 +39,8 @@ impl Kind {
             "mysql" | "mariadb" => Kind::MySql,
             _ => bail!(
                 "cannot tell the database from {url:?}: use postgres://user@host/db, \
-                 mysql://user@host/db (or mariadb://…) or sqlite:path/to/file.db"
+                 mysql://user@host/db (or mariadb://…) or sqlite:path/to/file.db (the gateway \
+                 and the key commands also take redis://host:port)"
             ),
         })
     }
@@ -53,8 +54,24 @@ impl Kind {
     }
 }
 
+/// Whether `url` names a Redis server, where the gateway and the key commands can keep keys.
+pub(crate) fn is_redis(url: &str) -> bool {
+    matches!(
+        url.split(':').next().unwrap_or_default(),
+        "redis" | "rediss"
+    )
+}
+
 /// Connects to `url` with at most `max` connections.
 pub(crate) async fn connect(url: &str, max: u32) -> anyhow::Result<AnyPool> {
+    if is_redis(url) {
+        bail!(
+            "{} is Redis, which holds idempotency keys only (`guestlist gateway`, `keys`, \
+             `stats`; its keys expire on their own): this command needs postgres://…, \
+             mysql://… or sqlite:PATH",
+            redact(url)
+        );
+    }
     let kind = Kind::of(url)?;
     let failed = |err: sqlx::Error| {
         anyhow::anyhow!(

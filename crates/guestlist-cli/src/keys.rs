@@ -3,22 +3,22 @@
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
-use guestlist::sqlx::Pool;
-use guestlist::{Backend, IdempotencyKey, KeyState, Scope, SqlKeyStore};
+use guestlist::redis::RedisKeyStore;
+use guestlist::{Backend, IdempotencyKey, KeyRecord, KeyState, Scope, SqlKeyStore};
 
 use crate::database::{self, with_pool};
 
 /// Where the keys are.
 #[derive(Debug, Args)]
 pub(crate) struct KeyTableArgs {
-    /// postgres://…, mysql://… (or mariadb://…), or sqlite:PATH.
+    /// postgres://…, mysql://… (or mariadb://…), sqlite:PATH or redis://host:port.
     #[arg(
         long,
         env = "GUESTLIST_DATABASE_URL",
         default_value = "sqlite:guestlist.db"
     )]
     pub(crate) database: String,
-    /// The key table.
+    /// The key table; on Redis, the prefix of its keys.
     #[arg(long, default_value = "guestlist_keys")]
     pub(crate) table: String,
 }
@@ -79,27 +79,83 @@ pub(crate) async fn run(command: KeysCommand) -> anyhow::Result<()> {
         KeysCommand::Evict(args) => (args, true),
     };
     let (scope, key) = (args.scope()?, IdempotencyKey::new(args.key.clone())?);
-    let pool = database::connect(&args.table.database, 1).await?;
     let (table, force) = (args.table.table.as_str(), args.force);
-    with_pool!(pool, |pool| one_key(
-        pool, table, &scope, &key, evict, force
-    )
-    .await)
+    if database::is_redis(&args.table.database) {
+        let keys = redis_keys(&args.table).await?;
+        return one_key(&keys, table, &scope, &key, evict, force).await;
+    }
+    let pool = database::connect(&args.table.database, 1).await?;
+    with_pool!(pool, |pool| {
+        // Keys stored as keyed hashes are looked up by the raw key, hashed the gateway's way.
+        let mut keys = SqlKeyStore::with_table(pool, table)?;
+        if let Some(hashing) = crate::gateway::settings::key_hashing()? {
+            keys = keys.hashing_keys(hashing);
+        }
+        one_key(&keys, table, &scope, &key, evict, force).await
+    })
 }
 
-async fn one_key<DB: Backend>(
-    pool: Pool<DB>,
+/// The Redis keys under the prefix `--table` names.
+async fn redis_keys(args: &KeyTableArgs) -> anyhow::Result<RedisKeyStore> {
+    anyhow::ensure!(
+        crate::gateway::settings::key_hashing()?.is_none(),
+        "GUESTLIST_KEY_HASHING_SECRET is set, but Redis stores keys as they are: unset it"
+    );
+    let keys = RedisKeyStore::connect(&args.database)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot connect to Redis at {}: check that it runs and that the URL is right",
+                database::redact(&args.database)
+            )
+        })?;
+    Ok(keys.prefix(args.table.clone()))
+}
+
+/// What the operator's commands ask of a key store.
+trait OperatorKeys {
+    async fn inspect(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+    ) -> anyhow::Result<Option<KeyRecord>>;
+    async fn evict(&self, scope: &Scope, key: &IdempotencyKey) -> anyhow::Result<bool>;
+}
+
+impl<DB: Backend> OperatorKeys for SqlKeyStore<DB> {
+    async fn inspect(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+    ) -> anyhow::Result<Option<KeyRecord>> {
+        Ok(SqlKeyStore::inspect(self, scope, key).await?)
+    }
+    async fn evict(&self, scope: &Scope, key: &IdempotencyKey) -> anyhow::Result<bool> {
+        Ok(SqlKeyStore::evict(self, scope, key).await?)
+    }
+}
+
+impl OperatorKeys for RedisKeyStore {
+    async fn inspect(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+    ) -> anyhow::Result<Option<KeyRecord>> {
+        Ok(RedisKeyStore::inspect(self, scope, key).await?)
+    }
+    async fn evict(&self, scope: &Scope, key: &IdempotencyKey) -> anyhow::Result<bool> {
+        Ok(RedisKeyStore::evict(self, scope, key).await?)
+    }
+}
+
+async fn one_key(
+    keys: &impl OperatorKeys,
     table: &str,
     scope: &Scope,
     key: &IdempotencyKey,
     evict: bool,
     force: bool,
 ) -> anyhow::Result<()> {
-    // Keys stored as keyed hashes are looked up by the raw key, hashed the gateway's way.
-    let mut keys = SqlKeyStore::with_table(pool, table)?;
-    if let Some(hashing) = crate::gateway::settings::key_hashing()? {
-        keys = keys.hashing_keys(hashing);
-    }
     let Some(record) = keys.inspect(scope, key).await? else {
         if evict {
             println!("no key {key} in scope {scope} (table {table}): nothing removed");
@@ -147,13 +203,17 @@ pub(crate) struct StatsArgs {
 }
 
 pub(crate) async fn stats(args: StatsArgs) -> anyhow::Result<()> {
-    let pool = database::connect(&args.table.database, 1).await?;
-    let stats = with_pool!(pool, |pool| SqlKeyStore::with_table(
-        pool,
-        &args.table.table
-    )?
-    .stats()
-    .await)?;
+    let stats = if database::is_redis(&args.table.database) {
+        redis_keys(&args.table).await?.stats().await?
+    } else {
+        let pool = database::connect(&args.table.database, 1).await?;
+        with_pool!(pool, |pool| SqlKeyStore::with_table(
+            pool,
+            &args.table.table
+        )?
+        .stats()
+        .await)?
+    };
     let oldest = stats.oldest.map_or_else(
         || "-".to_owned(),
         |age| humantime::format_duration(std::time::Duration::from_secs(age.as_secs())).to_string(),
@@ -162,7 +222,12 @@ pub(crate) async fn stats(args: StatsArgs) -> anyhow::Result<()> {
         || "-".to_owned(),
         |b| format!("{:.1} MiB", b as f64 / 1048576.0),
     );
-    println!("table      {}", args.table.table);
+    let redis = database::is_redis(&args.table.database);
+    println!(
+        "{}      {}",
+        if redis { "keys " } else { "table" },
+        args.table.table
+    );
     println!("rows       {}", stats.rows);
     println!("in flight  {}", stats.in_flight);
     println!("oldest     {oldest}");
@@ -170,6 +235,8 @@ pub(crate) async fn stats(args: StatsArgs) -> anyhow::Result<()> {
         "size       {size}{}",
         if args.table.database.starts_with("sqlite") {
             " (the whole database file)"
+        } else if redis {
+            " (in memory)"
         } else {
             ""
         }

@@ -10,6 +10,12 @@
 //! and completions are atomic; time comes from Redis's own clock, so every instance agrees on
 //! when a lease ends. Keys expire after the retention (24 hours unless set): no purge needed.
 //!
+//! The guarantee then rests on Redis keeping every key it acknowledged until it expires: run it
+//! with `appendonly yes` (`appendfsync everysec` loses at most a second of keys to a crash,
+//! `always` none) and `maxmemory-policy noeviction`. [`RedisKeyStore::persistence`] reads those
+//! settings and says what in them can lose a key. Replication is asynchronous: a failover to a
+//! replica may lose the last keys written.
+//!
 //! ```no_run
 //! # async fn run() -> Result<(), guestlist_redis::Error> {
 //! let keys = guestlist_redis::RedisKeyStore::connect("redis://127.0.0.1:6379").await?;
@@ -29,6 +35,11 @@ use guestlist_core::{
 };
 use redis::aio::ConnectionManager;
 use redis::{Script, Value};
+
+mod operator;
+mod persistence;
+
+pub use persistence::Persistence;
 
 /// A failure of the Redis store.
 #[derive(Debug, thiserror::Error)]

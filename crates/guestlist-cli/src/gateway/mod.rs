@@ -4,7 +4,7 @@
 //! A reverse proxy with guestlist's Idempotency-Key layer in plain mode: the first request with
 //! a key is forwarded and its answer stored; retries get the stored answer, 409 while the first
 //! runs, 422 for a key reused with another request. Keys live in SQLite by default, or in
-//! PostgreSQL or MySQL/MariaDB, which several gateways can share.
+//! PostgreSQL, MySQL/MariaDB or Redis, which several gateways can share.
 
 mod lingering;
 mod ops;
@@ -17,6 +17,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use axum::Router;
 use guestlist::http::{IdempotencyLayer, Plain, ReplayCache};
+use guestlist::redis::RedisKeyStore;
 use guestlist::sqlx::{self, Pool};
 use guestlist::{Backend, BatchedKeyStore, KeyStore, Purger, Retention, Scope, SqlKeyStore};
 use tokio::sync::watch;
@@ -30,8 +31,13 @@ const POOL_SIZE: u32 = 16;
 
 pub(crate) async fn run(args: GatewayArgs) -> anyhow::Result<()> {
     let settings = Settings::resolve(args)?;
+    // Before anything can take a request, so that a SIGTERM is never the default (instant) one.
+    let terminated = crate::signal::Terminated::install()?;
+    if database::is_redis(&settings.database) {
+        return serve_redis(settings, terminated).await;
+    }
     let pool = database::connect(&settings.database, POOL_SIZE).await?;
-    with_pool!(pool, |pool| serve(pool, settings).await)
+    with_pool!(pool, |pool| serve_sql(pool, settings, terminated).await)
 }
 
 /// The key store behind the gateway's replay cache, per database.
@@ -66,9 +72,22 @@ impl GatewayKeys for sqlx::MySql {
     }
 }
 
-async fn serve<DB: GatewayKeys>(pool: Pool<DB>, settings: Settings) -> anyhow::Result<()> {
-    // Before anything can take a request, so that a SIGTERM is never the default (instant) one.
-    let terminated = crate::signal::Terminated::install()?;
+/// How long keys are kept, checked against the lease.
+fn retention(settings: &Settings) -> anyhow::Result<Retention> {
+    Retention::new(settings.retention, settings.lease).with_context(|| {
+        format!(
+            "--retention must be at least the lease ({}): a key must outlive its own attempt",
+            humantime::format_duration(settings.lease)
+        )
+    })
+}
+
+/// The gateway with its keys in a SQL table, purged every five minutes.
+async fn serve_sql<DB: GatewayKeys>(
+    pool: Pool<DB>,
+    settings: Settings,
+    terminated: crate::signal::Terminated,
+) -> anyhow::Result<()> {
     let mut keys = SqlKeyStore::with_table(pool.clone(), &settings.table)?;
     if let Some(sealing) = &settings.sealing {
         tracing::info!(
@@ -88,16 +107,75 @@ async fn serve<DB: GatewayKeys>(pool: Pool<DB>, settings: Settings) -> anyhow::R
             database::redact(&settings.database)
         )
     })?;
-    let retention = Retention::new(settings.retention, settings.lease).with_context(|| {
-        format!(
-            "--retention must be at least the lease ({}): a key must outlive its own attempt",
-            humantime::format_duration(settings.lease)
-        )
-    })?;
-    let purger = Purger::new(pool.clone(), &keys, retention)
+    let purger = Purger::new(pool.clone(), &keys, retention(&settings)?)
         .every(std::time::Duration::from_secs(300))
         .spawn();
+    let served = serve(DB::keys(keys), pool, &settings, terminated).await;
+    purger.shutdown().await;
+    tracing::info!("stopped");
+    served
+}
 
+/// The gateway with its keys in Redis, which expires them after the retention by itself.
+async fn serve_redis(
+    settings: Settings,
+    terminated: crate::signal::Terminated,
+) -> anyhow::Result<()> {
+    let unsupported = [
+        (
+            settings.sealing.is_some(),
+            "sealed bodies (--sealing-keys-file, GUESTLIST_SEALING_KEYS)",
+        ),
+        (
+            settings.key_hashing.is_some(),
+            "hashed keys (GUESTLIST_KEY_HASHING_SECRET)",
+        ),
+        (
+            settings.max_in_flight_per_scope.is_some(),
+            "--max-in-flight-per-scope",
+        ),
+        (
+            settings.max_keys_per_scope.is_some(),
+            "--max-keys-per-scope",
+        ),
+    ];
+    if let Some((_, what)) = unsupported.iter().find(|(set, _)| *set) {
+        anyhow::bail!(
+            "{what} needs a SQL key store: with Redis it is not available yet. Keep keys in \
+             PostgreSQL, MySQL/MariaDB or SQLite, or leave it out"
+        );
+    }
+    let keys = RedisKeyStore::connect(&settings.database)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot connect to Redis at {}: check that it runs and that the URL is right",
+                database::redact(&settings.database)
+            )
+        })?
+        .prefix(settings.table.clone())
+        .retention(retention(&settings)?);
+    // Say so at start-up when Redis may forget keys: the guarantee rests on it keeping them.
+    match keys.persistence().await {
+        Ok(persistence) => {
+            for risk in persistence.risks() {
+                tracing::warn!("Redis may forget idempotency keys: {risk}");
+            }
+        }
+        Err(err) => tracing::warn!(error = %err, "cannot read Redis's persistence settings"),
+    }
+    let served = serve(keys.clone(), keys, &settings, terminated).await;
+    tracing::info!("stopped");
+    served
+}
+
+/// Serves the gateway on `keys` until SIGTERM, then lets the requests in flight finish.
+async fn serve<K: KeyStore>(
+    keys: K,
+    health: impl ops::Health,
+    settings: &Settings,
+    terminated: crate::signal::Terminated,
+) -> anyhow::Result<()> {
     let (stop, stopped) = watch::channel(false);
     let shutdown = move || {
         let mut stopped = stopped.clone();
@@ -106,7 +184,7 @@ async fn serve<DB: GatewayKeys>(pool: Pool<DB>, settings: Settings) -> anyhow::R
         }
     };
     if let Some(addr) = settings.metrics_listen {
-        ops::serve(addr, pool.clone(), shutdown()).await?;
+        ops::serve(addr, health, shutdown()).await?;
     }
 
     let scoped = settings.scope_from != ScopeFrom::None;
@@ -115,7 +193,7 @@ async fn serve<DB: GatewayKeys>(pool: Pool<DB>, settings: Settings) -> anyhow::R
         settings.upstream_timeout,
         scoped,
     )?);
-    let layer = layer(DB::keys(keys), &settings);
+    let layer = layer(keys, settings);
     let attempts = layer.attempts();
     let app = Router::new()
         .fallback(proxy::forward)
@@ -160,8 +238,6 @@ async fn serve<DB: GatewayKeys>(pool: Pool<DB>, settings: Settings) -> anyhow::R
             "stopping with attempts still running; their keys stay locked until their leases end"
         );
     }
-    purger.shutdown().await;
-    tracing::info!("stopped");
     Ok(())
 }
 

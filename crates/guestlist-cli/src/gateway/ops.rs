@@ -7,17 +7,41 @@ use std::net::SocketAddr;
 use axum::Router;
 use axum::http::StatusCode;
 use axum::routing::get;
+use guestlist::redis::RedisKeyStore;
 use guestlist::sqlx::Pool;
 use metrics_exporter_prometheus::PrometheusBuilder;
 
-/// How long `/healthz` waits for a connection to the key store.
+/// How long `/healthz` waits for the key store.
 const HEALTH_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// A key store `/healthz` can ask whether it answers.
+pub(crate) trait Health: Clone + Send + Sync + 'static {
+    /// `Ok` while the store answers; what went wrong otherwise.
+    fn check(&self) -> impl Future<Output = Result<(), String>> + Send;
+}
+
+/// A SQL store answers when its pool gives a connection.
+impl<DB: guestlist::Backend> Health for Pool<DB> {
+    async fn check(&self) -> Result<(), String> {
+        self.acquire()
+            .await
+            .map(drop)
+            .map_err(|err| err.to_string())
+    }
+}
+
+/// Redis answers a `PING`.
+impl Health for RedisKeyStore {
+    async fn check(&self) -> Result<(), String> {
+        self.ping().await.map_err(|err| err.to_string())
+    }
+}
 
 /// Installs the Prometheus recorder and serves `/metrics` and `/healthz` (200 while the key
 /// store answers, 503 when it does not) on `addr`, until `shutdown`.
-pub(crate) async fn serve<DB: guestlist::Backend>(
+pub(crate) async fn serve(
     addr: SocketAddr,
-    pool: Pool<DB>,
+    store: impl Health,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let handle = PrometheusBuilder::new()
@@ -31,18 +55,18 @@ pub(crate) async fn serve<DB: guestlist::Backend>(
         .route(
             "/healthz",
             get(move || {
-                let pool = pool.clone();
+                let store = store.clone();
                 async move {
-                    let answer = tokio::time::timeout(HEALTH_WAIT, pool.acquire()).await;
+                    let answer = tokio::time::timeout(HEALTH_WAIT, store.check()).await;
                     match answer {
-                        Ok(Ok(_)) => (StatusCode::OK, "ok\n".to_owned()),
+                        Ok(Ok(())) => (StatusCode::OK, "ok\n".to_owned()),
                         Ok(Err(err)) => (
                             StatusCode::SERVICE_UNAVAILABLE,
                             format!("the key store does not answer: {err}\n"),
                         ),
                         Err(_) => (
                             StatusCode::SERVICE_UNAVAILABLE,
-                            format!("the key store gave no connection within {HEALTH_WAIT:?}\n"),
+                            format!("the key store did not answer within {HEALTH_WAIT:?}\n"),
                         ),
                     }
                 }

@@ -24,10 +24,11 @@ pub(crate) struct GatewayArgs {
     /// The service behind the gateway, e.g. http://127.0.0.1:3000.
     #[arg(long, env = "GUESTLIST_GATEWAY_UPSTREAM")]
     pub(crate) upstream: Option<String>,
-    /// postgres://…, mysql://… (or mariadb://…), or sqlite:PATH [default: sqlite:guestlist.db].
+    /// postgres://…, mysql://… (or mariadb://…), sqlite:PATH or redis://host:port
+    /// [default: sqlite:guestlist.db].
     #[arg(long, env = "GUESTLIST_DATABASE_URL")]
     pub(crate) database: Option<String>,
-    /// The key table [default: guestlist_keys].
+    /// The key table; on Redis, the prefix of its keys [default: guestlist_keys].
     #[arg(long, env = "GUESTLIST_GATEWAY_TABLE")]
     pub(crate) table: Option<String>,
     /// Where the key is: header:NAME, json:/pointer (a field of the raw body) or body-sha256

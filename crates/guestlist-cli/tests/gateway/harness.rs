@@ -165,6 +165,8 @@ pub enum Store {
     },
     /// A table of its own in the test MariaDB/MySQL database, one gateway.
     Mysql { url: String, table: String },
+    /// A prefix of its own in the test Redis, one gateway.
+    Redis { url: String, prefix: String },
 }
 
 impl Store {
@@ -210,10 +212,35 @@ impl Store {
         Store::Mysql { url, table }
     }
 
+    /// A fresh prefix named for the test in Redis (its keys from an earlier run deleted).
+    pub async fn redis(test: &str) -> Self {
+        let url = std::env::var("GUESTLIST_TEST_REDIS_URL")
+            .unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+        let prefix = format!("gltest:gw_{test}");
+        let status = std::process::Command::new("redis-cli")
+            .args(["-u", &url, "--scan", "--pattern", &format!("{prefix}:*")])
+            .output()
+            .unwrap_or_else(|err| {
+                panic!("redis-cli: {err}. Run scripts/test.sh, which installs and starts Redis.")
+            });
+        assert!(
+            status.status.success(),
+            "Redis at {url}: {}",
+            String::from_utf8_lossy(&status.stderr)
+        );
+        for name in String::from_utf8_lossy(&status.stdout).lines() {
+            std::process::Command::new("redis-cli")
+                .args(["-u", &url, "DEL", name])
+                .output()
+                .unwrap();
+        }
+        Store::Redis { url, prefix }
+    }
+
     /// How many gateways share the store.
     pub fn gateways(&self) -> usize {
         match self {
-            Store::Sqlite(_) | Store::Mysql { .. } => 1,
+            Store::Sqlite(_) | Store::Mysql { .. } | Store::Redis { .. } => 1,
             Store::Postgres { gateways, .. } => *gateways,
         }
     }
@@ -225,7 +252,9 @@ impl Store {
                 "--database".into(),
                 format!("sqlite:{}", dir.path().join("guestlist.db").display()),
             ],
-            Store::Postgres { url, table, .. } | Store::Mysql { url, table } => {
+            Store::Postgres { url, table, .. }
+            | Store::Mysql { url, table }
+            | Store::Redis { url, prefix: table } => {
                 vec![
                     "--database".into(),
                     url.clone(),

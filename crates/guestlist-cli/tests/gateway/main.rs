@@ -1,6 +1,6 @@
 //! `guestlist gateway`, black-box: the built binary in front of an upstream that counts its
 //! executions. Every story runs with one gateway on SQLite, one on PostgreSQL, one on MariaDB,
-//! and two sharing PostgreSQL with requests alternating between them.
+//! one on Redis, and two sharing PostgreSQL with requests alternating between them.
 
 #![allow(unreachable_pub)] // a test crate has no public API
 
@@ -52,6 +52,7 @@ macro_rules! gateway_suite {
 gateway_suite!(sqlite, crate::suite::sqlite);
 gateway_suite!(postgres, crate::suite::postgres);
 gateway_suite!(mysql, crate::suite::mysql);
+gateway_suite!(redis, crate::suite::redis);
 
 gateway_suite!(shared_postgres, crate::suite::shared_postgres);
 

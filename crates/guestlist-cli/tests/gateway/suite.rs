@@ -19,6 +19,11 @@ pub async fn mysql(test: &str) -> Store {
     Store::mysql(&guestlist_testkit::short_tag(test)).await
 }
 
+/// One gateway on Redis.
+pub async fn redis(test: &str) -> Store {
+    Store::redis(&guestlist_testkit::short_tag(test)).await
+}
+
 /// Two gateways sharing PostgreSQL, requests alternating between them.
 pub async fn shared_postgres(test: &str) -> Store {
     Store::postgres(&guestlist_testkit::short_tag(test), 2).await

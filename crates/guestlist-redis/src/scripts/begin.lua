@@ -6,7 +6,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease = tonumber(ARGV[2])
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  redis.call('HSET', KEYS[1], 'fingerprint', ARGV[1], 'attempt', 1, 'token', ARGV[4], 'locked_until', now + lease)
+  redis.call('HSET', KEYS[1], 'fingerprint', ARGV[1], 'attempt', 1, 'token', ARGV[4], 'locked_until', now + lease, 'created_at', now)
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
   return {'run', 1}
 end

@@ -7,12 +7,42 @@ use sqlx::{PgConnection, Postgres};
 
 use crate::Error;
 use crate::SqlKeyStore;
+use crate::backend::KeyRow;
 use crate::keys::{BEGIN_ROUNDS, lease_ms, new_token};
 
 /// Marks the claim after one that runs ([`SqlKeyStore::begin_locked`]), and undoes what came
 /// after it ([`SqlKeyStore::keep_locked`]).
 const SAVE_CLAIM: &str = "SAVEPOINT guestlist_claimed";
 const BACK_TO_CLAIM: &str = "ROLLBACK TO SAVEPOINT guestlist_claimed";
+
+/// What the locked claim answers: whether it holds the key's lock, whether it inserted the
+/// row, and the key's row as the statement began (all `NULL` when there was none).
+type ClaimColumns = (
+    bool,
+    bool,
+    Option<Vec<u8>>,
+    Option<i32>,
+    Option<Vec<u8>>,
+    Option<Vec<u8>>,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+);
+
+/// The claim's answer as (held, inserted, the row it read).
+fn split(claim: ClaimColumns) -> (bool, bool, Option<KeyRow>) {
+    let (held, inserted, fingerprint, status, headers, body, attempt, token, lease_left_ms) = claim;
+    let row = fingerprint.map(|fingerprint| KeyRow {
+        fingerprint,
+        status,
+        headers,
+        body,
+        attempt: attempt.unwrap_or(0),
+        token: token.unwrap_or(0),
+        lease_left_ms,
+    });
+    (held, inserted, row)
+}
 
 /// What a retry is told to wait when the key's lock is held: the attempt holding it is running
 /// now, and its lease says nothing about when it ends.
@@ -49,7 +79,7 @@ impl SqlKeyStore<Postgres> {
         let lease_ms = lease_ms(lease);
         for _ in 0..BEGIN_ROUNDS {
             let token = new_token()?;
-            let (held, inserted): (bool, bool) =
+            let claim: ClaimColumns =
                 sqlx::query_as(sqlx::AssertSqlSafe(self.sql.claim_locked.clone()))
                     .bind(scope.as_str())
                     .bind(key.as_str())
@@ -59,21 +89,30 @@ impl SqlKeyStore<Postgres> {
                     .fetch_one(&mut *tx)
                     .await
                     .map_err(|err| self.error(err))?;
+            let (held, inserted, row) = split(claim);
             if !held {
                 // The holder may be an attempt running now, or a retry reading a stored
                 // response: a stored response is replayed, anything else is in flight.
-                let found = self.settle(tx, scope, key, fingerprint, None).await?;
+                let found = self
+                    .settle_row(tx, scope, key, fingerprint, row, None)
+                    .await?;
                 return Ok(found.unwrap_or(Begin::InFlight {
                     retry_after: LOCK_HELD_RETRY,
                 }));
             }
-            let begin = if inserted {
-                Some(Begin::Run {
+            let begin = match row {
+                _ if inserted => Some(Begin::Run {
                     attempt: Attempt::new(1, token),
-                })
-            } else {
-                self.settle(tx, scope, key, fingerprint, Some(lease_ms))
-                    .await?
+                }),
+                // Committed after the statement began: read it now.
+                None => {
+                    self.settle(tx, scope, key, fingerprint, Some(lease_ms))
+                        .await?
+                }
+                row => {
+                    self.settle_row(tx, scope, key, fingerprint, row, Some(lease_ms))
+                        .await?
+                }
             };
             if let Some(begin) = begin {
                 if matches!(begin, Begin::Run { .. }) {

@@ -19,12 +19,11 @@ use crate::purge::{Purge, Purgeable, sealed};
 mod batched;
 #[cfg(feature = "postgres")]
 mod locked;
-mod report;
 mod sealing;
 
 #[cfg(feature = "postgres")]
 pub use batched::BatchedKeyStore;
-pub use report::{KeyRecord, KeyState, KeyStats};
+pub use guestlist_core::{KeyRecord, KeyState, KeyStats};
 pub use sealing::{KeyHashing, Sealing};
 
 /// The default table name.
@@ -260,10 +259,24 @@ impl<DB: Backend> SqlKeyStore<DB> {
         fingerprint: &Fingerprint,
         take_over: Option<i64>,
     ) -> Result<Option<Begin>, Error> {
-        let Some(mut row) = DB::key_select(conn, &self.sql, scope.as_str(), key.as_str())
+        let row = DB::key_select(conn, &self.sql, scope.as_str(), key.as_str())
             .await
-            .map_err(|err| self.error(err))?
-        else {
+            .map_err(|err| self.error(err))?;
+        self.settle_row(conn, scope, key, fingerprint, row, take_over)
+            .await
+    }
+
+    /// [`SqlKeyStore::settle`] on a row already read (`None`: there was none).
+    pub(crate) async fn settle_row(
+        &self,
+        conn: &mut DB::Connection,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        row: Option<KeyRow>,
+        take_over: Option<i64>,
+    ) -> Result<Option<Begin>, Error> {
+        let Some(mut row) = row else {
             return Ok(None);
         };
         if row.fingerprint != fingerprint.as_bytes() {

@@ -145,7 +145,9 @@ impl KeyStatements for Postgres {
     // uncommitted row of the attempt in flight. The lock's number hashes the table, the scope's
     // length, the scope and the key, so that no two (scope, key) pairs share one but by chance.
     // The transaction may sit idle for the lease at most: past it, PostgreSQL ends the session,
-    // the claim rolls back with the writes, and a retry may run.
+    // the claim rolls back with the writes, and a retry may run. The key's row as the statement
+    // began is read along, so that a retry of a stored answer is replayed without a second read
+    // (the row the claim itself inserts is not in that view: a new claim reads no row).
     const KEY_CLAIM_LOCKED: &'static str = "WITH lock AS (\
          SELECT pg_try_advisory_xact_lock(\
          hashtextextended('{table}:' || length($1::text) || ':' || $1 || $2, 0)) AS held, \
@@ -154,7 +156,11 @@ impl KeyStatements for Postgres {
          (scope, idempotency_key, fingerprint, token, locked_until) \
          SELECT $1, $2, $3, $4, now() + interval '1 millisecond' * $5 FROM lock WHERE held \
          ON CONFLICT DO NOTHING RETURNING 1) \
-         SELECT (SELECT held FROM lock), EXISTS (SELECT 1 FROM claim)";
+         SELECT (SELECT held FROM lock), EXISTS (SELECT 1 FROM claim), \
+         k.fingerprint, k.status, k.headers, k.body, k.attempt, k.token, \
+         (EXTRACT(EPOCH FROM (k.locked_until - now())) * 1000)::bigint \
+         FROM (VALUES (1)) AS one LEFT JOIN {table} AS k \
+         ON k.scope = $1 AND k.idempotency_key = $2";
 
     super::key_insert_by_rows_affected!(PgConnection);
     super::keys_same_everywhere!(PgConnection);

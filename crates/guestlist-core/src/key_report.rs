@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-/// One key's row, as [`SqlKeyStore::inspect`](crate::SqlKeyStore::inspect) reads it.
+/// One key as a store reads it for an operator (`SqlKeyStore::inspect`, `RedisKeyStore::inspect`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyRecord {
     /// Which attempt holds (or held) the key: above 1 after a take-over of an expired lease.
@@ -59,15 +59,16 @@ impl fmt::Display for KeyState {
     }
 }
 
-/// The key table's figures, as [`SqlKeyStore::stats`](crate::SqlKeyStore::stats) reads them.
+/// A key store's figures, as `SqlKeyStore::stats` and `RedisKeyStore::stats` read them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyStats {
-    /// Rows in the table.
+    /// Keys stored (rows in a SQL table).
     pub rows: u64,
-    /// Rows whose first attempt has not answered (running, or abandoned and not yet retried).
+    /// Keys whose attempt has not answered (running, or abandoned and not yet retried).
     pub in_flight: u64,
-    /// The oldest row's age; `None` for an empty table.
+    /// The oldest key's age; `None` when there is none.
     pub oldest: Option<Duration>,
-    /// The table's size on disk, indexes included (SQLite: the whole database file's).
+    /// The size the keys take: on disk, indexes included, for a SQL table (SQLite: the whole
+    /// database file's); in memory for Redis.
     pub bytes: Option<u64>,
 }
