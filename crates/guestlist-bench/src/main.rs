@@ -49,6 +49,13 @@ pub(crate) struct Common {
         default_value = "postgres://postgres@127.0.0.1:5432/test"
     )]
     pub(crate) database: String,
+    /// The Redis the gateway bench measures the gateway and its peer on.
+    #[arg(
+        long,
+        env = "GUESTLIST_BENCH_REDIS_URL",
+        default_value = "redis://127.0.0.1:6379"
+    )]
+    pub(crate) redis: String,
     /// A short run (under two minutes): fewer and shorter rounds, noisier figures.
     #[arg(long)]
     pub(crate) quick: bool,

@@ -56,13 +56,24 @@ impl Report {
         backend: &str,
         workers: usize,
     ) {
+        self.ratio_named(&format!("{name}_{backend}"), over, under, backend, workers);
+    }
+
+    /// Records `over / under` for `backend` at `workers` as the ratio `name`, as it is.
+    pub(crate) fn ratio_named(
+        &mut self,
+        name: &str,
+        over: &str,
+        under: &str,
+        backend: &str,
+        workers: usize,
+    ) {
         let (over, under) = (
             self.get(over, backend, workers),
             self.get(under, backend, workers),
         );
         if !over.is_nan() && !under.is_nan() {
-            self.ratios
-                .insert(format!("{name}_{backend}"), over / under);
+            self.ratios.insert(name.to_owned(), over / under);
         }
     }
 

@@ -1,14 +1,20 @@
 //! `guestlist-bench gateway`: the `guestlist gateway` binary in front of a small upstream,
-//! against the upstream alone and nginx as a plain reverse proxy, in one run.
+//! against the upstream alone, nginx as a plain reverse proxy, the one open-source idempotency
+//! proxy that installs here, and the SQL a fresh key needs by hand, in one run.
 //!
-//! Four figures, interleaved round by round (odd rounds reversed): `direct` (the load generator
-//! to the upstream), `nginx` (Debian's nginx, `proxy_pass` with keep-alive to the upstream),
-//! `fresh` (the gateway with a new key on every request: its claim, the proxied call, the stored
-//! response) and `replay` (the gateway answering retries of stored keys without the upstream).
-//! The load generator runs in this process: 32 keep-alive connections in a closed loop. The
-//! gateway runs on the given database and on SQLite.
+//! Figures, interleaved round by round (odd rounds reversed): `direct` (the load generator to
+//! the upstream), `nginx` (Debian's nginx, `proxy_pass` with keep-alive to the upstream),
+//! `gateway_fresh` (the gateway with a new key on every request: its claim, the proxied call,
+//! the stored response) and `gateway_replay` (the gateway answering retries of stored keys
+//! without the upstream), on each store: the given database, SQLite and Redis. On Redis also
+//! `idempotent_proxy_fresh` and `idempotent_proxy_replay` (`idempotent-proxy-server` on the same
+//! Redis, the same upstream), and on PostgreSQL `sql_floor` (the claim and the answer by hand,
+//! one commit each, no HTTP). The load generator runs in this process: 32 keep-alive
+//! connections in a closed loop.
 
+mod floor;
 mod nginx;
+mod peer;
 mod process;
 
 use axum::Router;
@@ -26,10 +32,22 @@ enum Figure {
     Nginx,
     Fresh,
     Replay,
+    PeerFresh,
+    PeerReplay,
+    SqlFloor,
 }
 
 impl Figure {
-    const ALL: [Figure; 4] = [Figure::Direct, Figure::Nginx, Figure::Fresh, Figure::Replay];
+    /// The figures measured on a store.
+    fn on(store: &str) -> Vec<Figure> {
+        let mut figures = vec![Figure::Direct, Figure::Nginx, Figure::Fresh, Figure::Replay];
+        match store {
+            "redis" => figures.extend([Figure::PeerFresh, Figure::PeerReplay]),
+            "postgres" => figures.push(Figure::SqlFloor),
+            _ => {}
+        }
+        figures
+    }
 }
 
 impl requests::Figure for Figure {
@@ -39,6 +57,9 @@ impl requests::Figure for Figure {
             Figure::Nginx => "nginx",
             Figure::Fresh => "gateway_fresh",
             Figure::Replay => "gateway_replay",
+            Figure::PeerFresh => "idempotent_proxy_fresh",
+            Figure::PeerReplay => "idempotent_proxy_replay",
+            Figure::SqlFloor => "sql_floor",
         }
     }
 }
@@ -64,47 +85,93 @@ pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
     let upstream = upstream().await?;
     let nginx = nginx::Nginx::start(&upstream).await?;
     let scratch = tempfile::tempdir()?;
-    let mut databases = vec![(label(&common.database)?, common.database.clone())];
+    let mut stores = vec![(label(&common.database)?, common.database.clone())];
     if !common.database.starts_with("sqlite:") {
         let sqlite = format!(
             "sqlite:{}",
             scratch.path().join("bench-gateway.db").display()
         );
-        databases.push(("sqlite", sqlite));
+        stores.push(("sqlite", sqlite));
+    }
+    if label(&common.database)? != "redis" {
+        stores.push(("redis", common.redis.clone()));
     }
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(CONNECTIONS)
         .build()?;
-    for (backend, database) in databases {
-        eprintln!("measuring the gateway on {backend} …");
+    // Keys of this run only, in stores that outlive it.
+    let tag = format!("gl-bench-{}-", std::process::id());
+    for (store, database) in stores {
+        eprintln!("measuring the gateway on {store} …");
         let gateway = process::Gateway::start(&upstream, &database, scratch.path()).await?;
+        let peer = match store {
+            "redis" => Some(
+                peer::IdempotentProxy::start(&format!("{upstream}/v1/charges"), &database).await?,
+            ),
+            _ => None,
+        };
+        let floor = match store {
+            "postgres" => Some(floor::prepare(&database, CONNECTIONS).await?),
+            _ => None,
+        };
         let targets = Targets {
             direct: format!("{upstream}/v1/charges"),
             nginx: format!("{}/v1/charges", nginx.url),
             gateway: format!("{}/v1/charges", gateway.url),
+            peer: peer
+                .as_ref()
+                .map(|peer| format!("{}/{}", peer.url, peer::ROUTE))
+                .unwrap_or_default(),
+            floor: floor.clone(),
+            tag: tag.clone(),
         };
         for n in 0..STORED_KEYS {
-            send(&client, &targets.gateway, Some(&format!("stored-{n}"))).await?;
+            let key = format!("stored-{n}");
+            send(&client, &targets.gateway, Some(&key)).await?;
+            if peer.is_some() {
+                send(&client, &targets.peer, Some(&format!("{tag}{key}"))).await?;
+            }
         }
-        measure(&client, &targets, plan, backend, &mut report).await?;
+        measure(&client, &targets, plan, store, &mut report).await?;
         let table = gateway.table.clone();
-        drop(gateway);
-        drop_table(&database, &table).await?;
+        drop((gateway, peer));
+        forget(&database, &table, &tag).await?;
+        if let Some(pool) = floor {
+            floor::drop_table(&pool).await?;
+        }
         for (name, over, under) in [
             ("fresh_vs_nginx", "gateway_fresh", "nginx"),
             ("replay_vs_nginx", "gateway_replay", "nginx"),
             ("nginx_vs_direct", "nginx", "direct"),
+            ("fresh_vs_sql_floor", "gateway_fresh", "sql_floor"),
         ] {
-            report.ratio(name, over, under, backend, CONNECTIONS);
+            report.ratio(name, over, under, store, CONNECTIONS);
+        }
+        for (name, over, under) in [
+            (
+                "fresh_redis_vs_idempotent_proxy",
+                "gateway_fresh",
+                "idempotent_proxy_fresh",
+            ),
+            (
+                "replay_redis_vs_idempotent_proxy",
+                "gateway_replay",
+                "idempotent_proxy_replay",
+            ),
+        ] {
+            if store == "redis" {
+                report.ratio_named(name, over, under, store, CONNECTIONS);
+            }
         }
     }
     drop(nginx);
     Ok(report)
 }
 
-/// Drops the key table a gateway made, so that runs do not pile tables up in a shared database
-/// (SQLite's file goes with the scratch directory).
-async fn drop_table(database: &str, table: &str) -> anyhow::Result<()> {
+/// Forgets what this run stored: the key table a gateway made (SQLite's file goes with the
+/// scratch directory), or on Redis the gateway's keys and the peer's, so that runs do not pile
+/// keys up in a shared store.
+async fn forget(database: &str, table: &str, tag: &str) -> anyhow::Result<()> {
     use guestlist::sqlx::{Connection, Executor};
 
     let statement = format!("DROP TABLE IF EXISTS {table}");
@@ -120,6 +187,20 @@ async fn drop_table(database: &str, table: &str) -> anyhow::Result<()> {
             conn.execute(guestlist::sqlx::AssertSqlSafe(statement))
                 .await?;
         }
+        "redis" => {
+            let mut conn = redis::Client::open(database)?
+                .get_multiplexed_async_connection()
+                .await?;
+            for pattern in [format!("{table}:*"), format!("ANON:POST:{tag}*")] {
+                let names: Vec<String> = redis::cmd("KEYS")
+                    .arg(&pattern)
+                    .query_async(&mut conn)
+                    .await?;
+                for chunk in names.chunks(1_000) {
+                    let _: i64 = redis::cmd("DEL").arg(chunk).query_async(&mut conn).await?;
+                }
+            }
+        }
         _ => {}
     }
     Ok(())
@@ -130,8 +211,9 @@ fn label(url: &str) -> anyhow::Result<&'static str> {
         "postgres" | "postgresql" => "postgres",
         "mysql" | "mariadb" => "mysql",
         "sqlite" => "sqlite",
+        "redis" | "rediss" => "redis",
         _ => anyhow::bail!(
-            "cannot tell the database from {url:?}: use postgres://, mysql:// or sqlite:"
+            "cannot tell the store from {url:?}: use postgres://, mysql://, sqlite: or redis://"
         ),
     })
 }
@@ -142,6 +224,12 @@ struct Targets {
     direct: String,
     nginx: String,
     gateway: String,
+    /// The peer proxy's route (Redis only).
+    peer: String,
+    /// The floor's pool (PostgreSQL only).
+    floor: Option<guestlist::sqlx::PgPool>,
+    /// What this run's keys at the peer start with.
+    tag: String,
 }
 
 async fn measure(
@@ -154,20 +242,30 @@ async fn measure(
     let (client, targets) = (client.clone(), targets.clone());
     let rows = requests::measure(
         plan,
-        &Figure::ALL,
+        &Figure::on(backend),
         backend,
         move |figure, round, worker, n| {
             let (client, targets) = (client.clone(), targets.clone());
             async move {
+                let fresh = format!("{backend}-r{round}-w{worker}-{n}");
                 match figure {
                     Figure::Direct => send(&client, &targets.direct, None).await,
                     Figure::Nginx => send(&client, &targets.nginx, None).await,
-                    Figure::Fresh => {
-                        let key = format!("{backend}-r{round}-w{worker}-{n}");
-                        send(&client, &targets.gateway, Some(&key)).await
-                    }
+                    Figure::Fresh => send(&client, &targets.gateway, Some(&fresh)).await,
                     Figure::Replay => {
                         send(&client, &targets.gateway, Some(&stored_key(worker, n))).await
+                    }
+                    Figure::PeerFresh => {
+                        let key = format!("{}{fresh}", targets.tag);
+                        send(&client, &targets.peer, Some(&key)).await
+                    }
+                    Figure::PeerReplay => {
+                        let key = format!("{}{}", targets.tag, stored_key(worker, n));
+                        send(&client, &targets.peer, Some(&key)).await
+                    }
+                    Figure::SqlFloor => {
+                        let pool = targets.floor.as_ref().expect("measured on PostgreSQL");
+                        floor::claim_and_answer(pool, &fresh).await
                     }
                 }
             }

@@ -1,0 +1,59 @@
+//! `sql_floor`: the two durable writes a fresh key needs in plain mode, written by hand, with no
+//! HTTP: the claim (an insert, committed) and the answer (an update, committed), one
+//! transaction each per request, at the gateway's concurrency. The gateway's rounds batch
+//! many requests' writes into one commit; this is what it costs without them.
+
+use guestlist::sqlx::{self, PgPool};
+
+/// The floor's key table, shaped like the gateway's.
+const TABLE: [&str; 2] = [
+    "DROP TABLE IF EXISTS bench_gateway_floor",
+    "CREATE TABLE bench_gateway_floor (scope TEXT NOT NULL, idempotency_key TEXT NOT NULL, \
+     fingerprint BYTEA NOT NULL, token BIGINT NOT NULL, locked_until TIMESTAMPTZ, status INT, \
+     headers BYTEA, body BYTEA, created_at TIMESTAMPTZ NOT NULL DEFAULT now(), \
+     PRIMARY KEY (scope, idempotency_key))",
+];
+
+/// What the upstream answers, stored as the gateway stores it.
+const ANSWER: &[u8] = br#"{"id":"ch_3MmlLrLkdIwHu7ix0snN0B15","status":"succeeded"}"#;
+
+/// A pool with one connection per load-generator connection, and a fresh table.
+pub(super) async fn prepare(url: &str, connections: usize) -> anyhow::Result<PgPool> {
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(u32::try_from(connections)?)
+        .connect(url)
+        .await?;
+    for statement in TABLE {
+        sqlx::query(statement).execute(&pool).await?;
+    }
+    Ok(pool)
+}
+
+/// One fresh key's two writes.
+pub(super) async fn claim_and_answer(pool: &PgPool, key: &str) -> anyhow::Result<u64> {
+    let claimed = sqlx::query(
+        "INSERT INTO bench_gateway_floor (scope, idempotency_key, fingerprint, token, locked_until) \
+         VALUES ('bench', $1, $2, 1, now() + interval '30 seconds') ON CONFLICT DO NOTHING",
+    )
+    .bind(key)
+    .bind(&[0u8; 32][..])
+    .execute(pool)
+    .await?;
+    anyhow::ensure!(claimed.rows_affected() == 1, "key {key} was not fresh");
+    sqlx::query(
+        "UPDATE bench_gateway_floor SET status = 201, headers = $2, body = $3, \
+         locked_until = NULL WHERE scope = 'bench' AND idempotency_key = $1 AND token = 1",
+    )
+    .bind(key)
+    .bind(&b"content-type: application/json"[..])
+    .bind(ANSWER)
+    .execute(pool)
+    .await?;
+    Ok(1)
+}
+
+/// Drops the table once measured.
+pub(super) async fn drop_table(pool: &PgPool) -> anyhow::Result<()> {
+    sqlx::query(TABLE[0]).execute(pool).await?;
+    Ok(())
+}

@@ -1,0 +1,103 @@
+//! The peer the gateway is measured against: `idempotent-proxy-server` (crates.io), the one
+//! open-source idempotency proxy that installs here, on the same Redis.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::Context;
+
+/// The version measured.
+const VERSION: &str = "1.2.2";
+/// Its binary's name.
+const BINARY: &str = "idempotent-proxy-server";
+/// The path it maps to the upstream (`URL_<NAME>` in its environment).
+pub(super) const ROUTE: &str = "URL_CHARGES";
+
+/// An `idempotent-proxy-server` of its own on a free loopback port.
+pub(super) struct IdempotentProxy {
+    pub(super) url: String,
+    child: Child,
+    _dir: tempfile::TempDir,
+}
+
+/// Where the binary is: on `PATH`, in cargo's bin directory, or installed now.
+fn binary() -> anyhow::Result<PathBuf> {
+    let cargo_bin = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cargo")))
+        .map(|home| home.join("bin").join(BINARY));
+    let on_path = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|paths| std::env::split_paths(&paths).collect::<Vec<_>>())
+        .map(|dir| dir.join(BINARY));
+    if let Some(found) = on_path.chain(cargo_bin.clone()).find(|path| path.exists()) {
+        return Ok(found);
+    }
+    let install = format!("cargo install --locked {BINARY}@{VERSION}");
+    eprintln!("{BINARY} is missing: installing it ({install}, a few minutes) …");
+    let installed = Command::new("cargo")
+        .args(["install", "--locked", &format!("{BINARY}@{VERSION}")])
+        .status();
+    match (installed, cargo_bin) {
+        (Ok(status), Some(path)) if status.success() && path.exists() => Ok(path),
+        _ => anyhow::bail!(
+            "{BINARY} {VERSION} is not installed and could not be installed here; the gateway \
+             bench measures against it. Install it with `{install}` and run the bench again"
+        ),
+    }
+}
+
+impl IdempotentProxy {
+    /// Starts the proxy in front of `upstream_url` (the whole URL one route maps to), keeping
+    /// its locks and answers in `redis_url` for an hour, so that replays stay replays for the
+    /// whole bench.
+    pub(super) async fn start(upstream_url: &str, redis_url: &str) -> anyhow::Result<Self> {
+        let binary = binary()?;
+        let dir = tempfile::tempdir()?;
+        let port = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+            listener.local_addr()?.port()
+        };
+        // It reads its settings from the environment after loading `.env`, and panics when the
+        // file is missing.
+        std::fs::write(
+            dir.path().join(".env"),
+            "# settings come from the environment\n",
+        )?;
+        let child = Command::new(&binary)
+            .current_dir(dir.path())
+            .env("SERVER_ADDR", format!("127.0.0.1:{port}"))
+            .env("REDIS_URL", redis_url)
+            .env(ROUTE, upstream_url)
+            .env("REQUEST_TIMEOUT", "3600000")
+            .env("LOG_LEVEL", "error")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .with_context(|| format!("cannot start {}", binary.display()))?;
+        let url = format!("http://127.0.0.1:{port}");
+        for _ in 0..100 {
+            if tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_ok()
+            {
+                return Ok(Self {
+                    url,
+                    child,
+                    _dir: dir,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        anyhow::bail!("{BINARY} did not start listening on port {port}")
+    }
+}
+
+/// Stopped with the bench, however the bench ends.
+impl Drop for IdempotentProxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
