@@ -7,7 +7,7 @@ mod common;
 http_suite!(transactional, common::stores::Sql<sqlx::Postgres>);
 http_suite!(plain, common::stores::PlainSql<sqlx::Postgres>);
 http_suite!(locked, common::stores::LockedPostgres);
-http_suite!(batched, common::stores::BatchedPostgres);
+http_suite!(batched, common::stores::Batched<sqlx::Postgres>);
 http_suite!(sealed, common::stores::SealedPostgres);
 
 /// With sealing and key hashing on, the key table holds no response body and no client key an
@@ -72,7 +72,7 @@ hang_up!(
     hang_up_transactional: crate::common::stores::Sql<sqlx::Postgres>,
     hang_up_plain: crate::common::stores::PlainSql<sqlx::Postgres>,
     hang_up_locked: crate::common::stores::LockedPostgres,
-    hang_up_batched: crate::common::stores::BatchedPostgres,
+    hang_up_batched: crate::common::stores::Batched<sqlx::Postgres>,
 );
 
 /// A round that fails fails each request in it with the cause, and the next round runs.

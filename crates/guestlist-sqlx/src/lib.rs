@@ -35,8 +35,8 @@ pub use guestlist_core::{
     KeyStore, MessageId, Retention, Scope, StoredBody, StoredResponse, TableName,
 };
 pub use inbox::{BatchProcessed, Deferrals, Inbox, ProcessError, Processed};
-#[cfg(feature = "postgres")]
-pub use keys::BatchedKeyStore;
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub use keys::{BatchBackend, BatchedKeyStore};
 pub use keys::{KeyHashing, KeyRecord, KeyState, KeyStats, Sealing, SqlKeyStore};
 pub use purge::{Purge, Purgeable, Purged};
 pub use purger::{Purger, PurgerHandle};

@@ -61,15 +61,15 @@ pub use guestlist_core::{
     Attempt, Begin, Claim, Completed, Deferral, Fingerprint, HandlerName, IdempotencyKey,
     InvalidValue, KeyStore, MessageId, Retention, Scope, StoredBody, StoredResponse, TableName,
 };
-/// Plain-mode keys on PostgreSQL with concurrent requests' claims and responses batched (feature
-/// `postgres`).
-#[cfg(feature = "postgres")]
-pub use guestlist_sqlx::BatchedKeyStore;
 pub use guestlist_sqlx::{
     Backend, BatchProcessed, Deferrals, Error, Inbox, KeyHashing, KeyRecord, KeyState, KeyStats,
     ProcessError, Processed, Purge, Purgeable, Purged, Purger, PurgerHandle, Schema, Sealing,
     SqlKeyStore, WorkError, sqlx,
 };
+/// Plain-mode keys with concurrent requests' claims and responses written in rounds (features
+/// `postgres`, `sqlite`).
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub use guestlist_sqlx::{BatchBackend, BatchedKeyStore};
 #[cfg(feature = "sqlite")]
 pub use guestlist_sqlx::{SQLITE_BUSY_TIMEOUT, sqlite_options};
 

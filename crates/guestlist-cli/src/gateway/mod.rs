@@ -50,17 +50,18 @@ trait GatewayKeys: Backend {
 
 /// PostgreSQL batches the claims and answers of concurrent requests: one commit for many.
 impl GatewayKeys for sqlx::Postgres {
-    type Keys = BatchedKeyStore;
-    fn keys(store: SqlKeyStore<Self>) -> BatchedKeyStore {
+    type Keys = BatchedKeyStore<Self>;
+    fn keys(store: SqlKeyStore<Self>) -> Self::Keys {
         BatchedKeyStore::new(store)
     }
 }
 
-/// SQLite has one writer: a batch would wait for the file's lock like a single claim does.
+/// SQLite has one write lock: one writer task takes it for a round of claims and answers, in
+/// the order requests came, instead of every request racing for it in the busy handler.
 impl GatewayKeys for sqlx::Sqlite {
-    type Keys = SqlKeyStore<Self>;
+    type Keys = BatchedKeyStore<Self>;
     fn keys(store: SqlKeyStore<Self>) -> Self::Keys {
-        store
+        BatchedKeyStore::new(store)
     }
 }
 

@@ -317,14 +317,27 @@ impl<DB: Fixture> Store for PlainSql<DB> {
     }
 }
 
-/// PostgreSQL in plain mode with concurrent requests' claims and responses written in rounds
+/// A database in plain mode with concurrent requests' claims and responses written in rounds
 /// ([`guestlist_sqlx::BatchedKeyStore`]), as the gateway uses it.
-#[cfg(feature = "postgres")]
-pub struct BatchedPostgres(PlainSql<sqlx::Postgres>);
+pub struct Batched<DB: Fixture>(PlainSql<DB>);
+
+/// The label of a batched store.
+pub trait BatchedLabel {
+    const BATCHED: &'static str;
+}
 
 #[cfg(feature = "postgres")]
-impl Store for BatchedPostgres {
-    const LABEL: &'static str = "PostgreSQL, batched";
+impl BatchedLabel for sqlx::Postgres {
+    const BATCHED: &'static str = "PostgreSQL, batched";
+}
+
+#[cfg(feature = "sqlite")]
+impl BatchedLabel for sqlx::Sqlite {
+    const BATCHED: &'static str = "SQLite, batched";
+}
+
+impl<DB: Fixture + guestlist_sqlx::BatchBackend + BatchedLabel> Store for Batched<DB> {
+    const LABEL: &'static str = DB::BATCHED;
     const TRANSACTIONAL: bool = false;
     const SINGLE_WRITER: bool = false;
 

@@ -182,6 +182,7 @@ pub struct KeysSql {
     pub(crate) usage: Arc<str>,
     /// Claims a key on the caller's transaction behind an advisory lock (PostgreSQL only;
     /// empty elsewhere).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) claim_locked: Arc<str>,
 }
 

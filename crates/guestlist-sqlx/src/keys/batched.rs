@@ -1,5 +1,5 @@
-//! Plain mode on PostgreSQL with the claims of concurrent requests in one statement, and their
-//! stored responses in another: one commit for many requests.
+//! Plain mode with the claims and stored responses of concurrent requests written together, in
+//! rounds: one commit for many requests, and one writer.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -9,11 +9,37 @@ use guestlist_core::{
     Attempt, Begin, Completed, Fingerprint, IdempotencyKey, KeyStore, Scope, ScopeUsage,
     StoredResponse,
 };
-use sqlx::Postgres;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::keys::{lease_ms, new_token};
 use crate::{Error, SqlKeyStore};
+
+#[cfg(feature = "postgres")]
+mod postgres;
+#[cfg(feature = "sqlite")]
+mod sqlite;
+
+/// A database whose key writes [`BatchedKeyStore`] gathers into rounds: PostgreSQL (one
+/// statement per round) and SQLite (one transaction per round, from one writer).
+pub trait BatchBackend: sealed::WriteRound {}
+
+impl<DB: sealed::WriteRound> BatchBackend for DB {}
+
+pub(crate) mod sealed {
+    use super::{ClaimItem, CompleteItem, HashSet, SqlKeyStore};
+
+    /// How a database writes one round. Sealed: implemented here for PostgreSQL and SQLite.
+    #[allow(unreachable_pub)]
+    pub trait WriteRound: crate::Backend {
+        /// Writes the claims (distinct keys, in key order) and the stored responses in one
+        /// commit; the tokens of the rows inserted and of the rows completed.
+        fn write_round<'a>(
+            store: &'a SqlKeyStore<Self>,
+            claims: &'a [ClaimItem],
+            completes: &'a [CompleteItem],
+        ) -> impl Future<Output = Result<HashSet<i64>, sqlx::Error>> + Send + 'a;
+    }
+}
 
 /// Most requests one statement carries.
 const MAX_BATCH: usize = 512;
@@ -22,33 +48,16 @@ const ROUND_BYTES: usize = 16 * 1024 * 1024;
 /// Requests waiting for a statement before senders wait too.
 const QUEUE: usize = 2 * MAX_BATCH;
 
-/// One round: the claims of new keys (scope, key, fingerprint, token, lease in milliseconds)
-/// and the stored responses of attempts (scope, key, token, status, headers, body), in one
-/// statement and one commit. Returns the tokens of the rows inserted and of the rows completed:
-/// a key already there inserts nothing, an attempt that lost its key completes nothing.
-const ROUND: &str = "WITH claimed AS (\
-     INSERT INTO {table} (scope, idempotency_key, fingerprint, token, locked_until) \
-     SELECT s, k, f, t, now() + interval '1 millisecond' * l \
-     FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[], $5::bigint[]) \
-     AS c(s, k, f, t, l) \
-     ON CONFLICT DO NOTHING RETURNING token), \
-     stored AS (\
-     UPDATE {table} AS t \
-     SET status = c.status, headers = c.headers, body = c.body, locked_until = NULL \
-     FROM unnest($6::text[], $7::text[], $8::bigint[], $9::int[], $10::bytea[], $11::bytea[]) \
-     AS c(s, k, tok, status, headers, body) \
-     WHERE t.scope = c.s AND t.idempotency_key = c.k AND t.token = c.tok \
-     AND t.status IS NULL \
-     RETURNING t.token) \
-     SELECT token FROM claimed UNION ALL SELECT token FROM stored";
-
-/// A plain-mode key store on PostgreSQL that writes the claims and the stored responses of
-/// concurrent requests together: one statement and one commit for as many as arrived meanwhile.
+/// A plain-mode key store that writes the claims and the stored responses of concurrent
+/// requests together: one commit for as many as arrived meanwhile.
 ///
 /// Plain mode pays two commits per request (the claim before the work, the response after), and
 /// at a few thousand requests per second those commits are the bound. This store queues them:
-/// while one round's statement runs, the claims and responses that arrive wait for the next
-/// round (up to 512). Each request still waits until its claim is durable before it runs, and
+/// while one round runs, the claims and responses that arrive wait for the next round (up to
+/// 512). On PostgreSQL a round is one statement. On SQLite it is one transaction written by
+/// this store's one task, so that requests take the file's single write lock in the order they
+/// came, instead of racing for it in the busy handler (where the unlucky wait for hundreds of
+/// milliseconds). Each request still waits until its claim is durable before it runs, and
 /// until its response is durable before it is answered: the guarantees are [`SqlKeyStore`]'s,
 /// and a key already there takes [`SqlKeyStore::begin`]'s path (replay, 409, 422, take-over) on
 /// its own.
@@ -65,10 +74,26 @@ const ROUND: &str = "WITH claimed AS (\
 /// let keys = BatchedKeyStore::new(keys); // a KeyStore for IdempotencyLayer::new
 /// # Ok(()) }
 /// ```
-#[derive(Debug, Clone)]
-pub struct BatchedKeyStore {
-    store: SqlKeyStore<Postgres>,
+pub struct BatchedKeyStore<DB: BatchBackend> {
+    store: SqlKeyStore<DB>,
     queue: mpsc::Sender<Item>,
+}
+
+impl<DB: BatchBackend> Clone for BatchedKeyStore<DB> {
+    fn clone(&self) -> Self {
+        Self {
+            store: self.store.clone(),
+            queue: self.queue.clone(),
+        }
+    }
+}
+
+impl<DB: BatchBackend> std::fmt::Debug for BatchedKeyStore<DB> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BatchedKeyStore")
+            .field("store", &self.store)
+            .finish_non_exhaustive()
+    }
 }
 
 /// What a round tells each of its requests: `true` when its row was inserted (a claim) or
@@ -84,7 +109,8 @@ enum Item {
 
 /// A claim of a new key.
 #[derive(Debug)]
-struct ClaimItem {
+#[allow(unreachable_pub)] // named by the sealed trait, unreachable outside the crate
+pub struct ClaimItem {
     scope: String,
     key: String,
     fingerprint: Vec<u8>,
@@ -95,7 +121,8 @@ struct ClaimItem {
 
 /// An attempt's stored response.
 #[derive(Debug)]
-struct CompleteItem {
+#[allow(unreachable_pub)] // named by the sealed trait, unreachable outside the crate
+pub struct CompleteItem {
     scope: String,
     key: String,
     token: i64,
@@ -105,17 +132,16 @@ struct CompleteItem {
     reply: Reply,
 }
 
-impl BatchedKeyStore {
+impl<DB: BatchBackend> BatchedKeyStore<DB> {
     /// Batches the claims and responses of `store`'s table. Call inside a Tokio runtime.
-    pub fn new(store: SqlKeyStore<Postgres>) -> Self {
-        let sql: Arc<str> = ROUND.replace("{table}", store.table().as_str()).into();
+    pub fn new(store: SqlKeyStore<DB>) -> Self {
         let (queue, mut waiting) = mpsc::channel::<Item>(QUEUE);
         let rounds = store.clone();
         tokio::spawn(async move {
             let mut batch = Vec::new();
             while waiting.recv_many(&mut batch, MAX_BATCH).await > 0 {
                 for part in by_bytes(std::mem::take(&mut batch)) {
-                    round(&rounds, &sql, part).await;
+                    round(&rounds, part).await;
                 }
             }
         });
@@ -123,7 +149,7 @@ impl BatchedKeyStore {
     }
 
     /// The store the rounds write to.
-    pub fn inner(&self) -> &SqlKeyStore<Postgres> {
+    pub fn inner(&self) -> &SqlKeyStore<DB> {
         &self.store
     }
 }
@@ -155,7 +181,7 @@ fn by_bytes(batch: Vec<Item>) -> Vec<Vec<Item>> {
 /// purge touches a single row (the purge only rows older than any lease), so writers do not
 /// wait on each other in a cycle. A claim whose request went
 /// away before the round is dropped; one that went away during it is released again.
-async fn round(store: &SqlKeyStore<Postgres>, sql: &Arc<str>, batch: Vec<Item>) {
+async fn round<DB: BatchBackend>(store: &SqlKeyStore<DB>, batch: Vec<Item>) {
     let (mut claims, mut completes) = (Vec::new(), Vec::new());
     for item in batch {
         match item {
@@ -176,41 +202,8 @@ async fn round(store: &SqlKeyStore<Postgres>, sql: &Arc<str>, batch: Vec<Item>) 
             _ => unique.push(claim),
         }
     }
-    let written = sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(Arc::clone(sql)))
-        .bind(unique.iter().map(|c| c.scope.as_str()).collect::<Vec<_>>())
-        .bind(unique.iter().map(|c| c.key.as_str()).collect::<Vec<_>>())
-        .bind(
-            unique
-                .iter()
-                .map(|c| c.fingerprint.as_slice())
-                .collect::<Vec<_>>(),
-        )
-        .bind(unique.iter().map(|c| c.token).collect::<Vec<_>>())
-        .bind(unique.iter().map(|c| c.lease_ms).collect::<Vec<_>>())
-        .bind(
-            completes
-                .iter()
-                .map(|c| c.scope.as_str())
-                .collect::<Vec<_>>(),
-        )
-        .bind(completes.iter().map(|c| c.key.as_str()).collect::<Vec<_>>())
-        .bind(completes.iter().map(|c| c.token).collect::<Vec<_>>())
-        .bind(completes.iter().map(|c| c.status).collect::<Vec<_>>())
-        .bind(
-            completes
-                .iter()
-                .map(|c| c.headers.as_slice())
-                .collect::<Vec<_>>(),
-        )
-        .bind(
-            completes
-                .iter()
-                .map(|c| c.body.as_deref())
-                .collect::<Vec<_>>(),
-        )
-        .fetch_all(store.pool())
+    let written = DB::write_round(store, &unique, &completes)
         .await
-        .map(|tokens| tokens.into_iter().collect::<HashSet<i64>>())
         .map_err(|err| Arc::new(store.error(err)));
     let outcome = |token: i64| written.as_ref().map(|tokens| tokens.contains(&token));
     let mut orphans = Vec::new();
@@ -249,7 +242,7 @@ async fn round(store: &SqlKeyStore<Postgres>, sql: &Arc<str>, batch: Vec<Item>) 
     }
 }
 
-impl BatchedKeyStore {
+impl<DB: BatchBackend> BatchedKeyStore<DB> {
     /// Queues a write for the next round and waits for its outcome.
     async fn through(&self, item: impl FnOnce(Reply) -> Item) -> Result<bool, Error> {
         let (reply, outcome) = oneshot::channel();
@@ -259,7 +252,7 @@ impl BatchedKeyStore {
     }
 }
 
-impl KeyStore for BatchedKeyStore {
+impl<DB: BatchBackend> KeyStore for BatchedKeyStore<DB> {
     type Error = Error;
 
     async fn begin(

@@ -15,14 +15,14 @@ use crate::backend::sealed::KeyValues;
 use crate::backend::{Backend, KeyRow, KeysSql, TableSql};
 use crate::purge::{Purge, Purgeable, sealed};
 
-#[cfg(feature = "postgres")]
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
 mod batched;
 #[cfg(feature = "postgres")]
 mod locked;
 mod sealing;
 
-#[cfg(feature = "postgres")]
-pub use batched::BatchedKeyStore;
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub use batched::{BatchBackend, BatchedKeyStore};
 pub use guestlist_core::{KeyRecord, KeyState, KeyStats};
 pub use sealing::{KeyHashing, Sealing};
 

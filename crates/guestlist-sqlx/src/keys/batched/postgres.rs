@@ -1,0 +1,74 @@
+//! PostgreSQL's round: every claim and stored response in one statement.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use sqlx::Postgres;
+
+use super::{ClaimItem, CompleteItem, sealed::WriteRound};
+use crate::SqlKeyStore;
+
+/// One round: the claims of new keys (scope, key, fingerprint, token, lease in milliseconds)
+/// and the stored responses of attempts (scope, key, token, status, headers, body), in one
+/// statement and one commit. Returns the tokens of the rows inserted and of the rows completed:
+/// a key already there inserts nothing, an attempt that lost its key completes nothing.
+const ROUND: &str = "WITH claimed AS (\
+     INSERT INTO {table} (scope, idempotency_key, fingerprint, token, locked_until) \
+     SELECT s, k, f, t, now() + interval '1 millisecond' * l \
+     FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[], $5::bigint[]) \
+     AS c(s, k, f, t, l) \
+     ON CONFLICT DO NOTHING RETURNING token), \
+     stored AS (\
+     UPDATE {table} AS t \
+     SET status = c.status, headers = c.headers, body = c.body, locked_until = NULL \
+     FROM unnest($6::text[], $7::text[], $8::bigint[], $9::int[], $10::bytea[], $11::bytea[]) \
+     AS c(s, k, tok, status, headers, body) \
+     WHERE t.scope = c.s AND t.idempotency_key = c.k AND t.token = c.tok \
+     AND t.status IS NULL \
+     RETURNING t.token) \
+     SELECT token FROM claimed UNION ALL SELECT token FROM stored";
+
+impl WriteRound for Postgres {
+    async fn write_round(
+        store: &SqlKeyStore<Self>,
+        claims: &[ClaimItem],
+        completes: &[CompleteItem],
+    ) -> Result<HashSet<i64>, sqlx::Error> {
+        let sql: Arc<str> = ROUND.replace("{table}", store.table().as_str()).into();
+        let tokens = sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(sql))
+            .bind(claims.iter().map(|c| c.scope.as_str()).collect::<Vec<_>>())
+            .bind(claims.iter().map(|c| c.key.as_str()).collect::<Vec<_>>())
+            .bind(
+                claims
+                    .iter()
+                    .map(|c| c.fingerprint.as_slice())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(claims.iter().map(|c| c.token).collect::<Vec<_>>())
+            .bind(claims.iter().map(|c| c.lease_ms).collect::<Vec<_>>())
+            .bind(
+                completes
+                    .iter()
+                    .map(|c| c.scope.as_str())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(completes.iter().map(|c| c.key.as_str()).collect::<Vec<_>>())
+            .bind(completes.iter().map(|c| c.token).collect::<Vec<_>>())
+            .bind(completes.iter().map(|c| c.status).collect::<Vec<_>>())
+            .bind(
+                completes
+                    .iter()
+                    .map(|c| c.headers.as_slice())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                completes
+                    .iter()
+                    .map(|c| c.body.as_deref())
+                    .collect::<Vec<_>>(),
+            )
+            .fetch_all(store.pool())
+            .await?;
+        Ok(tokens.into_iter().collect())
+    }
+}
