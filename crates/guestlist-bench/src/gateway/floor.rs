@@ -3,16 +3,12 @@
 //! transaction each per request, at the gateway's concurrency. The gateway's rounds batch
 //! many requests' writes into one commit; this is what it costs without them.
 
+use guestlist::SqlKeyStore;
 use guestlist::sqlx::{self, PgPool};
 
-/// The floor's key table, shaped like the gateway's.
-const TABLE: [&str; 2] = [
-    "DROP TABLE IF EXISTS bench_gateway_floor",
-    "CREATE TABLE bench_gateway_floor (scope TEXT NOT NULL, idempotency_key TEXT NOT NULL, \
-     fingerprint BYTEA NOT NULL, token BIGINT NOT NULL, locked_until TIMESTAMPTZ, status INT, \
-     headers BYTEA, body BYTEA, created_at TIMESTAMPTZ NOT NULL DEFAULT now(), \
-     PRIMARY KEY (scope, idempotency_key))",
-];
+/// The floor's key table: guestlist's own DDL (its `created_at` index included), so that the
+/// floor writes what the gateway writes.
+const TABLE: &str = "bench_gateway_floor";
 
 /// What the upstream answers, stored as the gateway stores it.
 const ANSWER: &[u8] = br#"{"id":"ch_3MmlLrLkdIwHu7ix0snN0B15","status":"succeeded"}"#;
@@ -23,9 +19,10 @@ pub(super) async fn prepare(url: &str, connections: usize) -> anyhow::Result<PgP
         .max_connections(u32::try_from(connections)?)
         .connect(url)
         .await?;
-    for statement in TABLE {
-        sqlx::query(statement).execute(&pool).await?;
-    }
+    drop_table(&pool).await?;
+    SqlKeyStore::with_table(pool.clone(), TABLE)?
+        .migrate()
+        .await?;
     Ok(pool)
 }
 
@@ -54,6 +51,8 @@ pub(super) async fn claim_and_answer(pool: &PgPool, key: &str) -> anyhow::Result
 
 /// Drops the table once measured.
 pub(super) async fn drop_table(pool: &PgPool) -> anyhow::Result<()> {
-    sqlx::query(TABLE[0]).execute(pool).await?;
+    sqlx::query(sqlx::AssertSqlSafe(format!("DROP TABLE IF EXISTS {TABLE}")))
+        .execute(pool)
+        .await?;
     Ok(())
 }
