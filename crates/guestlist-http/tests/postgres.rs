@@ -203,3 +203,88 @@ async fn a_claim_whose_request_went_away_is_not_left_locked() {
         );
     }
 }
+
+/// Rounds keep finding their rows by key as the table grows: a plan cached while the table was
+/// small scanned the whole table for the answers in each round, and every round slowed down as
+/// keys accumulated. Counted by PostgreSQL's own statistics: after many rounds on a small
+/// table and 100,000 more keys, further rounds scan the table zero times.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rounds_find_their_rows_by_key_however_large_the_table() {
+    use std::time::Duration;
+
+    use guestlist_core::{Begin, Completed, Fingerprint, IdempotencyKey, KeyStore, Scope};
+    use guestlist_sqlx::{BatchedKeyStore, SqlKeyStore, StoredBody, StoredResponse};
+    use guestlist_testkit::{Database, short_tag};
+
+    // One connection: every round runs on it, so a plan it cached would be used again.
+    let db = Database::<sqlx::Postgres>::open(1).await;
+    let table = format!("keys_{}", short_tag("batched_plan"));
+    db.exec(format!("DROP TABLE IF EXISTS {table}")).await;
+    let store = SqlKeyStore::with_table(db.pool.clone(), &table).unwrap();
+    store.migrate().await.unwrap();
+    let keys = BatchedKeyStore::new(store);
+    let scope = Scope::new("tenant:plan").unwrap();
+    let fingerprint = Fingerprint::builder("POST", "/payments").body(b"{}");
+    let response = StoredResponse {
+        status: 201,
+        headers: vec![],
+        body: StoredBody::Bytes(b"{}".to_vec()),
+    };
+    let claim_and_answer = |name: String| {
+        let (keys, scope, response) = (keys.clone(), scope.clone(), response.clone());
+        async move {
+            let key = IdempotencyKey::new(name).unwrap();
+            let lease = Duration::from_secs(30);
+            let Begin::Run { attempt } =
+                keys.begin(&scope, &key, &fingerprint, lease).await.unwrap()
+            else {
+                panic!("a new key runs");
+            };
+            let stored = keys
+                .complete(&scope, &key, attempt, &response)
+                .await
+                .unwrap();
+            assert_eq!(stored, Completed::Stored);
+        }
+    };
+    // Enough rounds on a small table for PostgreSQL to settle on a plan for them.
+    for n in 0..12 {
+        claim_and_answer(format!("small-{n}")).await;
+    }
+    db.exec(format!(
+        "INSERT INTO {table} (scope, idempotency_key, fingerprint, token, status) \
+         SELECT 'bulk', 'k' || n, '\\x00', n, 201 FROM generate_series(1, 100000) AS n"
+    ))
+    .await;
+    // Statistics reach the shared view when the connection has been idle a moment: wait until
+    // they count every insert so far.
+    let stats = |inserted: i64| {
+        let (db, table) = (&db, &table);
+        async move {
+            for _ in 0..60 {
+                let counts: (i64, i64) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                    "SELECT n_tup_ins, seq_scan FROM pg_stat_user_tables WHERE relname = '{table}'"
+                )))
+                .fetch_one(&db.pool)
+                .await
+                .unwrap();
+                if counts.0 >= inserted {
+                    return counts.1;
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            panic!("PostgreSQL's statistics never counted {inserted} inserts into {table}");
+        }
+    };
+    let scans_before = stats(100_012).await;
+    for n in 0..5 {
+        claim_and_answer(format!("large-{n}")).await;
+    }
+    let scans_after = stats(100_017).await;
+    assert_eq!(
+        scans_after,
+        scans_before,
+        "rounds on a table of 100,000 keys scanned it {} times",
+        scans_after - scans_before
+    );
+}
