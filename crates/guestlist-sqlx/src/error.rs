@@ -20,11 +20,13 @@ pub enum Error {
         #[source]
         source: sqlx::Error,
     },
-    /// A claim was asked for on a connection with no transaction open: the tick would commit on
-    /// its own, before the work, and a crash in between would lose the work for good.
+    /// A claim or an outgoing message was asked for on a connection with no transaction open:
+    /// it would commit on its own, apart from the work, and a crash in between would lose the
+    /// work for good (a claim) or publish an event for work that never happened (a message).
     #[error(
-        "the claim needs a transaction: begin one (Inbox::begin(&pool) or pool.begin()) and pass \
-         `&mut *tx`, so that the claim commits together with the handler's writes"
+        "the claim or the outgoing message needs a transaction: begin one (Inbox::begin(&pool) \
+         or pool.begin()) and pass `&mut *tx`, so that it commits together with the handler's \
+         writes"
     )]
     NotInTransaction,
     /// SQLite could not give the claim the write lock: its transaction was begun deferred

@@ -1,5 +1,6 @@
-//! guestlist's stores on [`sqlx`]: the inbox, its schema and its purge, for PostgreSQL, SQLite
-//! and MySQL/MariaDB, each behind a feature (`postgres`, `sqlite`, `mysql`).
+//! guestlist's stores on [`sqlx`]: the inbox, the idempotency keys and the outbox, their schema
+//! and their purge, for PostgreSQL, SQLite and MySQL/MariaDB, each behind a feature (`postgres`,
+//! `sqlite`, `mysql`).
 //!
 //! The inbox claims `(handler, message id)` with one `INSERT` on the caller's own transaction, so
 //! that the tick on the guest list and the handler's work commit together or not at all. See
@@ -20,6 +21,7 @@ mod backend;
 mod error;
 mod inbox;
 mod keys;
+mod outbox;
 mod purge;
 mod purger;
 mod retry;
@@ -32,12 +34,14 @@ pub use backend::sqlite::{SQLITE_BUSY_TIMEOUT, sqlite_options};
 pub use error::Error;
 pub use guestlist_core::{
     Attempt, Begin, Claim, Completed, Fingerprint, HandlerName, IdempotencyKey, InvalidValue,
-    KeyStore, MessageId, Retention, Scope, StoredBody, StoredResponse, TableName,
+    KeyStore, MessageId, OrderingKey, Retention, Scope, StoredBody, StoredResponse, TableName,
+    Topic,
 };
 pub use inbox::{BatchProcessed, Deferrals, Inbox, ProcessError, Processed};
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub use keys::{BatchBackend, BatchedKeyStore};
 pub use keys::{KeyHashing, KeyRecord, KeyState, KeyStats, Sealing, SqlKeyStore};
+pub use outbox::{Enqueued, Outbox, Outgoing};
 pub use purge::{Purge, Purgeable, Purged};
 pub use purger::{Purger, PurgerHandle};
 pub use schema::Schema;

@@ -26,6 +26,10 @@ pub(crate) struct Http;
 #[doc = include_str!("../../../docs/guide/src/consumers.md")]
 pub(crate) struct Consumers;
 
+/// The outbox: the producer's hop.
+#[doc = include_str!("../../../docs/guide/src/outbox.md")]
+pub(crate) struct Outbox;
+
 /// Carry the key forward.
 #[doc = include_str!("../../../docs/guide/src/carry.md")]
 pub(crate) struct Carry;

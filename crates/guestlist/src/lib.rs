@@ -59,12 +59,13 @@
 
 pub use guestlist_core::{
     Attempt, Begin, Claim, Completed, Deferral, Fingerprint, HandlerName, IdempotencyKey,
-    InvalidValue, KeyStore, MessageId, Retention, Scope, StoredBody, StoredResponse, TableName,
+    InvalidValue, KeyStore, MessageId, OrderingKey, Retention, Scope, StoredBody, StoredResponse,
+    TableName, Topic,
 };
 pub use guestlist_sqlx::{
-    Backend, BatchProcessed, Deferrals, Error, Inbox, KeyHashing, KeyRecord, KeyState, KeyStats,
-    ProcessError, Processed, Purge, Purgeable, Purged, Purger, PurgerHandle, Schema, Sealing,
-    SqlKeyStore, WorkError, sqlx,
+    Backend, BatchProcessed, Deferrals, Enqueued, Error, Inbox, KeyHashing, KeyRecord, KeyState,
+    KeyStats, Outbox, Outgoing, ProcessError, Processed, Purge, Purgeable, Purged, Purger,
+    PurgerHandle, Schema, Sealing, SqlKeyStore, WorkError, sqlx,
 };
 /// Plain-mode keys with concurrent requests' claims and responses written in rounds (features
 /// `postgres`, `sqlite`).

@@ -3,3 +3,4 @@
 mod common;
 
 inbox_suite!(guestlist::sqlx::Postgres);
+outbox_suite!(guestlist::sqlx::Postgres);

@@ -3,3 +3,4 @@
 mod common;
 
 inbox_suite!(guestlist::sqlx::Sqlite);
+outbox_suite!(guestlist::sqlx::Sqlite);

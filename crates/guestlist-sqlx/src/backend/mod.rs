@@ -37,7 +37,10 @@ use sqlx::{Database, Pool, Transaction};
 /// }
 /// ```
 pub trait Backend:
-    sealed::Statements + sealed::KeyStatements + Database<Arguments: sqlx::IntoArguments<Self>>
+    sealed::Statements
+    + sealed::KeyStatements
+    + sealed::OutboxStatements
+    + Database<Arguments: sqlx::IntoArguments<Self>>
 {
     /// The connection as an executor sqlx runs queries on: `&mut` the connection.
     type Executor<'c>: sqlx::Executor<'c, Database = Self>;
@@ -210,6 +213,52 @@ impl KeysSql {
     }
 }
 
+/// SQL text for one outbox table, formatted once when the [`crate::Outbox`] is built.
+#[derive(Debug)]
+#[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
+pub struct OutboxSql {
+    pub(crate) common: Arc<TableSql>,
+    /// Takes an ordering key's next seq and locks its row until the transaction ends: key.
+    pub(crate) next_seq: Arc<str>,
+    /// Reads the seq [`OutboxSql::next_seq`] just took, where the upsert returns nothing
+    /// (MySQL): key. Empty elsewhere.
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+    pub(crate) read_seq: Arc<str>,
+    /// Inserts a message unless its id is there: id, topic, ordering key, seq, headers,
+    /// payload; 1 row when new.
+    pub(crate) insert: Arc<str>,
+}
+
+impl OutboxSql {
+    pub(crate) fn new<DB: sealed::OutboxStatements>(table: &TableName) -> Self {
+        let fill =
+            |template: &str| -> Arc<str> { template.replace("{table}", table.as_str()).into() };
+        Self {
+            common: Arc::new(TableSql::new::<DB>(
+                table,
+                "published_at",
+                DB::OUTBOX_DDL,
+                "guestlist_outbox",
+            )),
+            next_seq: fill(DB::OUTBOX_NEXT_SEQ),
+            read_seq: fill(DB::OUTBOX_READ_SEQ),
+            insert: fill(DB::OUTBOX_INSERT),
+        }
+    }
+}
+
+/// One outgoing message's row, as [`sealed::OutboxStatements::outbox_insert`] binds it.
+#[derive(Debug, Clone, Copy)]
+#[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
+pub struct OutboxRow<'a> {
+    pub(crate) message_id: &'a str,
+    pub(crate) topic: &'a str,
+    pub(crate) ordering_key: Option<&'a str>,
+    pub(crate) seq: i64,
+    pub(crate) headers: Option<&'a [u8]>,
+    pub(crate) payload: &'a [u8],
+}
+
 /// A key's row as read back.
 #[derive(Debug)]
 #[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
@@ -242,6 +291,31 @@ fn ddl_statements(file: &str, default_name: &str, table: &str) -> Vec<String> {
         .map(|statement| statement.replace(default_name, table))
         .collect()
 }
+
+/// The outbox's insert where a duplicate id inserts nothing; only the connection type differs.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+macro_rules! outbox_insert_by_rows_affected {
+    ($conn:ty) => {
+        async fn outbox_insert<'c>(
+            conn: &'c mut $conn,
+            sql: &'c $crate::backend::OutboxSql,
+            row: $crate::backend::OutboxRow<'c>,
+        ) -> Result<bool, sqlx::Error> {
+            let done = sqlx::query(sqlx::AssertSqlSafe(sql.insert.clone()))
+                .bind(row.message_id)
+                .bind(row.topic)
+                .bind(row.ordering_key)
+                .bind(row.seq)
+                .bind(row.headers)
+                .bind(row.payload)
+                .execute(conn)
+                .await?;
+            Ok(done.rows_affected() == 1)
+        }
+    };
+}
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+use outbox_insert_by_rows_affected;
 
 /// The statements every backend runs the same way, bound the same way; only the connection
 /// type differs.
@@ -615,6 +689,33 @@ pub(crate) mod sealed {
     }
 
     /// The per-database half of the idempotency-key store.
+    /// The per-database half of the outbox. Sealed: implemented here for the three backends.
+    #[allow(unreachable_pub)]
+    pub trait OutboxStatements: Statements {
+        /// The outbox's DDL file, written for the table `guestlist_outbox`.
+        const OUTBOX_DDL: &'static str;
+        /// Template of [`OutboxSql::next_seq`].
+        const OUTBOX_NEXT_SEQ: &'static str;
+        /// Template of [`OutboxSql::read_seq`].
+        const OUTBOX_READ_SEQ: &'static str = "";
+        /// Template of [`OutboxSql::insert`].
+        const OUTBOX_INSERT: &'static str;
+
+        /// Takes `key`'s next seq, locking its row until the transaction ends.
+        fn outbox_next_seq<'c>(
+            conn: &'c mut Self::Connection,
+            sql: &'c OutboxSql,
+            key: &'c str,
+        ) -> impl Future<Output = Result<i64, sqlx::Error>> + Send + 'c;
+
+        /// Inserts a message unless its id is there; `true` when new.
+        fn outbox_insert<'c>(
+            conn: &'c mut Self::Connection,
+            sql: &'c OutboxSql,
+            row: OutboxRow<'c>,
+        ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send + 'c;
+    }
+
     #[allow(unreachable_pub)]
     pub trait KeyStatements: Statements {
         /// The DDL file for the key table.

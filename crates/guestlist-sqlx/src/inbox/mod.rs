@@ -256,7 +256,7 @@ impl<DB: Backend> Inbox<DB> {
 }
 
 /// Refuses a connection with no transaction open.
-fn require_transaction<DB: Backend>(conn: &DB::Connection) -> Result<(), Error> {
+pub(crate) fn require_transaction<DB: Backend>(conn: &DB::Connection) -> Result<(), Error> {
     use sqlx::Connection;
     if conn.is_in_transaction() {
         Ok(())

@@ -5,6 +5,7 @@
 #![allow(unreachable_pub)] // a test crate has no public API
 
 pub mod harness;
+pub mod outbox;
 pub mod suite;
 
 /// Generates one `#[tokio::test]` per story in [`suite`] for the backend `$db`.
@@ -56,6 +57,30 @@ macro_rules! inbox_suite {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $name() {
                 common::suite::$name::<$db>(stringify!($name)).await;
+            }
+        )*
+    };
+}
+
+/// Generates one `#[tokio::test]` per story in [`outbox`] for the backend `$db`.
+#[macro_export]
+macro_rules! outbox_suite {
+    ($db:ty) => {
+        mod outbox {
+            $crate::outbox_suite!(@tests $db;
+                a_rolled_back_write_enqueues_nothing,
+                an_enqueue_outside_a_transaction_is_refused,
+                an_id_enqueued_twice_is_added_once,
+                a_keys_messages_take_their_places_in_commit_order,
+                published_messages_are_purged_and_pending_ones_stay,
+            );
+        }
+    };
+    (@tests $db:ty; $($name:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                $crate::common::outbox::$name::<$db>(concat!("outbox_", stringify!($name))).await;
             }
         )*
     };

@@ -55,6 +55,8 @@ macro_rules! lock_name {
 /// How long a migration waits for another one to finish.
 const MIGRATE_WAIT_SECS: i64 = 60;
 
+mod outbox;
+
 backend!(MySql, MySqlConnection);
 
 impl Statements for MySql {

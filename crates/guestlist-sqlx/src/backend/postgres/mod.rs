@@ -24,6 +24,8 @@ pub(super) fn is_retryable(err: &dyn DatabaseError) -> Option<bool> {
 /// that both hold a `guestlist_inbox` do not block each other.
 const LOCK_KEY: &str = "hashtextextended(current_schema() || '.' || $1, 0)";
 
+mod outbox;
+
 backend!(Postgres, PgConnection);
 
 impl Statements for Postgres {

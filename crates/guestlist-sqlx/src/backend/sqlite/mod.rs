@@ -51,6 +51,8 @@ pub(super) fn is_retryable(err: &dyn DatabaseError) -> Option<bool> {
     Some(matches!(code & 0xff, SQLITE_BUSY | SQLITE_LOCKED))
 }
 
+mod outbox;
+
 backend!(Sqlite, SqliteConnection);
 
 impl Statements for Sqlite {

@@ -1,0 +1,27 @@
+-- guestlist outbox for MySQL 8.0.13+ and MariaDB 10.3+. Table name: guestlist_outbox (rename every
+-- occurrence to use another). A row is an event written on the business change's own transaction;
+-- a relay publishes the committed rows and stamps published_at once the broker confirmed.
+-- VARBINARY compares byte for byte, as message ids and keys must.
+CREATE TABLE IF NOT EXISTS guestlist_outbox (
+    id           BIGINT         NOT NULL AUTO_INCREMENT PRIMARY KEY,
+    message_id   VARBINARY(255) NOT NULL,
+    topic        VARBINARY(255) NOT NULL,
+    ordering_key VARBINARY(255) NULL,
+    -- The message's place among its ordering key's: given under the key's row lock, so that it
+    -- follows commit order.
+    seq          BIGINT         NOT NULL,
+    headers      LONGBLOB       NULL,
+    payload      LONGBLOB       NOT NULL,
+    created_at   DATETIME(6)    NOT NULL DEFAULT (UTC_TIMESTAMP(6)),
+    published_at DATETIME(6)    NULL,
+    UNIQUE KEY guestlist_outbox_message_id_key (message_id),
+    -- The relay reads what is not yet published, oldest first; the purge deletes published rows
+    -- by age.
+    KEY guestlist_outbox_published_at_idx (published_at, id)
+) ENGINE = InnoDB;
+-- Each ordering key's last seq. Enqueueing on a key locks its row until the transaction ends, so
+-- two transactions on one key take their seqs in the order they commit.
+CREATE TABLE IF NOT EXISTS guestlist_outbox_keys (
+    ordering_key VARBINARY(255) NOT NULL PRIMARY KEY,
+    last_seq     BIGINT         NOT NULL
+) ENGINE = InnoDB;

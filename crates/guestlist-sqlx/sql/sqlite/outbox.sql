@@ -1,0 +1,27 @@
+-- guestlist outbox for SQLite. Table name: guestlist_outbox (rename every occurrence to use
+-- another). A row is an event written on the business change's own transaction; a relay publishes
+-- the committed rows and stamps published_at once the broker confirmed. Times are UTC text with
+-- milliseconds, so that they sort and compare as time.
+CREATE TABLE IF NOT EXISTS guestlist_outbox (
+    id           INTEGER PRIMARY KEY AUTOINCREMENT,
+    message_id   TEXT    NOT NULL UNIQUE,
+    topic        TEXT    NOT NULL,
+    ordering_key TEXT,
+    -- The message's place among its ordering key's: SQLite has one writer, so it follows
+    -- commit order.
+    seq          INTEGER NOT NULL,
+    headers      BLOB,
+    payload      BLOB    NOT NULL,
+    created_at   TEXT    NOT NULL DEFAULT (strftime('%Y-%m-%d %H:%M:%f', 'now')),
+    published_at TEXT
+);
+-- The relay reads what is not yet published, oldest first.
+CREATE INDEX IF NOT EXISTS guestlist_outbox_pending_idx ON guestlist_outbox (id)
+    WHERE published_at IS NULL;
+-- The purge deletes published rows by age.
+CREATE INDEX IF NOT EXISTS guestlist_outbox_published_at_idx ON guestlist_outbox (published_at);
+-- Each ordering key's last seq.
+CREATE TABLE IF NOT EXISTS guestlist_outbox_keys (
+    ordering_key TEXT    PRIMARY KEY,
+    last_seq     INTEGER NOT NULL
+);

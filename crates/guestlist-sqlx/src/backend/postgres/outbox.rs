@@ -1,0 +1,32 @@
+//! PostgreSQL's outbox statements.
+
+use sqlx::postgres::PgConnection;
+use sqlx::{AssertSqlSafe, Postgres};
+
+use crate::backend::OutboxSql;
+use crate::backend::sealed::OutboxStatements;
+
+impl OutboxStatements for Postgres {
+    const OUTBOX_DDL: &'static str = include_str!("../../../sql/postgres/outbox.sql");
+    // The upsert locks the key's row until the transaction ends: a second transaction on the
+    // key waits here, and takes the next seq once the first has committed or rolled back.
+    const OUTBOX_NEXT_SEQ: &'static str = "INSERT INTO {table}_keys AS k (ordering_key, last_seq) \
+         VALUES ($1, 1) ON CONFLICT (ordering_key) DO UPDATE SET last_seq = k.last_seq + 1 \
+         RETURNING last_seq";
+    const OUTBOX_INSERT: &'static str = "INSERT INTO {table} \
+         (message_id, topic, ordering_key, seq, headers, payload) \
+         VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (message_id) DO NOTHING";
+
+    async fn outbox_next_seq<'c>(
+        conn: &'c mut PgConnection,
+        sql: &'c OutboxSql,
+        key: &'c str,
+    ) -> Result<i64, sqlx::Error> {
+        sqlx::query_scalar(AssertSqlSafe(sql.next_seq.clone()))
+            .bind(key)
+            .fetch_one(conn)
+            .await
+    }
+
+    crate::backend::outbox_insert_by_rows_affected!(PgConnection);
+}

@@ -1,0 +1,30 @@
+//! SQLite's outbox statements.
+
+use sqlx::sqlite::SqliteConnection;
+use sqlx::{AssertSqlSafe, Sqlite};
+
+use crate::backend::OutboxSql;
+use crate::backend::sealed::OutboxStatements;
+
+impl OutboxStatements for Sqlite {
+    const OUTBOX_DDL: &'static str = include_str!("../../../sql/sqlite/outbox.sql");
+    const OUTBOX_NEXT_SEQ: &'static str = "INSERT INTO {table}_keys AS k (ordering_key, last_seq) \
+         VALUES (?1, 1) ON CONFLICT (ordering_key) DO UPDATE SET last_seq = k.last_seq + 1 \
+         RETURNING last_seq";
+    const OUTBOX_INSERT: &'static str = "INSERT INTO {table} \
+         (message_id, topic, ordering_key, seq, headers, payload) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (message_id) DO NOTHING";
+
+    async fn outbox_next_seq<'c>(
+        conn: &'c mut SqliteConnection,
+        sql: &'c OutboxSql,
+        key: &'c str,
+    ) -> Result<i64, sqlx::Error> {
+        sqlx::query_scalar(AssertSqlSafe(sql.next_seq.clone()))
+            .bind(key)
+            .fetch_one(conn)
+            .await
+    }
+
+    crate::backend::outbox_insert_by_rows_affected!(SqliteConnection);
+}

@@ -1,0 +1,207 @@
+//! The outbox: outgoing messages written on the business change's own transaction.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use guestlist_core::{InvalidValue, MessageId, Retention, TableName};
+
+use crate::backend::{Backend, OutboxRow, OutboxSql, TableSql};
+use crate::purge::{Purge, Purgeable, sealed};
+use crate::{Error, keys::new_token};
+
+mod outgoing;
+
+pub use outgoing::Outgoing;
+
+/// The default table name.
+const DEFAULT_TABLE: &str = "guestlist_outbox";
+
+/// Outgoing messages kept in one table until a relay has published them.
+///
+/// A service that saves an order and then publishes `OrderPaid` loses the event when it crashes
+/// between the two, and publishes an event for a write that rolled back when the order fails
+/// after it. With the outbox the event is a row written on the order's own transaction
+/// ([`Outbox::enqueue`]): it commits with the order or not at all, and a relay publishes what
+/// committed. The relay publishes at least once (a crash between the broker's confirmation and
+/// the row's stamp publishes it again); each message carries its id, so the broker's
+/// deduplication window drops most repeats and the consumers' [`Inbox`](crate::Inbox) the rest.
+///
+/// Messages with the same [`OrderingKey`](guestlist_core::OrderingKey) get consecutive places
+/// (`seq`) in the order their transactions commit: enqueueing on a key locks the key's row until
+/// the transaction ends, so a second transaction on the key waits for the first.
+///
+/// Cheap to clone; build one per table and share it.
+///
+/// ```no_run
+/// # async fn run(pool: sqlx::PgPool) -> Result<(), guestlist_sqlx::Error> {
+/// use guestlist_sqlx::{OrderingKey, Outbox, Outgoing, Topic};
+///
+/// let outbox = Outbox::<sqlx::Postgres>::new();
+/// outbox.migrate(&pool).await?;
+///
+/// let mut tx = pool.begin().await?;
+/// sqlx::query("UPDATE orders SET status = 'PAID' WHERE id = 42")
+///     .execute(&mut *tx)
+///     .await?;
+/// let paid = Outgoing::new(Topic::new("orders.paid")?, br#"{"order":42}"#.to_vec())
+///     .ordering_key(OrderingKey::new("order-42")?);
+/// let enqueued = outbox.enqueue(&mut *tx, &paid).await?;
+/// tx.commit().await?; // the order and its event, together
+/// println!("enqueued {}", enqueued.message_id);
+/// # Ok(()) }
+/// ```
+pub struct Outbox<DB: Backend> {
+    pub(crate) sql: Arc<OutboxSql>,
+    db: PhantomData<fn() -> DB>,
+}
+
+/// What [`Outbox::enqueue`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Enqueued {
+    /// The message's id: the one given, or the new one.
+    pub message_id: MessageId,
+    /// `false` when a message with this id was already in the outbox: nothing was added.
+    pub added: bool,
+    /// The message's place among its ordering key's (0 without a key). When nothing was
+    /// added, the place this call took and left empty: the relay skips such gaps.
+    pub seq: i64,
+}
+
+impl<DB: Backend> Clone for Outbox<DB> {
+    fn clone(&self) -> Self {
+        Self {
+            sql: Arc::clone(&self.sql),
+            db: PhantomData,
+        }
+    }
+}
+
+impl<DB: Backend> fmt::Debug for Outbox<DB> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Outbox")
+            .field("backend", &DB::BACKEND)
+            .field("table", &self.table().as_str())
+            .finish()
+    }
+}
+
+impl<DB: Backend> Default for Outbox<DB> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<DB: Backend> Outbox<DB> {
+    /// An outbox in the table `guestlist_outbox` (and `guestlist_outbox_keys` for its ordering
+    /// keys).
+    pub fn new() -> Self {
+        let table = TableName::new(DEFAULT_TABLE).expect("the default table name is valid");
+        Self::in_table(table)
+    }
+
+    /// An outbox in the table `name`, refused unless it is a plain identifier.
+    pub fn with_table(name: &str) -> Result<Self, InvalidValue> {
+        Ok(Self::in_table(TableName::new(name)?))
+    }
+
+    /// An outbox in an already validated table.
+    pub fn in_table(table: TableName) -> Self {
+        Self {
+            sql: Arc::new(OutboxSql::new::<DB>(&table)),
+            db: PhantomData,
+        }
+    }
+
+    /// The table that holds the messages.
+    pub fn table(&self) -> &TableName {
+        &self.sql.common.table
+    }
+
+    /// The DDL that [`Outbox::migrate`] runs, one statement per entry, for users who run their
+    /// own migrations. The same text ships as `sql/<backend>/outbox.sql` in this crate.
+    pub fn ddl(&self) -> &[String] {
+        &self.sql.common.ddl
+    }
+
+    /// Creates the tables and their indexes if they are missing.
+    pub async fn migrate(&self, pool: &sqlx::Pool<DB>) -> Result<(), Error> {
+        let mut conn = pool.acquire().await?;
+        DB::migrate(
+            &mut conn,
+            &self.sql.common.migrate_lock(),
+            &self.sql.common.ddl,
+        )
+        .await?;
+        tracing::info!(backend = DB::BACKEND, table = %self.table(), "guestlist outbox tables ready");
+        Ok(())
+    }
+
+    /// Writes `message` on the caller's transaction `conn` (`&mut *tx`), to be published once
+    /// that transaction commits; a rollback takes it back with the rest. A connection outside a
+    /// transaction is refused with [`Error::NotInTransaction`]: the message would be published
+    /// whether or not the business change commits.
+    ///
+    /// A message with an ordering key waits here while another open transaction holds the key,
+    /// and takes the next place once that one ends. A message whose id is already in the outbox
+    /// adds nothing ([`Enqueued::added`] is `false`).
+    pub async fn enqueue(
+        &self,
+        conn: &mut DB::Connection,
+        message: &Outgoing,
+    ) -> Result<Enqueued, Error> {
+        crate::inbox::require_transaction::<DB>(conn)?;
+        let message_id = match &message.id {
+            Some(id) => id.clone(),
+            None => new_message_id()?,
+        };
+        let ordering_key = message.ordering_key.as_ref().map(|key| key.as_str());
+        let seq = match ordering_key {
+            Some(key) => DB::outbox_next_seq(conn, &self.sql, key)
+                .await
+                .map_err(|err| self.error(err))?,
+            None => 0,
+        };
+        let headers = message.encoded_headers();
+        let row = OutboxRow {
+            message_id: message_id.as_str(),
+            topic: message.topic.as_str(),
+            ordering_key,
+            seq,
+            headers: headers.as_deref(),
+            payload: &message.payload,
+        };
+        let added = DB::outbox_insert(conn, &self.sql, row)
+            .await
+            .map_err(|err| self.error(err))?;
+        Ok(Enqueued {
+            message_id,
+            added,
+            seq,
+        })
+    }
+
+    /// A purge of the published messages older than `retention`; messages not yet published
+    /// are never purged.
+    pub fn purge(&self, retention: Retention) -> Purge<'_, DB> {
+        Purge::new(&self.sql.common, retention)
+    }
+
+    fn error(&self, err: sqlx::Error) -> Error {
+        Error::from_store::<DB>(self.table(), err)
+    }
+}
+
+/// A new message id: `msg_` and 128 random bits in hex.
+fn new_message_id() -> Result<MessageId, Error> {
+    let (high, low) = (new_token()?, new_token()?);
+    Ok(MessageId::new(format!("msg_{high:016x}{low:016x}"))?)
+}
+
+impl<DB: Backend> sealed::Sealed for Outbox<DB> {}
+
+impl<DB: Backend> Purgeable<DB> for Outbox<DB> {
+    fn purge_table(&self) -> Arc<TableSql> {
+        Arc::clone(&self.sql.common)
+    }
+}

@@ -1,0 +1,77 @@
+//! An outgoing message, as a producer enqueues it.
+
+use guestlist_core::{MessageId, OrderingKey, Topic};
+
+/// A message for the outbox: where it goes, what it says, and optionally its id, its ordering
+/// key and headers.
+///
+/// ```
+/// use guestlist_sqlx::{MessageId, OrderingKey, Outgoing, Topic};
+/// let paid = Outgoing::new(Topic::new("orders.paid")?, br#"{"order":42}"#.to_vec())
+///     .id(MessageId::new("evt_order42_paid")?)
+///     .ordering_key(OrderingKey::new("order-42")?)
+///     .header("content-type", "application/json");
+/// assert_eq!(paid.message_id().map(MessageId::as_str), Some("evt_order42_paid"));
+/// # Ok::<(), guestlist_sqlx::InvalidValue>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outgoing {
+    pub(crate) topic: Topic,
+    pub(crate) payload: Vec<u8>,
+    pub(crate) id: Option<MessageId>,
+    pub(crate) ordering_key: Option<OrderingKey>,
+    pub(crate) headers: Vec<(String, String)>,
+}
+
+impl Outgoing {
+    /// A message for `topic` carrying `payload`, with a new id given when it is enqueued.
+    pub fn new(topic: Topic, payload: impl Into<Vec<u8>>) -> Self {
+        Self {
+            topic,
+            payload: payload.into(),
+            id: None,
+            ordering_key: None,
+            headers: Vec::new(),
+        }
+    }
+
+    /// The message's id, for the brokers' deduplication and the consumers' inbox. Give one that
+    /// is stable across retries of the producer's work (an event id derived from the business
+    /// change): enqueueing an id that is already in the outbox enqueues nothing.
+    pub fn id(mut self, id: MessageId) -> Self {
+        self.id = Some(id);
+        self
+    }
+
+    /// Publishes this message after every message with the same key whose transaction
+    /// committed before this one's.
+    pub fn ordering_key(mut self, key: OrderingKey) -> Self {
+        self.ordering_key = Some(key);
+        self
+    }
+
+    /// Adds a header the relay sends along (a NATS header, an AMQP header). Carriage returns
+    /// and line feeds, which no broker's headers hold, become spaces.
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        let clean = |text: String| text.replace(['\r', '\n'], " ");
+        self.headers.push((clean(name.into()), clean(value.into())));
+        self
+    }
+
+    /// The id given with [`Outgoing::id`], if any.
+    pub fn message_id(&self) -> Option<&MessageId> {
+        self.id.as_ref()
+    }
+
+    /// The headers as stored: one `name: value\r\n` line each, as stored responses keep
+    /// theirs; `None` when there are none.
+    pub(crate) fn encoded_headers(&self) -> Option<Vec<u8>> {
+        (!self.headers.is_empty()).then(|| {
+            self.headers
+                .iter()
+                .flat_map(|(name, value)| [name.as_str(), ": ", value.as_str(), "\r\n"])
+                .collect::<String>()
+                .into_bytes()
+        })
+    }
+}

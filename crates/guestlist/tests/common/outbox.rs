@@ -1,0 +1,207 @@
+//! The outbox's stories, run against every backend by [`outbox_suite!`](crate::outbox_suite).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use guestlist::{Error, MessageId, OrderingKey, Outbox, Outgoing, Purged, Retention, Topic};
+use guestlist_testkit::{Database, Fixture, short_tag};
+
+/// A test's database and its own outbox table.
+struct Setup<DB: Fixture> {
+    database: Database<DB>,
+    outbox: Outbox<DB>,
+}
+
+impl<DB: Fixture> Setup<DB> {
+    async fn new(name: &str) -> Self {
+        let database = Database::<DB>::open(32).await;
+        let outbox = Outbox::with_table(&format!("ob_{}", short_tag(name))).unwrap();
+        for table in [
+            format!("{}_keys", outbox.table()),
+            outbox.table().to_string(),
+        ] {
+            database.exec(format!("DROP TABLE IF EXISTS {table}")).await;
+        }
+        outbox.migrate(&database.pool).await.unwrap();
+        Self { database, outbox }
+    }
+
+    async fn rows(&self) -> i64 {
+        let table = self.outbox.table();
+        self.database
+            .scalar(format!("SELECT count(*) FROM {table}"))
+            .await
+    }
+}
+
+fn paid(order: u32) -> Outgoing {
+    Outgoing::new(
+        Topic::new("orders.paid").unwrap(),
+        format!(r#"{{"order":{order}}}"#).into_bytes(),
+    )
+}
+
+pub async fn a_rolled_back_write_enqueues_nothing<DB: Fixture>(name: &str) {
+    let s = Setup::<DB>::new(name).await;
+    let mut tx = s.database.pool.begin().await.unwrap();
+    s.outbox.enqueue(&mut *tx, &paid(1)).await.unwrap();
+    tx.rollback().await.unwrap();
+    assert_eq!(s.rows().await, 0, "the message went with the rollback");
+
+    let mut tx = s.database.pool.begin().await.unwrap();
+    let message = paid(2).header("content-type", "application/json");
+    let enqueued = s.outbox.enqueue(&mut *tx, &message).await.unwrap();
+    tx.commit().await.unwrap();
+    assert!(enqueued.added && enqueued.message_id.as_str().starts_with("msg_"));
+    let table = s.outbox.table();
+    let id = enqueued.message_id.as_str();
+    assert_eq!(
+        s.database
+            .scalar(format!(
+                "SELECT count(*) FROM {table} WHERE message_id = '{id}' AND topic = 'orders.paid' \
+                 AND published_at IS NULL AND seq = 0"
+            ))
+            .await,
+        1,
+        "the committed message waits for the relay under its id"
+    );
+}
+
+pub async fn an_enqueue_outside_a_transaction_is_refused<DB: Fixture>(name: &str) {
+    let s = Setup::<DB>::new(name).await;
+    let mut conn = s.database.pool.acquire().await.unwrap();
+    let err = s.outbox.enqueue(&mut conn, &paid(1)).await.unwrap_err();
+    assert!(matches!(err, Error::NotInTransaction), "{err}");
+    assert!(err.to_string().contains("pool.begin()"), "{err}");
+    assert_eq!(s.rows().await, 0);
+}
+
+pub async fn an_id_enqueued_twice_is_added_once<DB: Fixture>(name: &str) {
+    let s = Setup::<DB>::new(name).await;
+    let id = MessageId::new("evt_order1_paid").unwrap();
+    for attempt in 0..3 {
+        let mut tx = s.database.pool.begin().await.unwrap();
+        let enqueued = s
+            .outbox
+            .enqueue(&mut *tx, &paid(1).id(id.clone()))
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        assert_eq!(enqueued.message_id, id);
+        assert_eq!(enqueued.added, attempt == 0, "attempt {attempt}");
+    }
+    let mut tx = s.database.pool.begin().await.unwrap();
+    let first = s.outbox.enqueue(&mut *tx, &paid(2)).await.unwrap();
+    let second = s.outbox.enqueue(&mut *tx, &paid(2)).await.unwrap();
+    tx.commit().await.unwrap();
+    assert_ne!(
+        first.message_id, second.message_id,
+        "without an id, each message gets a new one"
+    );
+    assert_eq!(s.rows().await, 3);
+}
+
+pub async fn a_keys_messages_take_their_places_in_commit_order<DB: Fixture>(name: &str) {
+    let s = Arc::new(Setup::<DB>::new(name).await);
+    let key = OrderingKey::new("order-42").unwrap();
+    let on_key = |n: u32| paid(n).ordering_key(key.clone());
+
+    // The first transaction holds the key; the second waits for it, then comes after it.
+    let mut first = s.database.pool.begin().await.unwrap();
+    assert_eq!(
+        s.outbox.enqueue(&mut *first, &on_key(1)).await.unwrap().seq,
+        1
+    );
+    let second = tokio::spawn({
+        let (s, message) = (Arc::clone(&s), on_key(2));
+        async move {
+            let mut tx = s.database.pool.begin().await.unwrap();
+            let seq = s.outbox.enqueue(&mut *tx, &message).await.unwrap().seq;
+            tx.commit().await.unwrap();
+            seq
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !second.is_finished(),
+        "the second waits while the first holds the key"
+    );
+    first.commit().await.unwrap();
+    assert_eq!(second.await.unwrap(), 2);
+
+    // A transaction that rolls back gives its place back.
+    let mut rolled_back = s.database.pool.begin().await.unwrap();
+    assert_eq!(
+        s.outbox
+            .enqueue(&mut *rolled_back, &on_key(3))
+            .await
+            .unwrap()
+            .seq,
+        3
+    );
+    rolled_back.rollback().await.unwrap();
+
+    // Sixteen at once: sixteen places, none shared, none skipped.
+    let writers: Vec<_> = (0..16)
+        .map(|n| {
+            let (s, message) = (Arc::clone(&s), on_key(10 + n));
+            tokio::spawn(async move {
+                let mut tx = s.database.pool.begin().await.unwrap();
+                let seq = s.outbox.enqueue(&mut *tx, &message).await.unwrap().seq;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                tx.commit().await.unwrap();
+                seq
+            })
+        })
+        .collect();
+    let mut seqs = Vec::new();
+    for writer in writers {
+        seqs.push(writer.await.unwrap());
+    }
+    seqs.sort_unstable();
+    assert_eq!(seqs, (3..19).collect::<Vec<i64>>());
+
+    // Another key starts at 1; no key, no place.
+    let mut tx = s.database.pool.begin().await.unwrap();
+    let other = paid(99).ordering_key(OrderingKey::new("order-43").unwrap());
+    assert_eq!(s.outbox.enqueue(&mut *tx, &other).await.unwrap().seq, 1);
+    assert_eq!(s.outbox.enqueue(&mut *tx, &paid(100)).await.unwrap().seq, 0);
+    tx.commit().await.unwrap();
+}
+
+pub async fn published_messages_are_purged_and_pending_ones_stay<DB: Fixture>(name: &str) {
+    let s = Setup::<DB>::new(name).await;
+    let mut tx = s.database.pool.begin().await.unwrap();
+    let mut ids = Vec::new();
+    for n in 0..3 {
+        ids.push(
+            s.outbox
+                .enqueue(&mut *tx, &paid(n))
+                .await
+                .unwrap()
+                .message_id,
+        );
+    }
+    tx.commit().await.unwrap();
+    let table = s.outbox.table();
+    for (id, age) in [(&ids[0], 8 * 86_400), (&ids[1], 3600)] {
+        s.database
+            .exec(format!(
+                "UPDATE {table} SET published_at = {} WHERE message_id = '{}'",
+                DB::ago(age),
+                id.as_str()
+            ))
+            .await;
+    }
+    let week = Retention::new(Duration::from_secs(7 * 86_400), Duration::from_secs(60)).unwrap();
+    let purge = s.outbox.purge(week);
+    assert_eq!(
+        purge.run(&s.database.pool).await.unwrap(),
+        Purged::Deleted(1)
+    );
+    assert_eq!(
+        s.rows().await,
+        2,
+        "published an hour ago, and not yet published, stay"
+    );
+}
