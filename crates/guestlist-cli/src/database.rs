@@ -62,6 +62,19 @@ pub(crate) fn is_redis(url: &str) -> bool {
     )
 }
 
+/// Connects to the Redis at `url`, whose keys the gateway and the key commands keep.
+pub(crate) async fn connect_redis(url: &str) -> anyhow::Result<guestlist::redis::RedisKeyStore> {
+    use anyhow::Context;
+    guestlist::redis::RedisKeyStore::connect(url)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot connect to Redis at {}: check that it runs and that the URL is right",
+                redact(url)
+            )
+        })
+}
+
 /// Connects to `url` with at most `max` connections.
 pub(crate) async fn connect(url: &str, max: u32) -> anyhow::Result<AnyPool> {
     if is_redis(url) {

@@ -101,14 +101,7 @@ async fn redis_keys(args: &KeyTableArgs) -> anyhow::Result<RedisKeyStore> {
         crate::gateway::settings::key_hashing()?.is_none(),
         "GUESTLIST_KEY_HASHING_SECRET is set, but Redis stores keys as they are: unset it"
     );
-    let keys = RedisKeyStore::connect(&args.database)
-        .await
-        .with_context(|| {
-            format!(
-                "cannot connect to Redis at {}: check that it runs and that the URL is right",
-                database::redact(&args.database)
-            )
-        })?;
+    let keys = database::connect_redis(&args.database).await?;
     Ok(keys.prefix(args.table.clone()))
 }
 

@@ -64,6 +64,26 @@ impl requests::Figure for Figure {
     }
 }
 
+/// A port free on loopback, for a server the bench starts.
+fn free_port() -> anyhow::Result<u16> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(listener.local_addr()?.port())
+}
+
+/// Whether something listens on `port` within five seconds.
+async fn listening(port: u16) -> bool {
+    for _ in 0..100 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
+            return true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    false
+}
+
 /// The upstream every figure reaches: answers 201 with a small JSON body, no database.
 async fn upstream() -> anyhow::Result<String> {
     let app = Router::new().fallback(post(|| async {

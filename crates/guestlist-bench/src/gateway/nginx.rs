@@ -2,7 +2,6 @@
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
 
 use anyhow::Context;
 
@@ -35,10 +34,7 @@ impl Nginx {
     pub(super) async fn start(upstream: &str) -> anyhow::Result<Self> {
         let nginx = binary()?;
         let dir = tempfile::tempdir()?;
-        let port = {
-            let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-            listener.local_addr()?.port()
-        };
+        let port = super::free_port()?;
         let upstream = upstream.trim_start_matches("http://");
         let root = dir.path().display();
         // As a production reverse proxy is set up: a worker per core, keep-alive to the
@@ -77,18 +73,12 @@ http {{
             .spawn()
             .with_context(|| format!("cannot start {}", nginx.display()))?;
         let url = format!("http://127.0.0.1:{port}");
-        for _ in 0..100 {
-            if tokio::net::TcpStream::connect(("127.0.0.1", port))
-                .await
-                .is_ok()
-            {
-                return Ok(Self {
-                    url,
-                    child,
-                    _dir: dir,
-                });
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        if super::listening(port).await {
+            return Ok(Self {
+                url,
+                child,
+                _dir: dir,
+            });
         }
         anyhow::bail!("nginx did not start listening on port {port}; see its error.log")
     }

@@ -3,7 +3,6 @@
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
 
 use anyhow::Context;
 
@@ -55,10 +54,7 @@ impl IdempotentProxy {
     pub(super) async fn start(upstream_url: &str, redis_url: &str) -> anyhow::Result<Self> {
         let binary = binary()?;
         let dir = tempfile::tempdir()?;
-        let port = {
-            let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-            listener.local_addr()?.port()
-        };
+        let port = super::free_port()?;
         // It reads its settings from the environment after loading `.env`, and panics when the
         // file is missing.
         std::fs::write(
@@ -77,18 +73,12 @@ impl IdempotentProxy {
             .spawn()
             .with_context(|| format!("cannot start {}", binary.display()))?;
         let url = format!("http://127.0.0.1:{port}");
-        for _ in 0..100 {
-            if tokio::net::TcpStream::connect(("127.0.0.1", port))
-                .await
-                .is_ok()
-            {
-                return Ok(Self {
-                    url,
-                    child,
-                    _dir: dir,
-                });
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        if super::listening(port).await {
+            return Ok(Self {
+                url,
+                child,
+                _dir: dir,
+            });
         }
         anyhow::bail!("{BINARY} did not start listening on port {port}")
     }

@@ -17,7 +17,6 @@ use std::sync::Arc;
 use anyhow::Context;
 use axum::Router;
 use guestlist::http::{IdempotencyLayer, Plain, ReplayCache};
-use guestlist::redis::RedisKeyStore;
 use guestlist::sqlx::{self, Pool};
 use guestlist::{Backend, BatchedKeyStore, KeyStore, Purger, Retention, Scope, SqlKeyStore};
 use tokio::sync::watch;
@@ -146,14 +145,8 @@ async fn serve_redis(
              PostgreSQL, MySQL/MariaDB or SQLite, or leave it out"
         );
     }
-    let keys = RedisKeyStore::connect(&settings.database)
-        .await
-        .with_context(|| {
-            format!(
-                "cannot connect to Redis at {}: check that it runs and that the URL is right",
-                database::redact(&settings.database)
-            )
-        })?
+    let keys = database::connect_redis(&settings.database)
+        .await?
         .prefix(settings.table.clone())
         .retention(retention(&settings)?);
     // Say so at start-up when Redis may forget keys: the guarantee rests on it keeping them.

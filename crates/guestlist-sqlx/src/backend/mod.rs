@@ -292,10 +292,22 @@ fn ddl_statements(file: &str, default_name: &str, table: &str) -> Vec<String> {
         .collect()
 }
 
-/// The outbox's insert where a duplicate id inserts nothing; only the connection type differs.
+/// The outbox's statements where an upsert returns the key's seq and a duplicate id inserts
+/// nothing; only the connection type differs.
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
-macro_rules! outbox_insert_by_rows_affected {
+macro_rules! outbox_with_returning {
     ($conn:ty) => {
+        async fn outbox_next_seq<'c>(
+            conn: &'c mut $conn,
+            sql: &'c $crate::backend::OutboxSql,
+            key: &'c str,
+        ) -> Result<i64, sqlx::Error> {
+            sqlx::query_scalar(sqlx::AssertSqlSafe(sql.next_seq.clone()))
+                .bind(key)
+                .fetch_one(conn)
+                .await
+        }
+
         async fn outbox_insert<'c>(
             conn: &'c mut $conn,
             sql: &'c $crate::backend::OutboxSql,
@@ -315,7 +327,7 @@ macro_rules! outbox_insert_by_rows_affected {
     };
 }
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
-use outbox_insert_by_rows_affected;
+use outbox_with_returning;
 
 /// The statements every backend runs the same way, bound the same way; only the connection
 /// type differs.

@@ -1,9 +1,8 @@
 //! PostgreSQL's outbox statements.
 
+use sqlx::Postgres;
 use sqlx::postgres::PgConnection;
-use sqlx::{AssertSqlSafe, Postgres};
 
-use crate::backend::OutboxSql;
 use crate::backend::sealed::OutboxStatements;
 
 impl OutboxStatements for Postgres {
@@ -17,16 +16,5 @@ impl OutboxStatements for Postgres {
          (message_id, topic, ordering_key, seq, headers, payload) \
          VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (message_id) DO NOTHING";
 
-    async fn outbox_next_seq<'c>(
-        conn: &'c mut PgConnection,
-        sql: &'c OutboxSql,
-        key: &'c str,
-    ) -> Result<i64, sqlx::Error> {
-        sqlx::query_scalar(AssertSqlSafe(sql.next_seq.clone()))
-            .bind(key)
-            .fetch_one(conn)
-            .await
-    }
-
-    crate::backend::outbox_insert_by_rows_affected!(PgConnection);
+    crate::backend::outbox_with_returning!(PgConnection);
 }

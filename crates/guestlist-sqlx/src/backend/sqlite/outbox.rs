@@ -1,9 +1,8 @@
 //! SQLite's outbox statements.
 
+use sqlx::Sqlite;
 use sqlx::sqlite::SqliteConnection;
-use sqlx::{AssertSqlSafe, Sqlite};
 
-use crate::backend::OutboxSql;
 use crate::backend::sealed::OutboxStatements;
 
 impl OutboxStatements for Sqlite {
@@ -15,16 +14,5 @@ impl OutboxStatements for Sqlite {
          (message_id, topic, ordering_key, seq, headers, payload) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (message_id) DO NOTHING";
 
-    async fn outbox_next_seq<'c>(
-        conn: &'c mut SqliteConnection,
-        sql: &'c OutboxSql,
-        key: &'c str,
-    ) -> Result<i64, sqlx::Error> {
-        sqlx::query_scalar(AssertSqlSafe(sql.next_seq.clone()))
-            .bind(key)
-            .fetch_one(conn)
-            .await
-    }
-
-    crate::backend::outbox_insert_by_rows_affected!(SqliteConnection);
+    crate::backend::outbox_with_returning!(SqliteConnection);
 }
