@@ -67,12 +67,7 @@ pub(crate) async fn connect_redis(url: &str) -> anyhow::Result<guestlist::redis:
     use anyhow::Context;
     guestlist::redis::RedisKeyStore::connect(url)
         .await
-        .with_context(|| {
-            format!(
-                "cannot connect to Redis at {}: check that it runs and that the URL is right",
-                redact(url)
-            )
-        })
+        .with_context(|| format!("cannot connect to Redis at {}", redact(url)))
 }
 
 /// Connects to `url` with at most `max` connections.

@@ -197,3 +197,44 @@ fn bad_urls_and_table_names_say_what_to_do() {
     assert!(err.contains("cannot connect to PostgreSQL"), "{err}");
     assert!(!err.contains("secret"), "the password is masked: {err}");
 }
+
+#[test]
+fn redis_urls_go_where_redis_can_serve_and_say_why_elsewhere() {
+    // Redis holds idempotency keys only: the inbox's commands say so and name what works.
+    for command in [&["migrate"][..], &["purge", "--older-than", "7d"][..]] {
+        let output = guestlist(&[command, &["--database", "redis://127.0.0.1:6379"]].concat());
+        assert!(!output.status.success());
+        let err = stderr(&output);
+        assert!(
+            err.contains("Redis, which holds idempotency keys only") && err.contains("postgres://"),
+            "{command:?}: {err}"
+        );
+    }
+    // What the gateway cannot do on Redis yet is refused before it listens.
+    let output = guestlist(&[
+        "gateway",
+        "--upstream",
+        "http://127.0.0.1:9",
+        "--listen",
+        "127.0.0.1:0",
+        "--database",
+        "redis://127.0.0.1:6379",
+        "--max-keys-per-scope",
+        "10",
+    ]);
+    assert!(!output.status.success());
+    let err = stderr(&output);
+    assert!(
+        err.contains("--max-keys-per-scope needs a SQL key store"),
+        "{err}"
+    );
+    // A Redis that is not there is named, password masked.
+    let output = guestlist(&["stats", "--database", "redis://:secret@127.0.0.1:1"]);
+    assert!(!output.status.success());
+    let err = stderr(&output);
+    assert!(
+        err.contains("cannot connect to Redis at") && err.contains("check that Redis runs"),
+        "{err}"
+    );
+    assert!(!err.contains("secret"), "the password is masked: {err}");
+}
