@@ -63,14 +63,20 @@ impl Orders {
                 (self.name.clone(), self.subject()),
                 (format!("{}_DEAD", self.name), self.dead_letters()),
             ] {
-                context
-                    .get_or_create_stream(jetstream::stream::Config {
-                        name,
-                        subjects: vec![subject],
-                        ..Default::default()
-                    })
-                    .await
-                    .with_context(|| format!("creating stream {} on {}", self.name, self.url))?;
+                let config = jetstream::stream::Config {
+                    name: name.clone(),
+                    subjects: vec![subject],
+                    ..Default::default()
+                };
+                if let Err(err) = context.get_or_create_stream(config).await {
+                    // Services that start together race to create it, and the losers are told
+                    // its subjects overlap with a stream: the one the winner just made.
+                    context
+                        .get_stream(&name)
+                        .await
+                        .map_err(|_| err)
+                        .with_context(|| format!("creating stream {name} on {}", self.url))?;
+                }
             }
         } else {
             let (connection, channel) = self.amqp().await?;
