@@ -14,7 +14,7 @@ impl<DB: Backend> Inbox<DB> {
     /// [`Inbox::migrate`] on a connection of the caller's (one that runs the application's own
     /// migrations, say). It must not be inside a transaction on MySQL, where DDL commits.
     pub async fn migrate_on(&self, conn: &mut DB::Connection) -> Result<(), Error> {
-        DB::migrate(conn, &self.sql.common.migrate_lock(), &self.sql.common.ddl).await?;
+        self.sql.common.migrate::<DB>(conn).await?;
         tracing::info!(backend = DB::BACKEND, table = %self.table(), "guestlist inbox table ready");
         Ok(())
     }

@@ -16,6 +16,7 @@ mod floor;
 mod nginx;
 mod peer;
 mod process;
+mod spawned;
 
 use axum::Router;
 use axum::http::StatusCode;
@@ -64,26 +65,6 @@ impl requests::Figure for Figure {
     }
 }
 
-/// A port free on loopback, for a server the bench starts.
-fn free_port() -> anyhow::Result<u16> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-    Ok(listener.local_addr()?.port())
-}
-
-/// Whether something listens on `port` within five seconds.
-async fn listening(port: u16) -> bool {
-    for _ in 0..100 {
-        if tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_ok()
-        {
-            return true;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    false
-}
-
 /// The upstream every figure reaches: answers 201 with a small JSON body, no database.
 async fn upstream() -> anyhow::Result<String> {
     let app = Router::new().fallback(post(|| async {
@@ -103,7 +84,7 @@ pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
     let plan = Plan::new(common.quick);
     let mut report = Report::default();
     let upstream = upstream().await?;
-    let nginx = nginx::Nginx::start(&upstream).await?;
+    let nginx = nginx::start(&upstream).await?;
     let scratch = tempfile::tempdir()?;
     let mut stores = vec![(label(&common.database)?, common.database.clone())];
     if !common.database.starts_with("sqlite:") {
@@ -125,9 +106,7 @@ pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
         eprintln!("measuring the gateway on {store} …");
         let gateway = process::Gateway::start(&upstream, &database, scratch.path()).await?;
         let peer = match store {
-            "redis" => Some(
-                peer::IdempotentProxy::start(&format!("{upstream}/v1/charges"), &database).await?,
-            ),
+            "redis" => Some(peer::start(&format!("{upstream}/v1/charges"), &database).await?),
             _ => None,
         };
         let floor = match store {

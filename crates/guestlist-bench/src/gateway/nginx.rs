@@ -1,17 +1,9 @@
 //! Debian's nginx as the plain reverse proxy the gateway is measured against.
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 
-use anyhow::Context;
-
-/// An nginx of its own: a configuration, logs and pid file in a temporary directory, on a free
-/// loopback port, proxying to the upstream over keep-alive connections.
-pub(super) struct Nginx {
-    pub(super) url: String,
-    child: Child,
-    _dir: tempfile::TempDir,
-}
+use super::spawned::{Spawned, Stop, free_port};
 
 /// Where nginx is, or how to get it.
 fn binary() -> anyhow::Result<PathBuf> {
@@ -30,17 +22,19 @@ fn binary() -> anyhow::Result<PathBuf> {
     )
 }
 
-impl Nginx {
-    pub(super) async fn start(upstream: &str) -> anyhow::Result<Self> {
-        let nginx = binary()?;
-        let dir = tempfile::tempdir()?;
-        let port = super::free_port()?;
-        let upstream = upstream.trim_start_matches("http://");
-        let root = dir.path().display();
-        // As a production reverse proxy is set up: a worker per core, keep-alive to the
-        // upstream, no access log (the gateway writes none either at its default level).
-        let config = format!(
-            "worker_processes auto;
+/// An nginx of its own: a configuration, logs and pid file in a temporary directory, on a free
+/// loopback port, proxying to the upstream over keep-alive connections. Stopped with SIGTERM to
+/// the master, which stops its workers.
+pub(super) async fn start(upstream: &str) -> anyhow::Result<Spawned> {
+    let nginx = binary()?;
+    let dir = tempfile::tempdir()?;
+    let port = free_port()?;
+    let upstream = upstream.trim_start_matches("http://");
+    let root = dir.path().display();
+    // As a production reverse proxy is set up: a worker per core, keep-alive to the
+    // upstream, no access log (the gateway writes none either at its default level).
+    let config = format!(
+        "worker_processes auto;
 pid {root}/nginx.pid;
 error_log {root}/error.log warn;
 events {{ worker_connections 1024; }}
@@ -62,35 +56,13 @@ http {{
     }}
 }}
 "
-        );
-        let path = dir.path().join("nginx.conf");
-        std::fs::write(&path, config)?;
-        let child = Command::new(&nginx)
-            .arg("-c")
-            .arg(&path)
-            .args(["-p", &root.to_string(), "-g", "daemon off;"])
-            .stdin(Stdio::null())
-            .spawn()
-            .with_context(|| format!("cannot start {}", nginx.display()))?;
-        let url = format!("http://127.0.0.1:{port}");
-        if super::listening(port).await {
-            return Ok(Self {
-                url,
-                child,
-                _dir: dir,
-            });
-        }
-        anyhow::bail!("nginx did not start listening on port {port}; see its error.log")
-    }
-}
-
-/// Stopped with the bench, however the bench ends: SIGTERM to the master, which stops its
-/// workers (SIGKILL would leave them running).
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let _ = self.child.wait();
-    }
+    );
+    let path = dir.path().join("nginx.conf");
+    std::fs::write(&path, config)?;
+    let mut command = Command::new(&nginx);
+    command
+        .arg("-c")
+        .arg(&path)
+        .args(["-p", &root.to_string(), "-g", "daemon off;"]);
+    Spawned::start(command, "nginx (see its error.log)", port, dir, Stop::Term).await
 }

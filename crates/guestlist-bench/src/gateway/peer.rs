@@ -2,9 +2,9 @@
 //! open-source idempotency proxy that installs here, on the same Redis.
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
-use anyhow::Context;
+use super::spawned::{Spawned, Stop, free_port};
 
 /// The version measured.
 const VERSION: &str = "1.2.2";
@@ -12,13 +12,6 @@ const VERSION: &str = "1.2.2";
 const BINARY: &str = "idempotent-proxy-server";
 /// The path it maps to the upstream (`URL_<NAME>` in its environment).
 pub(super) const ROUTE: &str = "URL_CHARGES";
-
-/// An `idempotent-proxy-server` of its own on a free loopback port.
-pub(super) struct IdempotentProxy {
-    pub(super) url: String,
-    child: Child,
-    _dir: tempfile::TempDir,
-}
 
 /// Where the binary is: on `PATH`, in cargo's bin directory, or installed now.
 fn binary() -> anyhow::Result<PathBuf> {
@@ -47,47 +40,27 @@ fn binary() -> anyhow::Result<PathBuf> {
     }
 }
 
-impl IdempotentProxy {
-    /// Starts the proxy in front of `upstream_url` (the whole URL one route maps to), keeping
-    /// its locks and answers in `redis_url` for an hour, so that replays stay replays for the
-    /// whole bench.
-    pub(super) async fn start(upstream_url: &str, redis_url: &str) -> anyhow::Result<Self> {
-        let binary = binary()?;
-        let dir = tempfile::tempdir()?;
-        let port = super::free_port()?;
-        // It reads its settings from the environment after loading `.env`, and panics when the
-        // file is missing.
-        std::fs::write(
-            dir.path().join(".env"),
-            "# settings come from the environment\n",
-        )?;
-        let child = Command::new(&binary)
-            .current_dir(dir.path())
-            .env("SERVER_ADDR", format!("127.0.0.1:{port}"))
-            .env("REDIS_URL", redis_url)
-            .env(ROUTE, upstream_url)
-            .env("REQUEST_TIMEOUT", "3600000")
-            .env("LOG_LEVEL", "error")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .spawn()
-            .with_context(|| format!("cannot start {}", binary.display()))?;
-        let url = format!("http://127.0.0.1:{port}");
-        if super::listening(port).await {
-            return Ok(Self {
-                url,
-                child,
-                _dir: dir,
-            });
-        }
-        anyhow::bail!("{BINARY} did not start listening on port {port}")
-    }
-}
-
-/// Stopped with the bench, however the bench ends.
-impl Drop for IdempotentProxy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// Starts an `idempotent-proxy-server` of its own on a free loopback port, in front of
+/// `upstream_url` (the whole URL one route maps to), keeping its locks and answers in
+/// `redis_url` for an hour, so that replays stay replays for the whole bench.
+pub(super) async fn start(upstream_url: &str, redis_url: &str) -> anyhow::Result<Spawned> {
+    let binary = binary()?;
+    let dir = tempfile::tempdir()?;
+    let port = free_port()?;
+    // It reads its settings from the environment after loading `.env`, and panics when the
+    // file is missing.
+    std::fs::write(
+        dir.path().join(".env"),
+        "# settings come from the environment\n",
+    )?;
+    let mut command = Command::new(&binary);
+    command
+        .current_dir(dir.path())
+        .env("SERVER_ADDR", format!("127.0.0.1:{port}"))
+        .env("REDIS_URL", redis_url)
+        .env(ROUTE, upstream_url)
+        .env("REQUEST_TIMEOUT", "3600000")
+        .env("LOG_LEVEL", "error")
+        .stdout(Stdio::null());
+    Spawned::start(command, BINARY, port, dir, Stop::Kill).await
 }

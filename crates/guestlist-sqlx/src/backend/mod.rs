@@ -119,8 +119,16 @@ impl TableSql {
     }
 
     /// The name of the lock migrations of this table take turns with.
-    pub(crate) fn migrate_lock(&self) -> String {
+    fn migrate_lock(&self) -> String {
         format!("guestlist_migrate_{}", self.table)
+    }
+
+    /// Runs the table's DDL on `conn`, after any other process migrating it has finished.
+    pub(crate) async fn migrate<DB: Backend>(
+        &self,
+        conn: &mut DB::Connection,
+    ) -> Result<(), sqlx::Error> {
+        DB::migrate(conn, &self.migrate_lock(), &self.ddl).await
     }
 }
 
@@ -292,6 +300,23 @@ fn ddl_statements(file: &str, default_name: &str, table: &str) -> Vec<String> {
         .collect()
 }
 
+/// `$query` with an outgoing message's columns bound, in the order the inserts name them.
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+macro_rules! bind_outbox_row {
+    ($query:expr, $row:expr) => {{
+        let row = $row;
+        $query
+            .bind(row.message_id)
+            .bind(row.topic)
+            .bind(row.ordering_key)
+            .bind(row.seq)
+            .bind(row.headers)
+            .bind(row.payload)
+    }};
+}
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+use bind_outbox_row;
+
 /// The outbox's statements where an upsert returns the key's seq and a duplicate id inserts
 /// nothing; only the connection type differs.
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
@@ -313,13 +338,8 @@ macro_rules! outbox_with_returning {
             sql: &'c $crate::backend::OutboxSql,
             row: $crate::backend::OutboxRow<'c>,
         ) -> Result<bool, sqlx::Error> {
-            let done = sqlx::query(sqlx::AssertSqlSafe(sql.insert.clone()))
-                .bind(row.message_id)
-                .bind(row.topic)
-                .bind(row.ordering_key)
-                .bind(row.seq)
-                .bind(row.headers)
-                .bind(row.payload)
+            let insert = sqlx::query(sqlx::AssertSqlSafe(sql.insert.clone()));
+            let done = $crate::backend::bind_outbox_row!(insert, row)
                 .execute(conn)
                 .await?;
             Ok(done.rows_affected() == 1)

@@ -178,12 +178,7 @@ impl<DB: Backend> SqlKeyStore<DB> {
     /// Creates the table and its `created_at` index if they are missing.
     pub async fn migrate(&self) -> Result<(), Error> {
         let mut conn = self.pool.acquire().await?;
-        DB::migrate(
-            &mut conn,
-            &self.sql.common.migrate_lock(),
-            &self.sql.common.ddl,
-        )
-        .await?;
+        self.sql.common.migrate::<DB>(&mut conn).await?;
         Ok(())
     }
 

@@ -127,12 +127,7 @@ impl<DB: Backend> Outbox<DB> {
     /// Creates the tables and their indexes if they are missing.
     pub async fn migrate(&self, pool: &sqlx::Pool<DB>) -> Result<(), Error> {
         let mut conn = pool.acquire().await?;
-        DB::migrate(
-            &mut conn,
-            &self.sql.common.migrate_lock(),
-            &self.sql.common.ddl,
-        )
-        .await?;
+        self.sql.common.migrate::<DB>(&mut conn).await?;
         tracing::info!(backend = DB::BACKEND, table = %self.table(), "guestlist outbox tables ready");
         Ok(())
     }

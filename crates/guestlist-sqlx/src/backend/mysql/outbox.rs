@@ -40,13 +40,8 @@ impl OutboxStatements for MySql {
         sql: &'c OutboxSql,
         row: OutboxRow<'c>,
     ) -> Result<bool, sqlx::Error> {
-        let inserted = sqlx::query(AssertSqlSafe(sql.insert.clone()))
-            .bind(row.message_id)
-            .bind(row.topic)
-            .bind(row.ordering_key)
-            .bind(row.seq)
-            .bind(row.headers)
-            .bind(row.payload)
+        let insert = sqlx::query(AssertSqlSafe(sql.insert.clone()));
+        let inserted = crate::backend::bind_outbox_row!(insert, row)
             .execute(conn)
             .await;
         inserted_unless_duplicate(inserted)
