@@ -15,6 +15,9 @@
 //! message's id (pika's `BasicProperties(message_id=…)`, amqplib's `messageId`, the Java
 //! client's `messageId(…)`), so publishers in other languages need no id in the body.
 //!
+//! [`RabbitPublisher`] is the other direction: the outbox relay's publisher, with publisher
+//! confirms and the `message_id` property set.
+//!
 //! The guide tells the whole story, with each part's guarantees and failure tables: see
 //! [broker consumers](https://github.com/guestlist-rs/guestlist/blob/main/docs/guide/src/consumers.md)
 //! (or build it locally with `mdbook serve docs/guide`).
@@ -32,7 +35,11 @@ use lapin::options::{
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 
-/// A failure to set up the source, with what to do about it.
+mod publisher;
+
+pub use publisher::RabbitPublisher;
+
+/// A failure to set up the source or the publisher, with what to do about it.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {

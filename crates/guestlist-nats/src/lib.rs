@@ -8,6 +8,9 @@
 //! acks, and dead-letter by publishing the message with its error to a dead-letter subject, then
 //! terminating it.
 //!
+//! [`JetStreamPublisher`] is the other direction: the outbox relay's publisher, with
+//! `Nats-Msg-Id` set so that the stream drops a relay's repeat.
+//!
 //! The guide tells the whole story, with each part's guarantees and failure tables: see
 //! [broker consumers](https://github.com/guestlist-rs/guestlist/blob/main/docs/guide/src/consumers.md)
 //! (or build it locally with `mdbook serve docs/guide`).
@@ -20,7 +23,11 @@ use async_nats::jetstream::{self, AckKind};
 use futures_util::StreamExt;
 use guestlist_consumer::{BrokerError, Delivery, Source};
 
-/// A failure to set up the source, with what to do about it.
+mod publisher;
+
+pub use publisher::JetStreamPublisher;
+
+/// A failure to set up the source or the publisher, with what to do about it.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {

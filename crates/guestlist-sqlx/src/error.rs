@@ -11,7 +11,8 @@ pub enum Error {
     #[error(
         "table {table} does not exist: create an inbox table with `guestlist migrate --database URL` \
          or Inbox::migrate(&pool), a key table with SqlKeyStore::migrate() (`guestlist gateway` \
-         makes its own at start), or run the SQL in guestlist-sqlx/sql/ yourself"
+         makes its own at start), an outbox with `guestlist migrate --outbox --database URL` or \
+         Outbox::migrate(&pool), or run the SQL in guestlist-sqlx/sql/ yourself"
     )]
     MissingTable {
         /// The table that was looked for.
@@ -45,6 +46,10 @@ pub enum Error {
     /// why and what to do.
     #[error("sealed bodies: {0}")]
     Sealing(String),
+    /// The broker did not confirm a message the relay published ([`Relay::drain`](crate::Relay::drain));
+    /// it stays pending and goes again on the next round.
+    #[error("the broker did not confirm a published message, which stays pending: {0}")]
+    Publish(#[source] crate::PublishError),
     /// The statement that carried this request together with others failed
     /// ([`BatchedKeyStore`](crate::BatchedKeyStore)); every request in it gets the same cause.
     #[error(transparent)]

@@ -41,7 +41,10 @@ pub use inbox::{BatchProcessed, Deferrals, Inbox, ProcessError, Processed};
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub use keys::{BatchBackend, BatchedKeyStore};
 pub use keys::{KeyHashing, KeyRecord, KeyState, KeyStats, Sealing, SqlKeyStore};
-pub use outbox::{Enqueued, Outbox, Outgoing};
+pub use outbox::{
+    Confirmed, Enqueued, Outbox, OutboxMessage, OutboxStats, Outgoing, Publish, PublishError,
+    Relay, RelayLease, Relayed,
+};
 pub use purge::{Purge, Purgeable, Purged};
 pub use purger::{Purger, PurgerHandle};
 pub use schema::Schema;

@@ -8,7 +8,11 @@ use guestlist_consumer::Source;
 /// A broker with one test's queue (or stream) and dead-letter place.
 pub trait Broker: Send + Sync + Sized + 'static {
     type Source: Source;
+    /// The outbox relay's publisher to this broker.
+    type Publisher: guestlist_sqlx::Publish + 'static;
     const LABEL: &'static str;
+    /// Whether the broker drops a repeated message id on its own.
+    const DEDUPLICATES: bool;
 
     /// A fresh queue for the test `tag`; `ack_wait` where the broker has one.
     fn open(tag: &str, ack_wait: Duration) -> impl Future<Output = Self> + Send;
@@ -28,6 +32,21 @@ pub trait Broker: Send + Sync + Sized + 'static {
     fn horizon_stream(tag: &str) -> impl Future<Output = Self> + Send;
     /// The error a consumer of a queue (stream) that does not exist gets.
     fn missing(&self) -> impl Future<Output = String> + Send;
+    /// The topic an outbox message needs to reach the test's queue (stream).
+    fn topic(&self) -> String;
+    /// A relay's publisher to the test's queue (stream).
+    fn publisher(&self) -> impl Future<Output = Self::Publisher> + Send;
+    /// Every message on the queue (stream), in the order the broker holds them; RabbitMQ's are
+    /// taken off the queue.
+    fn received(&self) -> impl Future<Output = Vec<Received>> + Send;
+}
+
+/// A message as a relay published it: its id, ordering key and place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Received {
+    pub id: String,
+    pub key: Option<String>,
+    pub seq: i64,
 }
 
 /// NATS JetStream: a stream per test, a durable pull consumer, a dead-letter stream.
@@ -94,7 +113,36 @@ impl Nats {
 
 impl Broker for Nats {
     type Source = guestlist_nats::JetStreamSource;
+    type Publisher = guestlist_nats::JetStreamPublisher;
     const LABEL: &'static str = "NATS JetStream";
+    const DEDUPLICATES: bool = true;
+
+    fn topic(&self) -> String {
+        self.subject.clone()
+    }
+
+    async fn publisher(&self) -> guestlist_nats::JetStreamPublisher {
+        guestlist_nats::JetStreamPublisher::new(self.context.clone())
+    }
+
+    async fn received(&self) -> Vec<Received> {
+        let mut stream = self.context.get_stream(&self.stream).await.unwrap();
+        let state = stream.info().await.unwrap().state.clone();
+        let mut received = Vec::new();
+        for sequence in state.first_sequence..=state.last_sequence {
+            if state.messages == 0 {
+                break;
+            }
+            let message = stream.get_raw_message(sequence).await.unwrap();
+            let header = |name: &str| message.headers.get(name).map(|v| v.as_str().to_owned());
+            received.push(Received {
+                id: header("Nats-Msg-Id").unwrap_or_default(),
+                key: header("Guestlist-Ordering-Key"),
+                seq: header("Guestlist-Seq").map_or(0, |seq| seq.parse().unwrap()),
+            });
+        }
+        received
+    }
 
     async fn open(tag: &str, ack_wait: Duration) -> Self {
         let nats = Self::connect(tag, ack_wait).await;
@@ -235,7 +283,58 @@ impl Rabbit {
 
 impl Broker for Rabbit {
     type Source = guestlist_amqp::RabbitSource;
+    type Publisher = guestlist_amqp::RabbitPublisher;
     const LABEL: &'static str = "RabbitMQ";
+    const DEDUPLICATES: bool = false;
+
+    fn topic(&self) -> String {
+        self.queue.clone()
+    }
+
+    async fn publisher(&self) -> guestlist_amqp::RabbitPublisher {
+        guestlist_amqp::RabbitPublisher::connect(&self.url, "")
+            .await
+            .expect("the relay's publisher connects")
+    }
+
+    async fn received(&self) -> Vec<Received> {
+        use lapin::options::BasicGetOptions;
+        use lapin::types::AMQPValue;
+        let mut received = Vec::new();
+        let take = BasicGetOptions { no_ack: true };
+        while let Some(message) = self
+            .channel
+            .basic_get(self.queue.as_str().into(), take)
+            .await
+            .unwrap()
+        {
+            let properties = &message.delivery.properties;
+            let header = |name: &str| {
+                properties
+                    .headers()
+                    .as_ref()
+                    .and_then(|h| h.inner().get(name).cloned())
+            };
+            received.push(Received {
+                id: properties
+                    .message_id()
+                    .as_ref()
+                    .map(|id| id.to_string())
+                    .unwrap_or_default(),
+                key: match header("guestlist-ordering-key") {
+                    Some(AMQPValue::LongString(key)) => {
+                        Some(String::from_utf8_lossy(key.as_bytes()).into_owned())
+                    }
+                    _ => None,
+                },
+                seq: match header("guestlist-seq") {
+                    Some(AMQPValue::LongLongInt(seq)) => seq,
+                    _ => 0,
+                },
+            });
+        }
+        received
+    }
 
     async fn open(tag: &str, _ack_wait: Duration) -> Self {
         use lapin::options::{

@@ -5,6 +5,7 @@
 
 pub mod brokers;
 pub mod held_acks;
+pub mod relay;
 pub mod suite;
 
 /// Generates one `#[tokio::test]` per story in [`suite`] for the broker `$broker` with the store
@@ -56,6 +57,45 @@ macro_rules! broker_suite {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $name() {
                 common::suite::$name::<$broker, $db>(concat!(stringify!($m), "_", stringify!($name))).await;
+            }
+        )*
+    };
+}
+
+/// Generates one `#[tokio::test]` per story in [`relay`] for the broker `$broker` with the
+/// database `$db`, in module `$m` (named as for [`broker_suite!`]).
+#[macro_export]
+macro_rules! relay_suite {
+    ($m:ident, $broker:ty, $db:ty) => {
+        mod $m {
+            use super::common;
+            $crate::relay_suite!(@tests $m, $broker, $db;
+                a_rolled_back_write_publishes_nothing_a_committed_one_once,
+                sigkill_between_confirm_and_stamp_publishes_again_without_a_second_effect,
+                a_relay_that_lost_its_lease_stamps_nothing,
+                two_relays_one_killed_again_and_again_keep_each_keys_order,
+            );
+
+            /// Not a test on its own: the relay the SIGKILL and SIGSTOP tests hold mid-batch.
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            #[ignore = "child process of the relay tests"]
+            async fn held_relay() {
+                common::relay::held_relay::<$broker, $db>().await;
+            }
+
+            /// Not a test on its own: the relays the chaos test runs and kills.
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            #[ignore = "child process of two_relays_one_killed_again_and_again_keep_each_keys_order"]
+            async fn chaos_relay() {
+                common::relay::chaos_relay::<$broker, $db>().await;
+            }
+        }
+    };
+    (@tests $m:ident, $broker:ty, $db:ty; $($name:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                common::relay::$name::<$broker, $db>(concat!(stringify!($m), "_", stringify!($name))).await;
             }
         )*
     };

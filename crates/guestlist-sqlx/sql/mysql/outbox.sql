@@ -25,3 +25,14 @@ CREATE TABLE IF NOT EXISTS guestlist_outbox_keys (
     ordering_key VARBINARY(255) NOT NULL PRIMARY KEY,
     last_seq     BIGINT         NOT NULL
 ) ENGINE = InnoDB;
+-- Relays take turns through one lease: the relay whose lease has not expired publishes, the others
+-- stand by and take it over once it expires. Each take-over raises token; a relay stamps rows only
+-- while its token still holds the lease, so one that lost it (paused, cut off) stamps nothing.
+CREATE TABLE IF NOT EXISTS guestlist_outbox_relay (
+    shard       INT            NOT NULL PRIMARY KEY,
+    token       BIGINT         NOT NULL,
+    holder      VARBINARY(255) NULL,
+    lease_until DATETIME(6)    NOT NULL
+) ENGINE = InnoDB;
+INSERT IGNORE INTO guestlist_outbox_relay (shard, token, lease_until)
+    VALUES (0, 0, '1970-01-01 00:00:01');

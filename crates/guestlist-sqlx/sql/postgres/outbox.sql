@@ -25,3 +25,32 @@ CREATE TABLE IF NOT EXISTS guestlist_outbox_keys (
     ordering_key TEXT   PRIMARY KEY,
     last_seq     BIGINT NOT NULL
 );
+-- Relays take turns through one lease: the relay whose lease has not expired publishes, the others
+-- stand by and take it over once it expires. Each take-over raises token; a relay stamps rows only
+-- while its token still holds the lease, so one that lost it (paused, cut off) stamps nothing.
+CREATE TABLE IF NOT EXISTS guestlist_outbox_relay (
+    shard       INTEGER     PRIMARY KEY,
+    token       BIGINT      NOT NULL,
+    holder      TEXT,
+    lease_until TIMESTAMPTZ NOT NULL
+);
+INSERT INTO guestlist_outbox_relay (shard, token, lease_until) VALUES (0, 0, '-infinity')
+    ON CONFLICT (shard) DO NOTHING;
+-- Wakes the relay when messages commit (LISTEN guestlist_outbox), whichever program wrote them;
+-- the relay polls as well, so a missed notification only costs a poll interval.
+CREATE OR REPLACE FUNCTION guestlist_outbox_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('guestlist_outbox', '');
+    RETURN NULL;
+END
+$$;
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger
+                   WHERE tgname = 'guestlist_outbox_notify'
+                     AND tgrelid = 'guestlist_outbox'::regclass) THEN
+        CREATE TRIGGER guestlist_outbox_notify AFTER INSERT ON guestlist_outbox
+            FOR EACH STATEMENT EXECUTE FUNCTION guestlist_outbox_notify();
+    END IF;
+END
+$$;

@@ -25,3 +25,13 @@ CREATE TABLE IF NOT EXISTS guestlist_outbox_keys (
     ordering_key TEXT    PRIMARY KEY,
     last_seq     INTEGER NOT NULL
 );
+-- Relays take turns through one lease: the relay whose lease has not expired publishes, the others
+-- stand by and take it over once it expires. Each take-over raises token; a relay stamps rows only
+-- while its token still holds the lease, so one that lost it (paused, cut off) stamps nothing.
+CREATE TABLE IF NOT EXISTS guestlist_outbox_relay (
+    shard       INTEGER PRIMARY KEY,
+    token       INTEGER NOT NULL,
+    holder      TEXT,
+    lease_until TEXT    NOT NULL
+);
+INSERT OR IGNORE INTO guestlist_outbox_relay (shard, token, lease_until) VALUES (0, 0, '');

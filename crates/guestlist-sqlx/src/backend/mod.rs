@@ -8,6 +8,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use guestlist_core::TableName;
+pub(crate) use relay::{PendingRow, RelaySql};
 use sqlx::{Database, Pool, Transaction};
 
 /// A database guestlist can keep its guest list in: [`sqlx::Postgres`], [`sqlx::Sqlite`] or
@@ -40,6 +41,7 @@ pub trait Backend:
     sealed::Statements
     + sealed::KeyStatements
     + sealed::OutboxStatements
+    + relay::RelayStatements
     + Database<Arguments: sqlx::IntoArguments<Self>>
 {
     /// The connection as an executor sqlx runs queries on: `&mut` the connection.
@@ -74,6 +76,7 @@ macro_rules! backend {
 mod mysql;
 #[cfg(feature = "postgres")]
 mod postgres;
+pub(crate) mod relay;
 #[cfg(feature = "sqlite")]
 pub(crate) mod sqlite;
 
@@ -293,11 +296,34 @@ fn ddl_statements(file: &str, default_name: &str, table: &str) -> Vec<String> {
         .filter(|line| !line.trim_start().starts_with("--"))
         .collect::<Vec<_>>()
         .join("\n");
-    code.split(';')
+    split_statements(&code)
+        .into_iter()
         .map(str::trim)
         .filter(|statement| !statement.is_empty())
         .map(|statement| statement.replace(default_name, table))
         .collect()
+}
+
+/// `code` cut at each `;` that is not inside a `$$`-quoted body (a PostgreSQL function's).
+fn split_statements(code: &str) -> Vec<&str> {
+    let mut statements = Vec::new();
+    let (mut start, mut quoted) = (0, false);
+    let bytes = code.as_bytes();
+    let mut at = 0;
+    while at < bytes.len() {
+        if code[at..].starts_with("$$") {
+            quoted = !quoted;
+            at += 2;
+            continue;
+        }
+        if bytes[at] == b';' && !quoted {
+            statements.push(&code[start..at]);
+            start = at + 1;
+        }
+        at += 1;
+    }
+    statements.push(&code[start..]);
+    statements
 }
 
 /// `$query` with an outgoing message's columns bound, in the order the inserts name them.
@@ -828,5 +854,24 @@ pub(crate) mod sealed {
         Release(&'a str, &'a str, i64),
         /// Scope, key.
         Evict(&'a str, &'a str),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_statements;
+
+    #[test]
+    fn a_dollar_quoted_body_stays_in_one_statement() {
+        let code = "CREATE TABLE t (a INT);\nCREATE FUNCTION f() RETURNS trigger AS $$\nBEGIN\n    \
+                    PERFORM 1;\n    RETURN NULL;\nEND\n$$;\nDO $$ BEGIN NULL; END $$;";
+        let statements: Vec<&str> = split_statements(code)
+            .into_iter()
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .collect();
+        assert_eq!(statements.len(), 3, "{statements:#?}");
+        assert!(statements[1].contains("PERFORM 1;") && statements[1].ends_with("$$"));
+        assert_eq!(statements[2], "DO $$ BEGIN NULL; END $$");
     }
 }

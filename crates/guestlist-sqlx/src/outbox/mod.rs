@@ -6,13 +6,22 @@ use std::sync::Arc;
 
 use guestlist_core::{InvalidValue, MessageId, Retention, TableName};
 
-use crate::backend::{Backend, OutboxRow, OutboxSql, TableSql};
+use crate::backend::{Backend, OutboxRow, OutboxSql, RelaySql, TableSql};
 use crate::purge::{Purge, Purgeable, sealed};
 use crate::{Error, keys::new_token};
 
+mod lease;
 mod outgoing;
+mod publish;
+mod relay;
+mod stats;
+mod wake;
 
 pub use outgoing::Outgoing;
+pub use publish::{Confirmed, OutboxMessage, Publish, PublishError};
+pub use relay::{Relay, Relayed};
+pub use stats::{OutboxStats, RelayLease};
+pub(crate) use wake::Wake;
 
 /// The default table name.
 const DEFAULT_TABLE: &str = "guestlist_outbox";
@@ -53,6 +62,7 @@ const DEFAULT_TABLE: &str = "guestlist_outbox";
 /// ```
 pub struct Outbox<DB: Backend> {
     pub(crate) sql: Arc<OutboxSql>,
+    pub(crate) relay: Arc<RelaySql>,
     db: PhantomData<fn() -> DB>,
 }
 
@@ -72,6 +82,7 @@ impl<DB: Backend> Clone for Outbox<DB> {
     fn clone(&self) -> Self {
         Self {
             sql: Arc::clone(&self.sql),
+            relay: Arc::clone(&self.relay),
             db: PhantomData,
         }
     }
@@ -109,11 +120,13 @@ impl<DB: Backend> Outbox<DB> {
     pub fn in_table(table: TableName) -> Self {
         Self {
             sql: Arc::new(OutboxSql::new::<DB>(&table)),
+            relay: Arc::new(RelaySql::new::<DB>(&table)),
             db: PhantomData,
         }
     }
 
-    /// The table that holds the messages.
+    /// The table that holds the messages (with `<table>_keys` for the ordering keys' places
+    /// and `<table>_relay` for the relays' lease).
     pub fn table(&self) -> &TableName {
         &self.sql.common.table
     }

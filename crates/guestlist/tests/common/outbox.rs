@@ -18,6 +18,7 @@ impl<DB: Fixture> Setup<DB> {
         let outbox = Outbox::with_table(&format!("ob_{}", short_tag(name))).unwrap();
         for table in [
             format!("{}_keys", outbox.table()),
+            format!("{}_relay", outbox.table()),
             outbox.table().to_string(),
         ] {
             database.exec(format!("DROP TABLE IF EXISTS {table}")).await;

@@ -2,11 +2,12 @@
 //! `INSERT`'s duplicate-key error (see the module above for why).
 
 use sqlx::mysql::MySqlConnection;
-use sqlx::{AssertSqlSafe, MySql};
+use sqlx::{AssertSqlSafe, Connection, MySql};
 
 use super::inserted_unless_duplicate;
+use crate::backend::relay::{RelayStatements, stamp_in_transaction};
 use crate::backend::sealed::OutboxStatements;
-use crate::backend::{OutboxRow, OutboxSql};
+use crate::backend::{OutboxRow, OutboxSql, RelaySql};
 
 impl OutboxStatements for MySql {
     const OUTBOX_DDL: &'static str = include_str!("../../../sql/mysql/outbox.sql");
@@ -46,4 +47,72 @@ impl OutboxStatements for MySql {
             .await;
         inserted_unless_duplicate(inserted)
     }
+}
+
+impl RelayStatements for MySql {
+    const RELAY_TAKE: &'static str = "UPDATE {table}_relay SET token = token + 1, holder = ?, \
+         lease_until = UTC_TIMESTAMP(6) + INTERVAL (? * 1000) MICROSECOND \
+         WHERE shard = 0 AND lease_until < UTC_TIMESTAMP(6)";
+    const RELAY_READ_TOKEN: &'static str = "SELECT token FROM {table}_relay WHERE shard = 0";
+    const RELAY_RENEW: &'static str = "UPDATE {table}_relay \
+         SET lease_until = UTC_TIMESTAMP(6) + INTERVAL (? * 1000) MICROSECOND \
+         WHERE shard = 0 AND token = ? AND lease_until >= UTC_TIMESTAMP(6)";
+    const RELAY_RELEASE: &'static str = "UPDATE {table}_relay \
+         SET holder = NULL, lease_until = '1970-01-01 00:00:01' WHERE shard = 0 AND token = ?";
+    // The text columns are bytes here (VARBINARY): read back as text.
+    const RELAY_PENDING: &'static str = "SELECT id, \
+         CAST(message_id AS CHAR) AS message_id, CAST(topic AS CHAR) AS topic, \
+         CAST(ordering_key AS CHAR) AS ordering_key, seq, headers, payload \
+         FROM {table} WHERE published_at IS NULL ORDER BY id LIMIT ?";
+    // Followed by the literal id list; run after the renewal, on its transaction.
+    const RELAY_STAMP: &'static str =
+        "UPDATE {table} SET published_at = UTC_TIMESTAMP(6) WHERE id IN ";
+    const OUTBOX_BACKLOG: &'static str = "SELECT COUNT(*), \
+         CAST(TIMESTAMPDIFF(MICROSECOND, MIN(created_at), UTC_TIMESTAMP(6)) DIV 1000 AS SIGNED) \
+         FROM {table} WHERE published_at IS NULL";
+    const OUTBOX_STATS: &'static str = "SELECT COUNT(*), \
+         CAST(COALESCE(SUM(published_at IS NULL), 0) AS SIGNED), \
+         CAST(TIMESTAMPDIFF(MICROSECOND, MIN(CASE WHEN published_at IS NULL THEN created_at END), \
+         UTC_TIMESTAMP(6)) DIV 1000 AS SIGNED), \
+         (SELECT CAST(data_length + index_length AS SIGNED) FROM information_schema.tables \
+          WHERE table_schema = DATABASE() AND table_name = '{table}') \
+         FROM {table}";
+    const RELAY_LEASE: &'static str = "SELECT token, CAST(holder AS CHAR), \
+         CAST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), lease_until) DIV 1000 AS SIGNED) \
+         FROM {table}_relay WHERE shard = 0";
+
+    async fn relay_take<'c>(
+        conn: &'c mut MySqlConnection,
+        sql: &'c RelaySql,
+        holder: &'c str,
+        lease_ms: i64,
+    ) -> Result<Option<i64>, sqlx::Error> {
+        // The update locks the lease's row until the token is read.
+        let mut tx = conn.begin().await?;
+        let taken = sqlx::query(AssertSqlSafe(sql.take.clone()))
+            .bind(holder)
+            .bind(lease_ms)
+            .execute(&mut *tx)
+            .await?;
+        if taken.rows_affected() != 1 {
+            return Ok(None);
+        }
+        let token = sqlx::query_scalar(AssertSqlSafe(sql.read_token.clone()))
+            .fetch_one(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(Some(token))
+    }
+
+    async fn relay_stamp<'c>(
+        conn: &'c mut MySqlConnection,
+        sql: &'c RelaySql,
+        token: i64,
+        lease_ms: i64,
+        ids: &'c [i64],
+    ) -> Result<bool, sqlx::Error> {
+        stamp_in_transaction::<MySql>(conn, sql, token, lease_ms, ids).await
+    }
+
+    crate::backend::relay::relay_same_everywhere!(MySqlConnection);
 }

@@ -1,9 +1,12 @@
 //! PostgreSQL's outbox statements.
 
-use sqlx::Postgres;
-use sqlx::postgres::PgConnection;
+use sqlx::postgres::{PgConnection, PgListener};
+use sqlx::{AssertSqlSafe, Postgres};
 
+use crate::backend::RelaySql;
+use crate::backend::relay::RelayStatements;
 use crate::backend::sealed::OutboxStatements;
+use crate::outbox::Wake;
 
 impl OutboxStatements for Postgres {
     const OUTBOX_DDL: &'static str = include_str!("../../../sql/postgres/outbox.sql");
@@ -17,4 +20,71 @@ impl OutboxStatements for Postgres {
          VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (message_id) DO NOTHING";
 
     crate::backend::outbox_with_returning!(PgConnection);
+}
+
+impl RelayStatements for Postgres {
+    const RELAY_TAKE: &'static str = "UPDATE {table}_relay \
+         SET token = token + 1, holder = $1, lease_until = now() + $2 * interval '1 millisecond' \
+         WHERE shard = 0 AND lease_until < now() RETURNING token";
+    const RELAY_RENEW: &'static str = "UPDATE {table}_relay \
+         SET lease_until = now() + $1 * interval '1 millisecond' \
+         WHERE shard = 0 AND token = $2 AND lease_until >= now()";
+    const RELAY_RELEASE: &'static str = "UPDATE {table}_relay \
+         SET holder = NULL, lease_until = '-infinity' WHERE shard = 0 AND token = $1";
+    const RELAY_PENDING: &'static str = "SELECT id, message_id, topic, ordering_key, seq, \
+         headers, payload FROM {table} WHERE published_at IS NULL ORDER BY id LIMIT $1";
+    // The lease's renewal and the stamp in one statement: the renewal locks the lease's row, so
+    // a take-over waits for the stamp or the stamp finds the lease gone and stamps nothing.
+    const RELAY_STAMP: &'static str = "WITH lease AS (UPDATE {table}_relay \
+         SET lease_until = now() + $1 * interval '1 millisecond' \
+         WHERE shard = 0 AND token = $2 AND lease_until >= now() RETURNING 1), \
+         stamped AS (UPDATE {table} SET published_at = now() \
+         WHERE id = ANY($3) AND EXISTS (SELECT 1 FROM lease) RETURNING 1) \
+         SELECT EXISTS (SELECT 1 FROM lease)";
+    const OUTBOX_BACKLOG: &'static str = "SELECT COUNT(*)::bigint, \
+         (EXTRACT(EPOCH FROM (now() - MIN(created_at))) * 1000)::bigint \
+         FROM {table} WHERE published_at IS NULL";
+    const OUTBOX_STATS: &'static str = "SELECT COUNT(*)::bigint, \
+         (COUNT(*) FILTER (WHERE published_at IS NULL))::bigint, \
+         (EXTRACT(EPOCH FROM (now() - MIN(created_at) FILTER (WHERE published_at IS NULL))) \
+         * 1000)::bigint, pg_total_relation_size('{table}'::regclass)::bigint FROM {table}";
+    const RELAY_LEASE: &'static str = "SELECT token, holder, CASE WHEN isfinite(lease_until) \
+         THEN (EXTRACT(EPOCH FROM (lease_until - now())) * 1000)::bigint END \
+         FROM {table}_relay WHERE shard = 0";
+
+    async fn relay_take<'c>(
+        conn: &'c mut PgConnection,
+        sql: &'c RelaySql,
+        holder: &'c str,
+        lease_ms: i64,
+    ) -> Result<Option<i64>, sqlx::Error> {
+        sqlx::query_scalar(AssertSqlSafe(sql.take.clone()))
+            .bind(holder)
+            .bind(lease_ms)
+            .fetch_optional(conn)
+            .await
+    }
+
+    async fn relay_stamp<'c>(
+        conn: &'c mut PgConnection,
+        sql: &'c RelaySql,
+        token: i64,
+        lease_ms: i64,
+        ids: &'c [i64],
+    ) -> Result<bool, sqlx::Error> {
+        sqlx::query_scalar(AssertSqlSafe(sql.stamp.clone()))
+            .bind(lease_ms)
+            .bind(token)
+            .bind(ids)
+            .fetch_one(conn)
+            .await
+    }
+
+    crate::backend::relay::relay_same_everywhere!(PgConnection);
+
+    async fn listen<'p>(pool: &'p sqlx::PgPool, channel: &'p str) -> Result<Wake, sqlx::Error> {
+        let mut listener = PgListener::connect_with(pool).await?;
+        listener.listen(channel).await?;
+        Ok(Wake::listening(listener))
+    }
 }

@@ -1,8 +1,10 @@
 //! SQLite's outbox statements.
 
-use sqlx::Sqlite;
 use sqlx::sqlite::SqliteConnection;
+use sqlx::{AssertSqlSafe, Sqlite};
 
+use crate::backend::RelaySql;
+use crate::backend::relay::{RelayStatements, stamp_in_transaction};
 use crate::backend::sealed::OutboxStatements;
 
 impl OutboxStatements for Sqlite {
@@ -15,4 +17,58 @@ impl OutboxStatements for Sqlite {
          VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (message_id) DO NOTHING";
 
     crate::backend::outbox_with_returning!(SqliteConnection);
+}
+
+impl RelayStatements for Sqlite {
+    const RELAY_TAKE: &'static str = "UPDATE {table}_relay SET token = token + 1, holder = ?1, \
+         lease_until = strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || (?2 / 1000.0) || ' seconds') \
+         WHERE shard = 0 AND lease_until < strftime('%Y-%m-%d %H:%M:%f', 'now') \
+         RETURNING token";
+    const RELAY_RENEW: &'static str = "UPDATE {table}_relay \
+         SET lease_until = strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || (?1 / 1000.0) || ' seconds') \
+         WHERE shard = 0 AND token = ?2 \
+         AND lease_until >= strftime('%Y-%m-%d %H:%M:%f', 'now')";
+    const RELAY_RELEASE: &'static str = "UPDATE {table}_relay SET holder = NULL, lease_until = '' \
+         WHERE shard = 0 AND token = ?1";
+    const RELAY_PENDING: &'static str = "SELECT id, message_id, topic, ordering_key, seq, \
+         headers, payload FROM {table} WHERE published_at IS NULL ORDER BY id LIMIT ?1";
+    // Followed by the literal id list; run after the renewal, on its transaction.
+    const RELAY_STAMP: &'static str = "UPDATE {table} \
+         SET published_at = strftime('%Y-%m-%d %H:%M:%f', 'now') WHERE id IN ";
+    const OUTBOX_BACKLOG: &'static str = "SELECT COUNT(*), \
+         CAST(round((julianday('now') - julianday(MIN(created_at))) * 86400000.0) AS INTEGER) \
+         FROM {table} WHERE published_at IS NULL";
+    const OUTBOX_STATS: &'static str = "SELECT COUNT(*), COALESCE(SUM(published_at IS NULL), 0), \
+         CAST(round((julianday('now') - julianday(MIN(CASE WHEN published_at IS NULL \
+         THEN created_at END))) * 86400000.0) AS INTEGER), \
+         (SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()) \
+         FROM {table}";
+    const RELAY_LEASE: &'static str = "SELECT token, holder, CASE WHEN lease_until = '' \
+         THEN NULL ELSE CAST(round((julianday(lease_until) - julianday('now')) * 86400000.0) \
+         AS INTEGER) END FROM {table}_relay WHERE shard = 0";
+
+    async fn relay_take<'c>(
+        conn: &'c mut SqliteConnection,
+        sql: &'c RelaySql,
+        holder: &'c str,
+        lease_ms: i64,
+    ) -> Result<Option<i64>, sqlx::Error> {
+        sqlx::query_scalar(AssertSqlSafe(sql.take.clone()))
+            .bind(holder)
+            .bind(lease_ms)
+            .fetch_optional(conn)
+            .await
+    }
+
+    async fn relay_stamp<'c>(
+        conn: &'c mut SqliteConnection,
+        sql: &'c RelaySql,
+        token: i64,
+        lease_ms: i64,
+        ids: &'c [i64],
+    ) -> Result<bool, sqlx::Error> {
+        stamp_in_transaction::<Sqlite>(conn, sql, token, lease_ms, ids).await
+    }
+
+    crate::backend::relay::relay_same_everywhere!(SqliteConnection);
 }

@@ -1,0 +1,8 @@
+//! The outbox relay to NATS JetStream, from PostgreSQL, SQLite and MariaDB/MySQL. Module names
+//! start with two letters no other test module of this crate uses: they name streams and tables.
+
+mod common;
+
+relay_suite!(jpg, common::brokers::Nats, sqlx::Postgres);
+relay_suite!(jlite, common::brokers::Nats, sqlx::Sqlite);
+relay_suite!(jmy, common::brokers::Nats, sqlx::MySql);

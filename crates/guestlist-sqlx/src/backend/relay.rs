@@ -1,0 +1,308 @@
+//! The statements of the outbox's relay: its lease, the pending rows, their stamp, and the
+//! figures operators read.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use guestlist_core::TableName;
+
+use super::sealed::OutboxStatements;
+
+/// SQL text for one outbox's relay, formatted once when the [`crate::Relay`] is built.
+#[derive(Debug)]
+#[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
+pub struct RelaySql {
+    /// Takes the lease if it has expired: holder, lease (ms); the new token (MySQL reads it
+    /// with [`RelaySql::read_token`]).
+    pub(crate) take: Arc<str>,
+    /// Reads the token after a take (MySQL only; empty elsewhere).
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+    pub(crate) read_token: Arc<str>,
+    /// Extends the lease if the token still holds it: lease (ms), token; 1 row when held.
+    pub(crate) renew: Arc<str>,
+    /// Gives the lease up at once: token.
+    pub(crate) release: Arc<str>,
+    /// The oldest pending rows, at most a number: limit.
+    pub(crate) pending: Arc<str>,
+    /// Stamps rows as published: on PostgreSQL one statement that also renews the lease
+    /// (lease, token, ids); elsewhere the text before a literal list of ids.
+    pub(crate) stamp: Arc<str>,
+    /// Pending rows and the oldest one's age (ms).
+    pub(crate) backlog: Arc<str>,
+    /// Rows, pending rows, the oldest pending one's age (ms), table size (bytes).
+    pub(crate) stats: Arc<str>,
+    /// The lease's token, holder, and milliseconds left.
+    pub(crate) lease: Arc<str>,
+}
+
+impl RelaySql {
+    pub(crate) fn new<DB: RelayStatements>(table: &TableName) -> Self {
+        let fill =
+            |template: &str| -> Arc<str> { template.replace("{table}", table.as_str()).into() };
+        Self {
+            take: fill(DB::RELAY_TAKE),
+            read_token: fill(DB::RELAY_READ_TOKEN),
+            renew: fill(DB::RELAY_RENEW),
+            release: fill(DB::RELAY_RELEASE),
+            pending: fill(DB::RELAY_PENDING),
+            stamp: fill(DB::RELAY_STAMP),
+            backlog: fill(DB::OUTBOX_BACKLOG),
+            stats: fill(DB::OUTBOX_STATS),
+            lease: fill(DB::RELAY_LEASE),
+        }
+    }
+}
+
+/// One pending row as the relay reads it.
+#[derive(Debug)]
+#[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
+pub struct PendingRow {
+    pub(crate) id: i64,
+    pub(crate) message_id: String,
+    pub(crate) topic: String,
+    pub(crate) ordering_key: Option<String>,
+    pub(crate) seq: i64,
+    pub(crate) headers: Option<Vec<u8>>,
+    pub(crate) payload: Vec<u8>,
+}
+
+/// A pending row's columns, in the order the statements name them.
+type PendingColumns = (
+    i64,
+    String,
+    String,
+    Option<String>,
+    i64,
+    Option<Vec<u8>>,
+    Vec<u8>,
+);
+
+impl From<PendingColumns> for PendingRow {
+    fn from((id, message_id, topic, ordering_key, seq, headers, payload): PendingColumns) -> Self {
+        Self {
+            id,
+            message_id,
+            topic,
+            ordering_key,
+            seq,
+            headers,
+            payload,
+        }
+    }
+}
+
+/// Reads pending rows' columns into rows.
+pub(crate) fn pending_rows(columns: Vec<PendingColumns>) -> Vec<PendingRow> {
+    columns.into_iter().map(PendingRow::from).collect()
+}
+
+/// The outbox's figures as read: rows, pending, oldest pending age (ms), size (bytes).
+#[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
+pub type OutboxStatsRow = (i64, i64, Option<i64>, Option<i64>);
+
+/// The lease as read: token, holder, milliseconds left (negative once expired).
+#[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
+pub type LeaseRow = (i64, Option<String>, Option<i64>);
+
+/// The per-database half of the relay. Sealed: implemented here for the three backends.
+#[allow(unreachable_pub)]
+pub trait RelayStatements: OutboxStatements {
+    /// Template of [`RelaySql::take`].
+    const RELAY_TAKE: &'static str;
+    /// Template of [`RelaySql::read_token`].
+    const RELAY_READ_TOKEN: &'static str = "";
+    /// Template of [`RelaySql::renew`].
+    const RELAY_RENEW: &'static str;
+    /// Template of [`RelaySql::release`].
+    const RELAY_RELEASE: &'static str;
+    /// Template of [`RelaySql::pending`].
+    const RELAY_PENDING: &'static str;
+    /// Template of [`RelaySql::stamp`].
+    const RELAY_STAMP: &'static str;
+    /// Template of [`RelaySql::backlog`].
+    const OUTBOX_BACKLOG: &'static str;
+    /// Template of [`RelaySql::stats`].
+    const OUTBOX_STATS: &'static str;
+    /// Template of [`RelaySql::lease`].
+    const RELAY_LEASE: &'static str;
+
+    /// Takes the lease for `holder` if it has expired: the new token, or `None` while another
+    /// relay holds it.
+    fn relay_take<'c>(
+        conn: &'c mut Self::Connection,
+        sql: &'c RelaySql,
+        holder: &'c str,
+        lease_ms: i64,
+    ) -> impl Future<Output = Result<Option<i64>, sqlx::Error>> + Send + 'c;
+
+    /// Extends the lease if `token` still holds it: `true` when held.
+    fn relay_renew<'c>(
+        conn: &'c mut Self::Connection,
+        sql: &'c RelaySql,
+        token: i64,
+        lease_ms: i64,
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send + 'c;
+
+    /// Gives the lease up so that a standing-by relay takes it at once.
+    fn relay_release<'c>(
+        conn: &'c mut Self::Connection,
+        sql: &'c RelaySql,
+        token: i64,
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send + 'c;
+
+    /// The oldest `limit` pending rows, oldest first.
+    fn relay_pending<'c>(
+        conn: &'c mut Self::Connection,
+        sql: &'c RelaySql,
+        limit: i64,
+    ) -> impl Future<Output = Result<Vec<PendingRow>, sqlx::Error>> + Send + 'c;
+
+    /// Renews the lease and, if `token` still holds it, stamps the rows `ids` as published,
+    /// atomically: `false` (and nothing stamped) when the lease was lost.
+    fn relay_stamp<'c>(
+        conn: &'c mut Self::Connection,
+        sql: &'c RelaySql,
+        token: i64,
+        lease_ms: i64,
+        ids: &'c [i64],
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send + 'c;
+
+    /// Pending rows and the oldest one's age (ms).
+    fn outbox_backlog<'c>(
+        conn: &'c mut Self::Connection,
+        sql: &'c RelaySql,
+    ) -> impl Future<Output = Result<(i64, Option<i64>), sqlx::Error>> + Send + 'c;
+
+    /// The outbox's figures for operators.
+    fn outbox_stats<'c>(
+        conn: &'c mut Self::Connection,
+        sql: &'c RelaySql,
+    ) -> impl Future<Output = Result<OutboxStatsRow, sqlx::Error>> + Send + 'c;
+
+    /// The lease as it stands.
+    fn relay_lease<'c>(
+        conn: &'c mut Self::Connection,
+        sql: &'c RelaySql,
+    ) -> impl Future<Output = Result<LeaseRow, sqlx::Error>> + Send + 'c;
+
+    /// Something that wakes the relay when messages commit: a `LISTEN` on PostgreSQL, nothing
+    /// elsewhere (the relay polls).
+    fn listen<'p>(
+        pool: &'p sqlx::Pool<Self>,
+        channel: &'p str,
+    ) -> impl Future<Output = Result<crate::outbox::Wake, sqlx::Error>> + Send + 'p {
+        let _ = (pool, channel);
+        async { Ok(crate::outbox::Wake::polling()) }
+    }
+}
+
+/// Stamps `ids` on a transaction after renewing the lease, for the backends whose statements
+/// cannot do both in one: the stamp's text ends where the literal id list goes.
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
+pub(crate) async fn stamp_in_transaction<DB>(
+    conn: &mut DB::Connection,
+    sql: &RelaySql,
+    token: i64,
+    lease_ms: i64,
+    ids: &[i64],
+) -> Result<bool, sqlx::Error>
+where
+    DB: super::Backend + sqlx::database::HasStatementCache,
+    for<'q> i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+{
+    use sqlx::Connection;
+    let mut tx = conn.begin().await?;
+    let renewed = sqlx::query(sqlx::AssertSqlSafe(sql.renew.clone()))
+        .bind(lease_ms)
+        .bind(token)
+        .execute(DB::executor(&mut tx))
+        .await?;
+    if DB::rows_affected(&renewed) != 1 {
+        return Ok(false);
+    }
+    if !ids.is_empty() {
+        let list = ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
+        // Plain integers, formatted here: nothing to escape, and not kept as a prepared
+        // statement since every batch's list differs.
+        let stamp = format!("{}({list})", sql.stamp);
+        sqlx::query(sqlx::AssertSqlSafe(stamp))
+            .persistent(false)
+            .execute(DB::executor(&mut tx))
+            .await?;
+    }
+    tx.commit().await?;
+    Ok(true)
+}
+
+/// The relay's statements every backend runs the same way; only the connection type differs.
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+macro_rules! relay_same_everywhere {
+    ($conn:ty) => {
+        async fn relay_renew<'c>(
+            conn: &'c mut $conn,
+            sql: &'c $crate::backend::relay::RelaySql,
+            token: i64,
+            lease_ms: i64,
+        ) -> Result<bool, sqlx::Error> {
+            let done = sqlx::query(sqlx::AssertSqlSafe(sql.renew.clone()))
+                .bind(lease_ms)
+                .bind(token)
+                .execute(conn)
+                .await?;
+            Ok(done.rows_affected() == 1)
+        }
+
+        async fn relay_release<'c>(
+            conn: &'c mut $conn,
+            sql: &'c $crate::backend::relay::RelaySql,
+            token: i64,
+        ) -> Result<(), sqlx::Error> {
+            sqlx::query(sqlx::AssertSqlSafe(sql.release.clone()))
+                .bind(token)
+                .execute(conn)
+                .await?;
+            Ok(())
+        }
+
+        async fn relay_pending<'c>(
+            conn: &'c mut $conn,
+            sql: &'c $crate::backend::relay::RelaySql,
+            limit: i64,
+        ) -> Result<Vec<$crate::backend::relay::PendingRow>, sqlx::Error> {
+            let columns = sqlx::query_as(sqlx::AssertSqlSafe(sql.pending.clone()))
+                .bind(limit)
+                .fetch_all(conn)
+                .await?;
+            Ok($crate::backend::relay::pending_rows(columns))
+        }
+
+        async fn outbox_backlog<'c>(
+            conn: &'c mut $conn,
+            sql: &'c $crate::backend::relay::RelaySql,
+        ) -> Result<(i64, Option<i64>), sqlx::Error> {
+            sqlx::query_as(sqlx::AssertSqlSafe(sql.backlog.clone()))
+                .fetch_one(conn)
+                .await
+        }
+
+        async fn outbox_stats<'c>(
+            conn: &'c mut $conn,
+            sql: &'c $crate::backend::relay::RelaySql,
+        ) -> Result<$crate::backend::relay::OutboxStatsRow, sqlx::Error> {
+            sqlx::query_as(sqlx::AssertSqlSafe(sql.stats.clone()))
+                .fetch_one(conn)
+                .await
+        }
+
+        async fn relay_lease<'c>(
+            conn: &'c mut $conn,
+            sql: &'c $crate::backend::relay::RelaySql,
+        ) -> Result<$crate::backend::relay::LeaseRow, sqlx::Error> {
+            sqlx::query_as(sqlx::AssertSqlSafe(sql.lease.clone()))
+                .fetch_one(conn)
+                .await
+        }
+    };
+}
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+pub(crate) use relay_same_everywhere;
