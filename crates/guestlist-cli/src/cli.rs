@@ -31,7 +31,7 @@ pub(crate) enum LogFormat {
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
-    /// Create the inbox table and its index, if missing.
+    /// Create the inbox table and its index (or, with --outbox, the outbox's tables), if missing.
     Migrate(MigrateArgs),
     /// Delete inbox rows older than the retention, in small batches.
     Purge(PurgeArgs),
@@ -41,8 +41,12 @@ pub(crate) enum Command {
     /// Inspect or evict one idempotency key.
     #[command(subcommand)]
     Keys(crate::keys::KeysCommand),
-    /// The key table's figures: rows, in flight, oldest, size.
-    Stats(crate::keys::StatsArgs),
+    /// The key table's figures (rows, in flight, oldest, size), and the outbox's when there is
+    /// one (pending, oldest pending, the relay holding the lease).
+    Stats(crate::stats::StatsArgs),
+    /// Publish an outbox table's committed messages to NATS JetStream or RabbitMQ, each key's
+    /// in commit order, stamping each once the broker confirmed it.
+    Relay(crate::relay::RelayArgs),
     /// Play the warehouse story: redeliveries, a second event, a race, a crash, and a crash after
     /// a charge to another service.
     Demo(DemoArgs),
@@ -73,6 +77,13 @@ pub(crate) struct MigrateArgs {
     /// Print the DDL for the database's kind instead of running it.
     #[arg(long)]
     pub(crate) print: bool,
+    /// The outbox's tables instead of the inbox: the table named by --outbox-table, its
+    /// `_keys` and its `_relay`.
+    #[arg(long)]
+    pub(crate) outbox: bool,
+    /// The outbox table.
+    #[arg(long, default_value = "guestlist_outbox", requires = "outbox")]
+    pub(crate) outbox_table: String,
 }
 
 #[derive(Debug, Args)]

@@ -1,5 +1,5 @@
 //! The operator's commands on idempotency keys: `guestlist keys inspect`, `guestlist keys
-//! evict` and `guestlist stats`.
+//! evict`, and the key table's part of `guestlist stats`.
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
@@ -7,6 +7,7 @@ use guestlist::redis::RedisKeyStore;
 use guestlist::{Backend, IdempotencyKey, KeyRecord, KeyState, Scope, SqlKeyStore};
 
 use crate::database::{self, with_pool};
+use crate::stats;
 
 /// Where the keys are.
 #[derive(Debug, Args)]
@@ -189,50 +190,25 @@ async fn one_key(
     Ok(())
 }
 
-#[derive(Debug, Args)]
-pub(crate) struct StatsArgs {
-    #[command(flatten)]
-    table: KeyTableArgs,
-}
-
-pub(crate) async fn stats(args: StatsArgs) -> anyhow::Result<()> {
-    let stats = if database::is_redis(&args.table.database) {
-        redis_keys(&args.table).await?.stats().await?
+/// Prints the key table's figures (`guestlist stats`).
+pub(crate) async fn print_stats(table: &KeyTableArgs) -> anyhow::Result<()> {
+    let stats = if database::is_redis(&table.database) {
+        redis_keys(table).await?.stats().await?
     } else {
-        let pool = database::connect(&args.table.database, 1).await?;
-        with_pool!(pool, |pool| SqlKeyStore::with_table(
-            pool,
-            &args.table.table
-        )?
-        .stats()
-        .await)?
+        let pool = database::connect(&table.database, 1).await?;
+        with_pool!(pool, |pool| SqlKeyStore::with_table(pool, &table.table)?
+            .stats()
+            .await)?
     };
-    let oldest = stats.oldest.map_or_else(
-        || "-".to_owned(),
-        |age| humantime::format_duration(std::time::Duration::from_secs(age.as_secs())).to_string(),
-    );
-    let size = stats.bytes.map_or_else(
-        || "-".to_owned(),
-        |b| format!("{:.1} MiB", b as f64 / 1048576.0),
-    );
-    let redis = database::is_redis(&args.table.database);
+    let redis = database::is_redis(&table.database);
     println!(
         "{}      {}",
         if redis { "keys " } else { "table" },
-        args.table.table
+        table.table
     );
     println!("rows       {}", stats.rows);
     println!("in flight  {}", stats.in_flight);
-    println!("oldest     {oldest}");
-    println!(
-        "size       {size}{}",
-        if args.table.database.starts_with("sqlite") {
-            " (the whole database file)"
-        } else if redis {
-            " (in memory)"
-        } else {
-            ""
-        }
-    );
+    println!("oldest     {}", stats::age(stats.oldest));
+    println!("size       {}", stats::size(stats.bytes, &table.database));
     Ok(())
 }

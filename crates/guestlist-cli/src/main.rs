@@ -12,7 +12,9 @@ mod gateway;
 mod keys;
 mod migrate;
 mod purge;
+mod relay;
 mod signal;
+mod stats;
 
 use std::process::ExitCode;
 
@@ -24,7 +26,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     // A server says what it does; a one-off command speaks only of trouble.
     let level = match cli.command {
-        Command::Gateway(_) => "info",
+        Command::Gateway(_) | Command::Relay(_) => "info",
         _ => "warn",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("GUESTLIST_LOG")
@@ -46,7 +48,8 @@ fn main() -> ExitCode {
             Command::Purge(args) => purge::run(args).await,
             Command::Gateway(args) => gateway::run(*args).await,
             Command::Keys(command) => keys::run(command).await,
-            Command::Stats(args) => keys::stats(args).await,
+            Command::Stats(args) => stats::run(args).await,
+            Command::Relay(args) => relay::run(args).await,
             Command::Demo(args) => demo::run(args).await,
             Command::DemoCrashConsumer(args) => demo::crash::run(args).await,
         }

@@ -7,7 +7,7 @@
 //! PostgreSQL, MySQL/MariaDB or Redis, which several gateways can share.
 
 mod lingering;
-mod ops;
+pub(crate) mod ops;
 mod proxy;
 mod server;
 pub(crate) mod settings;

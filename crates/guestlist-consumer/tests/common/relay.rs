@@ -461,3 +461,33 @@ fn relay_name(pid: u32) -> String {
 fn env_ms(var: &str) -> u64 {
     std::env::var(var).unwrap().parse().unwrap()
 }
+
+/// On PostgreSQL a commit wakes an idle relay: with a poll of an hour, a message committed
+/// while the relay waits is published all the same.
+pub async fn a_commit_wakes_an_idle_relay<B: Broker>(name: &str) {
+    let line = Line::<B, sqlx::Postgres>::open(name).await;
+    let relay = line
+        .relay(line.rig.broker.publisher().await, Duration::from_secs(10))
+        .poll(Duration::from_secs(3600));
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        relay
+            .run(async move {
+                let _ = stopped.await;
+            })
+            .await
+    });
+    // The relay's first round finds nothing and waits; then the commit.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    line.enqueue("evt_wake", "order-42", true).await;
+    line.rig
+        .until(
+            Duration::from_secs(20),
+            "the commit's notification woke the relay",
+            || async { line.pending().await == 0 },
+        )
+        .await;
+    stop.send(()).unwrap();
+    let relayed = task.await.unwrap().unwrap();
+    assert_eq!(relayed.published, 1);
+}

@@ -1,0 +1,125 @@
+//! `guestlist relay`: publishes an outbox table's committed messages to NATS JetStream or
+//! RabbitMQ, for services in any language that write the table.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::Args;
+use guestlist::sqlx::Pool;
+use guestlist::{Backend, Outbox, Publish, Relay};
+use guestlist_amqp::RabbitPublisher;
+use guestlist_nats::JetStreamPublisher;
+
+use crate::database::{self, with_pool};
+use crate::signal::Terminated;
+
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("broker").required(true).args(["nats", "amqp"])))]
+pub(crate) struct RelayArgs {
+    /// postgres://…, mysql://… (or mariadb://…), or sqlite:PATH.
+    #[arg(
+        long,
+        env = "GUESTLIST_DATABASE_URL",
+        default_value = "sqlite:guestlist.db"
+    )]
+    database: String,
+    /// The outbox table (create it with `guestlist migrate --outbox`).
+    #[arg(long, default_value = "guestlist_outbox")]
+    table: String,
+    /// Publish to NATS JetStream at this URL: each topic is a subject some stream captures.
+    #[arg(long, env = "GUESTLIST_NATS_URL")]
+    nats: Option<String>,
+    /// Publish to RabbitMQ at this URL (amqp://user:password@host:5672/vhost).
+    #[arg(long, env = "GUESTLIST_AMQP_URL", conflicts_with = "nats")]
+    amqp: Option<String>,
+    /// The RabbitMQ exchange; the topic is the routing key. The default exchange ("") routes to
+    /// the queue named by the topic.
+    #[arg(long, default_value = "", requires = "amqp")]
+    exchange: String,
+    /// Messages per round: published together, confirmed together, stamped together.
+    #[arg(long, default_value_t = 500)]
+    batch: usize,
+    /// How long a crashed relay keeps a standing-by one waiting.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
+    lease: Duration,
+    /// How often an idle relay looks for messages without being woken (PostgreSQL wakes it on
+    /// commit; SQLite and MySQL rely on this).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "500ms")]
+    poll: Duration,
+    /// The name this relay holds the lease under, shown by `guestlist stats`; give each relay
+    /// its own (defaults to relay-<pid>-<random>).
+    #[arg(long)]
+    holder: Option<String>,
+    /// Where /metrics (Prometheus text) and /healthz listen; off unless set.
+    #[arg(long)]
+    metrics_listen: Option<SocketAddr>,
+}
+
+pub(crate) async fn run(args: RelayArgs) -> anyhow::Result<()> {
+    let terminated = Terminated::install()?;
+    let pool = database::connect(&args.database, 4).await?;
+    with_pool!(pool, |pool| relay(pool, &args, terminated).await)
+}
+
+async fn relay<DB: Backend>(
+    pool: Pool<DB>,
+    args: &RelayArgs,
+    terminated: Terminated,
+) -> anyhow::Result<()> {
+    let outbox = Outbox::<DB>::with_table(&args.table)?;
+    // A missing table fails here, with what to do, rather than round after round.
+    let stats = outbox.stats(&pool).await?;
+    tracing::info!(table = %args.table, pending = stats.pending, "outbox found");
+    match (&args.nats, &args.amqp) {
+        (Some(url), _) => {
+            let publisher = JetStreamPublisher::connect(url).await?;
+            publish(pool, outbox, publisher, args, terminated).await
+        }
+        (None, Some(url)) => {
+            let publisher = RabbitPublisher::connect(url, &args.exchange).await?;
+            publish(pool, outbox, publisher, args, terminated).await
+        }
+        (None, None) => anyhow::bail!("give the broker: --nats URL or --amqp URL"),
+    }
+}
+
+async fn publish<DB: Backend, P: Publish>(
+    pool: Pool<DB>,
+    outbox: Outbox<DB>,
+    publisher: P,
+    args: &RelayArgs,
+    terminated: Terminated,
+) -> anyhow::Result<()> {
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    if let Some(addr) = args.metrics_listen {
+        let mut stopped = stopped.clone();
+        crate::gateway::ops::serve(addr, pool.clone(), async move {
+            let _ = stopped.wait_for(|stop| *stop).await;
+        })
+        .await?;
+    }
+    let mut relay = Relay::new(outbox, pool, publisher)
+        .batch(args.batch)
+        .lease(args.lease)
+        .poll(args.poll);
+    if let Some(holder) = &args.holder {
+        relay = relay.holder(holder.clone());
+    }
+    println!(
+        "relaying {} on {} to {}",
+        args.table,
+        database::redact(&args.database),
+        match (&args.nats, &args.amqp) {
+            (Some(url), _) => format!("NATS at {}", database::redact(url)),
+            (None, Some(url)) => format!("RabbitMQ at {}", database::redact(url)),
+            (None, None) => unreachable!("checked above"),
+        }
+    );
+    let relayed = relay.run(terminated.wait()).await?;
+    let _ = stop.send(true);
+    println!(
+        "stopped: published {} ({} dropped by the broker as repeats), {} publishes unconfirmed, lease taken {} times",
+        relayed.published, relayed.duplicates, relayed.failures, relayed.leases_taken
+    );
+    Ok(())
+}
