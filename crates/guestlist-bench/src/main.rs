@@ -9,10 +9,12 @@
 //! (or build it locally with `mdbook serve docs/guide`).
 
 mod broker;
+mod cpu;
 mod gateway;
 mod http;
 mod inbox;
 mod measure;
+mod outbox;
 mod report;
 mod requests;
 mod work_future;
@@ -37,6 +39,9 @@ enum Bench {
     Broker(Common),
     /// `guestlist gateway`: the upstream alone, nginx as a plain proxy, fresh keys, replays.
     Gateway(Common),
+    /// The outbox relay to NATS JetStream and RabbitMQ: against publishing straight with no
+    /// database, and against a hand-written polling relay.
+    Outbox(Common),
 }
 
 /// Flags every bench takes.
@@ -75,6 +80,7 @@ fn main() -> anyhow::Result<()> {
             Bench::Http(common) => http::run(common).await,
             Bench::Broker(common) => broker::run(common).await,
             Bench::Gateway(common) => gateway::run(common).await,
+            Bench::Outbox(common) => outbox::run(common).await,
         }
     })?;
     report.print();
@@ -82,7 +88,8 @@ fn main() -> anyhow::Result<()> {
         Bench::Inbox(common)
         | Bench::Http(common)
         | Bench::Broker(common)
-        | Bench::Gateway(common) => common,
+        | Bench::Gateway(common)
+        | Bench::Outbox(common) => common,
     };
     if let Some(path) = &common.json {
         report.write_json(path)?;

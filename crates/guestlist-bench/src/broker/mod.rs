@@ -16,7 +16,7 @@
 
 mod latency;
 mod plain;
-mod queues;
+pub(crate) mod queues;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 /// NATS or RabbitMQ, as the bench uses them.
-pub(super) enum Queue {
+pub(crate) enum Queue {
     Nats {
         context: async_nats::jetstream::Context,
         url: String,
@@ -17,14 +17,14 @@ pub(super) enum Queue {
 }
 
 /// A source of either broker.
-pub(super) enum AnySource {
+pub(crate) enum AnySource {
     Nats(Box<guestlist_nats::JetStreamSource>),
     Rabbit(Box<guestlist_amqp::RabbitSource>),
 }
 
 impl Queue {
     /// An empty stream or queue named `name`.
-    pub(super) async fn nats(url: &str, name: &str) -> anyhow::Result<Self> {
+    pub(crate) async fn nats(url: &str, name: &str) -> anyhow::Result<Self> {
         use async_nats::jetstream::stream::Config;
         let client = async_nats::connect(url).await?;
         let context = async_nats::jetstream::new(client);
@@ -44,7 +44,7 @@ impl Queue {
     }
 
     /// An empty quorum queue named `name`.
-    pub(super) async fn rabbit(url: &str, name: &str) -> anyhow::Result<Self> {
+    pub(crate) async fn rabbit(url: &str, name: &str) -> anyhow::Result<Self> {
         use lapin::options::{ConfirmSelectOptions, QueueDeclareOptions, QueueDeleteOptions};
         use lapin::types::{AMQPValue, FieldTable, LongString};
         let connection =
@@ -76,6 +76,15 @@ impl Queue {
             url: url.to_owned(),
             queue: name.to_owned(),
         })
+    }
+
+    /// The topic an outbox message needs to reach this stream or queue: the stream's subject,
+    /// the queue's name (through the default exchange).
+    pub(crate) fn topic(&self) -> String {
+        match self {
+            Queue::Nats { stream, .. } => format!("{stream}.events"),
+            Queue::Rabbit { queue, .. } => queue.clone(),
+        }
     }
 
     /// Publishes `count` OrderPaid events with distinct ids, confirmed by the broker.

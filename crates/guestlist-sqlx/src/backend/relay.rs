@@ -22,7 +22,9 @@ pub struct RelaySql {
     pub(crate) renew: Arc<str>,
     /// Gives the lease up at once: token.
     pub(crate) release: Arc<str>,
-    /// The oldest pending rows, at most a number: limit.
+    /// The oldest pending rows, at most a number, leaving out the rows in flight: limit, and
+    /// on PostgreSQL the ids to leave out (elsewhere the text holds `{exclude}` where a
+    /// literal `AND id NOT IN (…)` goes).
     pub(crate) pending: Arc<str>,
     /// Stamps rows as published: on PostgreSQL one statement that also renews the lease
     /// (lease, token, ids); elsewhere the text before a literal list of ids.
@@ -67,7 +69,7 @@ pub struct PendingRow {
 }
 
 /// A pending row's columns, in the order the statements name them.
-type PendingColumns = (
+pub(crate) type PendingColumns = (
     i64,
     String,
     String,
@@ -150,11 +152,13 @@ pub trait RelayStatements: OutboxStatements {
         token: i64,
     ) -> impl Future<Output = Result<(), sqlx::Error>> + Send + 'c;
 
-    /// The oldest `limit` pending rows, oldest first.
+    /// The oldest `limit` pending rows, oldest first, leaving out the rows `exclude` (in
+    /// flight).
     fn relay_pending<'c>(
         conn: &'c mut Self::Connection,
         sql: &'c RelaySql,
         limit: i64,
+        exclude: &'c [i64],
     ) -> impl Future<Output = Result<Vec<PendingRow>, sqlx::Error>> + Send + 'c;
 
     /// Renews the lease and, if `token` still holds it, stamps the rows `ids` as published,
@@ -194,6 +198,46 @@ pub trait RelayStatements: OutboxStatements {
         let _ = (pool, channel);
         async { Ok(crate::outbox::Wake::polling()) }
     }
+}
+
+/// `ids` as a literal SQL list: plain integers, formatted here, so nothing to escape.
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
+fn id_list(ids: &[i64]) -> String {
+    let list = ids.iter().map(i64::to_string).collect::<Vec<_>>();
+    format!("({})", list.join(","))
+}
+
+/// The pending rows for the backends that cannot bind a list: the ids to leave out go into the
+/// text, which is then not kept as a prepared statement (every list differs).
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
+pub(crate) async fn pending_excluding<DB>(
+    conn: &mut DB::Connection,
+    sql: &RelaySql,
+    limit: i64,
+    exclude: &[i64],
+) -> Result<Vec<PendingRow>, sqlx::Error>
+where
+    DB: super::Backend + sqlx::database::HasStatementCache,
+    for<'q> i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    for<'r> PendingColumns: sqlx::FromRow<'r, DB::Row>,
+{
+    let columns: Vec<PendingColumns> = if exclude.is_empty() {
+        let text = sql.pending.replace("{exclude}", "");
+        sqlx::query_as(sqlx::AssertSqlSafe(text))
+            .bind(limit)
+            .fetch_all(DB::executor(conn))
+            .await?
+    } else {
+        let text = sql
+            .pending
+            .replace("{exclude}", &format!(" AND id NOT IN {}", id_list(exclude)));
+        sqlx::query_as(sqlx::AssertSqlSafe(text))
+            .persistent(false)
+            .bind(limit)
+            .fetch_all(DB::executor(conn))
+            .await?
+    };
+    Ok(pending_rows(columns))
 }
 
 /// Stamps `ids` on a transaction after renewing the lease, for the backends whose statements
@@ -262,18 +306,6 @@ macro_rules! relay_same_everywhere {
                 .execute(conn)
                 .await?;
             Ok(())
-        }
-
-        async fn relay_pending<'c>(
-            conn: &'c mut $conn,
-            sql: &'c $crate::backend::relay::RelaySql,
-            limit: i64,
-        ) -> Result<Vec<$crate::backend::relay::PendingRow>, sqlx::Error> {
-            let columns = sqlx::query_as(sqlx::AssertSqlSafe(sql.pending.clone()))
-                .bind(limit)
-                .fetch_all(conn)
-                .await?;
-            Ok($crate::backend::relay::pending_rows(columns))
         }
 
         async fn outbox_backlog<'c>(

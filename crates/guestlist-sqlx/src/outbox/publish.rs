@@ -22,6 +22,24 @@ pub struct OutboxMessage {
 }
 
 impl OutboxMessage {
+    /// A message for `topic` with the id `message_id`, no ordering key and no headers: for
+    /// trying a [`Publish`] implementation on its own (the relay builds its messages from the
+    /// outbox's rows).
+    pub fn new(
+        message_id: impl Into<String>,
+        topic: impl Into<String>,
+        payload: impl Into<Vec<u8>>,
+    ) -> Self {
+        Self {
+            message_id: message_id.into(),
+            topic: topic.into(),
+            ordering_key: None,
+            seq: 0,
+            headers: Vec::new(),
+            payload: payload.into(),
+        }
+    }
+
     /// The headers as stored: one `name: value\r\n` line each.
     pub(crate) fn decode_headers(stored: Option<&[u8]>) -> Vec<(String, String)> {
         let Some(stored) = stored else {

@@ -65,6 +65,27 @@ pub struct Relayed {
     pub leases_taken: u64,
 }
 
+/// Where a relay stands between rounds.
+#[derive(Default)]
+struct Progress {
+    /// The lease, while this relay holds it.
+    lease: Option<Lease>,
+    /// The batch published last round, to be stamped this round.
+    carried: Option<Published>,
+}
+
+/// A batch the broker has answered for, waiting for its stamp.
+struct Published {
+    rows: Vec<PendingRow>,
+    outcomes: Vec<Result<Confirmed, PublishError>>,
+}
+
+impl Published {
+    fn ids(&self) -> Vec<i64> {
+        self.rows.iter().map(|row| row.id).collect()
+    }
+}
+
 /// What one round found.
 enum Round {
     /// A full batch: there may be more at once.
@@ -137,7 +158,7 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
     /// pause: the relay outlives them.
     pub async fn run(&self, shutdown: impl Future<Output = ()>) -> Result<Relayed, Error> {
         let mut totals = Relayed::default();
-        let mut held: Option<Lease> = None;
+        let mut progress = Progress::default();
         let mut wake = self.wake().await;
         let mut pause = self.retry;
         let mut backlog_read = None::<Instant>;
@@ -146,8 +167,10 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
             if stopping(&mut shutdown).await {
                 break;
             }
-            let round = self.round(&mut held, &mut totals).await;
-            if held.is_some() && backlog_read.is_none_or(|at| at.elapsed() >= BACKLOG_EVERY) {
+            let round = self.round(&mut progress, &mut totals, true).await;
+            if progress.lease.is_some()
+                && backlog_read.is_none_or(|at| at.elapsed() >= BACKLOG_EVERY)
+            {
                 backlog_read = Some(Instant::now());
                 self.report_backlog().await;
             }
@@ -180,9 +203,7 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
                 () = tokio::time::sleep(wait) => {}
             }
         }
-        if let Some(lease) = held {
-            self.release(lease).await;
-        }
+        self.finish(progress, &mut totals).await;
         Ok(totals)
     }
 
@@ -190,9 +211,9 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
     /// a batch; `None` when another relay holds the lease. For tests and one-off drains.
     pub async fn drain(&self) -> Result<Option<Relayed>, Error> {
         let mut totals = Relayed::default();
-        let mut held = None;
+        let mut progress = Progress::default();
         let outcome = loop {
-            match self.round(&mut held, &mut totals).await {
+            match self.round(&mut progress, &mut totals, true).await {
                 Ok(Round::More) => continue,
                 Ok(Round::Idle) => break Ok(Some(totals)),
                 Ok(Round::Standby) => break Ok(None),
@@ -200,71 +221,158 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
                 Err(err) => break Err(err),
             }
         };
-        if let Some(lease) = held {
-            self.release(lease).await;
-        }
-        outcome
+        self.finish(progress, &mut totals).await;
+        outcome.map(|relayed| relayed.map(|_| totals))
     }
 
-    /// One round: the lease, a batch of pending messages, their publish, their stamp.
-    async fn round(&self, held: &mut Option<Lease>, totals: &mut Relayed) -> Result<Round, Error> {
+    /// Stamps the batch in hand, then gives the lease up.
+    async fn finish(&self, mut progress: Progress, totals: &mut Relayed) {
+        if progress.carried.is_some()
+            && let Err(err) = self.round(&mut progress, totals, false).await
+        {
+            tracing::warn!(table = %self.outbox.table(), error = %err,
+                "the last batch was not stamped: it is published again later");
+        }
+        if let Some(lease) = progress.lease {
+            self.release(lease).await;
+        }
+    }
+
+    /// One round: the lease; the next batch of pending messages (unless `read_more` is
+    /// false), published while the previous round's batch is stamped.
+    async fn round(
+        &self,
+        progress: &mut Progress,
+        totals: &mut Relayed,
+        read_more: bool,
+    ) -> Result<Round, Error> {
         let sql = &self.outbox.relay;
         let lease_ms = i64::try_from(self.lease.as_millis()).unwrap_or(i64::MAX);
-        let mut conn = self.pool.acquire().await.map_err(|e| self.error(e))?;
-        let mut lease = match held.take().filter(Lease::usable) {
+        let lease = match progress.lease.filter(Lease::usable) {
             Some(lease) => lease,
             None => {
+                // A batch published under a lease now gone stays pending: it goes again.
+                progress.lease = None;
+                progress.carried = None;
                 let asked = Instant::now();
-                match DB::relay_take(&mut conn, sql, &self.holder, lease_ms)
+                let mut conn = self.pool.acquire().await.map_err(|e| self.error(e))?;
+                let taken = DB::relay_take(&mut conn, sql, &self.holder, lease_ms)
                     .await
-                    .map_err(|e| self.error(e))?
-                {
-                    Some(token) => {
-                        totals.leases_taken += 1;
-                        tracing::info!(table = %self.outbox.table(), holder = %self.holder, token,
-                            "outbox relay took the lease");
-                        Lease::taken(token, self.lease, asked)
-                    }
-                    None => return Ok(Round::Standby),
-                }
+                    .map_err(|e| self.error(e))?;
+                let Some(token) = taken else {
+                    return Ok(Round::Standby);
+                };
+                totals.leases_taken += 1;
+                tracing::info!(table = %self.outbox.table(), holder = %self.holder, token,
+                    "outbox relay took the lease");
+                let lease = Lease::taken(token, self.lease, asked);
+                progress.lease = Some(lease);
+                lease
             }
         };
-        let limit = i64::try_from(self.batch).unwrap_or(i64::MAX);
-        let rows = DB::relay_pending(&mut conn, sql, limit)
-            .await
-            .map_err(|e| self.error(e))?;
-        if rows.is_empty() {
-            if lease.due() {
-                let asked = Instant::now();
-                if !DB::relay_renew(&mut conn, sql, lease.token, lease_ms)
-                    .await
-                    .map_err(|e| self.error(e))?
-                {
-                    return Ok(self.lost(lease));
-                }
-                lease.renewed(asked);
+        let rows = if read_more {
+            let exclude = progress
+                .carried
+                .as_ref()
+                .map(Published::ids)
+                .unwrap_or_default();
+            let limit = i64::try_from(self.batch).unwrap_or(i64::MAX);
+            let mut conn = self.pool.acquire().await.map_err(|e| self.error(e))?;
+            DB::relay_pending(&mut conn, sql, limit, &exclude)
+                .await
+                .map_err(|e| self.error(e))?
+        } else {
+            Vec::new()
+        };
+        let Some(carried) = progress.carried.take() else {
+            if rows.is_empty() {
+                self.renew_if_due(progress, lease, lease_ms).await?;
+                return Ok(Round::Idle);
             }
-            *held = Some(lease);
-            return Ok(Round::Idle);
-        }
-        // The connection goes back while the broker confirms.
-        drop(conn);
-        let messages: Vec<OutboxMessage> = rows.iter().map(message).collect();
-        // Missing outcomes count as unconfirmed: the lease ran out waiting for them.
-        let outcomes = tokio::time::timeout(lease.time_left(), self.publisher.publish(&messages))
-            .await
-            .unwrap_or_default();
-        let settled = Settled::sort(&rows, outcomes);
-        let asked = Instant::now();
-        let mut conn = self.pool.acquire().await.map_err(|e| self.error(e))?;
-        let kept = DB::relay_stamp(&mut conn, sql, lease.token, lease_ms, &settled.stamp)
-            .await
-            .map_err(|e| self.error(e))?;
+            let outcomes = self.publish(&rows, lease).await;
+            progress.carried = Some(Published { rows, outcomes });
+            return Ok(Round::More);
+        };
+
+        // The broker confirms the new batch while the database stamps the previous one.
+        let settled = Settled::sort(&carried.rows, carried.outcomes);
+        let stamp = async {
+            let asked = Instant::now();
+            let mut conn = self.pool.acquire().await?;
+            let kept =
+                DB::relay_stamp(&mut conn, sql, lease.token, lease_ms, &settled.stamp).await?;
+            Ok::<_, sqlx::Error>((kept, asked))
+        };
+        let (outcomes, stamped) = tokio::join!(self.publish(&rows, lease), stamp);
+        let (kept, asked) = stamped.map_err(|e| self.error(e))?;
         if !kept {
+            progress.lease = None;
             return Ok(self.lost(lease));
         }
-        lease.renewed(asked);
-        *held = Some(lease);
+        if let Some(lease) = progress.lease.as_mut() {
+            lease.renewed(asked);
+        }
+        self.count(&settled, totals);
+        if let Some(err) = settled.error {
+            // The new batch may hold later messages of a key whose message went unconfirmed:
+            // it stays pending, and goes again after it.
+            return Ok(Round::Failed(err));
+        }
+        let full = rows.len() == self.batch;
+        if !rows.is_empty() {
+            progress.carried = Some(Published { rows, outcomes });
+        }
+        Ok(match (full, progress.carried.is_some()) {
+            (true, _) => Round::More,
+            // Less than a batch: stamp it at once, then wait.
+            (false, true) => Round::More,
+            (false, false) => Round::Idle,
+        })
+    }
+
+    /// Publishes `rows` and waits for their confirmations while the lease lasts; missing
+    /// outcomes count as unconfirmed.
+    async fn publish(
+        &self,
+        rows: &[PendingRow],
+        lease: Lease,
+    ) -> Vec<Result<Confirmed, PublishError>> {
+        if rows.is_empty() {
+            return Vec::new();
+        }
+        let messages: Vec<OutboxMessage> = rows.iter().map(message).collect();
+        tokio::time::timeout(lease.time_left(), self.publisher.publish(&messages))
+            .await
+            .unwrap_or_default()
+    }
+
+    /// Renews an idle relay's lease once a third of it has gone by.
+    async fn renew_if_due(
+        &self,
+        progress: &mut Progress,
+        lease: Lease,
+        lease_ms: i64,
+    ) -> Result<(), Error> {
+        if !lease.due() {
+            return Ok(());
+        }
+        let asked = Instant::now();
+        let mut conn = self.pool.acquire().await.map_err(|e| self.error(e))?;
+        let kept = DB::relay_renew(&mut conn, &self.outbox.relay, lease.token, lease_ms)
+            .await
+            .map_err(|e| self.error(e))?;
+        match progress.lease.as_mut() {
+            Some(held) if kept => held.renewed(asked),
+            _ => {
+                progress.lease = None;
+                self.lost(lease);
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds a stamped batch to the totals and the metrics.
+    fn count(&self, settled: &Settled, totals: &mut Relayed) {
         let table = self.outbox.table().to_string();
         let published = settled.stamp.len() as u64;
         totals.published += published;
@@ -274,16 +382,8 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
             .increment(published);
         metrics::counter!("guestlist_outbox_broker_duplicates_total", "table" => table.clone())
             .increment(settled.duplicates);
-        if let Some(err) = settled.error {
-            metrics::counter!("guestlist_outbox_publish_failures_total", "table" => table)
-                .increment(settled.failures);
-            return Ok(Round::Failed(err));
-        }
-        Ok(if rows.len() == self.batch {
-            Round::More
-        } else {
-            Round::Idle
-        })
+        metrics::counter!("guestlist_outbox_publish_failures_total", "table" => table)
+            .increment(settled.failures);
     }
 
     /// Logs a lease another relay took over.

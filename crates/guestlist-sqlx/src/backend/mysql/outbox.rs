@@ -5,7 +5,7 @@ use sqlx::mysql::MySqlConnection;
 use sqlx::{AssertSqlSafe, Connection, MySql};
 
 use super::inserted_unless_duplicate;
-use crate::backend::relay::{RelayStatements, stamp_in_transaction};
+use crate::backend::relay::{PendingRow, RelayStatements, pending_excluding, stamp_in_transaction};
 use crate::backend::sealed::OutboxStatements;
 use crate::backend::{OutboxRow, OutboxSql, RelaySql};
 
@@ -63,7 +63,7 @@ impl RelayStatements for MySql {
     const RELAY_PENDING: &'static str = "SELECT id, \
          CAST(message_id AS CHAR) AS message_id, CAST(topic AS CHAR) AS topic, \
          CAST(ordering_key AS CHAR) AS ordering_key, seq, headers, payload \
-         FROM {table} WHERE published_at IS NULL ORDER BY id LIMIT ?";
+         FROM {table} WHERE published_at IS NULL{exclude} ORDER BY id LIMIT ?";
     // Followed by the literal id list; run after the renewal, on its transaction.
     const RELAY_STAMP: &'static str =
         "UPDATE {table} SET published_at = UTC_TIMESTAMP(6) WHERE id IN ";
@@ -102,6 +102,15 @@ impl RelayStatements for MySql {
             .await?;
         tx.commit().await?;
         Ok(Some(token))
+    }
+
+    async fn relay_pending<'c>(
+        conn: &'c mut MySqlConnection,
+        sql: &'c RelaySql,
+        limit: i64,
+        exclude: &'c [i64],
+    ) -> Result<Vec<PendingRow>, sqlx::Error> {
+        pending_excluding::<MySql>(conn, sql, limit, exclude).await
     }
 
     async fn relay_stamp<'c>(

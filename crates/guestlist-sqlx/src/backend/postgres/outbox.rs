@@ -4,7 +4,7 @@ use sqlx::postgres::{PgConnection, PgListener};
 use sqlx::{AssertSqlSafe, Postgres};
 
 use crate::backend::RelaySql;
-use crate::backend::relay::RelayStatements;
+use crate::backend::relay::{PendingRow, RelayStatements, pending_rows};
 use crate::backend::sealed::OutboxStatements;
 use crate::outbox::Wake;
 
@@ -32,7 +32,8 @@ impl RelayStatements for Postgres {
     const RELAY_RELEASE: &'static str = "UPDATE {table}_relay \
          SET holder = NULL, lease_until = '-infinity' WHERE shard = 0 AND token = $1";
     const RELAY_PENDING: &'static str = "SELECT id, message_id, topic, ordering_key, seq, \
-         headers, payload FROM {table} WHERE published_at IS NULL ORDER BY id LIMIT $1";
+         headers, payload FROM {table} WHERE published_at IS NULL AND id <> ALL($2) \
+         ORDER BY id LIMIT $1";
     // The lease's renewal and the stamp in one statement: the renewal locks the lease's row, so
     // a take-over waits for the stamp or the stamp finds the lease gone and stamps nothing.
     const RELAY_STAMP: &'static str = "WITH lease AS (UPDATE {table}_relay \
@@ -63,6 +64,20 @@ impl RelayStatements for Postgres {
             .bind(lease_ms)
             .fetch_optional(conn)
             .await
+    }
+
+    async fn relay_pending<'c>(
+        conn: &'c mut PgConnection,
+        sql: &'c RelaySql,
+        limit: i64,
+        exclude: &'c [i64],
+    ) -> Result<Vec<PendingRow>, sqlx::Error> {
+        let columns = sqlx::query_as(AssertSqlSafe(sql.pending.clone()))
+            .bind(limit)
+            .bind(exclude)
+            .fetch_all(conn)
+            .await?;
+        Ok(pending_rows(columns))
     }
 
     async fn relay_stamp<'c>(

@@ -4,7 +4,7 @@ use sqlx::sqlite::SqliteConnection;
 use sqlx::{AssertSqlSafe, Sqlite};
 
 use crate::backend::RelaySql;
-use crate::backend::relay::{RelayStatements, stamp_in_transaction};
+use crate::backend::relay::{PendingRow, RelayStatements, pending_excluding, stamp_in_transaction};
 use crate::backend::sealed::OutboxStatements;
 
 impl OutboxStatements for Sqlite {
@@ -31,7 +31,7 @@ impl RelayStatements for Sqlite {
     const RELAY_RELEASE: &'static str = "UPDATE {table}_relay SET holder = NULL, lease_until = '' \
          WHERE shard = 0 AND token = ?1";
     const RELAY_PENDING: &'static str = "SELECT id, message_id, topic, ordering_key, seq, \
-         headers, payload FROM {table} WHERE published_at IS NULL ORDER BY id LIMIT ?1";
+         headers, payload FROM {table} WHERE published_at IS NULL{exclude} ORDER BY id LIMIT ?1";
     // Followed by the literal id list; run after the renewal, on its transaction.
     const RELAY_STAMP: &'static str = "UPDATE {table} \
          SET published_at = strftime('%Y-%m-%d %H:%M:%f', 'now') WHERE id IN ";
@@ -58,6 +58,15 @@ impl RelayStatements for Sqlite {
             .bind(lease_ms)
             .fetch_optional(conn)
             .await
+    }
+
+    async fn relay_pending<'c>(
+        conn: &'c mut SqliteConnection,
+        sql: &'c RelaySql,
+        limit: i64,
+        exclude: &'c [i64],
+    ) -> Result<Vec<PendingRow>, sqlx::Error> {
+        pending_excluding::<Sqlite>(conn, sql, limit, exclude).await
     }
 
     async fn relay_stamp<'c>(

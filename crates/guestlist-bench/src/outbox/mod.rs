@@ -1,0 +1,305 @@
+//! `guestlist-bench outbox`: committed outbox rows to broker-confirmed messages, on NATS
+//! JetStream and RabbitMQ with PostgreSQL, in one run.
+//!
+//! Each figure moves the same messages to a fresh stream or queue:
+//! - `publish_only` publishes them straight with the broker client, batches of 500 pipelined
+//!   and confirmed together, with no database: the broker's limit;
+//! - `relay` drains an outbox table preloaded with them (committed, 100 ordering keys) with
+//!   guestlist's relay, defaults kept: read a batch, publish, confirm, stamp;
+//! - `handwritten` is the polling relay written the obvious way: SELECT 100 unpublished rows,
+//!   publish each and wait for its confirmation, UPDATE each.
+//!
+//! Then the relay runs on its own while messages commit at 100 a second, for the latency from
+//! a commit to the message's arrival at a subscriber.
+
+mod latency;
+
+use std::time::Instant;
+
+use guestlist::sqlx::{self, PgPool};
+use guestlist::{Outbox, OutboxMessage, Publish, Relay};
+use guestlist_amqp::RabbitPublisher;
+use guestlist_nats::JetStreamPublisher;
+
+use crate::Common;
+use crate::broker::queues::Queue;
+use crate::cpu::CpuClock;
+use crate::measure::{Plan, median};
+use crate::report::{Report, Row};
+
+/// The outbox table the bench fills and drains.
+const TABLE: &str = "bench_outbox";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Figure {
+    PublishOnly,
+    Relay,
+    Handwritten,
+}
+
+impl Figure {
+    const ALL: [Figure; 3] = [Figure::PublishOnly, Figure::Relay, Figure::Handwritten];
+
+    fn name(self) -> &'static str {
+        match self {
+            Figure::PublishOnly => "publish_only",
+            Figure::Relay => "relay",
+            Figure::Handwritten => "handwritten",
+        }
+    }
+
+    fn batch(self) -> usize {
+        match self {
+            Figure::PublishOnly => PUBLISH_BATCH,
+            Figure::Relay => Relay::<sqlx::Postgres, JetStreamPublisher>::DEFAULT_BATCH,
+            Figure::Handwritten => HANDWRITTEN_BATCH,
+        }
+    }
+}
+
+const PUBLISH_BATCH: usize = 500;
+const HANDWRITTEN_BATCH: usize = 100;
+
+pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
+    anyhow::ensure!(
+        common.database.starts_with("postgres"),
+        "the outbox bench measures the relay on PostgreSQL: pass --database postgres://…"
+    );
+    let plan = Plan::new(common.quick);
+    // Enough for the fast figures to run for a second or so; the hand-written relay waits for
+    // each confirmation and each UPDATE, so it gets fewer (its rate does not depend on them).
+    let messages = if common.quick { 30_000 } else { 100_000 };
+    let handwritten_messages = if common.quick { 2_000 } else { 5_000 };
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(8)
+        .connect(&common.database)
+        .await?;
+    let outbox = Outbox::<sqlx::Postgres>::with_table(TABLE)?;
+    for table in [
+        format!("{TABLE}_keys"),
+        format!("{TABLE}_relay"),
+        TABLE.into(),
+    ] {
+        sqlx::query(sqlx::AssertSqlSafe(format!("DROP TABLE IF EXISTS {table}")))
+            .execute(&pool)
+            .await?;
+    }
+    outbox.migrate(&pool).await?;
+
+    let nats_url = std::env::var("GUESTLIST_BENCH_NATS_URL")
+        .unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
+    let amqp_url = std::env::var("GUESTLIST_BENCH_AMQP_URL")
+        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into());
+    let mut report = Report::default();
+    for broker in ["nats", "rabbitmq"] {
+        eprintln!("measuring the relay to {broker} …");
+        let label = if broker == "nats" {
+            "nats_postgres"
+        } else {
+            "rabbitmq_postgres"
+        };
+        let mut samples: Vec<(Figure, f64, Option<f64>)> = Vec::new();
+        for round in 0..plan.rounds {
+            for figure in plan.order(round, &Figure::ALL) {
+                let name = format!("bench_outbox_{}_{round}", figure.name());
+                let queue = match broker {
+                    "nats" => Queue::nats(&nats_url, &name).await?,
+                    _ => Queue::rabbit(&amqp_url, &name).await?,
+                };
+                let messages = match figure {
+                    Figure::Handwritten => handwritten_messages,
+                    _ => messages,
+                };
+                let (rate, cpu) = match broker {
+                    "nats" => {
+                        let publisher = JetStreamPublisher::connect(&nats_url).await?;
+                        measure(figure, &pool, &outbox, publisher, &queue, messages).await?
+                    }
+                    _ => {
+                        let publisher = RabbitPublisher::connect(&amqp_url, "").await?;
+                        measure(figure, &pool, &outbox, publisher, &queue, messages).await?
+                    }
+                };
+                let cpu_text = cpu.map_or_else(String::new, |us| format!("  {us:>6.1} CPU µs/msg"));
+                eprintln!(
+                    "  {:<12} round {round}  {rate:>9.0} msgs/s{cpu_text}",
+                    figure.name()
+                );
+                samples.push((figure, rate, cpu));
+            }
+        }
+        for figure in Figure::ALL {
+            let of = |figure| samples.iter().filter(move |(f, ..)| *f == figure);
+            let rates = of(figure).map(|(_, rate, _)| *rate).collect();
+            report.rows.push(Row {
+                name: figure.name().to_owned(),
+                backend: label,
+                workers: 1,
+                batch: figure.batch(),
+                per_sec: median(rates),
+                unit: "msgs/s",
+                latency: None,
+            });
+            // The machine's CPU per message (bench, database and broker together): on a small
+            // machine, what bounds a figure that waits on nothing.
+            let cpu: Vec<f64> = of(figure).filter_map(|(_, _, cpu)| *cpu).collect();
+            if !cpu.is_empty() {
+                report.rows.push(Row {
+                    name: format!("{}_cpu", figure.name()),
+                    backend: label,
+                    workers: 1,
+                    batch: figure.batch(),
+                    per_sec: median(cpu),
+                    unit: "CPU µs/msg",
+                    latency: None,
+                });
+            }
+        }
+        report.ratio("relay_vs_publish_only", "relay", "publish_only", label, 1);
+        report.ratio("relay_vs_handwritten", "relay", "handwritten", label, 1);
+
+        let queue = match broker {
+            "nats" => Queue::nats(&nats_url, "bench_outbox_latency").await?,
+            _ => Queue::rabbit(&amqp_url, "bench_outbox_latency").await?,
+        };
+        let count = if common.quick { 100 } else { 500 };
+        let latency = match broker {
+            "nats" => {
+                let publisher = JetStreamPublisher::connect(&nats_url).await?;
+                latency::measure(&pool, &outbox, publisher, &queue, count, 100).await?
+            }
+            _ => {
+                let publisher = RabbitPublisher::connect(&amqp_url, "").await?;
+                latency::measure(&pool, &outbox, publisher, &queue, count, 100).await?
+            }
+        };
+        eprintln!(
+            "  relay at 100 msgs/s, commit to subscriber: p50 {:.1} ms, p99 {:.1} ms",
+            latency.p50_ms, latency.p99_ms
+        );
+        report.rows.push(Row {
+            name: "relay_100_per_sec".to_owned(),
+            backend: label,
+            workers: 1,
+            batch: 1,
+            per_sec: 100.0,
+            unit: "msgs/s",
+            latency: Some(latency),
+        });
+    }
+    Ok(report)
+}
+
+/// One figure's messages per second, from the start of the draining to the last confirmation
+/// (and stamp), and the machine's CPU time per message meanwhile (in microseconds, where known).
+async fn measure<P: Publish>(
+    figure: Figure,
+    pool: &PgPool,
+    outbox: &Outbox<sqlx::Postgres>,
+    publisher: P,
+    queue: &Queue,
+    messages: usize,
+) -> anyhow::Result<(f64, Option<f64>)> {
+    let topic = queue.topic();
+    let per_message = |cpu: Option<CpuClock>| {
+        cpu.and_then(|cpu| cpu.busy_since())
+            .map(|secs| secs * 1e6 / messages as f64)
+    };
+    if figure == Figure::PublishOnly {
+        let all: Vec<OutboxMessage> = (0..messages)
+            .map(|n| OutboxMessage::new(format!("evt_{n}"), topic.clone(), payload(n)))
+            .collect();
+        let (started, cpu) = (Instant::now(), CpuClock::now());
+        for batch in all.chunks(PUBLISH_BATCH) {
+            for outcome in publisher.publish(batch).await {
+                outcome?;
+            }
+        }
+        let rate = messages as f64 / started.elapsed().as_secs_f64();
+        return Ok((rate, per_message(cpu)));
+    }
+    preload(pool, &topic, messages).await?;
+    let (started, cpu) = (Instant::now(), CpuClock::now());
+    match figure {
+        Figure::Relay => {
+            let relay = Relay::new(outbox.clone(), pool.clone(), publisher);
+            let relayed = relay
+                .drain()
+                .await?
+                .ok_or_else(|| anyhow::anyhow!("another relay holds the bench's lease"))?;
+            anyhow::ensure!(
+                relayed.published as usize == messages,
+                "the relay published {} of {messages}",
+                relayed.published
+            );
+        }
+        Figure::Handwritten => handwritten(pool, &publisher).await?,
+        Figure::PublishOnly => unreachable!("measured above"),
+    }
+    let rate = messages as f64 / started.elapsed().as_secs_f64();
+    let cpu = per_message(cpu);
+    let pending: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT count(*) FROM {TABLE} WHERE published_at IS NULL"
+    )))
+    .fetch_one(pool)
+    .await?;
+    anyhow::ensure!(pending == 0, "{}: {pending} left pending", figure.name());
+    Ok((rate, cpu))
+}
+
+/// Empties the outbox and fills it with `messages` committed rows on 100 ordering keys.
+async fn preload(pool: &PgPool, topic: &str, messages: usize) -> anyhow::Result<()> {
+    for table in [TABLE.to_owned(), format!("{TABLE}_keys")] {
+        sqlx::query(sqlx::AssertSqlSafe(format!("TRUNCATE {table}")))
+            .execute(pool)
+            .await?;
+    }
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO {TABLE} (message_id, topic, ordering_key, seq, payload) \
+         SELECT 'evt_' || g, $1, 'order-' || (g % 100), g / 100 + 1, \
+         convert_to('{{\"id\":\"evt_' || g || '\",\"type\":\"OrderPaid\",\"order\":' || g || '}}', 'UTF8') \
+         FROM generate_series(0, $2 - 1) AS g"
+    )))
+    .bind(topic)
+    .bind(messages as i64)
+    .execute(pool)
+    .await?;
+    sqlx::query(sqlx::AssertSqlSafe(format!("VACUUM ANALYZE {TABLE}")))
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// The polling relay written the obvious way: a batch of unpublished rows, then for each row
+/// a publish awaited for its confirmation and an UPDATE, until none is left.
+async fn handwritten<P: Publish>(pool: &PgPool, publisher: &P) -> anyhow::Result<()> {
+    loop {
+        let rows: Vec<(i64, String, String, Vec<u8>)> =
+            sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "SELECT id, message_id, topic, payload FROM {TABLE} \
+                 WHERE published_at IS NULL ORDER BY id LIMIT {HANDWRITTEN_BATCH}"
+            )))
+            .fetch_all(pool)
+            .await?;
+        if rows.is_empty() {
+            return Ok(());
+        }
+        for (id, message_id, topic, payload) in rows {
+            let message = OutboxMessage::new(message_id, topic, payload);
+            for outcome in publisher.publish(std::slice::from_ref(&message)).await {
+                outcome?;
+            }
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "UPDATE {TABLE} SET published_at = now() WHERE id = $1"
+            )))
+            .bind(id)
+            .execute(pool)
+            .await?;
+        }
+    }
+}
+
+/// The n-th event.
+fn payload(n: usize) -> Vec<u8> {
+    format!(r#"{{"id":"evt_{n}","type":"OrderPaid","order":{n}}}"#).into_bytes()
+}
