@@ -3,7 +3,9 @@
 //!
 //! The example declares what it needs, so that it runs on an empty broker: the stream `ORDERS`
 //! on subject `orders.paid` with dead letters on `orders.dead` (stream `ORDERS_DEAD`), or the
-//! quorum queue `ORDERS` with its dead letters in `ORDERS.dead`.
+//! quorum queue `ORDERS` with its dead letters in `ORDERS.dead`. The warehouse's own events,
+//! `PickTaskCreated`, go on `orders.picked` (stream `ORDERS_PICKS`), or to the queue
+//! `ORDERS.picks`.
 
 use std::time::Duration;
 
@@ -45,6 +47,31 @@ impl Orders {
         format!("{}.paid", self.name.to_lowercase())
     }
 
+    /// Where the relay sends `OrderPaid`: the NATS subject, or the RabbitMQ queue (through the
+    /// default exchange).
+    pub fn paid_topic(&self) -> String {
+        if self.is_nats() {
+            self.subject()
+        } else {
+            self.name.clone()
+        }
+    }
+
+    /// Where the relay sends `PickTaskCreated`: a NATS subject (stream `<NAME>_PICKS`), or a
+    /// RabbitMQ queue.
+    pub fn picks(&self) -> String {
+        if self.is_nats() {
+            format!("{}.picked", self.name.to_lowercase())
+        } else {
+            format!("{}.picks", self.name)
+        }
+    }
+
+    /// The NATS stream that holds `PickTaskCreated`.
+    pub fn picks_stream(&self) -> String {
+        format!("{}_PICKS", self.name)
+    }
+
     /// Where poison messages go: a NATS subject, or a RabbitMQ queue.
     pub fn dead_letters(&self) -> String {
         if self.is_nats() {
@@ -62,6 +89,7 @@ impl Orders {
             for (name, subject) in [
                 (self.name.clone(), self.subject()),
                 (format!("{}_DEAD", self.name), self.dead_letters()),
+                (self.picks_stream(), self.picks()),
             ] {
                 let config = jetstream::stream::Config {
                     name: name.clone(),
@@ -92,6 +120,7 @@ impl Orders {
             for (queue, arguments) in [
                 (self.name.clone(), quorum),
                 (self.dead_letters(), FieldTable::default()),
+                (self.picks(), FieldTable::default()),
             ] {
                 channel
                     .queue_declare(ShortString::from(queue.as_str()), durable, arguments)
@@ -107,12 +136,16 @@ impl Orders {
     pub async fn remove(&self) -> anyhow::Result<()> {
         if self.is_nats() {
             let context = self.nats().await?;
-            for stream in [self.name.clone(), format!("{}_DEAD", self.name)] {
+            for stream in [
+                self.name.clone(),
+                format!("{}_DEAD", self.name),
+                self.picks_stream(),
+            ] {
                 // Deleting a stream that is not there fails; that is what we want anyway.
                 let _ = context.delete_stream(&stream).await;
             }
         } else {
-            for queue in [self.name.clone(), self.dead_letters()] {
+            for queue in [self.name.clone(), self.dead_letters(), self.picks()] {
                 // A failed delete closes its channel: one channel per queue.
                 let (connection, channel) = self.amqp().await?;
                 let _ = channel

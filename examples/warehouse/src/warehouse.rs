@@ -1,20 +1,22 @@
-//! `warehouse`: consumes `OrderPaid`, picks, and charges with the key it carries; and its own API
-//! creates orders behind the Idempotency-Key layer.
+//! `warehouse`: consumes `OrderPaid`, picks, charges with the key it carries, and announces the
+//! pick task through its outbox; and its own API creates paid orders behind the Idempotency-Key
+//! layer, each order's `OrderPaid` written to the outbox on the order's own transaction.
 
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::Json;
+use axum::extract::{Json, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::post;
 use guestlist::http::{IdempotencyLayer, IdempotentTx};
 use guestlist::sqlx::Pool;
-use guestlist::{HandlerName, Inbox, SqlKeyStore};
+use guestlist::{HandlerName, Inbox, MessageId, OrderingKey, Outbox, Outgoing, SqlKeyStore, Topic};
 use guestlist_consumer::{Consumer, IdFrom, Message, Source};
 use reqwest_middleware::ClientWithMiddleware;
 use serde::{Deserialize, Serialize};
 
+use crate::broker::Orders;
 use crate::db::Shop;
 use crate::payments::{Charge, ChargeRequest};
 
@@ -29,6 +31,37 @@ pub struct OrderPaid {
     pub order: i64,
     /// In cents.
     pub amount: i64,
+}
+
+/// The event the warehouse publishes once it has picked and charged an order:
+/// `{"id": "evt_pick_evt_9f3k", "order": 1, "charge": "ch_1"}`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct PickTaskCreated {
+    /// `evt_pick_` and the OrderPaid event's id: the same however often that event arrives.
+    pub id: String,
+    /// The order picked.
+    pub order: i64,
+    /// The charge that paid for it.
+    pub charge: String,
+}
+
+/// Where the warehouse's outbox sends each kind of event.
+#[derive(Debug, Clone)]
+pub struct Topics {
+    /// `OrderPaid`, from `POST /orders`.
+    pub paid: Topic,
+    /// `PickTaskCreated`, from the OrderPaid handler.
+    pub picks: Topic,
+}
+
+impl Topics {
+    /// The topics of the stream or queue `orders`.
+    pub fn of(orders: &Orders) -> anyhow::Result<Self> {
+        Ok(Self {
+            paid: Topic::new(orders.paid_topic())?,
+            picks: Topic::new(orders.picks())?,
+        })
+    }
 }
 
 /// What the handler reads of an OrderPaid body.
@@ -46,6 +79,14 @@ pub fn id_from() -> IdFrom {
 
 /// The inbox of the OrderPaid handler.
 const INBOX: &str = "warehouse_inbox";
+/// The warehouse's outgoing events, published by the `relay` binary.
+const OUTBOX: &str = "warehouse_outbox";
+
+/// The warehouse's outbox: `OrderPaid` from `POST /orders`, `PickTaskCreated` from the
+/// handler, each written on the transaction of the work it announces.
+pub fn outbox<DB: Shop>() -> Outbox<DB> {
+    Outbox::with_table(OUTBOX).expect("a valid table name")
+}
 /// The stored responses of `POST /orders`.
 const KEYS: &str = "warehouse_keys";
 
@@ -62,12 +103,14 @@ pub fn payments_client() -> ClientWithMiddleware {
         .build()
 }
 
-/// The OrderPaid handler: PICKING, a charge with the carried key, a pick task that records it.
+/// The OrderPaid handler: PICKING, a charge with the carried key, a pick task that records it,
+/// and `PickTaskCreated` in the outbox, all on the transaction of the event's claim.
 pub async fn on_order_paid<DB: Shop>(
     tx: &mut DB::Connection,
     message: &Message,
     payments: &str,
     client: &ClientWithMiddleware,
+    picks: &Topic,
 ) -> anyhow::Result<()> {
     // The event's id is `message.id`, wherever the publisher put it: read only the rest.
     let event: Payment = serde_json::from_slice(&message.payload)?;
@@ -91,14 +134,25 @@ pub async fn on_order_paid<DB: Shop>(
         std::future::pending::<()>().await;
     }
     DB::add_pick_task(tx, event.order, message.id.as_str(), &charge.id).await?;
+    // The next hop's event commits with the pick task, or not at all.
+    let created = PickTaskCreated {
+        id: format!("evt_pick_{}", message.id),
+        order: event.order,
+        charge: charge.id,
+    };
+    let next = Outgoing::new(picks.clone(), serde_json::to_vec(&created)?)
+        .id(MessageId::new(&created.id)?)
+        .ordering_key(OrderingKey::new(format!("order-{}", event.order))?);
+    outbox::<DB>().enqueue(tx, &next).await?;
     Ok(())
 }
 
-/// Creates the warehouse's tables where missing: the example's own, the inbox and the key
-/// table. Instances that start at once take turns.
+/// Creates the warehouse's tables where missing: the example's own, the inbox, the key table
+/// and the outbox. Instances that start at once take turns.
 pub async fn migrate<DB: Shop>(pool: &Pool<DB>) -> anyhow::Result<()> {
     DB::create_tables(pool).await?;
     Inbox::<DB>::with_table(INBOX)?.migrate(pool).await?;
+    outbox::<DB>().migrate(pool).await?;
     SqlKeyStore::with_table(pool.clone(), KEYS)?
         .migrate()
         .await?;
@@ -110,6 +164,7 @@ pub async fn consume<S: Source, DB: Shop>(
     source: S,
     pool: Pool<DB>,
     payments: String,
+    topics: Topics,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> anyhow::Result<()> {
     let inbox = Inbox::<DB>::with_table(INBOX)?;
@@ -121,7 +176,7 @@ pub async fn consume<S: Source, DB: Shop>(
         HandlerName::new("warehouse")?,
         id_from(),
         async move |tx: &mut DB::Connection, message: &Message| {
-            on_order_paid::<DB>(tx, message, &payments, &client).await
+            on_order_paid::<DB>(tx, message, &payments, &client, &topics.picks).await
         },
     )
     .handler_timeout(Duration::from_secs(600))
@@ -144,20 +199,39 @@ pub struct Order {
     pub id: i64,
 }
 
+/// A paid order and its `OrderPaid` in the outbox, on the transaction that also stores the
+/// response under the request's Idempotency-Key: a retried request gets the same order back
+/// and enqueues nothing.
 async fn create_order<DB: Shop>(
+    State(topics): State<Topics>,
     mut tx: IdempotentTx<DB>,
     Json(order): Json<NewOrder>,
 ) -> impl IntoResponse {
-    match DB::insert_order(&mut tx, order.amount).await {
+    let created = async {
+        let id = DB::insert_order(&mut tx, order.amount).await?;
+        let paid = OrderPaid {
+            id: Some(format!("evt_order_{id}_paid")),
+            order: id,
+            amount: order.amount,
+        };
+        let message = Outgoing::new(topics.paid.clone(), serde_json::to_vec(&paid)?)
+            .id(MessageId::new(format!("evt_order_{id}_paid"))?)
+            .ordering_key(OrderingKey::new(format!("order-{id}"))?);
+        outbox::<DB>().enqueue(&mut tx, &message).await?;
+        Ok::<_, anyhow::Error>(id)
+    };
+    match created.await {
         Ok(id) => (StatusCode::CREATED, Json(Order { id })).into_response(),
         Err(err) => (StatusCode::SERVICE_UNAVAILABLE, err.to_string()).into_response(),
     }
 }
 
-/// The warehouse's public API: `POST /orders` with an `Idempotency-Key` (after [`migrate`]).
-pub fn api<DB: Shop>(pool: Pool<DB>) -> anyhow::Result<Router> {
+/// The warehouse's public API: `POST /orders` with an `Idempotency-Key`, each order's
+/// `OrderPaid` for `topics` (after [`migrate`]).
+pub fn api<DB: Shop>(pool: Pool<DB>, topics: Topics) -> anyhow::Result<Router> {
     let keys = SqlKeyStore::with_table(pool, KEYS)?;
     Ok(Router::new()
         .route("/orders", post(create_order::<DB>))
-        .layer(IdempotencyLayer::transactional(keys)))
+        .layer(IdempotencyLayer::transactional(keys))
+        .with_state(topics))
 }

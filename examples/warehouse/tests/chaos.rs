@@ -5,7 +5,8 @@
 //! Charges whose claim committed before payments died answer 409 in flight until their lease
 //! ends; refused connections while payments is down are "not yet" too. The warehouses defer
 //! those messages instead of counting them as poison, so at the end: 500 pick tasks, 500 charge
-//! rows, every charge id recorded once, nothing dead-lettered, nothing left on the broker.
+//! rows, every charge id recorded once, 500 PickTaskCreated in the outbox (the next hop's events,
+//! written on each claim's transaction), nothing dead-lettered, nothing left on the broker.
 
 #![allow(unreachable_pub)] // a test crate has no public API
 
@@ -16,14 +17,14 @@ use std::time::Duration;
 use async_nats::jetstream;
 use guestlist::sqlx::Postgres;
 use guestlist_testkit::Database;
-use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions};
-use lapin::types::{FieldTable, ShortString};
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::types::ShortString;
 use lapin::{BasicProperties, Connection, ConnectionProperties};
 use warehouse_example::broker::Orders;
 
 use common::{
-    FreshDatabase, PAYMENTS_READY, Service, WAREHOUSE_READY, amqp_url, count, nats_url,
-    payments_on, warehouse,
+    FreshDatabase, PAYMENTS_READY, Service, WAREHOUSE_READY, amqp_url, count, free_address,
+    nats_url, payments_on, pending_on_the_broker, until_at_least, warehouse,
 };
 
 /// Distinct paid orders.
@@ -63,10 +64,7 @@ async fn relay_race_under_fire(orders: Orders, broker: &str) {
     orders.declare().await.unwrap();
 
     // Payments keeps its address across restarts, as a service behind a fixed name does.
-    let listen = {
-        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        probe.local_addr().unwrap().to_string()
-    };
+    let listen = free_address();
     let start_payments = || {
         let mut command = payments_on(&database.url, &listen);
         // Each charge takes a moment before it commits, so that a kill lands mid-charge.
@@ -89,18 +87,18 @@ async fn relay_race_under_fire(orders: Orders, broker: &str) {
     let in_flight = "SELECT count(*) FROM payments_keys WHERE status IS NULL";
     let mut stranded = 0;
     for at in [100, 250] {
-        until(&db, picked, at).await;
+        until_at_least(&db, picked, at, RUN_FOR).await;
         payments.sigkill().await;
         // Claims committed by charges that died with it: locked until their lease ends.
         stranded += count(&db, in_flight).await;
         tokio::time::sleep(Duration::from_millis(500)).await; // refused connections meanwhile
         payments = start_payments().await;
     }
-    until(&db, picked, 350).await;
+    until_at_least(&db, picked, 350, RUN_FOR).await;
     first.sigkill().await;
     first = start_warehouse().await;
     publishing.await.unwrap();
-    until(&db, picked, ORDERS).await;
+    until_at_least(&db, picked, ORDERS, RUN_FOR).await;
 
     // Let redeliveries of copies already handled drain (a message handed back waits up to the
     // lease), until the broker has shown nothing pending for a while; then stop cleanly.
@@ -147,27 +145,21 @@ async fn relay_race_under_fire(orders: Orders, broker: &str) {
         "every pick task records its own order's charge, each charge once"
     );
     assert_eq!(
+        count(&db, "SELECT count(DISTINCT message_id) FROM warehouse_outbox").await,
+        ORDERS,
+        "one PickTaskCreated per event in the outbox, written on the claim's transaction"
+    );
+    assert_eq!(
+        count(&db, "SELECT count(*) FROM warehouse_outbox").await,
+        ORDERS,
+        "none for the copies the inbox dropped, none for a handling that rolled back"
+    );
+    assert_eq!(
         pending_on_the_broker(&orders).await,
         Vec::<String>::new(),
         "{broker}: nothing pending, nothing dead-lettered"
     );
     orders.remove().await.unwrap();
-}
-
-/// Waits until `sql` counts at least `at`.
-async fn until(db: &Database<Postgres>, sql: &str, at: i64) {
-    let deadline = tokio::time::Instant::now() + RUN_FOR;
-    loop {
-        let got = count(db, sql).await;
-        if got >= at {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{sql}: {got} after {RUN_FOR:?}, want {at}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// The event of order `n`, as a publisher in another language would write it.
@@ -236,60 +228,4 @@ async fn publish_with_plain_clients(orders: Orders) {
         }
         let _ = connection.close(200, ShortString::from("published")).await;
     }
-}
-
-/// What is still on the broker: messages not yet acknowledged, and dead letters.
-async fn pending_on_the_broker(orders: &Orders) -> Vec<String> {
-    let mut left = Vec::new();
-    if orders.is_nats() {
-        let context = jetstream::new(async_nats::connect(&orders.url).await.unwrap());
-        let mut consumer: jetstream::consumer::PullConsumer = context
-            .get_stream(&orders.name)
-            .await
-            .unwrap()
-            .get_consumer("warehouse")
-            .await
-            .unwrap();
-        let info = consumer.info().await.unwrap();
-        if info.num_pending + info.num_ack_pending as u64 > 0 {
-            left.push(format!(
-                "{} pending, {} awaiting acknowledgement",
-                info.num_pending, info.num_ack_pending
-            ));
-        }
-        let mut dead = context
-            .get_stream(format!("{}_DEAD", orders.name))
-            .await
-            .unwrap();
-        let dead_letters = dead.info().await.unwrap().state.messages;
-        if dead_letters > 0 {
-            left.push(format!("{dead_letters} dead letters"));
-        }
-    } else {
-        let connection = Connection::connect(&orders.url, ConnectionProperties::default())
-            .await
-            .unwrap();
-        let channel = connection.create_channel().await.unwrap();
-        let passive = QueueDeclareOptions {
-            passive: true,
-            ..QueueDeclareOptions::default()
-        };
-        for queue in [orders.name.clone(), orders.dead_letters()] {
-            let declared = channel
-                .queue_declare(
-                    ShortString::from(queue.as_str()),
-                    passive,
-                    FieldTable::default(),
-                )
-                .await
-                .unwrap();
-            // Ready messages; those delivered and not yet acknowledged count once the
-            // consumers stop (or in the consumer count's deliveries meanwhile).
-            if declared.message_count() > 0 {
-                left.push(format!("{} in {queue}", declared.message_count()));
-            }
-        }
-        let _ = connection.close(200, ShortString::from("checked")).await;
-    }
-    left
 }

@@ -1,6 +1,8 @@
 //! The warehouse service: consumes OrderPaid from NATS (`--broker nats://…`) or RabbitMQ
 //! (`--broker amqp://…`), picks each paid order once, charges through payments with the key it
-//! carries, and serves `POST /orders` behind the Idempotency-Key layer.
+//! carries, writes PickTaskCreated to its outbox, and serves `POST /orders` behind the
+//! Idempotency-Key layer (each order's OrderPaid goes to the outbox too; run `relay` to
+//! publish them).
 //!
 //! It prints `warehouse API on http://…` once ready (tables there, listener bound, broker
 //! consumer attached); `GET /readyz` answers 200 from then on, 503 before.
@@ -12,6 +14,7 @@ use clap::Parser;
 use guestlist_consumer::shutdown_signal;
 use warehouse_example::broker::Orders;
 use warehouse_example::ready::Readiness;
+use warehouse_example::warehouse::Topics;
 use warehouse_example::{warehouse, with_pool};
 
 /// The warehouse: picks paid orders exactly once, and charges through payments with the key it
@@ -45,12 +48,13 @@ async fn main() -> anyhow::Result<()> {
         .init();
     let args = Args::parse();
     let orders = Orders::new(&args.broker, &args.queue);
+    let topics = Topics::of(&orders)?;
     let listener = tokio::net::TcpListener::bind(&args.listen).await?;
     let addr = listener.local_addr()?;
     let readiness = Readiness::waiting_for("its tables");
     with_pool!(&args.database, |pool| {
         // Serve at once, so that /readyz can say "not yet"; the API answers 503 until ready.
-        let app = readiness.gate(warehouse::api(pool.clone())?);
+        let app = readiness.gate(warehouse::api(pool.clone(), topics.clone())?);
         tokio::spawn(async move { axum::serve(listener, app).await });
         warehouse::migrate(&pool).await?;
         readiness.now_waiting_for("its broker consumer");
@@ -58,11 +62,11 @@ async fn main() -> anyhow::Result<()> {
         if orders.is_nats() {
             let source = orders.nats_source(args.ack_wait).await?;
             ready(&readiness, addr);
-            warehouse::consume(source, pool, args.payments, shutdown_signal()).await?;
+            warehouse::consume(source, pool, args.payments, topics, shutdown_signal()).await?;
         } else {
             let source = orders.rabbit_source().await?;
             ready(&readiness, addr);
-            warehouse::consume(source, pool, args.payments, shutdown_signal()).await?;
+            warehouse::consume(source, pool, args.payments, topics, shutdown_signal()).await?;
         }
     });
     Ok(())

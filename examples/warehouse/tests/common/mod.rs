@@ -6,7 +6,11 @@
 use std::process::Stdio;
 use std::time::Duration;
 
+use async_nats::jetstream;
 use guestlist_testkit::{Database, Fixture};
+use lapin::options::QueueDeclareOptions;
+use lapin::types::{FieldTable, ShortString};
+use lapin::{Connection, ConnectionProperties};
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
 use warehouse_example::broker::Orders;
@@ -31,7 +35,18 @@ pub struct Service {
 impl Service {
     /// Starts `command` and waits for the line that starts with `ready`, followed by the URL.
     /// That line means ready, so `/readyz` must answer 200 at once.
-    pub async fn start(mut command: Command, ready: &str) -> Self {
+    pub async fn start(command: Command, ready: &str) -> Self {
+        let service = Self::start_without_api(command, ready).await;
+        let readyz = reqwest::get(format!("{}/readyz", service.url))
+            .await
+            .expect("the service answers once it says it is ready");
+        assert_eq!(readyz.status(), 200, "/readyz once the line is printed");
+        service
+    }
+
+    /// Starts `command`, a service with no HTTP API (the relay), and waits for the line that
+    /// starts with `ready`; what follows it stands in for the URL.
+    pub async fn start_without_api(mut command: Command, ready: &str) -> Self {
         command
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
@@ -39,10 +54,6 @@ impl Service {
         let mut child = command.spawn().expect("start the binary");
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
         let url = next_line(&mut lines, ready).await;
-        let readyz = reqwest::get(format!("{url}/readyz"))
-            .await
-            .expect("the service answers once it says it is ready");
-        assert_eq!(readyz.status(), 200, "/readyz once the line is printed");
         Self { child, lines, url }
     }
 
@@ -76,15 +87,41 @@ impl Service {
 /// The `warehouse` binary on `database`, consuming `orders`, charging through `payments`; with
 /// `hang`, its handler stops after the charge and before its commit.
 pub fn warehouse(database: &str, orders: &Orders, payments: &str, hang: bool) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_warehouse"));
-    command
-        .args(["--database", database, "--broker", &orders.url])
-        .args(["--queue", &orders.name, "--payments", payments])
-        .args(["--listen", "127.0.0.1:0", "--ack-wait", "2s"]);
+    let mut command = warehouse_on(database, orders, payments, "127.0.0.1:0");
     if hang {
         command.env(HANG_AFTER_CHARGE, "1");
     }
     command
+}
+
+/// The `warehouse` binary on `database`, consuming `orders`, charging through `payments`,
+/// its API listening on `listen`.
+pub fn warehouse_on(database: &str, orders: &Orders, payments: &str, listen: &str) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_warehouse"));
+    command
+        .args(["--database", database, "--broker", &orders.url])
+        .args(["--queue", &orders.name, "--payments", payments])
+        .args(["--listen", listen, "--ack-wait", "2s"]);
+    command
+}
+
+/// What the relay prints once running, before the name it holds the lease under.
+pub const RELAY_READY: &str = "relay running as ";
+
+/// The `relay` binary on `database`, publishing to `orders`' broker, with `lease`.
+pub fn relay(database: &str, orders: &Orders, lease: &str) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_relay"));
+    command
+        .args(["--database", database, "--broker", &orders.url])
+        .args(["--queue", &orders.name, "--lease", lease]);
+    command
+}
+
+/// An address on loopback no one listens on yet, for a service that keeps its address across
+/// restarts, as one behind a fixed name does.
+pub fn free_address() -> String {
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    probe.local_addr().unwrap().to_string()
 }
 
 /// The `payments` binary on `database`.
@@ -112,6 +149,22 @@ async fn next_line(lines: &mut Lines<BufReader<ChildStdout>>, prefix: &str) -> S
     tokio::time::timeout(PATIENCE, read)
         .await
         .unwrap_or_else(|_| panic!("the service printed no {prefix:?} within {PATIENCE:?}"))
+}
+
+/// Waits (at most `limit`) until `sql` counts at least `at`.
+pub async fn until_at_least<DB: Fixture>(db: &Database<DB>, sql: &str, at: i64, limit: Duration) {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let got = count(db, sql).await;
+        if got >= at {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{sql}: {got} after {limit:?}, want {at}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// Waits until `sql` counts `want`.
@@ -214,4 +267,60 @@ impl Drop for FreshDatabase {
             panic!("cannot drop the database {}", self.name);
         }
     }
+}
+
+/// What is still on the broker: messages not yet acknowledged, and dead letters.
+pub async fn pending_on_the_broker(orders: &Orders) -> Vec<String> {
+    let mut left = Vec::new();
+    if orders.is_nats() {
+        let context = jetstream::new(async_nats::connect(&orders.url).await.unwrap());
+        let mut consumer: jetstream::consumer::PullConsumer = context
+            .get_stream(&orders.name)
+            .await
+            .unwrap()
+            .get_consumer("warehouse")
+            .await
+            .unwrap();
+        let info = consumer.info().await.unwrap();
+        if info.num_pending + info.num_ack_pending as u64 > 0 {
+            left.push(format!(
+                "{} pending, {} awaiting acknowledgement",
+                info.num_pending, info.num_ack_pending
+            ));
+        }
+        let mut dead = context
+            .get_stream(format!("{}_DEAD", orders.name))
+            .await
+            .unwrap();
+        let dead_letters = dead.info().await.unwrap().state.messages;
+        if dead_letters > 0 {
+            left.push(format!("{dead_letters} dead letters"));
+        }
+    } else {
+        let connection = Connection::connect(&orders.url, ConnectionProperties::default())
+            .await
+            .unwrap();
+        let channel = connection.create_channel().await.unwrap();
+        let passive = QueueDeclareOptions {
+            passive: true,
+            ..QueueDeclareOptions::default()
+        };
+        for queue in [orders.name.clone(), orders.dead_letters()] {
+            let declared = channel
+                .queue_declare(
+                    ShortString::from(queue.as_str()),
+                    passive,
+                    FieldTable::default(),
+                )
+                .await
+                .unwrap();
+            // Ready messages; those delivered and not yet acknowledged count once the
+            // consumers stop (or in the consumer count's deliveries meanwhile).
+            if declared.message_count() > 0 {
+                left.push(format!("{} in {queue}", declared.message_count()));
+            }
+        }
+        let _ = connection.close(200, ShortString::from("checked")).await;
+    }
+    left
 }

@@ -1,0 +1,75 @@
+//! The relay: publishes the warehouse's outbox (OrderPaid from `POST /orders`, PickTaskCreated
+//! from the OrderPaid handler) to NATS JetStream or RabbitMQ, each order's events in the order
+//! they committed. Run two for availability: one publishes, the other takes over within the
+//! lease when it dies.
+//!
+//! It prints `relay running as <holder>` once its tables and the broker's streams or queues are
+//! there.
+
+use std::time::Duration;
+
+use clap::Parser;
+use guestlist::sqlx::Pool;
+use guestlist::{Publish, Relay};
+use guestlist_amqp::RabbitPublisher;
+use guestlist_consumer::shutdown_signal;
+use guestlist_nats::JetStreamPublisher;
+use warehouse_example::broker::Orders;
+use warehouse_example::db::Shop;
+use warehouse_example::{warehouse, with_pool};
+
+/// The warehouse's outbox relay.
+#[derive(Parser)]
+struct Args {
+    /// postgres://… or sqlite:path: the warehouse's database.
+    #[arg(long, default_value = "sqlite:warehouse.db")]
+    database: String,
+    /// nats://host:port or amqp://user:password@host:port/%2f
+    #[arg(long, default_value = "nats://127.0.0.1:4222")]
+    broker: String,
+    /// The NATS stream or RabbitMQ queue of OrderPaid events (declared when missing).
+    #[arg(long, default_value = "ORDERS")]
+    queue: String,
+    /// How long a relay that died keeps the other waiting.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    lease: Duration,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let orders = Orders::new(&args.broker, &args.queue);
+    with_pool!(&args.database, |pool| {
+        warehouse::migrate(&pool).await?;
+        orders.declare().await?;
+        if orders.is_nats() {
+            let publisher = JetStreamPublisher::connect(&args.broker).await?;
+            relay(pool, publisher, args.lease).await?;
+        } else {
+            let publisher = RabbitPublisher::connect(&args.broker, "").await?;
+            relay(pool, publisher, args.lease).await?;
+        }
+    });
+    Ok(())
+}
+
+async fn relay<DB: Shop, P: Publish>(
+    pool: Pool<DB>,
+    publisher: P,
+    lease: Duration,
+) -> anyhow::Result<()> {
+    let holder = format!("warehouse-relay-{}", std::process::id());
+    let relay = Relay::new(warehouse::outbox::<DB>(), pool, publisher)
+        .lease(lease)
+        .holder(holder.as_str());
+    println!("relay running as {holder}");
+    let relayed = relay.run(shutdown_signal()).await?;
+    println!(
+        "relay stopped: published {} ({} dropped by the broker as repeats)",
+        relayed.published, relayed.duplicates
+    );
+    Ok(())
+}
