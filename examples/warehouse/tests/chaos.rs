@@ -145,7 +145,11 @@ async fn relay_race_under_fire(orders: Orders, broker: &str) {
         "every pick task records its own order's charge, each charge once"
     );
     assert_eq!(
-        count(&db, "SELECT count(DISTINCT message_id) FROM warehouse_outbox").await,
+        count(
+            &db,
+            "SELECT count(DISTINCT message_id) FROM warehouse_outbox"
+        )
+        .await,
         ORDERS,
         "one PickTaskCreated per event in the outbox, written on the claim's transaction"
     );

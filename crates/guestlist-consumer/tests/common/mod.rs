@@ -74,6 +74,7 @@ macro_rules! relay_suite {
                 sigkill_between_confirm_and_stamp_publishes_again_without_a_second_effect,
                 a_relay_that_lost_its_lease_stamps_nothing,
                 two_relays_one_killed_again_and_again_keep_each_keys_order,
+                a_message_no_queue_takes_stays_pending_and_shows_in_the_metrics,
             );
 
             /// Not a test on its own: the relay the SIGKILL and SIGSTOP tests hold mid-batch.

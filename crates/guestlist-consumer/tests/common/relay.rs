@@ -491,3 +491,62 @@ pub async fn a_commit_wakes_an_idle_relay<B: Broker>(name: &str) {
     let relayed = task.await.unwrap().unwrap();
     assert_eq!(relayed.published, 1);
 }
+
+pub async fn a_message_no_queue_takes_stays_pending_and_shows_in_the_metrics<
+    B: Broker,
+    DB: Fixture,
+>(
+    name: &str,
+) {
+    use guestlist_testkit::metrics;
+    metrics::recorder();
+    let line = Line::<B, DB>::open(name).await;
+    // A topic no stream captures and no queue is bound to: the broker refuses, every time.
+    let nowhere = Topic::new(format!("gl.nowhere.{}", line.rig.tag)).unwrap();
+    for n in 0..2 {
+        let message = Outgoing::new(nowhere.clone(), order_paid(&format!("evt_{n}")))
+            .id(MessageId::new(format!("evt_{n}")).unwrap());
+        let mut tx = line.rig.db.pool.begin().await.unwrap();
+        line.outbox.enqueue(&mut *tx, &message).await.unwrap();
+        tx.commit().await.unwrap();
+    }
+    let relay = line.relay(line.rig.broker.publisher().await, Duration::from_secs(5));
+    let refused = relay.drain().await.unwrap_err().to_string();
+    let what_to_do = if B::DEDUPLICATES {
+        "nats stream add"
+    } else {
+        "bind a queue"
+    };
+    assert!(refused.contains(what_to_do), "{}: {refused}", B::LABEL);
+
+    let (stop, stopped) = oneshot::channel::<()>();
+    let running = tokio::spawn(async move {
+        relay
+            .run(async move {
+                let _ = stopped.await;
+            })
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    stop.send(()).unwrap();
+    let relayed = running.await.unwrap().unwrap();
+    assert_eq!(relayed.published, 0);
+    assert!(relayed.failures >= 2, "{relayed:?}");
+
+    let table = line.outbox.table().to_string();
+    let labels = [("table", table.as_str())];
+    assert_eq!(
+        metrics::gauge("guestlist_outbox_pending", &labels),
+        Some(2.0)
+    );
+    let oldest = metrics::gauge("guestlist_outbox_oldest_pending_seconds", &labels).unwrap();
+    assert!(oldest > 0.0, "the oldest pending message's age: {oldest}");
+    let counted = metrics::counters();
+    assert!(metrics::sum(&counted, "guestlist_outbox_publish_failures_total", &labels) >= 4);
+    assert_eq!(
+        metrics::sum(&counted, "guestlist_outbox_published_total", &labels),
+        0
+    );
+    let stats = line.outbox.stats(&line.rig.db.pool).await.unwrap();
+    assert_eq!((stats.pending, stats.rows), (2, 2), "nothing lost");
+}
