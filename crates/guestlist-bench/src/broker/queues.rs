@@ -78,6 +78,27 @@ impl Queue {
         })
     }
 
+    /// Deletes the stream or queue with what it holds, so that a run's figures do not pile up
+    /// on the broker (a hundred thousand messages each) and slow the ones measured after.
+    pub(crate) async fn remove(&self) -> anyhow::Result<()> {
+        match self {
+            Queue::Nats {
+                context, stream, ..
+            } => {
+                context.delete_stream(stream).await?;
+            }
+            Queue::Rabbit { channel, queue, .. } => {
+                channel
+                    .queue_delete(
+                        queue.as_str().into(),
+                        lapin::options::QueueDeleteOptions::default(),
+                    )
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
     /// The topic an outbox message needs to reach this stream or queue: the stream's subject,
     /// the queue's name (through the default exchange).
     pub(crate) fn topic(&self) -> String {

@@ -34,8 +34,12 @@ pub(super) async fn measure<P: Publish + 'static>(
             })
             .await
     });
-    // The relay's first round, then the stream.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The stream starts once the relay is up: connected, holding the lease.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while outbox.stats(pool).await?.lease.expires_in.is_none() {
+        anyhow::ensure!(tokio::time::Instant::now() < deadline, "the relay never took the lease");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let topic = Topic::new(queue.topic())?;
     let mut committed = HashMap::with_capacity(count);
     let mut ticks = tokio::time::interval(Duration::from_secs(1) / per_sec);

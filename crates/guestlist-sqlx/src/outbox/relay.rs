@@ -160,19 +160,27 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
         let mut totals = Relayed::default();
         let mut progress = Progress::default();
         let mut wake = self.wake().await;
+        self.warm_up().await;
         let mut pause = self.retry;
         let mut backlog_read = None::<Instant>;
+        let mut backlog: Option<tokio::task::JoinHandle<()>> = None;
         tokio::pin!(shutdown);
         loop {
             if stopping(&mut shutdown).await {
                 break;
             }
             let round = self.round(&mut progress, &mut totals, true).await;
+            // Read beside the rounds, never in their way: on a large table the count can take
+            // longer than a thin stream's messages may wait.
             if progress.lease.is_some()
                 && backlog_read.is_none_or(|at| at.elapsed() >= BACKLOG_EVERY)
+                && backlog.as_ref().is_none_or(|read| read.is_finished())
             {
                 backlog_read = Some(Instant::now());
-                self.report_backlog().await;
+                backlog = Some(tokio::spawn(report_backlog(
+                    self.pool.clone(),
+                    self.outbox.clone(),
+                )));
             }
             let wait = match round {
                 Ok(Round::More) => {
@@ -202,6 +210,9 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
                 () = &mut shutdown => break,
                 () = tokio::time::sleep(wait) => {}
             }
+        }
+        if let Some(read) = backlog {
+            read.abort();
         }
         self.finish(progress, &mut totals).await;
         Ok(totals)
@@ -405,21 +416,24 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
         }
     }
 
-    /// Sets the gauges of what is pending.
-    async fn report_backlog(&self) {
-        let read = async {
-            let mut conn = self.pool.acquire().await?;
-            DB::outbox_backlog(&mut conn, &self.outbox.relay).await
-        };
-        match read.await {
-            Ok((pending, oldest_ms)) => {
-                let table = self.outbox.table().to_string();
-                metrics::gauge!("guestlist_outbox_pending", "table" => table.clone())
-                    .set(pending as f64);
-                metrics::gauge!("guestlist_outbox_oldest_pending_seconds", "table" => table)
-                    .set(oldest_ms.unwrap_or(0).max(0) as f64 / 1000.0);
+    /// Opens the connections the relay uses at once (the round's, the stamp's, the backlog
+    /// reader's) before it publishes, so that none is opened mid-stream: on a busy machine a
+    /// new connection (TLS, authentication, a server process) costs tens of milliseconds, and a
+    /// thin stream's messages would wait for it.
+    async fn warm_up(&self) {
+        let wanted = self.pool.options().get_max_connections().min(WARM_CONNECTIONS);
+        let mut held = Vec::new();
+        for _ in 0..wanted {
+            match self.pool.try_acquire() {
+                Some(conn) => held.push(conn),
+                None => match self.pool.acquire().await {
+                    Ok(conn) => held.push(conn),
+                    Err(err) => {
+                        tracing::debug!(error = %err, "outbox relay could not warm its pool");
+                        break;
+                    }
+                },
             }
-            Err(err) => tracing::debug!(error = %err, "outbox backlog not read"),
         }
     }
 
@@ -446,8 +460,28 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
 
 /// How often the holder reads the backlog for its gauges.
 const BACKLOG_EVERY: Duration = Duration::from_secs(5);
+/// Connections a running relay may use at once: a round's, a stamp's, the backlog reader's.
+const WARM_CONNECTIONS: u32 = 3;
 /// The longest pause between failed rounds.
 const MAX_PAUSE: Duration = Duration::from_secs(5);
+
+/// Sets the gauges of what is pending in `outbox`.
+async fn report_backlog<DB: Backend>(pool: sqlx::Pool<DB>, outbox: Outbox<DB>) {
+    let read = async {
+        let mut conn = pool.acquire().await?;
+        DB::outbox_backlog(&mut conn, &outbox.relay).await
+    };
+    match read.await {
+        Ok((pending, oldest_ms)) => {
+            let table = outbox.table().to_string();
+            metrics::gauge!("guestlist_outbox_pending", "table" => table.clone())
+                .set(pending as f64);
+            metrics::gauge!("guestlist_outbox_oldest_pending_seconds", "table" => table)
+                .set(oldest_ms.unwrap_or(0).max(0) as f64 / 1000.0);
+        }
+        Err(err) => tracing::debug!(error = %err, "outbox backlog not read"),
+    }
+}
 
 /// The pause to wait now, doubling the next one up to [`MAX_PAUSE`].
 fn backed_off(pause: &mut Duration) -> Duration {
