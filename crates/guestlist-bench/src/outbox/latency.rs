@@ -37,7 +37,10 @@ pub(super) async fn measure<P: Publish + 'static>(
     // The stream starts once the relay is up: connected, holding the lease.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while outbox.stats(pool).await?.lease.expires_in.is_none() {
-        anyhow::ensure!(tokio::time::Instant::now() < deadline, "the relay never took the lease");
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the relay never took the lease"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let topic = Topic::new(queue.topic())?;

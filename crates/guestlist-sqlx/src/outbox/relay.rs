@@ -421,7 +421,11 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
     /// new connection (TLS, authentication, a server process) costs tens of milliseconds, and a
     /// thin stream's messages would wait for it.
     async fn warm_up(&self) {
-        let wanted = self.pool.options().get_max_connections().min(WARM_CONNECTIONS);
+        let wanted = self
+            .pool
+            .options()
+            .get_max_connections()
+            .min(WARM_CONNECTIONS);
         let mut held = Vec::new();
         for _ in 0..wanted {
             match self.pool.try_acquire() {
