@@ -66,6 +66,16 @@ pub enum Error {
     Amqp(#[from] lapin::Error),
 }
 
+/// A connection to RabbitMQ at `url`; an error names the host, not the credentials.
+async fn connect(url: &str) -> Result<Connection, Error> {
+    Connection::connect(url, ConnectionProperties::default())
+        .await
+        .map_err(|source| Error::Connect {
+            url: url.split('@').next_back().unwrap_or(url).to_owned(),
+            source,
+        })
+}
+
 /// Deliveries from a RabbitMQ queue.
 pub struct RabbitSource {
     channel: Channel,
@@ -92,12 +102,7 @@ impl RabbitSource {
     /// unacknowledged deliveries. Make it twice the consumer's batch size (200 for the default
     /// 100), so that the next batch arrives while one commits.
     pub async fn connect(url: &str, queue: &str, prefetch: u16) -> Result<Self, Error> {
-        let connection = Connection::connect(url, ConnectionProperties::default())
-            .await
-            .map_err(|source| Error::Connect {
-                url: url.split('@').next_back().unwrap_or(url).to_owned(),
-                source,
-            })?;
+        let connection = connect(url).await?;
         let channel = connection.create_channel().await?;
         channel
             .queue_declare(

@@ -3,7 +3,7 @@
 use guestlist_sqlx::{Confirmed, OutboxMessage, Publish, PublishError};
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
-use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties};
+use lapin::{BasicProperties, Channel, Confirmation};
 
 use crate::Error;
 
@@ -38,12 +38,7 @@ impl RabbitPublisher {
 
     /// Connects to `url` and publishes to `exchange` (`""` for the default exchange).
     pub async fn connect(url: &str, exchange: &str) -> Result<Self, Error> {
-        let connection = Connection::connect(url, ConnectionProperties::default())
-            .await
-            .map_err(|source| Error::Connect {
-                url: url.split('@').next_back().unwrap_or(url).to_owned(),
-                source,
-            })?;
+        let connection = crate::connect(url).await?;
         Self::new(connection.create_channel().await?, exchange).await
     }
 

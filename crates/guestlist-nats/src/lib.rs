@@ -54,6 +54,17 @@ pub enum Error {
     JetStream(String),
 }
 
+/// A JetStream context on the NATS server at `url`.
+async fn connect(url: &str) -> Result<jetstream::Context, Error> {
+    let client = async_nats::connect(url)
+        .await
+        .map_err(|source| Error::Connect {
+            url: url.to_owned(),
+            source,
+        })?;
+    Ok(jetstream::new(client))
+}
+
 /// Deliveries from a durable JetStream pull consumer.
 pub struct JetStreamSource {
     context: jetstream::Context,
@@ -88,13 +99,7 @@ impl JetStreamSource {
         ack_wait: Duration,
         dead_letters: &str,
     ) -> Result<Self, Error> {
-        let client = async_nats::connect(url)
-            .await
-            .map_err(|source| Error::Connect {
-                url: url.to_owned(),
-                source,
-            })?;
-        let context = jetstream::new(client);
+        let context = connect(url).await?;
         let mut handle = context
             .get_stream(stream)
             .await

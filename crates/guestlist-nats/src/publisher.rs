@@ -31,13 +31,7 @@ impl JetStreamPublisher {
 
     /// Connects to the NATS server at `url`.
     pub async fn connect(url: &str) -> Result<Self, Error> {
-        let client = async_nats::connect(url)
-            .await
-            .map_err(|source| Error::Connect {
-                url: url.to_owned(),
-                source,
-            })?;
-        Ok(Self::new(jetstream::new(client)))
+        Ok(Self::new(crate::connect(url).await?))
     }
 
     /// The message's headers as NATS sends them; a header NATS cannot carry (a name with `:`,

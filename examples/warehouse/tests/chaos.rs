@@ -24,7 +24,8 @@ use warehouse_example::broker::Orders;
 
 use common::{
     FreshDatabase, PAYMENTS_READY, Service, WAREHOUSE_READY, amqp_url, count, free_address,
-    nats_url, payments_on, pending_on_the_broker, until_at_least, warehouse,
+    nats_url, payments_on, pending_on_the_broker, until_at_least, until_the_broker_is_quiet,
+    warehouse,
 };
 
 /// Distinct paid orders.
@@ -102,19 +103,7 @@ async fn relay_race_under_fire(orders: Orders, broker: &str) {
 
     // Let redeliveries of copies already handled drain (a message handed back waits up to the
     // lease), until the broker has shown nothing pending for a while; then stop cleanly.
-    let deadline = tokio::time::Instant::now() + RUN_FOR;
-    let mut quiet_since = tokio::time::Instant::now();
-    while quiet_since.elapsed() < QUIET {
-        let left = pending_on_the_broker(&orders).await;
-        if !left.is_empty() {
-            quiet_since = tokio::time::Instant::now();
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{broker}: left on the broker: {left:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    until_the_broker_is_quiet(&orders, QUIET, RUN_FOR).await;
     first.sigterm().await;
     second.sigterm().await;
 

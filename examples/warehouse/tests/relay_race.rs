@@ -31,7 +31,7 @@ use warehouse_example::warehouse::{NewOrder, Order};
 use common::{
     FreshDatabase, PAYMENTS_READY, RELAY_READY, Service, WAREHOUSE_READY, amqp_url, count,
     free_address, nats_url, payments_on, pending_on_the_broker, relay, until_at_least,
-    warehouse_on,
+    until_the_broker_is_quiet, warehouse_on,
 };
 
 /// Orders created.
@@ -166,19 +166,7 @@ async fn relay_race(orders: Orders, broker: &str) {
     .await;
 
     // Redeliveries of what was already handled drain; then everything stops cleanly.
-    let deadline = tokio::time::Instant::now() + RUN_FOR;
-    let mut quiet_since = tokio::time::Instant::now();
-    while quiet_since.elapsed() < QUIET {
-        let left = pending_on_the_broker(&orders).await;
-        if !left.is_empty() {
-            quiet_since = tokio::time::Instant::now();
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{broker}: left on the broker: {left:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    until_the_broker_is_quiet(&orders, QUIET, RUN_FOR).await;
     for service in [
         first_service,
         second_service,

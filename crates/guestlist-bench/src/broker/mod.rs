@@ -102,10 +102,7 @@ pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
     let inbox = Inbox::<sqlx::Postgres>::with_table(INBOX)?;
     inbox.migrate(&pool).await?;
 
-    let nats_url = std::env::var("GUESTLIST_BENCH_NATS_URL")
-        .unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
-    let amqp_url = std::env::var("GUESTLIST_BENCH_AMQP_URL")
-        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into());
+    let (nats_url, amqp_url) = (queues::nats_url(), queues::amqp_url());
     let mut report = Report::default();
     for broker in ["nats", "rabbitmq"] {
         eprintln!("measuring {broker} …");

@@ -16,6 +16,17 @@ pub(crate) enum Queue {
     },
 }
 
+/// The NATS server the benches use (`GUESTLIST_BENCH_NATS_URL`).
+pub(crate) fn nats_url() -> String {
+    std::env::var("GUESTLIST_BENCH_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into())
+}
+
+/// The RabbitMQ server the benches use (`GUESTLIST_BENCH_AMQP_URL`).
+pub(crate) fn amqp_url() -> String {
+    std::env::var("GUESTLIST_BENCH_AMQP_URL")
+        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())
+}
+
 /// A source of either broker.
 pub(crate) enum AnySource {
     Nats(Box<guestlist_nats::JetStreamSource>),

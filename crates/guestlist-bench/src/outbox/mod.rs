@@ -22,7 +22,7 @@ use guestlist_amqp::RabbitPublisher;
 use guestlist_nats::JetStreamPublisher;
 
 use crate::Common;
-use crate::broker::queues::Queue;
+use crate::broker::queues::{self, Queue};
 use crate::cpu::CpuClock;
 use crate::measure::{Plan, median};
 use crate::report::{Report, Row};
@@ -86,10 +86,7 @@ pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
     }
     outbox.migrate(&pool).await?;
 
-    let nats_url = std::env::var("GUESTLIST_BENCH_NATS_URL")
-        .unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
-    let amqp_url = std::env::var("GUESTLIST_BENCH_AMQP_URL")
-        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into());
+    let (nats_url, amqp_url) = (queues::nats_url(), queues::amqp_url());
     let mut report = Report::default();
     for broker in ["nats", "rabbitmq"] {
         eprintln!("measuring the relay to {broker} …");

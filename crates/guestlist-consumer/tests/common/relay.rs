@@ -12,6 +12,7 @@ use guestlist_consumer::Handled;
 use guestlist_core::{MessageId, OrderingKey, Topic};
 use guestlist_sqlx::{Confirmed, Outbox, OutboxMessage, Outgoing, Publish, PublishError, Relay};
 use guestlist_testkit::Fixture;
+use tempfile::TempDir;
 use tokio::sync::oneshot;
 
 use super::brokers::Broker;
@@ -107,6 +108,28 @@ impl<B: Broker, DB: Fixture> Line<B, DB> {
         task.await.unwrap().unwrap()
     }
 
+    /// Commits `events` messages on one key, and starts a relay child that publishes them and,
+    /// once the broker confirmed them, holds them unstamped for `hold` (its lease: 1 s). Returns
+    /// when the broker has confirmed the batch, with the child and its marker's directory.
+    async fn held_batch(&self, name: &str, events: i64, hold: Duration) -> (Child, TempDir) {
+        for n in 0..events {
+            self.enqueue(&format!("evt_{n}"), "order-42", true).await;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("confirmed");
+        let child = self.child(
+            name,
+            "held_relay",
+            &[
+                (CHILD_MARKER, marker.display().to_string()),
+                (CHILD_HOLD_MS, hold.as_millis().to_string()),
+                (CHILD_LEASE_MS, "1000".to_owned()),
+            ],
+        );
+        until_marked(&marker).await;
+        (child, dir)
+    }
+
     /// Starts the relay child `child` of this test's module with `env`.
     fn child(&self, name: &str, child: &str, env: &[(&str, String)]) -> Child {
         let module = name.split('_').next().unwrap();
@@ -197,21 +220,9 @@ pub async fn sigkill_between_confirm_and_stamp_publishes_again_without_a_second_
 ) {
     const EVENTS: i64 = 20;
     let line = Line::<B, DB>::open(name).await;
-    for n in 0..EVENTS {
-        line.enqueue(&format!("evt_{n}"), "order-42", true).await;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let marker = dir.path().join("confirmed");
-    let mut child = line.child(
-        name,
-        "held_relay",
-        &[
-            (CHILD_MARKER, marker.display().to_string()),
-            (CHILD_HOLD_MS, "600000".to_owned()),
-            (CHILD_LEASE_MS, "1000".to_owned()),
-        ],
-    );
-    until_marked(&marker).await;
+    let (mut child, _marker) = line
+        .held_batch(name, EVENTS, Duration::from_secs(600))
+        .await;
     child
         .kill()
         .expect("SIGKILL the relay between confirm and stamp");
@@ -252,21 +263,9 @@ pub async fn sigkill_between_confirm_and_stamp_publishes_again_without_a_second_
 pub async fn a_relay_that_lost_its_lease_stamps_nothing<B: Broker, DB: Fixture>(name: &str) {
     const EVENTS: i64 = 5;
     let line = Line::<B, DB>::open(name).await;
-    for n in 0..EVENTS {
-        line.enqueue(&format!("evt_{n}"), "order-42", true).await;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let marker = dir.path().join("confirmed");
-    let mut child = line.child(
-        name,
-        "held_relay",
-        &[
-            (CHILD_MARKER, marker.display().to_string()),
-            (CHILD_HOLD_MS, "300".to_owned()),
-            (CHILD_LEASE_MS, "1000".to_owned()),
-        ],
-    );
-    until_marked(&marker).await;
+    let (mut child, _marker) = line
+        .held_batch(name, EVENTS, Duration::from_millis(300))
+        .await;
     // Paused between the broker's confirmation and its stamp, past the end of its lease.
     signal(&child, "-STOP");
     tokio::time::sleep(Duration::from_millis(1500)).await;

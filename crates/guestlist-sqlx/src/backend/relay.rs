@@ -338,3 +338,53 @@ macro_rules! relay_same_everywhere {
 }
 #[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
 pub(crate) use relay_same_everywhere;
+
+/// The relay's lease take where the update returns the new token (PostgreSQL, SQLite).
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+macro_rules! relay_take_returning {
+    ($conn:ty) => {
+        async fn relay_take<'c>(
+            conn: &'c mut $conn,
+            sql: &'c $crate::backend::relay::RelaySql,
+            holder: &'c str,
+            lease_ms: i64,
+        ) -> Result<Option<i64>, sqlx::Error> {
+            sqlx::query_scalar(sqlx::AssertSqlSafe(sql.take.clone()))
+                .bind(holder)
+                .bind(lease_ms)
+                .fetch_optional(conn)
+                .await
+        }
+    };
+}
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub(crate) use relay_take_returning;
+
+/// The relay's read and stamp where a list of ids cannot be bound (SQLite, MySQL): the lists go
+/// into the text, and the stamp renews the lease on a transaction of its own.
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
+macro_rules! relay_with_literal_lists {
+    ($conn:ty, $db:ty) => {
+        async fn relay_pending<'c>(
+            conn: &'c mut $conn,
+            sql: &'c $crate::backend::relay::RelaySql,
+            limit: i64,
+            exclude: &'c [i64],
+        ) -> Result<Vec<$crate::backend::relay::PendingRow>, sqlx::Error> {
+            $crate::backend::relay::pending_excluding::<$db>(conn, sql, limit, exclude).await
+        }
+
+        async fn relay_stamp<'c>(
+            conn: &'c mut $conn,
+            sql: &'c $crate::backend::relay::RelaySql,
+            token: i64,
+            lease_ms: i64,
+            ids: &'c [i64],
+        ) -> Result<bool, sqlx::Error> {
+            $crate::backend::relay::stamp_in_transaction::<$db>(conn, sql, token, lease_ms, ids)
+                .await
+        }
+    };
+}
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
+pub(crate) use relay_with_literal_lists;

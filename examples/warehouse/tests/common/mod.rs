@@ -269,6 +269,26 @@ impl Drop for FreshDatabase {
     }
 }
 
+/// Waits (at most `limit`) until the broker has shown nothing pending and no dead letter for
+/// `quiet`: redeliveries of what was already handled have drained (a message handed back waits
+/// up to its delay).
+pub async fn until_the_broker_is_quiet(orders: &Orders, quiet: Duration, limit: Duration) {
+    let deadline = tokio::time::Instant::now() + limit;
+    let mut quiet_since = tokio::time::Instant::now();
+    while quiet_since.elapsed() < quiet {
+        let left = pending_on_the_broker(orders).await;
+        if !left.is_empty() {
+            quiet_since = tokio::time::Instant::now();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{}: left on the broker: {left:?}",
+            orders.url
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
 /// What is still on the broker: messages not yet acknowledged, and dead letters.
 pub async fn pending_on_the_broker(orders: &Orders) -> Vec<String> {
     let mut left = Vec::new();

@@ -5,7 +5,7 @@ use sqlx::mysql::MySqlConnection;
 use sqlx::{AssertSqlSafe, Connection, MySql};
 
 use super::inserted_unless_duplicate;
-use crate::backend::relay::{PendingRow, RelayStatements, pending_excluding, stamp_in_transaction};
+use crate::backend::relay::RelayStatements;
 use crate::backend::sealed::OutboxStatements;
 use crate::backend::{OutboxRow, OutboxSql, RelaySql};
 
@@ -104,24 +104,6 @@ impl RelayStatements for MySql {
         Ok(Some(token))
     }
 
-    async fn relay_pending<'c>(
-        conn: &'c mut MySqlConnection,
-        sql: &'c RelaySql,
-        limit: i64,
-        exclude: &'c [i64],
-    ) -> Result<Vec<PendingRow>, sqlx::Error> {
-        pending_excluding::<MySql>(conn, sql, limit, exclude).await
-    }
-
-    async fn relay_stamp<'c>(
-        conn: &'c mut MySqlConnection,
-        sql: &'c RelaySql,
-        token: i64,
-        lease_ms: i64,
-        ids: &'c [i64],
-    ) -> Result<bool, sqlx::Error> {
-        stamp_in_transaction::<MySql>(conn, sql, token, lease_ms, ids).await
-    }
-
+    crate::backend::relay::relay_with_literal_lists!(MySqlConnection, MySql);
     crate::backend::relay::relay_same_everywhere!(MySqlConnection);
 }

@@ -53,18 +53,7 @@ impl RelayStatements for Postgres {
          THEN (EXTRACT(EPOCH FROM (lease_until - now())) * 1000)::bigint END \
          FROM {table}_relay WHERE shard = 0";
 
-    async fn relay_take<'c>(
-        conn: &'c mut PgConnection,
-        sql: &'c RelaySql,
-        holder: &'c str,
-        lease_ms: i64,
-    ) -> Result<Option<i64>, sqlx::Error> {
-        sqlx::query_scalar(AssertSqlSafe(sql.take.clone()))
-            .bind(holder)
-            .bind(lease_ms)
-            .fetch_optional(conn)
-            .await
-    }
+    crate::backend::relay::relay_take_returning!(PgConnection);
 
     async fn relay_pending<'c>(
         conn: &'c mut PgConnection,

@@ -1,10 +1,9 @@
 //! SQLite's outbox statements.
 
+use sqlx::Sqlite;
 use sqlx::sqlite::SqliteConnection;
-use sqlx::{AssertSqlSafe, Sqlite};
 
-use crate::backend::RelaySql;
-use crate::backend::relay::{PendingRow, RelayStatements, pending_excluding, stamp_in_transaction};
+use crate::backend::relay::RelayStatements;
 use crate::backend::sealed::OutboxStatements;
 
 impl OutboxStatements for Sqlite {
@@ -47,37 +46,7 @@ impl RelayStatements for Sqlite {
          THEN NULL ELSE CAST(round((julianday(lease_until) - julianday('now')) * 86400000.0) \
          AS INTEGER) END FROM {table}_relay WHERE shard = 0";
 
-    async fn relay_take<'c>(
-        conn: &'c mut SqliteConnection,
-        sql: &'c RelaySql,
-        holder: &'c str,
-        lease_ms: i64,
-    ) -> Result<Option<i64>, sqlx::Error> {
-        sqlx::query_scalar(AssertSqlSafe(sql.take.clone()))
-            .bind(holder)
-            .bind(lease_ms)
-            .fetch_optional(conn)
-            .await
-    }
-
-    async fn relay_pending<'c>(
-        conn: &'c mut SqliteConnection,
-        sql: &'c RelaySql,
-        limit: i64,
-        exclude: &'c [i64],
-    ) -> Result<Vec<PendingRow>, sqlx::Error> {
-        pending_excluding::<Sqlite>(conn, sql, limit, exclude).await
-    }
-
-    async fn relay_stamp<'c>(
-        conn: &'c mut SqliteConnection,
-        sql: &'c RelaySql,
-        token: i64,
-        lease_ms: i64,
-        ids: &'c [i64],
-    ) -> Result<bool, sqlx::Error> {
-        stamp_in_transaction::<Sqlite>(conn, sql, token, lease_ms, ids).await
-    }
-
+    crate::backend::relay::relay_take_returning!(SqliteConnection);
+    crate::backend::relay::relay_with_literal_lists!(SqliteConnection, Sqlite);
     crate::backend::relay::relay_same_everywhere!(SqliteConnection);
 }
