@@ -15,8 +15,10 @@ use crate::{Error, keys::new_token};
 ///
 /// - **Order.** Messages go out in the order they committed for each ordering key (the outbox
 ///   gives each key's messages their places as their transactions commit), in batches whose
-///   publishes are pipelined and confirmed together. When a message is not confirmed, the
-///   later messages of its key in the batch stay pending with it and go again after it.
+///   publishes are pipelined and confirmed together, each sent while the batch before it is
+///   stamped. When a message is not confirmed, it stays pending with the later messages of its
+///   key in its batch and the batch sent alongside, and they go again after it; a later message
+///   the broker had already stored then arrives before the retry.
 /// - **At least once.** A relay that dies between the broker's confirmation and the stamp
 ///   publishes those messages again. Each carries its id where the broker deduplicates, and
 ///   the consumers' inbox drops what gets through.
