@@ -37,7 +37,8 @@ use crate::{Error, keys::new_token};
 ///
 /// let outbox = Outbox::<sqlx::Postgres>::new();
 /// let relay = Relay::new(outbox, pool, publisher);
-/// let relayed = relay.run(async { tokio::signal::ctrl_c().await.ok(); }).await?;
+/// let shutdown = std::future::pending(); // in a service: its SIGTERM handler's future
+/// let relayed = relay.run(shutdown).await?;
 /// println!("published {}", relayed.published);
 /// # Ok(()) }
 /// ```
