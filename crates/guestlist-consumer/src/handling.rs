@@ -6,7 +6,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use guestlist_core::{Deferral, HandlerName, MessageId, Retention};
+use guestlist_core::{Claim, Deferral, HandlerName, MessageId, Retention};
 use guestlist_sqlx::{Backend, Inbox, ProcessError, Processed, WorkError};
 use sqlx::Pool;
 
@@ -73,6 +73,14 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
             };
             if delivery.delivery_count() > self.max_deliveries {
                 let failed = self.failed_deliveries(&delivery, &id).await;
+                // A copy of a message already handled (its deferrals forgotten then) is a
+                // duplicate however often it was delivered, never poison.
+                if failed > self.max_deliveries && self.already_handled(&id).await {
+                    handled.duplicates += 1;
+                    self.count("duplicate", 1);
+                    self.ack(&delivery).await;
+                    continue;
+                }
                 if failed > self.max_deliveries {
                     let why = format!(
                         "delivered {} times without being handled, deferrals aside (the consumer may have died on it each time)",
@@ -315,6 +323,25 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
             Err(err) => {
                 tracing::warn!(handler = %self.name, id = %id, error = %err, "cannot read the message's deferrals; counting every delivery as a failure");
                 count
+            }
+        }
+    }
+
+    /// Whether the inbox already holds `id` for this handler, asked the inbox's way: a claim on
+    /// a transaction that is then rolled back (it waits for a claim in flight to end). `false`
+    /// when the database cannot say.
+    async fn already_handled(&self, id: &MessageId) -> bool {
+        let claimed = async {
+            let mut tx = self.inbox.begin(&self.pool).await?;
+            let claim = self.inbox.claim(&mut *tx, &self.name, id).await?;
+            tx.rollback().await?;
+            Ok::<_, guestlist_sqlx::Error>(claim)
+        };
+        match claimed.await {
+            Ok(claim) => claim == Claim::Duplicate,
+            Err(err) => {
+                tracing::warn!(handler = %self.name, id = %id, error = %err, "cannot tell whether the message was handled; counting its deliveries as failures");
+                false
             }
         }
     }

@@ -279,6 +279,59 @@ pub async fn a_poison_message_is_dead_lettered_while_the_rest_flow<B: Broker, DB
     );
 }
 
+pub async fn a_handled_message_delivered_past_the_limit_is_a_duplicate_not_poison<
+    B: Broker,
+    DB: Fixture,
+>(
+    name: &str,
+) {
+    use guestlist_consumer::{Delivery, Source};
+    // An ack wait of a second, where the broker has one: a delivery handed back comes round
+    // again within it.
+    let rig = Rig::<B, DB>::open(name, Duration::from_secs(1)).await;
+    rig.broker.publish(&order_paid("evt_done")).await;
+    let (stop, task) = run_until_stopped!(rig.consumer(10).await);
+    rig.until(Duration::from_secs(30), "the event is handled", || async {
+        rig.effects().await == (1, 1) && rig.broker.drained().await
+    })
+    .await;
+    stop.send(()).unwrap();
+    task.await.unwrap().unwrap();
+
+    // A copy (a second publisher, a second warehouse's redeliveries) that went round four
+    // times unhandled, as copies do while their first is deferred: past the limit of 2.
+    rig.broker.publish(&order_paid("evt_done")).await;
+    let mut source = rig.broker.source().await;
+    let mut handed_back = 0;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while handed_back < 4 {
+        assert!(
+            Instant::now() < deadline,
+            "the copy came back {handed_back} times"
+        );
+        for delivery in source.fetch(1).await.unwrap() {
+            delivery.nak(Duration::from_millis(20)).await.unwrap();
+            handed_back += 1;
+        }
+    }
+    drop(source);
+
+    let (stop, task) = run_until_stopped!(rig.consumer(10).await.max_deliveries(2));
+    rig.until(Duration::from_secs(30), "the copy is settled", || async {
+        rig.broker.drained().await
+    })
+    .await;
+    stop.send(()).unwrap();
+    let handled = task.await.unwrap().unwrap();
+    assert_eq!(handled.dead_lettered, 0, "a handled event is never poison");
+    assert_eq!(
+        handled.duplicates, 1,
+        "the copy is acknowledged as a duplicate"
+    );
+    assert!(rig.broker.dead_letters().await.is_empty());
+    assert_eq!(rig.effects().await, (1, 1), "one effect");
+}
+
 pub async fn not_yet_is_deferred_and_never_counts_as_poison<B: Broker, DB: Fixture>(name: &str) {
     guestlist_testkit::metrics::recorder();
     let rig = Rig::<B, DB>::open(name, Duration::from_secs(30)).await;
