@@ -221,22 +221,17 @@ where
     for<'q> i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
     for<'r> PendingColumns: sqlx::FromRow<'r, DB::Row>,
 {
-    let columns: Vec<PendingColumns> = if exclude.is_empty() {
-        let text = sql.pending.replace("{exclude}", "");
-        sqlx::query_as(sqlx::AssertSqlSafe(text))
-            .bind(limit)
-            .fetch_all(DB::executor(conn))
-            .await?
+    let exclusion = if exclude.is_empty() {
+        String::new()
     } else {
-        let text = sql
-            .pending
-            .replace("{exclude}", &format!(" AND id NOT IN {}", id_list(exclude)));
-        sqlx::query_as(sqlx::AssertSqlSafe(text))
-            .persistent(false)
-            .bind(limit)
-            .fetch_all(DB::executor(conn))
-            .await?
+        format!(" AND id NOT IN {}", id_list(exclude))
     };
+    let text = sql.pending.replace("{exclude}", &exclusion);
+    let columns: Vec<PendingColumns> = sqlx::query_as(sqlx::AssertSqlSafe(text))
+        .persistent(exclude.is_empty())
+        .bind(limit)
+        .fetch_all(DB::executor(conn))
+        .await?;
     Ok(pending_rows(columns))
 }
 

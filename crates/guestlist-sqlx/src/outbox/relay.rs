@@ -269,7 +269,7 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
                 progress.lease = None;
                 progress.carried = None;
                 let asked = Instant::now();
-                let mut conn = self.pool.acquire().await.map_err(|e| self.error(e))?;
+                let mut conn = self.connection().await?;
                 let taken = DB::relay_take(&mut conn, sql, &self.holder, lease_ms)
                     .await
                     .map_err(|e| self.error(e))?;
@@ -291,7 +291,7 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
                 .map(Published::ids)
                 .unwrap_or_default();
             let limit = i64::try_from(self.batch).unwrap_or(i64::MAX);
-            let mut conn = self.pool.acquire().await.map_err(|e| self.error(e))?;
+            let mut conn = self.connection().await?;
             DB::relay_pending(&mut conn, sql, limit, &exclude)
                 .await
                 .map_err(|e| self.error(e))?
@@ -332,16 +332,12 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
             // it stays pending, and goes again after it.
             return Ok(Round::Failed(err));
         }
-        let full = rows.len() == self.batch;
-        if !rows.is_empty() {
-            progress.carried = Some(Published { rows, outcomes });
+        if rows.is_empty() {
+            return Ok(Round::Idle);
         }
-        Ok(match (full, progress.carried.is_some()) {
-            (true, _) => Round::More,
-            // Less than a batch: stamp it at once, then wait.
-            (false, true) => Round::More,
-            (false, false) => Round::Idle,
-        })
+        // More may be waiting; and even less than a batch is stamped at once, the next round.
+        progress.carried = Some(Published { rows, outcomes });
+        Ok(Round::More)
     }
 
     /// Publishes `rows` and waits for their confirmations while the lease lasts; missing
@@ -371,7 +367,7 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
             return Ok(());
         }
         let asked = Instant::now();
-        let mut conn = self.pool.acquire().await.map_err(|e| self.error(e))?;
+        let mut conn = self.connection().await?;
         let kept = DB::relay_renew(&mut conn, &self.outbox.relay, lease.token, lease_ms)
             .await
             .map_err(|e| self.error(e))?;
@@ -431,15 +427,12 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
             .min(WARM_CONNECTIONS);
         let mut held = Vec::new();
         for _ in 0..wanted {
-            match self.pool.try_acquire() {
-                Some(conn) => held.push(conn),
-                None => match self.pool.acquire().await {
-                    Ok(conn) => held.push(conn),
-                    Err(err) => {
-                        tracing::debug!(error = %err, "outbox relay could not warm its pool");
-                        break;
-                    }
-                },
+            match self.pool.acquire().await {
+                Ok(conn) => held.push(conn),
+                Err(err) => {
+                    tracing::debug!(error = %err, "outbox relay could not warm its pool");
+                    break;
+                }
             }
         }
     }
@@ -458,6 +451,11 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
                 Wake::polling()
             }
         }
+    }
+
+    /// A pooled connection, its failure named after the outbox's table.
+    async fn connection(&self) -> Result<sqlx::pool::PoolConnection<DB>, Error> {
+        self.pool.acquire().await.map_err(|e| self.error(e))
     }
 
     fn error(&self, err: sqlx::Error) -> Error {
