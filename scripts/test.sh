@@ -10,6 +10,7 @@ ensure_mariadb
 ensure_redis
 ensure_nats
 ensure_rabbitmq
+ensure_kafka
 
 if ! cargo nextest --version >/dev/null 2>&1; then
     # nextest runs each test in its own process with a timeout (.config/nextest.toml), so a

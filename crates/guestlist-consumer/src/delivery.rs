@@ -41,6 +41,13 @@ pub trait Delivery: Send + Sync + 'static {
     fn dead_letter(&self, reason: &str) -> impl Future<Output = Result<(), BrokerError>> + Send;
     /// Tells the broker the message is still being worked on, so it is not redelivered yet.
     fn keep_alive(&self) -> impl Future<Output = Result<(), BrokerError>> + Send;
+    /// Whether the source took this delivery back before it was handled: an earlier message
+    /// of its partition was handed back, or its partition moved to another consumer (Kafka).
+    /// It will be delivered again, so the consumer neither handles nor settles it. Never, by
+    /// default.
+    fn withdrawn(&self) -> bool {
+        false
+    }
 }
 
 /// Where deliveries come from: a JetStream consumer, a RabbitMQ queue.

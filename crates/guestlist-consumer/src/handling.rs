@@ -62,6 +62,9 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
             .record(deliveries.len() as f64);
         let mut ready = Vec::with_capacity(deliveries.len());
         for delivery in deliveries {
+            if delivery.withdrawn() {
+                continue; // the source delivers it again, in its place
+            }
             let id = match self.id_from.id_of(&delivery) {
                 Ok(id) => id,
                 Err(why) => {
@@ -154,7 +157,11 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
         handled: &mut Handled,
     ) {
         for (delivery, message) in ready {
-            self.one_by_one(delivery.as_ref(), message, handled).await;
+            // A message handed back withdraws the later ones of its partition (Kafka): they
+            // come again after it.
+            if !delivery.withdrawn() {
+                self.one_by_one(delivery.as_ref(), message, handled).await;
+            }
         }
     }
 

@@ -13,6 +13,9 @@ pub trait Broker: Send + Sync + Sized + 'static {
     const LABEL: &'static str;
     /// Whether the broker drops a repeated message id on its own.
     const DEDUPLICATES: bool;
+    /// Whether the broker redelivers an unacknowledged message after a wait, and bounds
+    /// redeliveries in time (JetStream's ack wait and max age; not RabbitMQ, not Kafka).
+    const REDELIVERS_IN_TIME: bool;
 
     /// A fresh queue for the test `tag`; `ack_wait` where the broker has one.
     fn open(tag: &str, ack_wait: Duration) -> impl Future<Output = Self> + Send;
@@ -116,6 +119,7 @@ impl Broker for Nats {
     type Publisher = guestlist_nats::JetStreamPublisher;
     const LABEL: &'static str = "NATS JetStream";
     const DEDUPLICATES: bool = true;
+    const REDELIVERS_IN_TIME: bool = true;
 
     fn topic(&self) -> String {
         self.subject.clone()
@@ -286,6 +290,7 @@ impl Broker for Rabbit {
     type Publisher = guestlist_amqp::RabbitPublisher;
     const LABEL: &'static str = "RabbitMQ";
     const DEDUPLICATES: bool = false;
+    const REDELIVERS_IN_TIME: bool = false;
 
     fn topic(&self) -> String {
         self.queue.clone()

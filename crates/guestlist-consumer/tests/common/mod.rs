@@ -5,6 +5,7 @@
 
 pub mod brokers;
 pub mod held_acks;
+pub mod kafka;
 pub mod relay;
 pub mod suite;
 

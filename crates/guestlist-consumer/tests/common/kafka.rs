@@ -1,0 +1,268 @@
+//! Kafka (tansu, started by the test script): a topic of four partitions per test, a
+//! dead-letter topic, and a consumer group whose committed offsets say what is done.
+
+use std::time::Duration;
+
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{Offset, TopicPartitionList};
+
+use super::brokers::{Broker, Received};
+
+/// Partitions of each test topic: enough for two consumers to share.
+const PARTITIONS: i32 = 4;
+
+/// Kafka: a topic per test, a dead-letter topic, a consumer group per test.
+pub struct Kafka {
+    brokers: String,
+    topic: String,
+    dead_letters: String,
+    group: String,
+    producer: FutureProducer,
+}
+
+impl Kafka {
+    const URL_VAR: &'static str = "GUESTLIST_TEST_KAFKA_BROKERS";
+
+    fn connect(tag: &str) -> Self {
+        let brokers = std::env::var(Self::URL_VAR).unwrap_or_else(|_| "127.0.0.1:9092".to_owned());
+        let producer = ClientConfig::new()
+            .set("bootstrap.servers", &brokers)
+            .set("message.timeout.ms", "10000")
+            .create()
+            .expect("a Kafka producer");
+        Self {
+            topic: format!("gl.{tag}"),
+            dead_letters: format!("gl.{tag}.dead"),
+            group: format!("gl-{tag}"),
+            brokers,
+            producer,
+        }
+    }
+
+    fn admin(&self) -> AdminClient<DefaultClientContext> {
+        ClientConfig::new()
+            .set("bootstrap.servers", &self.brokers)
+            .create()
+            .expect("a Kafka admin client")
+    }
+
+    /// A consumer outside any subscription, for reading offsets and topics.
+    fn reader(&self) -> BaseConsumer {
+        ClientConfig::new()
+            .set("bootstrap.servers", &self.brokers)
+            .set("group.id", &self.group)
+            .set("enable.auto.commit", "false")
+            .create()
+            .expect("a Kafka consumer")
+    }
+
+    async fn create(&self) {
+        let admin = self.admin();
+        let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+        let _ = admin
+            .delete_topics(&[&self.topic, &self.dead_letters], &options)
+            .await;
+        let topics = [
+            NewTopic::new(&self.topic, PARTITIONS, TopicReplication::Fixed(1)),
+            NewTopic::new(&self.dead_letters, 1, TopicReplication::Fixed(1)),
+        ];
+        let created = admin
+            .create_topics(&topics, &options)
+            .await
+            .unwrap_or_else(|err| {
+                panic!(
+                    "Kafka at {}: {err}\nRun scripts/test.sh, which installs and starts every \
+                     service the tests need (tansu for Kafka), or point {} at a running broker.",
+                    self.brokers,
+                    Self::URL_VAR
+                )
+            });
+        for result in created {
+            result.expect("create the test topic");
+        }
+    }
+
+    /// (partition, high watermark, committed offset) of each partition of the topic.
+    async fn offsets(&self) -> Vec<(i32, i64, i64)> {
+        let (reader, topic) = (self.reader(), self.topic.clone());
+        tokio::task::spawn_blocking(move || {
+            let mut list = TopicPartitionList::new();
+            for partition in 0..PARTITIONS {
+                list.add_partition(&topic, partition);
+            }
+            let committed = reader
+                .committed_offsets(list, Duration::from_secs(10))
+                .expect("the group's committed offsets");
+            (0..PARTITIONS)
+                .map(|partition| {
+                    let (_, high) = reader
+                        .fetch_watermarks(&topic, partition, Duration::from_secs(10))
+                        .expect("the partition's watermarks");
+                    let done = match committed
+                        .find_partition(&topic, partition)
+                        .map(|element| element.offset())
+                    {
+                        Some(Offset::Offset(offset)) => offset,
+                        _ => 0,
+                    };
+                    (partition, high, done)
+                })
+                .collect()
+        })
+        .await
+        .unwrap()
+    }
+
+    /// Every record of `topic`, partition after partition, each in its partition's order.
+    async fn all_records(
+        &self,
+        topic: &str,
+        partitions: i32,
+    ) -> Vec<rdkafka::message::OwnedMessage> {
+        let (reader, topic) = (self.reader(), topic.to_owned());
+        tokio::task::spawn_blocking(move || {
+            let mut records = Vec::new();
+            for partition in 0..partitions {
+                let (_, high) = reader
+                    .fetch_watermarks(&topic, partition, Duration::from_secs(10))
+                    .unwrap();
+                if high == 0 {
+                    continue;
+                }
+                let mut list = TopicPartitionList::new();
+                list.add_partition_offset(&topic, partition, Offset::Beginning)
+                    .unwrap();
+                reader.assign(&list).unwrap();
+                let deadline = std::time::Instant::now() + Duration::from_secs(30);
+                while records
+                    .last()
+                    .is_none_or(|r: &rdkafka::message::OwnedMessage| {
+                        r.partition() != partition || r.offset() + 1 < high
+                    })
+                {
+                    assert!(
+                        std::time::Instant::now() < deadline,
+                        "read {topic}/{partition}"
+                    );
+                    if let Some(Ok(message)) = reader.poll(Duration::from_millis(100)) {
+                        records.push(message.detach());
+                    }
+                }
+            }
+            records
+        })
+        .await
+        .unwrap()
+    }
+}
+
+/// A header's value as text.
+fn header(message: &rdkafka::message::OwnedMessage, name: &str) -> Option<String> {
+    let headers = message.headers()?;
+    headers
+        .iter()
+        .find(|h| h.key == name)
+        .and_then(|h| h.value.map(|v| String::from_utf8_lossy(v).into_owned()))
+}
+
+impl Broker for Kafka {
+    type Source = guestlist_kafka::KafkaSource;
+    type Publisher = guestlist_kafka::KafkaPublisher;
+    const LABEL: &'static str = "Kafka";
+    const DEDUPLICATES: bool = false;
+    const REDELIVERS_IN_TIME: bool = false;
+
+    fn topic(&self) -> String {
+        self.topic.clone()
+    }
+
+    async fn publisher(&self) -> guestlist_kafka::KafkaPublisher {
+        guestlist_kafka::KafkaPublisher::connect(&self.brokers).expect("the relay's publisher")
+    }
+
+    async fn received(&self) -> Vec<Received> {
+        self.all_records(&self.topic, PARTITIONS)
+            .await
+            .iter()
+            .map(|record| Received {
+                id: header(record, guestlist_kafka::MESSAGE_ID_HEADER).unwrap_or_default(),
+                key: header(record, "guestlist-ordering-key"),
+                seq: header(record, "guestlist-seq").map_or(0, |seq| seq.parse().unwrap()),
+            })
+            .collect()
+    }
+
+    async fn open(tag: &str, _ack_wait: Duration) -> Self {
+        let kafka = Self::connect(tag);
+        kafka.create().await;
+        kafka
+    }
+
+    async fn attach(tag: &str, _ack_wait: Duration) -> Self {
+        Self::connect(tag)
+    }
+
+    async fn horizon_stream(tag: &str) -> Self {
+        Self::open(tag, Duration::from_secs(30)).await
+    }
+
+    async fn publish(&self, payload: &[u8]) {
+        self.producer
+            .send(
+                FutureRecord::<(), [u8]>::to(&self.topic).payload(payload),
+                Duration::from_secs(10),
+            )
+            .await
+            .map_err(|(err, _)| err)
+            .expect("the topic stored it");
+    }
+
+    async fn missing(&self) -> String {
+        guestlist_kafka::KafkaSource::builder(&self.brokers, &self.group, "gl.no-such-topic")
+            .dead_letter_topic(&self.dead_letters)
+            .connect()
+            .await
+            .unwrap_err()
+            .to_string()
+    }
+
+    async fn source(&self) -> guestlist_kafka::KafkaSource {
+        guestlist_kafka::KafkaSource::builder(&self.brokers, &self.group, &self.topic)
+            .dead_letter_topic(&self.dead_letters)
+            // A killed member's partitions move within seconds, not the default 45.
+            .option("session.timeout.ms", "6000")
+            .option("heartbeat.interval.ms", "500")
+            .connect()
+            .await
+            .expect("join the consumer group")
+    }
+
+    async fn dead_letters(&self) -> Vec<String> {
+        self.all_records(&self.dead_letters, 1)
+            .await
+            .iter()
+            .map(|record| header(record, "guestlist-error").unwrap_or_default())
+            .collect()
+    }
+
+    async fn outstanding(&self) -> u64 {
+        self.offsets()
+            .await
+            .iter()
+            .map(|(_, high, done)| (high - done).max(0) as u64)
+            .sum()
+    }
+
+    async fn drained(&self) -> bool {
+        // The group's committed offset is at the end of every partition.
+        self.offsets()
+            .await
+            .iter()
+            .all(|(_, high, done)| done == high)
+    }
+}

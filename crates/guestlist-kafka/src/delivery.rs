@@ -1,0 +1,191 @@
+//! One Kafka record in the consumer's hands.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use guestlist_consumer::{BrokerError, Delivery};
+use rdkafka::consumer::CommitMode;
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders, OwnedMessage};
+use rdkafka::producer::FutureRecord;
+
+use crate::MESSAGE_ID_HEADER;
+use crate::rebalance::commit;
+use crate::source::Shared;
+
+/// One record of a [`KafkaSource`](crate::KafkaSource).
+///
+/// Acknowledging it marks it done; the partition's offset is committed past it once every
+/// record before it is done too. A record dropped without being settled (acknowledged, handed
+/// back or dead-lettered) is read again.
+pub struct KafkaDelivery {
+    message: OwnedMessage,
+    epoch: u64,
+    failures: u32,
+    shared: Arc<Shared>,
+    settled: AtomicBool,
+}
+
+impl std::fmt::Debug for KafkaDelivery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaDelivery")
+            .field("topic", &self.message.topic())
+            .field("partition", &self.message.partition())
+            .field("offset", &self.message.offset())
+            .finish_non_exhaustive()
+    }
+}
+
+impl KafkaDelivery {
+    pub(crate) fn new(
+        message: OwnedMessage,
+        epoch: u64,
+        failures: u32,
+        shared: Arc<Shared>,
+    ) -> Self {
+        Self {
+            message,
+            epoch,
+            failures,
+            shared,
+            settled: AtomicBool::new(false),
+        }
+    }
+
+    /// The record's partition.
+    pub fn partition(&self) -> i32 {
+        self.message.partition()
+    }
+
+    /// The record's offset in its partition.
+    pub fn offset(&self) -> i64 {
+        self.message.offset()
+    }
+
+    /// Marks the record done, without committing yet.
+    fn settle(&self) {
+        if !self.settled.swap(true, Ordering::AcqRel) {
+            self.shared
+                .partitions
+                .settle(self.partition(), self.offset());
+        }
+    }
+
+    /// Commits the offsets that moved (without waiting for the broker's answer: a lost commit
+    /// replays records the inbox knows as duplicates).
+    fn commit(shared: &Shared) -> Result<(), BrokerError> {
+        let offsets = shared.partitions.to_commit();
+        commit(&shared.consumer, &shared.topic, &offsets, CommitMode::Async)?;
+        Ok(())
+    }
+}
+
+impl Delivery for KafkaDelivery {
+    fn payload(&self) -> &[u8] {
+        self.message.payload().unwrap_or_default()
+    }
+
+    fn header(&self, name: &str) -> Option<&str> {
+        let headers = self.message.headers()?;
+        headers
+            .iter()
+            .find(|header| header.key == name)
+            .and_then(|header| std::str::from_utf8(header.value?).ok())
+    }
+
+    fn broker_id(&self) -> Option<&str> {
+        if self.shared.id_in_key {
+            std::str::from_utf8(self.message.key()?).ok()
+        } else {
+            self.header(MESSAGE_ID_HEADER)
+        }
+    }
+
+    fn delivery_count(&self) -> u32 {
+        self.failures.saturating_add(1)
+    }
+
+    fn withdrawn(&self) -> bool {
+        self.shared
+            .partitions
+            .withdrawn(self.partition(), self.epoch)
+    }
+
+    async fn ack(&self) -> Result<(), BrokerError> {
+        self.settle();
+        Self::commit(&self.shared)
+    }
+
+    async fn ack_all(deliveries: &[&Self]) -> Result<(), BrokerError> {
+        let Some(first) = deliveries.first() else {
+            return Ok(());
+        };
+        for delivery in deliveries {
+            delivery.settle();
+        }
+        Self::commit(&first.shared)
+    }
+
+    async fn nak(&self, delay: Duration) -> Result<(), BrokerError> {
+        if !self.settled.swap(true, Ordering::AcqRel) {
+            self.shared
+                .partitions
+                .rewind(self.partition(), self.offset(), delay, true);
+        }
+        Ok(())
+    }
+
+    async fn dead_letter(&self, reason: &str) -> Result<(), BrokerError> {
+        let mut headers = OwnedHeaders::new();
+        if let Some(original) = self.message.headers() {
+            for header in original.iter() {
+                headers = headers.insert(header);
+            }
+        }
+        let (partition, offset) = (self.partition().to_string(), self.offset().to_string());
+        for (key, value) in [
+            ("guestlist-error", reason),
+            ("guestlist-topic", self.message.topic()),
+            ("guestlist-partition", partition.as_str()),
+            ("guestlist-offset", offset.as_str()),
+        ] {
+            headers = headers.insert(Header {
+                key,
+                value: Some(value),
+            });
+        }
+        let mut record = FutureRecord::<[u8], [u8]>::to(&self.shared.dead_letter_topic)
+            .payload(self.payload())
+            .headers(headers);
+        if let Some(key) = self.message.key() {
+            record = record.key(key);
+        }
+        // Stored in the dead-letter topic first (acks from all in-sync replicas), then done here.
+        self.shared
+            .dead_letters
+            .send(record, Duration::from_secs(30))
+            .await
+            .map_err(|(err, _)| err)?;
+        self.settle();
+        Self::commit(&self.shared)
+    }
+
+    async fn keep_alive(&self) -> Result<(), BrokerError> {
+        Ok(()) // the poll thread keeps the membership alive; records have no deadline
+    }
+}
+
+impl Drop for KafkaDelivery {
+    fn drop(&mut self) {
+        if self.settled.load(Ordering::Acquire) {
+            return;
+        }
+        let partitions = &self.shared.partitions;
+        if partitions.withdrawn(self.partition(), self.epoch) {
+            partitions.let_go(self.partition(), self.offset());
+        } else {
+            // Neither done nor handed back: read it again, at once, uncounted.
+            partitions.rewind(self.partition(), self.offset(), Duration::ZERO, false);
+        }
+    }
+}

@@ -1,0 +1,264 @@
+//! The source: a consumer-group member of one topic, fed by the poll thread.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use guestlist_consumer::{BrokerError, Source};
+use rdkafka::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::producer::FutureProducer;
+use tokio::sync::mpsc;
+
+use crate::Error;
+use crate::delivery::KafkaDelivery;
+use crate::partitions::Partitions;
+use crate::poller::{self, Polled};
+use crate::rebalance::Rebalancing;
+
+/// What the source, its poll thread and its deliveries share.
+pub(crate) struct Shared {
+    pub(crate) consumer: BaseConsumer<Rebalancing>,
+    pub(crate) partitions: Arc<Partitions>,
+    pub(crate) topic: String,
+    pub(crate) dead_letters: FutureProducer,
+    pub(crate) dead_letter_topic: String,
+    /// Whether the broker id is the record's key rather than its `message-id` header.
+    pub(crate) id_in_key: bool,
+}
+
+/// Records of one Kafka topic, as a member of a consumer group.
+///
+/// Several consumers with one group id share the topic's partitions; each partition's records
+/// come in order. Offsets are committed only for records whose batch committed (or that went to
+/// the dead-letter topic), and only past an unbroken run of them: a crash or a rebalance
+/// replays from the first record not known to be done, and the inbox answers the replays as
+/// duplicates. A revoked partition is given up once the records in hand from it are done (up
+/// to [`KafkaSourceBuilder::rebalance_wait`]) and their offsets committed.
+///
+/// A failed record is handed back by seeking its partition to it after the backoff: the
+/// records after it wait, so per-partition order holds through failures. Kafka counts no
+/// deliveries; this source counts a record's failures while it owns the partition (a new owner
+/// starts again from zero).
+pub struct KafkaSource {
+    shared: Option<Arc<Shared>>,
+    records: mpsc::Receiver<Polled>,
+    stop: Arc<AtomicBool>,
+    poller: Option<JoinHandle<()>>,
+    fetch_wait: Duration,
+}
+
+impl std::fmt::Debug for KafkaSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let topic = self.shared.as_ref().map(|s| s.topic.as_str());
+        f.debug_struct("KafkaSource")
+            .field("topic", &topic)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Settings for a [`KafkaSource`]; [`connect`](Self::connect) starts it.
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct KafkaSourceBuilder {
+    brokers: String,
+    group: String,
+    topic: String,
+    dead_letter_topic: Option<String>,
+    rebalance_wait: Duration,
+    id_in_key: bool,
+    options: Vec<(String, String)>,
+}
+
+impl KafkaSource {
+    /// Settings for a member of consumer group `group` reading `topic` from the brokers
+    /// `brokers` (`host:port`, comma-separated).
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), guestlist_kafka::Error> {
+    /// let source = guestlist_kafka::KafkaSource::builder("127.0.0.1:9092", "warehouse", "orders")
+    ///     .dead_letter_topic("orders.dead-letters")
+    ///     .option("session.timeout.ms", "10000")
+    ///     .connect()
+    ///     .await?;
+    /// # let _ = source; Ok(()) }
+    /// ```
+    pub fn builder(brokers: &str, group: &str, topic: &str) -> KafkaSourceBuilder {
+        KafkaSourceBuilder {
+            brokers: brokers.to_owned(),
+            group: group.to_owned(),
+            topic: topic.to_owned(),
+            dead_letter_topic: None,
+            rebalance_wait: Duration::from_secs(30),
+            id_in_key: false,
+            options: Vec::new(),
+        }
+    }
+
+    fn delivery(&self, polled: Polled) -> Option<KafkaDelivery> {
+        let shared = self.shared.as_ref()?;
+        let (partition, offset) = (polled.message.partition(), polled.message.offset());
+        let failures = shared
+            .partitions
+            .hand_out(partition, offset, polled.epoch)?;
+        Some(KafkaDelivery::new(
+            polled.message,
+            polled.epoch,
+            failures,
+            Arc::clone(shared),
+        ))
+    }
+}
+
+impl KafkaSourceBuilder {
+    /// The topic a poison record goes to, with its error in a `guestlist-error` header
+    /// (required: Kafka has no dead-letter place of its own). It must exist.
+    pub fn dead_letter_topic(mut self, topic: &str) -> Self {
+        self.dead_letter_topic = Some(topic.to_owned());
+        self
+    }
+
+    /// The longest a revoked partition waits for the records in hand from it to be done
+    /// (default 30 s). Past it the partition goes anyway; its next owner reads the unfinished
+    /// records again and the inbox keeps them from running twice.
+    pub fn rebalance_wait(mut self, wait: Duration) -> Self {
+        self.rebalance_wait = wait;
+        self
+    }
+
+    /// Makes [`IdFrom::BrokerId`](guestlist_consumer::IdFrom::BrokerId) read the record's key
+    /// instead of its `message-id` header: for topics whose key is the event's own id.
+    pub fn broker_id_from_key(mut self) -> Self {
+        self.id_in_key = true;
+        self
+    }
+
+    /// Sets a librdkafka consumer property (`session.timeout.ms`, `security.protocol`, …).
+    /// The ones this source relies on (`enable.auto.commit`, `group.id`) cannot be overridden.
+    pub fn option(mut self, key: &str, value: &str) -> Self {
+        self.options.push((key.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// Checks that both topics exist, joins the group and starts polling.
+    pub async fn connect(self) -> Result<KafkaSource, Error> {
+        let dead_letter_topic = self
+            .dead_letter_topic
+            .clone()
+            .ok_or(Error::NoDeadLetterTopic)?;
+        let partitions = Arc::new(Partitions::default());
+        let mut config = ClientConfig::new();
+        config
+            .set("bootstrap.servers", &self.brokers)
+            .set("auto.offset.reset", "earliest")
+            // A record handed back is fetched again soon after its delay, not after the
+            // broker's long poll for new records (500 ms by default) ends.
+            .set("fetch.wait.max.ms", "100");
+        for (key, value) in &self.options {
+            config.set(key, value);
+        }
+        config
+            .set("group.id", &self.group)
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false");
+        let context = Rebalancing {
+            partitions: Arc::clone(&partitions),
+            topic: self.topic.clone(),
+            wait: self.rebalance_wait,
+        };
+        let consumer: BaseConsumer<Rebalancing> = config.create_with_context(context)?;
+        let dead_letters: FutureProducer =
+            crate::producer_config(&self.brokers, &self.options).create()?;
+        let topics = [self.topic.clone(), dead_letter_topic.clone()];
+        let (consumer, topics) = tokio::task::spawn_blocking(move || {
+            let found = crate::check_topics(&consumer, &topics);
+            (consumer, found)
+        })
+        .await
+        .unwrap_or_else(|err| std::panic::resume_unwind(err.into_panic()));
+        topics?;
+        consumer.subscribe(&[&self.topic])?;
+        let shared = Arc::new(Shared {
+            consumer,
+            partitions,
+            topic: self.topic,
+            dead_letters,
+            dead_letter_topic,
+            id_in_key: self.id_in_key,
+        });
+        let (sender, records) = mpsc::channel(1024);
+        let stop = Arc::new(AtomicBool::new(false));
+        let poller = {
+            let (shared, stop) = (Arc::clone(&shared), Arc::clone(&stop));
+            std::thread::Builder::new()
+                .name("guestlist-kafka-poll".to_owned())
+                .spawn(move || poller::run(shared, sender, stop))
+                .map_err(Error::Thread)?
+        };
+        Ok(KafkaSource {
+            shared: Some(shared),
+            records,
+            stop,
+            poller: Some(poller),
+            fetch_wait: Duration::from_millis(250),
+        })
+    }
+}
+
+impl Source for KafkaSource {
+    type Delivery = KafkaDelivery;
+
+    async fn fetch(&mut self, max: usize) -> Result<Vec<KafkaDelivery>, BrokerError> {
+        // The first record may wait; the rest of a batch is whatever has already been polled.
+        let first = match tokio::time::timeout(self.fetch_wait, self.records.recv()).await {
+            Ok(Some(first)) => first,
+            Ok(None) => return Err(POLL_STOPPED.into()),
+            Err(_) => return Ok(Vec::new()),
+        };
+        let mut deliveries = Vec::with_capacity(max);
+        deliveries.extend(self.delivery(first));
+        deliveries.extend(
+            self.fetch_ready(max.saturating_sub(deliveries.len()))
+                .await?,
+        );
+        Ok(deliveries)
+    }
+
+    async fn fetch_ready(&mut self, max: usize) -> Result<Vec<KafkaDelivery>, BrokerError> {
+        let mut deliveries = Vec::with_capacity(max);
+        while deliveries.len() < max {
+            match self.records.try_recv() {
+                Ok(polled) => deliveries.extend(self.delivery(polled)),
+                Err(mpsc::error::TryRecvError::Empty) => break,
+                Err(mpsc::error::TryRecvError::Disconnected) => return Err(POLL_STOPPED.into()),
+            }
+        }
+        Ok(deliveries)
+    }
+
+    fn ack_wait(&self) -> Option<Duration> {
+        None // the poll thread keeps the membership alive however long a batch takes
+    }
+
+    fn redelivery_horizon(&self) -> Option<Duration> {
+        None // a record can be read again for as long as the topic keeps it
+    }
+}
+
+/// The error of a fetch after the poll thread ended.
+const POLL_STOPPED: &str = "the Kafka poll thread stopped";
+
+impl Drop for KafkaSource {
+    /// Stops polling, then leaves the group: the partitions are revoked with their offsets
+    /// committed (this blocks until the group has been left).
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.records.close();
+        if let Some(poller) = self.poller.take() {
+            let _ = poller.join();
+        }
+        drop(self.shared.take());
+    }
+}
