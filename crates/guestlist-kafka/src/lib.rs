@@ -74,7 +74,10 @@ fn producer_config(brokers: &str, options: &[(String, String)]) -> ClientConfig 
     let mut config = ClientConfig::new();
     config
         .set("bootstrap.servers", brokers)
-        .set("message.timeout.ms", "30000");
+        .set("message.timeout.ms", "30000")
+        // A topic the brokers do not have fails its records after a second (librdkafka waits
+        // 30 s by default, for a topic just created): the relay retries them with backoff.
+        .set("topic.metadata.propagation.max.ms", "1000");
     for (key, value) in options {
         config.set(key, value);
     }

@@ -71,6 +71,22 @@ impl KafkaPublisher {
     }
 }
 
+/// The relay's error for a record Kafka did not store, saying what to do where it can.
+fn refused(topic: &str, err: KafkaError) -> PublishError {
+    match err.rdkafka_error_code() {
+        Some(RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic) => {
+            PublishError::new(format!(
+                "Kafka has no topic {topic}: create it first (kafka-topics.sh --create --topic {topic})"
+            ))
+        }
+        Some(RDKafkaErrorCode::InvalidTopic) => PublishError::new(format!(
+            "Kafka refuses the topic name {topic}: a topic is at most 249 characters of letters, \
+             digits, '.', '_' and '-'"
+        )),
+        _ => PublishError::new(err),
+    }
+}
+
 impl Publish for KafkaPublisher {
     async fn publish(&self, messages: &[OutboxMessage]) -> Vec<Result<Confirmed, PublishError>> {
         let mut pending = Vec::with_capacity(messages.len());
@@ -97,18 +113,11 @@ impl Publish for KafkaPublisher {
                 },
                 Err(err) => Err(err),
             };
-            outcomes.push(stored.map(|()| Confirmed::New).map_err(|err| {
-                if err.rdkafka_error_code() == Some(RDKafkaErrorCode::UnknownTopicOrPartition)
-                    || err.rdkafka_error_code() == Some(RDKafkaErrorCode::UnknownTopic)
-                {
-                    PublishError::new(format!(
-                        "Kafka has no topic {}: create it (tansu topic create / kafka-topics.sh --create --topic {})",
-                        message.topic, message.topic
-                    ))
-                } else {
-                    PublishError::new(err)
-                }
-            }));
+            outcomes.push(
+                stored
+                    .map(|()| Confirmed::New)
+                    .map_err(|err| refused(&message.topic, err)),
+            );
         }
         outcomes
     }

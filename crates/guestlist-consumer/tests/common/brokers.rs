@@ -16,6 +16,8 @@ pub trait Broker: Send + Sync + Sized + 'static {
     /// Whether the broker redelivers an unacknowledged message after a wait, and bounds
     /// redeliveries in time (JetStream's ack wait and max age; not RabbitMQ, not Kafka).
     const REDELIVERS_IN_TIME: bool;
+    /// What the relay's error says to do about a topic the broker takes nowhere.
+    const MISSING_TOPIC_ADVICE: &'static str;
 
     /// A fresh queue for the test `tag`; `ack_wait` where the broker has one.
     fn open(tag: &str, ack_wait: Duration) -> impl Future<Output = Self> + Send;
@@ -37,6 +39,10 @@ pub trait Broker: Send + Sync + Sized + 'static {
     fn missing(&self) -> impl Future<Output = String> + Send;
     /// The topic an outbox message needs to reach the test's queue (stream).
     fn topic(&self) -> String;
+    /// A topic the broker takes nowhere: no stream captures it, no queue is bound to it.
+    fn nowhere(&self, tag: &str) -> String {
+        format!("gl.nowhere.{tag}")
+    }
     /// A relay's publisher to the test's queue (stream).
     fn publisher(&self) -> impl Future<Output = Self::Publisher> + Send;
     /// Every message on the queue (stream), in the order the broker holds them; RabbitMQ's are
@@ -120,6 +126,7 @@ impl Broker for Nats {
     const LABEL: &'static str = "NATS JetStream";
     const DEDUPLICATES: bool = true;
     const REDELIVERS_IN_TIME: bool = true;
+    const MISSING_TOPIC_ADVICE: &'static str = "nats stream add";
 
     fn topic(&self) -> String {
         self.subject.clone()
@@ -291,6 +298,7 @@ impl Broker for Rabbit {
     const LABEL: &'static str = "RabbitMQ";
     const DEDUPLICATES: bool = false;
     const REDELIVERS_IN_TIME: bool = false;
+    const MISSING_TOPIC_ADVICE: &'static str = "bind a queue";
 
     fn topic(&self) -> String {
         self.queue.clone()

@@ -138,19 +138,23 @@ impl Kafka {
                 list.add_partition_offset(&topic, partition, Offset::Beginning)
                     .unwrap();
                 reader.assign(&list).unwrap();
+                // Read to the high watermark, then on until nothing comes for half a second:
+                // tansu's watermark can fall short of what a partition holds (see drained).
                 let deadline = std::time::Instant::now() + Duration::from_secs(30);
-                while records
-                    .last()
-                    .is_none_or(|r: &rdkafka::message::OwnedMessage| {
-                        r.partition() != partition || r.offset() + 1 < high
-                    })
-                {
+                let mut last = None;
+                loop {
                     assert!(
                         std::time::Instant::now() < deadline,
                         "read {topic}/{partition}"
                     );
-                    if let Some(Ok(message)) = reader.poll(Duration::from_millis(100)) {
-                        records.push(message.detach());
+                    match reader.poll(Duration::from_millis(500)) {
+                        Some(Ok(message)) => {
+                            last = Some(message.offset());
+                            records.push(message.detach());
+                        }
+                        Some(Err(err)) => panic!("read {topic}/{partition}: {err}"),
+                        None if last.is_some_and(|offset| offset + 1 >= high) => break,
+                        None => {}
                     }
                 }
             }
@@ -176,9 +180,15 @@ impl Broker for Kafka {
     const LABEL: &'static str = "Kafka";
     const DEDUPLICATES: bool = false;
     const REDELIVERS_IN_TIME: bool = false;
+    const MISSING_TOPIC_ADVICE: &'static str = "at most 249";
 
     fn topic(&self) -> String {
         self.topic.clone()
+    }
+
+    fn nowhere(&self, _tag: &str) -> String {
+        // tansu creates any topic a client names; no Kafka broker takes a name over 249 bytes.
+        format!("gl.nowhere.{}", "x".repeat(240))
     }
 
     async fn publisher(&self) -> guestlist_kafka::KafkaPublisher {
@@ -259,10 +269,12 @@ impl Broker for Kafka {
     }
 
     async fn drained(&self) -> bool {
-        // The group's committed offset is at the end of every partition.
+        // The group's committed offset is at the end of every partition. At or past: tansu's
+        // high watermark can fall short of the records a partition holds after batches from
+        // two idempotent producers (seen: 21 for 40 records), never above.
         self.offsets()
             .await
             .iter()
-            .all(|(_, high, done)| done == high)
+            .all(|(_, high, done)| done >= high)
     }
 }
