@@ -1,5 +1,5 @@
-//! `guestlist relay`: publishes an outbox table's committed messages to NATS JetStream or
-//! RabbitMQ, for services in any language that write the table.
+//! `guestlist relay`: publishes an outbox table's committed messages to NATS JetStream,
+//! RabbitMQ or Kafka, for services in any language that write the table.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -8,13 +8,14 @@ use clap::Args;
 use guestlist::sqlx::Pool;
 use guestlist::{Backend, Outbox, Publish, Relay};
 use guestlist_amqp::RabbitPublisher;
+use guestlist_kafka::KafkaPublisher;
 use guestlist_nats::JetStreamPublisher;
 
 use crate::database::{self, with_pool};
 use crate::signal::Terminated;
 
 #[derive(Debug, Args)]
-#[command(group(clap::ArgGroup::new("broker").required(true).args(["nats", "amqp"])))]
+#[command(group(clap::ArgGroup::new("broker").required(true).args(["nats", "amqp", "kafka"])))]
 pub(crate) struct RelayArgs {
     /// postgres://…, mysql://… (or mariadb://…), or sqlite:PATH.
     #[arg(
@@ -32,6 +33,11 @@ pub(crate) struct RelayArgs {
     /// Publish to RabbitMQ at this URL (amqp://user:password@host:5672/vhost).
     #[arg(long, env = "GUESTLIST_AMQP_URL", conflicts_with = "nats")]
     amqp: Option<String>,
+    /// Publish to Kafka through these brokers (host:port, comma-separated), with the
+    /// idempotent producer: each topic is a Kafka topic (create it first), each ordering key
+    /// the record key, the message id the `message-id` header.
+    #[arg(long, env = "GUESTLIST_KAFKA_BROKERS", conflicts_with_all = ["nats", "amqp"])]
+    kafka: Option<String>,
     /// The RabbitMQ exchange; the topic is the routing key. The default exchange ("") routes to
     /// the queue named by the topic.
     #[arg(long, default_value = "", requires = "amqp")]
@@ -70,16 +76,22 @@ async fn relay<DB: Backend>(
     // A missing table fails here, with what to do, rather than round after round.
     let stats = outbox.stats(&pool).await?;
     tracing::info!(table = %args.table, pending = stats.pending, "outbox found");
-    match (&args.nats, &args.amqp) {
-        (Some(url), _) => {
+    match (&args.nats, &args.amqp, &args.kafka) {
+        (Some(url), _, _) => {
             let publisher = JetStreamPublisher::connect(url).await?;
             publish(pool, outbox, publisher, args, terminated).await
         }
-        (None, Some(url)) => {
+        (None, Some(url), _) => {
             let publisher = RabbitPublisher::connect(url, &args.exchange).await?;
             publish(pool, outbox, publisher, args, terminated).await
         }
-        (None, None) => anyhow::bail!("give the broker: --nats URL or --amqp URL"),
+        (None, None, Some(brokers)) => {
+            let publisher = KafkaPublisher::connect(brokers)?;
+            publish(pool, outbox, publisher, args, terminated).await
+        }
+        (None, None, None) => {
+            anyhow::bail!("give the broker: --nats URL, --amqp URL or --kafka HOST:PORT")
+        }
     }
 }
 
@@ -109,10 +121,11 @@ async fn publish<DB: Backend, P: Publish>(
         "relaying {} on {} to {}",
         args.table,
         database::redact(&args.database),
-        match (&args.nats, &args.amqp) {
-            (Some(url), _) => format!("NATS at {}", database::redact(url)),
-            (None, Some(url)) => format!("RabbitMQ at {}", database::redact(url)),
-            (None, None) => unreachable!("checked above"),
+        match (&args.nats, &args.amqp, &args.kafka) {
+            (Some(url), _, _) => format!("NATS at {}", database::redact(url)),
+            (None, Some(url), _) => format!("RabbitMQ at {}", database::redact(url)),
+            (None, None, Some(brokers)) => format!("Kafka at {brokers}"),
+            (None, None, None) => unreachable!("checked above"),
         }
     );
     let relayed = relay.run(terminated.wait()).await?;
