@@ -143,6 +143,13 @@ impl Partitions {
             .collect()
     }
 
+    /// The partitions assigned to this consumer now, in order.
+    pub(crate) fn assigned_now(&self) -> Vec<i32> {
+        let mut partitions: Vec<i32> = self.lock().partitions.keys().copied().collect();
+        partitions.sort_unstable();
+        partitions
+    }
+
     /// The epoch under which a record just polled from `partition` is handed out; `None` when
     /// it is stale (the partition is not assigned, or a rewind is pending).
     pub(crate) fn epoch_for_poll(&self, partition: i32) -> Option<u64> {

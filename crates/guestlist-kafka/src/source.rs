@@ -97,6 +97,27 @@ impl KafkaSource {
         }
     }
 
+    /// The partitions the group has assigned to this consumer so far (none until it has
+    /// joined: joining takes a few seconds, longer while a departed member's session runs out).
+    pub fn assignment(&self) -> Vec<i32> {
+        self.shared
+            .as_ref()
+            .map_or_else(Vec::new, |shared| shared.partitions.assigned_now())
+    }
+
+    /// Waits up to `limit` until the group has assigned this consumer a partition; `false` if
+    /// it has not by then (another member may hold them all).
+    pub async fn joined(&self, limit: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + limit;
+        while self.assignment().is_empty() {
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        true
+    }
+
     fn delivery(&self, polled: Polled) -> Option<KafkaDelivery> {
         let shared = self.shared.as_ref()?;
         let (partition, offset) = (polled.message.partition(), polled.message.offset());

@@ -22,7 +22,7 @@ pub(crate) struct Inbox;
 #[doc = include_str!("../../../docs/guide/src/http.md")]
 pub(crate) struct Http;
 
-/// Broker consumers: NATS JetStream and RabbitMQ.
+/// Broker consumers: NATS JetStream, RabbitMQ and Kafka.
 #[doc = include_str!("../../../docs/guide/src/consumers.md")]
 pub(crate) struct Consumers;
 

@@ -1,5 +1,6 @@
-//! `guestlist-bench broker`: end-to-end messages per second on NATS JetStream and RabbitMQ, with
-//! PostgreSQL as the store, in one run.
+//! `guestlist-bench broker`: end-to-end messages per second on NATS JetStream, RabbitMQ and
+//! Kafka, with PostgreSQL as the store, in one run (`GUESTLIST_BENCH_BROKERS=kafka,nats` picks
+//! some of them).
 //!
 //! Each figure publishes the same events to a fresh stream or queue and times draining them:
 //! - `baseline` fetches 100, does the work for each on one transaction, commits and acknowledges,
@@ -102,9 +103,19 @@ pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
     let inbox = Inbox::<sqlx::Postgres>::with_table(INBOX)?;
     inbox.migrate(&pool).await?;
 
-    let (nats_url, amqp_url) = (queues::nats_url(), queues::amqp_url());
+    let (nats_url, amqp_url, kafka) = (
+        queues::nats_url(),
+        queues::amqp_url(),
+        queues::kafka_brokers(),
+    );
+    let brokers = std::env::var("GUESTLIST_BENCH_BROKERS")
+        .unwrap_or_else(|_| "nats,rabbitmq,kafka".to_owned());
     let mut report = Report::default();
-    for broker in ["nats", "rabbitmq"] {
+    for broker in brokers.split(',').map(str::trim) {
+        anyhow::ensure!(
+            matches!(broker, "nats" | "rabbitmq" | "kafka"),
+            "GUESTLIST_BENCH_BROKERS names {broker}: give nats, rabbitmq or kafka"
+        );
         eprintln!("measuring {broker} …");
         let mut samples: Vec<(Figure, f64)> = Vec::new();
         for round in 0..plan.rounds {
@@ -112,6 +123,7 @@ pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
                 let name = format!("bench_{}_{round}", figure.name());
                 let queue = match broker {
                     "nats" => Queue::nats(&nats_url, &name).await?,
+                    "kafka" => Queue::kafka(&kafka, &name).await?,
                     _ => Queue::rabbit(&amqp_url, &name).await?,
                 };
                 for table in [EFFECTS, INBOX] {
@@ -127,8 +139,8 @@ pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
                     }
                     Figure::Plain => {
                         queue.publish(events).await?;
-                        let started = Instant::now();
-                        plain::drain(&queue, &pool, events).await?;
+                        let mut started = Instant::now();
+                        plain::drain(&queue, &pool, events, &mut started).await?;
                         started
                     }
                     _ => {
@@ -157,10 +169,10 @@ pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
                 samples.push((figure, rate));
             }
         }
-        let label = if broker == "nats" {
-            "nats_postgres"
-        } else {
-            "rabbitmq_postgres"
+        let label = match broker {
+            "nats" => "nats_postgres",
+            "kafka" => "kafka_postgres",
+            _ => "rabbitmq_postgres",
         };
         for figure in Figure::ALL {
             let rates = samples
@@ -195,6 +207,7 @@ pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
         // Thin traffic: the default consumer must not wait for a batch to fill.
         let queue = match broker {
             "nats" => Queue::nats(&nats_url, "bench_latency").await?,
+            "kafka" => Queue::kafka(&kafka, "bench_latency").await?,
             _ => Queue::rabbit(&amqp_url, "bench_latency").await?,
         };
         for table in [EFFECTS, INBOX] {

@@ -2,15 +2,43 @@
 //! a time: its work in a transaction of its own, commit, then a plain acknowledgement. No claim,
 //! so a redelivery would do the work twice.
 
+use std::time::Instant;
+
 use futures_util::StreamExt;
 use guestlist::sqlx::PgPool;
 
 use super::queues::Queue;
 use super::work;
 
-/// Consumes `events` messages from `queue` the plain way.
-pub(super) async fn drain(queue: &Queue, pool: &PgPool, events: usize) -> anyhow::Result<()> {
+/// Consumes `events` messages from `queue` the plain way; `started` is reset where the timing
+/// must begin later than the call (Kafka: at the first record, once the group has joined).
+pub(super) async fn drain(
+    queue: &Queue,
+    pool: &PgPool,
+    events: usize,
+    started: &mut Instant,
+) -> anyhow::Result<()> {
     match queue {
+        Queue::Kafka { brokers, topic, .. } => {
+            use rdkafka::Message;
+            use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+            let consumer: StreamConsumer = rdkafka::ClientConfig::new()
+                .set("bootstrap.servers", brokers)
+                .set("group.id", format!("plain-{topic}-{}", std::process::id()))
+                .set("enable.auto.commit", "false")
+                .set("auto.offset.reset", "earliest")
+                .create()?;
+            consumer.subscribe(&[topic])?;
+            for n in 0..events {
+                let message = consumer.recv().await?;
+                if n == 0 {
+                    // Timed from here: joining the group is not the loop's speed.
+                    *started = Instant::now();
+                }
+                handle(pool, message.payload().unwrap_or_default()).await?;
+                consumer.commit_message(&message, CommitMode::Async)?;
+            }
+        }
         Queue::Nats {
             context, stream, ..
         } => {

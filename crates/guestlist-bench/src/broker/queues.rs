@@ -1,9 +1,15 @@
-//! A fresh stream (NATS) or quorum queue (RabbitMQ) per figure, and a fast publisher.
+//! A fresh stream (NATS), quorum queue (RabbitMQ) or topic (Kafka) per figure, and a fast
+//! publisher.
 
 use std::time::Duration;
 
-/// NATS or RabbitMQ, as the bench uses them.
+/// NATS, RabbitMQ or Kafka, as the bench uses them.
 pub(crate) enum Queue {
+    Kafka {
+        producer: rdkafka::producer::FutureProducer,
+        brokers: String,
+        topic: String,
+    },
     Nats {
         context: async_nats::jetstream::Context,
         url: String,
@@ -27,8 +33,17 @@ pub(crate) fn amqp_url() -> String {
         .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())
 }
 
-/// A source of either broker.
+/// The Kafka brokers the benches use (`GUESTLIST_BENCH_KAFKA_BROKERS`).
+pub(crate) fn kafka_brokers() -> String {
+    std::env::var("GUESTLIST_BENCH_KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:9092".into())
+}
+
+/// Partitions of each Kafka topic the bench makes.
+const KAFKA_PARTITIONS: i32 = 4;
+
+/// A source of any of the brokers.
 pub(crate) enum AnySource {
+    Kafka(Box<guestlist_kafka::KafkaSource>),
     Nats(Box<guestlist_nats::JetStreamSource>),
     Rabbit(Box<guestlist_amqp::RabbitSource>),
 }
@@ -51,6 +66,39 @@ impl Queue {
             context,
             url: url.to_owned(),
             stream: name.to_owned(),
+        })
+    }
+
+    /// An empty topic named `name` (and its dead-letter topic).
+    pub(crate) async fn kafka(brokers: &str, name: &str) -> anyhow::Result<Self> {
+        use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+        let admin: AdminClient<rdkafka::client::DefaultClientContext> =
+            rdkafka::ClientConfig::new()
+                .set("bootstrap.servers", brokers)
+                .create()?;
+        let options = AdminOptions::new();
+        let dead = format!("{name}.dead");
+        let _ = admin.delete_topics(&[name, &dead], &options).await;
+        for result in admin
+            .create_topics(
+                &[
+                    NewTopic::new(name, KAFKA_PARTITIONS, TopicReplication::Fixed(1)),
+                    NewTopic::new(&dead, 1, TopicReplication::Fixed(1)),
+                ],
+                &options,
+            )
+            .await?
+        {
+            result.map_err(|(topic, err)| anyhow::anyhow!("create {topic}: {err}"))?;
+        }
+        let producer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", brokers)
+            .set("linger.ms", "5")
+            .create()?;
+        Ok(Queue::Kafka {
+            producer,
+            brokers: brokers.to_owned(),
+            topic: name.to_owned(),
         })
     }
 
@@ -93,6 +141,17 @@ impl Queue {
     /// on the broker (a hundred thousand messages each) and slow the ones measured after.
     pub(crate) async fn remove(&self) -> anyhow::Result<()> {
         match self {
+            Queue::Kafka { brokers, topic, .. } => {
+                use rdkafka::admin::{AdminClient, AdminOptions};
+                let admin: AdminClient<rdkafka::client::DefaultClientContext> =
+                    rdkafka::ClientConfig::new()
+                        .set("bootstrap.servers", brokers)
+                        .create()?;
+                let dead = format!("{topic}.dead");
+                admin
+                    .delete_topics(&[topic, &dead], &AdminOptions::new())
+                    .await?;
+            }
             Queue::Nats {
                 context, stream, ..
             } => {
@@ -114,6 +173,7 @@ impl Queue {
     /// the queue's name (through the default exchange).
     pub(crate) fn topic(&self) -> String {
         match self {
+            Queue::Kafka { topic, .. } => topic.clone(),
             Queue::Nats { stream, .. } => format!("{stream}.events"),
             Queue::Rabbit { queue, .. } => queue.clone(),
         }
@@ -124,6 +184,20 @@ impl Queue {
         const IN_FLIGHT: usize = 500;
         for chunk in (0..count).collect::<Vec<_>>().chunks(IN_FLIGHT) {
             match self {
+                Queue::Kafka {
+                    producer, topic, ..
+                } => {
+                    let mut sent = Vec::with_capacity(chunk.len());
+                    for n in chunk {
+                        let payload = payload(*n);
+                        let record = rdkafka::producer::FutureRecord::<(), [u8]>::to(topic)
+                            .payload(&payload);
+                        sent.push(producer.send_result(record).map_err(|(err, _)| err)?);
+                    }
+                    for delivery in sent {
+                        delivery.await?.map_err(|(err, _)| err)?;
+                    }
+                }
                 Queue::Nats {
                     context, stream, ..
                 } => {
@@ -167,6 +241,16 @@ impl Queue {
     pub(super) async fn publish_one(&self, id: &str) -> anyhow::Result<()> {
         let payload = format!(r#"{{"id":"{id}","type":"OrderPaid","order":1}}"#).into_bytes();
         match self {
+            Queue::Kafka {
+                producer, topic, ..
+            } => {
+                let record =
+                    rdkafka::producer::FutureRecord::<(), [u8]>::to(topic).payload(&payload);
+                producer
+                    .send(record, Duration::from_secs(10))
+                    .await
+                    .map_err(|(err, _)| err)?;
+            }
             Queue::Nats {
                 context, stream, ..
             } => {
@@ -194,6 +278,20 @@ impl Queue {
     /// A consumer's source, holding up to `prefetch` deliveries.
     pub(super) async fn source(&self, prefetch: u16) -> anyhow::Result<AnySource> {
         Ok(match self {
+            Queue::Kafka { brokers, topic, .. } => {
+                let group = format!("bench-{topic}-{}", std::process::id());
+                let source = guestlist_kafka::KafkaSource::builder(brokers, &group, topic)
+                    .dead_letter_topic(&format!("{topic}.dead"))
+                    .connect()
+                    .await?;
+                // Timed from the group's assignment, as the other brokers' consumers are
+                // attached before they are timed.
+                anyhow::ensure!(
+                    source.joined(Duration::from_secs(60)).await,
+                    "the Kafka group assigned no partition within a minute"
+                );
+                AnySource::Kafka(Box::new(source))
+            }
             Queue::Nats { url, stream, .. } => AnySource::Nats(Box::new(
                 guestlist_nats::JetStreamSource::connect(
                     url,
@@ -220,6 +318,10 @@ fn payload(n: usize) -> Vec<u8> {
 macro_rules! with_source {
     ($any:expr, |$source:ident| $body:expr) => {
         match $any {
+            $crate::broker::queues::AnySource::Kafka($source) => {
+                let $source = *$source;
+                $body
+            }
             $crate::broker::queues::AnySource::Nats($source) => {
                 let $source = *$source;
                 $body

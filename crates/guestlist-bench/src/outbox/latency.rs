@@ -82,6 +82,7 @@ async fn subscribe(
     arrived: UnboundedSender<(String, Instant)>,
 ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
     Ok(match queue {
+        Queue::Kafka { .. } => anyhow::bail!("the outbox bench measures NATS and RabbitMQ"),
         Queue::Nats { context, .. } => {
             let mut messages = context.client().subscribe(queue.topic()).await?;
             tokio::spawn(async move {
