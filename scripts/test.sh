@@ -12,6 +12,10 @@ ensure_nats
 ensure_rabbitmq
 ensure_kafka
 
+# librdkafka (under the Kafka crate) is built from source: it needs a C compiler and make.
+command -v make >/dev/null || apt_install make
+command -v cc >/dev/null || apt_install gcc
+
 if ! cargo nextest --version >/dev/null 2>&1; then
     # nextest runs each test in its own process with a timeout (.config/nextest.toml), so a
     # hung lock fails one test instead of hanging the run.

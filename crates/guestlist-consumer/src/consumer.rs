@@ -46,7 +46,8 @@ pub enum ConsumerError {
 /// What a run of the consumer did, counted.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Handled {
-    /// Deliveries fetched.
+    /// Deliveries fetched (not counting those the source took back before their batch began:
+    /// a Kafka partition that moved, say).
     pub delivered: u64,
     /// Messages whose handler ran and committed.
     pub fresh: u64,

@@ -55,6 +55,9 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
     where
         F: Future<Output = Result<Vec<D>, BrokerError>>,
     {
+        // A delivery the source took back before it was handled (Kafka: its partition moved,
+        // or an earlier record of it was handed back) comes again: it is not counted now.
+        let deliveries: Vec<D> = deliveries.into_iter().filter(|d| !d.withdrawn()).collect();
         let name = self.name.as_str().to_owned();
         self.count("delivered", deliveries.len() as u64);
         handled.delivered += deliveries.len() as u64;
@@ -62,9 +65,6 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
             .record(deliveries.len() as f64);
         let mut ready = Vec::with_capacity(deliveries.len());
         for delivery in deliveries {
-            if delivery.withdrawn() {
-                continue; // the source delivers it again, in its place
-            }
             let id = match self.id_from.id_of(&delivery) {
                 Ok(id) => id,
                 Err(why) => {

@@ -4,3 +4,65 @@ mod common;
 
 broker_suite!(kpg, common::kafka::Kafka, sqlx::Postgres);
 broker_suite!(klite, common::kafka::Kafka, sqlx::Sqlite);
+
+/// Kafka's own story: a partition revoked while its records are in hand moves only once they are
+/// committed, with their offsets, so the new owner starts after them and sees no duplicate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebalance_lets_the_batch_in_hand_finish_before_the_partition_moves() {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use common::brokers::Broker;
+    use common::kafka::Kafka;
+    use common::suite::Rig;
+    use tokio::sync::{Notify, oneshot};
+
+    const EVENTS: i64 = 80;
+    let rig = Rig::<Kafka, sqlx::Postgres>::open(
+        "kreb_a_rebalance_lets_the_batch_in_hand_finish",
+        Duration::from_secs(30),
+    )
+    .await;
+    for n in 0..EVENTS {
+        // 50 ms of work each: 4 s in all, so that the second consumer joins mid-stream.
+        let event = format!(r#"{{"id":"evt_{n}","slow_ms":50}}"#);
+        rig.broker.publish(event.as_bytes()).await;
+    }
+    let run = |consumer: guestlist_consumer::Consumer<_, _, _>| {
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            consumer
+                .run(async move {
+                    let _ = stopped.await;
+                })
+                .await
+        });
+        (stop, task)
+    };
+    let started = Arc::new(Notify::new());
+    let (stop_first, first) = run(rig.consumer_signalling(100, started.clone()).await);
+    started.notified().await; // the first consumer has records in hand
+    let (stop_second, second) = run(rig.consumer(100).await); // it joins: a rebalance
+    rig.until(
+        Duration::from_secs(60),
+        "every event is handled and the group's offsets are at the end",
+        || async { rig.effects().await.1 == EVENTS && rig.broker.drained().await },
+    )
+    .await;
+    stop_first.send(()).unwrap();
+    stop_second.send(()).unwrap();
+    let (first, second) = (
+        first.await.unwrap().unwrap(),
+        second.await.unwrap().unwrap(),
+    );
+    assert_eq!(rig.effects().await, (EVENTS, EVENTS), "one effect each");
+    assert!(
+        second.fresh > 0,
+        "the second consumer took partitions over mid-stream: {second:?}"
+    );
+    assert_eq!(
+        second.duplicates, 0,
+        "it started after the records the first had in hand, committed with their offsets \
+         before the partitions moved: {second:?} (first: {first:?})"
+    );
+}

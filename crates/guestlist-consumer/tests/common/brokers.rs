@@ -45,6 +45,11 @@ pub trait Broker: Send + Sync + Sized + 'static {
     }
     /// A relay's publisher to the test's queue (stream).
     fn publisher(&self) -> impl Future<Output = Self::Publisher> + Send;
+    /// How many messages the queue (stream) holds, where that can be read without taking them
+    /// off it (not on RabbitMQ).
+    fn stored(&self) -> impl Future<Output = Option<usize>> + Send {
+        async { None }
+    }
     /// Every message on the queue (stream), in the order the broker holds them; RabbitMQ's are
     /// taken off the queue.
     fn received(&self) -> impl Future<Output = Vec<Received>> + Send;
@@ -134,6 +139,10 @@ impl Broker for Nats {
 
     async fn publisher(&self) -> guestlist_nats::JetStreamPublisher {
         guestlist_nats::JetStreamPublisher::new(self.context.clone())
+    }
+
+    async fn stored(&self) -> Option<usize> {
+        Some(self.received().await.len())
     }
 
     async fn received(&self) -> Vec<Received> {

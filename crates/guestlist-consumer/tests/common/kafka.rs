@@ -195,6 +195,10 @@ impl Broker for Kafka {
         guestlist_kafka::KafkaPublisher::connect(&self.brokers).expect("the relay's publisher")
     }
 
+    async fn stored(&self) -> Option<usize> {
+        Some(self.received().await.len())
+    }
+
     async fn received(&self) -> Vec<Received> {
         self.all_records(&self.topic, PARTITIONS)
             .await
