@@ -28,7 +28,11 @@ pub struct Kafka {
 impl Kafka {
     const URL_VAR: &'static str = "GUESTLIST_TEST_KAFKA_BROKERS";
 
-    fn connect(tag: &str) -> Self {
+    /// The test's topics and group; `test_pid` is the test process's id (the parent's, in a
+    /// child process). A group is never reused across runs: tansu runs for the whole test run,
+    /// and a group whose earlier members left (or were killed) can keep a new member waiting
+    /// for its assignment.
+    fn connect(tag: &str, test_pid: u32) -> Self {
         let brokers = std::env::var(Self::URL_VAR).unwrap_or_else(|_| "127.0.0.1:9092".to_owned());
         let producer = ClientConfig::new()
             .set("bootstrap.servers", &brokers)
@@ -38,7 +42,7 @@ impl Kafka {
         Self {
             topic: format!("gl.{tag}"),
             dead_letters: format!("gl.{tag}.dead"),
-            group: format!("gl-{tag}"),
+            group: format!("gl-{tag}-{test_pid}"),
             brokers,
             producer,
         }
@@ -212,13 +216,14 @@ impl Broker for Kafka {
     }
 
     async fn open(tag: &str, _ack_wait: Duration) -> Self {
-        let kafka = Self::connect(tag);
+        let kafka = Self::connect(tag, std::process::id());
         kafka.create().await;
         kafka
     }
 
     async fn attach(tag: &str, _ack_wait: Duration) -> Self {
-        Self::connect(tag)
+        // Only a test's child processes attach: the group is their parent's.
+        Self::connect(tag, std::os::unix::process::parent_id())
     }
 
     async fn horizon_stream(tag: &str) -> Self {
