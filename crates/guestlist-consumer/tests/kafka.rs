@@ -14,8 +14,8 @@ async fn a_rebalance_lets_the_batch_in_hand_finish_before_the_partition_moves() 
 
     use common::brokers::Broker;
     use common::kafka::Kafka;
-    use common::suite::Rig;
-    use tokio::sync::{Notify, oneshot};
+    use common::suite::{Rig, run_until_stopped};
+    use tokio::sync::Notify;
 
     const EVENTS: i64 = 80;
     let rig = Rig::<Kafka, sqlx::Postgres>::open(
@@ -28,21 +28,11 @@ async fn a_rebalance_lets_the_batch_in_hand_finish_before_the_partition_moves() 
         let event = format!(r#"{{"id":"evt_{n}","slow_ms":50}}"#);
         rig.broker.publish(event.as_bytes()).await;
     }
-    let run = |consumer: guestlist_consumer::Consumer<_, _, _>| {
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            consumer
-                .run(async move {
-                    let _ = stopped.await;
-                })
-                .await
-        });
-        (stop, task)
-    };
     let started = Arc::new(Notify::new());
-    let (stop_first, first) = run(rig.consumer_signalling(100, started.clone()).await);
+    let (stop_first, first) =
+        run_until_stopped!(rig.consumer_signalling(100, started.clone()).await);
     started.notified().await; // the first consumer has records in hand
-    let (stop_second, second) = run(rig.consumer(100).await); // it joins: a rebalance
+    let (stop_second, second) = run_until_stopped!(rig.consumer(100).await); // it joins: a rebalance
     rig.until(
         Duration::from_secs(60),
         "every event is handled and the group's offsets are at the end",

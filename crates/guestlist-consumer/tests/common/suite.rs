@@ -9,7 +9,7 @@ use guestlist_consumer::{Consumer, ConsumerError, Handler, IdFrom, Message};
 use guestlist_core::{Deferral, HandlerName, Retention};
 use guestlist_sqlx::Inbox;
 use guestlist_testkit::{Database, Fixture, short_tag};
-use tokio::sync::{Notify, oneshot};
+use tokio::sync::Notify;
 
 use super::brokers::Broker;
 
@@ -186,7 +186,7 @@ pub fn order_paid(id: &str) -> Vec<u8> {
 /// Runs a consumer on a task until the returned sender fires; the task returns what it handled.
 macro_rules! run_until_stopped {
     ($consumer:expr) => {{
-        let (stop, stopped) = oneshot::channel::<()>();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let consumer = $consumer;
         let task = tokio::spawn(async move {
             consumer
@@ -198,6 +198,8 @@ macro_rules! run_until_stopped {
         (stop, task)
     }};
 }
+#[allow(unused_imports)] // each test binary uses the parts its broker needs
+pub(crate) use run_until_stopped;
 
 pub async fn five_publishes_five_acks_one_pick_task<B: Broker, DB: Fixture>(name: &str) {
     guestlist_testkit::metrics::recorder();
