@@ -9,7 +9,7 @@
 //! failing is dead-lettered, with its error, after the configured number of deliveries.
 //!
 //! Brokers plug in through [`Source`] and [`Delivery`]: `guestlist-nats` for NATS JetStream,
-//! `guestlist-amqp` for RabbitMQ.
+//! `guestlist-amqp` for RabbitMQ, `guestlist-kafka` for Kafka.
 //!
 //! The guide tells the whole story, with each part's guarantees and failure tables: see
 //! [broker consumers](https://github.com/guestlist-rs/guestlist/blob/main/docs/guide/src/consumers.md)
