@@ -18,7 +18,7 @@ pub enum ConsumerError {
     /// The broker's ack wait is shorter than a handler may run, and keep-alives are off.
     #[error(
         "the broker redelivers after {ack_wait:?} without an acknowledgement, but handlers may run \
-         {handler_timeout:?}: raise the consumer's ack wait, lower Consumer::handler_timeout, or \
+         {handler_timeout:?}: raise the consumer's ack wait (an SQS queue's visibility timeout), lower Consumer::handler_timeout, or \
          keep keep-alives on"
     )]
     AckWaitTooShort {
@@ -160,7 +160,9 @@ where
         self
     }
 
-    /// Deliveries after which a failing message is dead-lettered (default 5).
+    /// Deliveries after which a failing message is dead-lettered (default 5). A broker that
+    /// dead-letters by itself sets its own ([`Source::max_deliveries`]: an SQS redrive policy's
+    /// `maxReceiveCount`), which wins.
     pub fn max_deliveries(mut self, deliveries: u32) -> Self {
         self.core.max_deliveries = deliveries.max(1);
         self
@@ -247,6 +249,9 @@ where
             mut core,
         } = self;
         core.ack_wait = source.ack_wait();
+        if let Some(limit) = source.max_deliveries() {
+            core.max_deliveries = limit.max(1);
+        }
         let mut handled = Handled::default();
         tokio::pin!(shutdown);
         let mut stopping = false;

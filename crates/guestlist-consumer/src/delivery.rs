@@ -79,4 +79,12 @@ pub trait Source: Send + Sync + 'static {
     /// How long after its first delivery a message may still be redelivered, where the broker
     /// bounds it. The inbox's retention must outlive it.
     fn redelivery_horizon(&self) -> Option<Duration>;
+
+    /// The delivery count at which the broker dead-letters a message by itself, where it is
+    /// set to (an SQS queue's redrive policy): the consumer then dead-letters at that count
+    /// instead of its own [`max_deliveries`](crate::Consumer::max_deliveries), leaving the
+    /// message to the broker. None by default.
+    fn max_deliveries(&self) -> Option<u32> {
+        None
+    }
 }

@@ -123,10 +123,8 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
             }
         };
         if let Some(fresh) = fresh {
-            let fresh_count = ready
-                .iter()
-                .filter(|(_, message)| fresh.contains(&message.id))
-                .count() as u64;
+            // An id twice in one batch ran once: its other copies are duplicates.
+            let fresh_count = fresh.len() as u64;
             let duplicates = ready.len() as u64 - fresh_count;
             handled.fresh += fresh_count;
             handled.duplicates += duplicates;
