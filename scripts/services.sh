@@ -154,3 +154,27 @@ ensure_kafka() {
     fi
     export GUESTLIST_TEST_KAFKA_BROKERS="$brokers"
 }
+
+# moto: a local Amazon SQS (visibility timeouts, receive counts, redrive, FIFO deduplication).
+# pip installs it from PyPI once; the server keeps its queues in memory for the run.
+MOTO_PACKAGE="moto[server]==5.2.1"
+
+ensure_sqs() {
+    local endpoint="${GUESTLIST_TEST_SQS_ENDPOINT:-http://127.0.0.1:5000}"
+    local hostport="${endpoint#http://}"
+    if ! (exec 3<>"/dev/tcp/${hostport%:*}/${hostport#*:}") 2>/dev/null; then
+        if ! command -v moto_server >/dev/null; then
+            command -v python3 >/dev/null || apt_install python3 python3-pip
+            say "installing moto ($MOTO_PACKAGE from PyPI)"
+            python3 -m pip install -q "$MOTO_PACKAGE" 2>/dev/null \
+                || python3 -m pip install -q --break-system-packages "$MOTO_PACKAGE" >&2 || return 1
+        fi
+        local moto
+        moto="$(command -v moto_server || echo "$(python3 -m site --user-base)/bin/moto_server")"
+        say "starting moto (SQS) on $endpoint"
+        nohup "$moto" -H "${hostport%:*}" -p "${hostport#*:}" >/tmp/guestlist-moto.log 2>&1 </dev/null &
+        wait_for 30 bash -c "exec 3<>/dev/tcp/${hostport%:*}/${hostport#*:}" \
+            || { say "moto did not start; see /tmp/guestlist-moto.log"; return 1; }
+    fi
+    export GUESTLIST_TEST_SQS_ENDPOINT="$endpoint"
+}

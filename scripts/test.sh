@@ -11,6 +11,7 @@ ensure_redis
 ensure_nats
 ensure_rabbitmq
 ensure_kafka
+ensure_sqs
 
 # librdkafka (under the Kafka crate) is built from source: it needs a C compiler and make.
 command -v make >/dev/null || apt_install make

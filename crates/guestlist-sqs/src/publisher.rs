@@ -1,0 +1,289 @@
+//! The outbox relay's publisher on SQS: ten messages to a `SendMessageBatch`, the ordering key
+//! as the FIFO message group, the message id as its deduplication id.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use aws_sdk_sqs::Client;
+use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
+use guestlist_sqlx::{Confirmed, OutboxMessage, Publish, PublishError};
+use sha2::{Digest, Sha256};
+
+use crate::delivery::text;
+use crate::{MESSAGE_ID_ATTRIBUTE, queue};
+
+/// The most entries SQS takes in one `SendMessageBatch`, and attributes on one message.
+const BATCH_LIMIT: usize = 10;
+const ATTRIBUTE_LIMIT: usize = 10;
+
+/// Publishes the outbox's messages to SQS for a [`guestlist_sqlx::Relay`].
+///
+/// A message's topic names its queue (a name, looked up once, or a URL). Each message carries
+/// its id in the `message-id` attribute ([`MESSAGE_ID_ATTRIBUTE`]: consume with
+/// [`SqsSourceBuilder::broker_id_attribute`](crate::SqsSourceBuilder::broker_id_attribute)),
+/// its ordering key and place in `guestlist-ordering-key` and `guestlist-seq`, and the headers
+/// it was enqueued with (SQS takes ten attributes in all).
+///
+/// On a FIFO queue (`.fifo`) the ordering key is the `MessageGroupId`, so that a key's messages
+/// keep their order, and the message id is the `MessageDeduplicationId` (its SHA-256 when it is
+/// longer than SQS's 128 characters): a relay's repeat after a crash within SQS's five-minute
+/// deduplication window is dropped by SQS. SQS does not say when it dropped one, so every
+/// message counts as [`Confirmed::New`]. On a standard queue a repeat is a new message; the
+/// consumer's inbox drops it.
+#[derive(Debug)]
+pub struct SqsPublisher {
+    client: Client,
+    /// Each topic's queue URL, once looked up.
+    urls: Mutex<HashMap<String, String>>,
+}
+
+impl SqsPublisher {
+    /// A publisher on `client` (see [`crate::client`] for one from the AWS environment).
+    pub fn new(client: Client) -> Self {
+        Self {
+            client,
+            urls: Mutex::default(),
+        }
+    }
+
+    /// A publisher on a client configured from the AWS environment, at `endpoint_url` when given
+    /// (a local server).
+    pub async fn connect(endpoint_url: Option<&str>) -> Self {
+        Self::new(crate::client(endpoint_url).await)
+    }
+
+    async fn url_of(&self, topic: &str) -> Result<String, crate::Error> {
+        if let Some(url) = self.lock().get(topic) {
+            return Ok(url.clone());
+        }
+        let url = queue::url_of(&self.client, topic).await?;
+        self.lock().insert(topic.to_owned(), url.clone());
+        Ok(url)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
+        self.urls
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The batch entry for `message`, the `n`th of its request.
+    fn entry(
+        n: usize,
+        message: &OutboxMessage,
+        fifo: bool,
+    ) -> Result<SendMessageBatchRequestEntry, PublishError> {
+        let body = std::str::from_utf8(&message.payload).map_err(|_| {
+            PublishError::new(
+                "SQS message bodies are text: this payload is not UTF-8 (encode it, as base64 say, \
+                 before it goes in the outbox)",
+            )
+        })?;
+        let mut attributes = vec![(MESSAGE_ID_ATTRIBUTE, message.message_id.as_str())];
+        let seq = message.seq.to_string();
+        if let Some(key) = &message.ordering_key {
+            attributes.push(("guestlist-ordering-key", key));
+            attributes.push(("guestlist-seq", &seq));
+        }
+        attributes.extend(
+            message
+                .headers
+                .iter()
+                .map(|(n, v)| (n.as_str(), v.as_str())),
+        );
+        if attributes.len() > ATTRIBUTE_LIMIT {
+            return Err(PublishError::new(format!(
+                "SQS takes {ATTRIBUTE_LIMIT} message attributes and this message has {} with its \
+                 id, ordering key and headers: enqueue it with fewer headers",
+                attributes.len()
+            )));
+        }
+        let mut entry = SendMessageBatchRequestEntry::builder()
+            .id(n.to_string())
+            .message_body(body);
+        for (name, value) in attributes {
+            entry = entry.message_attributes(name, text(value));
+        }
+        if fifo {
+            let group = message
+                .ordering_key
+                .as_deref()
+                .unwrap_or(&message.message_id);
+            entry = entry
+                .message_group_id(fitted(group))
+                .message_deduplication_id(fitted(&message.message_id));
+        }
+        Ok(entry.build().expect("an id and a body are set"))
+    }
+
+    /// Sends `messages` (one queue's, at most ten) in one request: one outcome each.
+    async fn send(
+        &self,
+        topic: &str,
+        messages: &[&OutboxMessage],
+    ) -> Vec<Result<Confirmed, PublishError>> {
+        let url = match self.url_of(topic).await {
+            Ok(url) => url,
+            Err(err) => {
+                let err = err.to_string();
+                return messages
+                    .iter()
+                    .map(|_| Err(PublishError::new(err.clone())))
+                    .collect();
+            }
+        };
+        let fifo = url.ends_with(".fifo");
+        let mut outcomes: Vec<Result<Confirmed, PublishError>> = Vec::with_capacity(messages.len());
+        let mut entries = Vec::with_capacity(messages.len());
+        for (n, message) in messages.iter().enumerate() {
+            match Self::entry(n, message, fifo) {
+                Ok(entry) => {
+                    entries.push(entry);
+                    outcomes.push(Ok(Confirmed::New));
+                }
+                Err(err) => outcomes.push(Err(err)),
+            }
+        }
+        if entries.is_empty() {
+            return outcomes;
+        }
+        match self
+            .client
+            .send_message_batch()
+            .queue_url(&url)
+            .set_entries(Some(entries))
+            .send()
+            .await
+        {
+            Ok(answer) => {
+                for failed in answer.failed {
+                    if let Some(outcome) = failed
+                        .id
+                        .parse::<usize>()
+                        .ok()
+                        .and_then(|n| outcomes.get_mut(n))
+                    {
+                        *outcome = Err(PublishError::new(format!(
+                            "SQS refused the message: {} ({})",
+                            failed.message.as_deref().unwrap_or("no reason given"),
+                            failed.code
+                        )));
+                    }
+                }
+            }
+            Err(err) => {
+                let missing = err
+                    .as_service_error()
+                    .is_some_and(|e| e.is_queue_does_not_exist());
+                let err = if missing {
+                    crate::Error::MissingQueue {
+                        queue: topic.to_owned(),
+                    }
+                    .to_string()
+                } else {
+                    crate::describe(err)
+                };
+                if missing {
+                    self.lock().remove(topic);
+                }
+                for outcome in outcomes.iter_mut().filter(|o| o.is_ok()) {
+                    *outcome = Err(PublishError::new(err.clone()));
+                }
+            }
+        }
+        outcomes
+    }
+}
+
+/// `value` as SQS takes it for a group or deduplication id: itself when it is at most 128
+/// printable ASCII characters, else its SHA-256 in hex.
+fn fitted(value: &str) -> String {
+    if value.len() <= 128 && value.bytes().all(|b| b.is_ascii_graphic()) {
+        return value.to_owned();
+    }
+    hex::encode(Sha256::digest(value.as_bytes()))
+}
+
+impl Publish for SqsPublisher {
+    async fn publish(&self, messages: &[OutboxMessage]) -> Vec<Result<Confirmed, PublishError>> {
+        // A chain of requests per queue and message group (ordering key), run side by side:
+        // within a chain, one request after another, so that a key's messages keep their order;
+        // ten messages to a request.
+        let mut chains: Vec<(&str, Option<&str>, Vec<usize>)> = Vec::new();
+        for (n, message) in messages.iter().enumerate() {
+            let group = message.ordering_key.as_deref();
+            match chains
+                .iter_mut()
+                .find(|(topic, key, _)| *topic == message.topic && *key == group && group.is_some())
+            {
+                Some((_, _, members)) => members.push(n),
+                None => chains.push((&message.topic, group, vec![n])),
+            }
+        }
+        // Messages without a key have no order to keep: ten to a request, side by side.
+        let mut requests: Vec<Vec<Vec<usize>>> = Vec::new();
+        let mut unkeyed: Vec<(&str, Vec<usize>)> = Vec::new();
+        for (topic, group, members) in chains {
+            if group.is_some() {
+                requests.push(members.chunks(BATCH_LIMIT).map(<[usize]>::to_vec).collect());
+                continue;
+            }
+            match unkeyed
+                .iter_mut()
+                .find(|(t, batch)| *t == topic && batch.len() < BATCH_LIMIT)
+            {
+                Some((_, batch)) => batch.extend(members),
+                None => unkeyed.push((topic, members)),
+            }
+        }
+        requests.extend(unkeyed.into_iter().map(|(_, members)| vec![members]));
+        let sent = futures_util::future::join_all(requests.into_iter().map(|chain| async move {
+            let mut outcomes = Vec::new();
+            let mut failed = false;
+            for request in chain {
+                if failed {
+                    // Sent now, a later message would be stored before the one that failed,
+                    // and FIFO deduplication would drop it when the relay sends it again after.
+                    outcomes.extend(request.into_iter().map(|n| {
+                        (
+                            n,
+                            Err(PublishError::new(
+                                "held back: an earlier message of its key was not confirmed",
+                            )),
+                        )
+                    }));
+                    continue;
+                }
+                let batch: Vec<&OutboxMessage> = request.iter().map(|n| &messages[*n]).collect();
+                let answered = self.send(&batch[0].topic, &batch).await;
+                failed = answered.iter().any(Result::is_err);
+                outcomes.extend(request.into_iter().zip(answered));
+            }
+            outcomes
+        }))
+        .await;
+        let mut outcomes: Vec<Option<Result<Confirmed, PublishError>>> =
+            messages.iter().map(|_| None).collect();
+        for (n, outcome) in sent.into_iter().flatten() {
+            outcomes[n] = Some(outcome);
+        }
+        outcomes
+            .into_iter()
+            .map(|outcome| outcome.unwrap_or_else(|| Err(PublishError::new("not sent"))))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fitted;
+
+    #[test]
+    fn a_long_or_unprintable_id_is_hashed_to_fit() {
+        assert_eq!(fitted("evt_1"), "evt_1");
+        let long = "x".repeat(129);
+        assert_eq!(fitted(&long).len(), 64);
+        assert_eq!(fitted("caf\u{e9}").len(), 64);
+        assert_ne!(fitted(&long), fitted(&"x".repeat(130)));
+    }
+}
