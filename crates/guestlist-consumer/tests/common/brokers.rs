@@ -13,6 +13,10 @@ pub trait Broker: Send + Sync + Sized + 'static {
     const LABEL: &'static str;
     /// Whether the broker drops a repeated message id on its own.
     const DEDUPLICATES: bool;
+    /// Whether the publisher learns that the broker dropped a repeat (not SQS FIFO's).
+    const REPORTS_DUPLICATES: bool = Self::DEDUPLICATES;
+    /// Publishes in the chaos test: fewer where each publish is slow to make (SQS).
+    const CHAOS_EVENTS: usize = 10_000;
     /// Whether the broker redelivers an unacknowledged message after a wait, and bounds
     /// redeliveries in time (JetStream's ack wait and max age; not RabbitMQ, not Kafka).
     const REDELIVERS_IN_TIME: bool;
@@ -25,6 +29,16 @@ pub trait Broker: Send + Sync + Sized + 'static {
     fn attach(tag: &str, ack_wait: Duration) -> impl Future<Output = Self> + Send;
     /// Publishes `payload`, waiting for the broker to confirm.
     fn publish(&self, payload: &[u8]) -> impl Future<Output = ()> + Send;
+    /// Publishes many events for a chaos test: all of them before it returns, by default. A
+    /// broker that slows down as its queue grows (moto's SQS) publishes them from a task
+    /// instead, while the consumers run, so that the queue stays short.
+    fn publish_stream(&self, payloads: Vec<Vec<u8>>) -> impl Future<Output = ()> + Send {
+        async move {
+            for payload in payloads {
+                self.publish(&payload).await;
+            }
+        }
+    }
     /// A consumer's source on the queue.
     fn source(&self) -> impl Future<Output = Self::Source> + Send;
     /// Messages in the dead-letter place, with the error each carries.

@@ -36,6 +36,10 @@ impl<S: Source> Source for HeldAcks<S> {
     fn redelivery_horizon(&self) -> Option<Duration> {
         self.0.redelivery_horizon()
     }
+
+    fn max_deliveries(&self) -> Option<u32> {
+        self.0.max_deliveries()
+    }
 }
 
 /// Never returns: the consumer stays between its commit and its acknowledgements.
@@ -75,6 +79,10 @@ impl<D: Delivery> Delivery for Held<D> {
 
     async fn dead_letter(&self, reason: &str) -> Result<(), BrokerError> {
         self.0.dead_letter(reason).await
+    }
+
+    fn withdrawn(&self) -> bool {
+        self.0.withdrawn()
     }
 
     async fn keep_alive(&self) -> Result<(), BrokerError> {

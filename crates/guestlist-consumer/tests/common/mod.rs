@@ -7,6 +7,7 @@ pub mod brokers;
 pub mod held_acks;
 pub mod kafka;
 pub mod relay;
+pub mod sqs;
 pub mod suite;
 
 /// Generates one `#[tokio::test]` per story in [`suite`] for the broker `$broker` with the store

@@ -62,12 +62,13 @@ pub struct Rig<B: Broker, DB: Fixture> {
 
 impl<B: Broker, DB: Fixture> Rig<B, DB> {
     pub async fn open(name: &str, ack_wait: Duration) -> Self {
+        Self::open_on(B::open(&short_tag(name), ack_wait).await, name).await
+    }
+
+    /// [`Rig::open`] around a broker queue made for the test `name` already.
+    pub async fn open_on(broker: B, name: &str) -> Self {
         let tag = short_tag(name);
-        let rig = Self::around(
-            B::open(&tag, ack_wait).await,
-            Database::open(16).await,
-            &tag,
-        );
+        let rig = Self::around(broker, Database::open(16).await, &tag);
         for table in [rig.inbox.table().to_string(), rig.effects.to_string()] {
             rig.db.exec(format!("DROP TABLE IF EXISTS {table}")).await;
         }
@@ -114,6 +115,16 @@ impl<B: Broker, DB: Fixture> Rig<B, DB> {
         self.consumer_of_signalling(source, batch, Arc::new(Notify::new()))
     }
 
+    /// [`Rig::consumer_of`], taking each message's id by `id_from`.
+    pub fn consumer_by<S: guestlist_consumer::Source>(
+        &self,
+        source: S,
+        batch: usize,
+        id_from: IdFrom,
+    ) -> Consumer<S, DB, Pick> {
+        self.consumer_with(source, batch, id_from, Arc::new(Notify::new()))
+    }
+
     /// [`Rig::consumer`], notifying `started` whenever a handler starts.
     pub async fn consumer_signalling(
         &self,
@@ -129,12 +140,22 @@ impl<B: Broker, DB: Fixture> Rig<B, DB> {
         batch: usize,
         started: Arc<Notify>,
     ) -> Consumer<S, DB, Pick> {
+        self.consumer_with(source, batch, IdFrom::JsonField("/id".to_owned()), started)
+    }
+
+    fn consumer_with<S: guestlist_consumer::Source>(
+        &self,
+        source: S,
+        batch: usize,
+        id_from: IdFrom,
+        started: Arc<Notify>,
+    ) -> Consumer<S, DB, Pick> {
         Consumer::with_handler(
             source,
             self.db.pool.clone(),
             self.inbox.clone(),
             HandlerName::new("warehouse").unwrap(),
-            IdFrom::JsonField("/id".to_owned()),
+            id_from,
             Pick {
                 effects: self.effects.clone(),
                 started,
@@ -531,12 +552,13 @@ pub async fn ten_thousand_events_two_consumers_one_killed_again_and_again<
 >(
     name: &str,
 ) {
-    const EVENTS: usize = 10_000;
+    let events = B::CHAOS_EVENTS;
     let rig = Rig::<B, DB>::open(name, CHAOS_ACK_WAIT).await;
-    // 8,000 distinct events; 2,000 of the 10,000 publishes repeat an earlier one.
+    // A fifth of the publishes repeat an earlier event: 8,000 distinct events of 10,000.
     let random = RandomState::new();
     let mut distinct = 0;
-    for n in 0..EVENTS {
+    let mut payloads = Vec::with_capacity(events);
+    for n in 0..events {
         let repeat = n > 0 && random.hash_one(n) % 5 == 0;
         let id = if repeat {
             random.hash_one((n, "earlier")) as usize % distinct
@@ -546,9 +568,9 @@ pub async fn ten_thousand_events_two_consumers_one_killed_again_and_again<
         };
         // A millisecond of work each, so that the stream outlasts the kills: batches of 50
         // otherwise drain it in about a second.
-        let event = format!(r#"{{"id":"evt_{id}","slow_ms":1}}"#);
-        rig.broker.publish(event.as_bytes()).await;
+        payloads.push(format!(r#"{{"id":"evt_{id}","slow_ms":1}}"#).into_bytes());
     }
+    rig.broker.publish_stream(payloads).await;
 
     let module = name.split('_').next().unwrap();
     let start = |label: &str| -> Child {

@@ -1,0 +1,46 @@
+//! The outbox relay to SQS FIFO queues, from PostgreSQL, SQLite and MariaDB/MySQL. Module
+//! names start with two letters no other test module of this crate uses: they name queues and
+//! tables.
+//!
+//! The relay suite's story of two relays killed again and again does not run here: moto's FIFO
+//! queue checks a sent message against every message it holds, about 200 ms for a request of
+//! ten at 155 held, so a relay's round of 50 outlasts the story's 600 ms lease and the relays
+//! take the lease from each other forever. Each key's order on a FIFO queue is checked instead
+//! by `a_relay_keeps_each_keys_order_on_a_fifo_queue`, with one relay.
+
+mod common;
+
+/// The relay suite's stories that moto can carry, on one database.
+macro_rules! fifo_relay_suite {
+    ($m:ident, $db:ty) => {
+        mod $m {
+            use super::common;
+            $crate::relay_suite!(@tests $m, common::sqs::SqsFifo, $db;
+                a_rolled_back_write_publishes_nothing_a_committed_one_once,
+                sigkill_between_confirm_and_stamp_publishes_again_without_a_second_effect,
+                a_relay_that_lost_its_lease_stamps_nothing,
+                a_message_no_queue_takes_stays_pending_and_shows_in_the_metrics,
+            );
+
+            /// Not a test on its own: the relay the SIGKILL and SIGSTOP tests hold mid-batch.
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            #[ignore = "child process of the relay tests"]
+            async fn held_relay() {
+                common::relay::held_relay::<common::sqs::SqsFifo, $db>().await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_relay_keeps_each_keys_order_on_a_fifo_queue() {
+                common::relay::keys_keep_their_order::<common::sqs::SqsFifo, $db>(concat!(
+                    stringify!($m),
+                    "_a_relay_keeps_each_keys_order_on_a_fifo_queue"
+                ))
+                .await;
+            }
+        }
+    };
+}
+
+fifo_relay_suite!(fpg, sqlx::Postgres);
+fifo_relay_suite!(flite, sqlx::Sqlite);
+fifo_relay_suite!(fmy, sqlx::MySql);
