@@ -1,5 +1,5 @@
 //! `guestlist relay`: publishes an outbox table's committed messages to NATS JetStream,
-//! RabbitMQ or Kafka, for services in any language that write the table.
+//! RabbitMQ, Kafka or Amazon SQS, for services in any language that write the table.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -10,12 +10,13 @@ use guestlist::{Backend, Outbox, Publish, Relay};
 use guestlist_amqp::RabbitPublisher;
 use guestlist_kafka::KafkaPublisher;
 use guestlist_nats::JetStreamPublisher;
+use guestlist_sqs::SqsPublisher;
 
 use crate::database::{self, with_pool};
 use crate::signal::Terminated;
 
 #[derive(Debug, Args)]
-#[command(group(clap::ArgGroup::new("broker").required(true).args(["nats", "amqp", "kafka"])))]
+#[command(group(clap::ArgGroup::new("broker").required(true).args(["nats", "amqp", "kafka", "sqs"])))]
 pub(crate) struct RelayArgs {
     /// postgres://…, mysql://… (or mariadb://…), or sqlite:PATH.
     #[arg(
@@ -38,6 +39,16 @@ pub(crate) struct RelayArgs {
     /// the record key, the message id the `message-id` header.
     #[arg(long, env = "GUESTLIST_KAFKA_BROKERS", conflicts_with_all = ["nats", "amqp"])]
     kafka: Option<String>,
+    /// Publish to Amazon SQS, configured from the AWS environment (AWS_REGION, AWS_PROFILE or
+    /// AWS_ACCESS_KEY_ID, AWS_ENDPOINT_URL): each topic is a queue's name or URL (create it
+    /// first). On a FIFO queue each ordering key is the message group and the message id the
+    /// deduplication id.
+    #[arg(long, conflicts_with_all = ["nats", "amqp", "kafka"])]
+    sqs: bool,
+    /// The endpoint of a local SQS server (moto, LocalStack, ElasticMQ), with the dummy
+    /// credentials such servers take.
+    #[arg(long, requires = "sqs")]
+    sqs_endpoint: Option<String>,
     /// The RabbitMQ exchange; the topic is the routing key. The default exchange ("") routes to
     /// the queue named by the topic.
     #[arg(long, default_value = "", requires = "amqp")]
@@ -76,21 +87,57 @@ async fn relay<DB: Backend>(
     // A missing table fails here, with what to do, rather than round after round.
     let stats = outbox.stats(&pool).await?;
     tracing::info!(table = %args.table, pending = stats.pending, "outbox found");
-    match (&args.nats, &args.amqp, &args.kafka) {
-        (Some(url), _, _) => {
+    match broker(args)? {
+        Broker::Nats(url) => {
             let publisher = JetStreamPublisher::connect(url).await?;
             publish(pool, outbox, publisher, args, terminated).await
         }
-        (None, Some(url), _) => {
+        Broker::Amqp(url) => {
             let publisher = RabbitPublisher::connect(url, &args.exchange).await?;
             publish(pool, outbox, publisher, args, terminated).await
         }
-        (None, None, Some(brokers)) => {
+        Broker::Kafka(brokers) => {
             let publisher = KafkaPublisher::connect(brokers)?;
             publish(pool, outbox, publisher, args, terminated).await
         }
+        Broker::Sqs(endpoint) => {
+            let publisher = match endpoint {
+                Some(endpoint) => SqsPublisher::new(guestlist_sqs::local_client(endpoint)),
+                None => SqsPublisher::connect(None).await,
+            };
+            publish(pool, outbox, publisher, args, terminated).await
+        }
+    }
+}
+
+/// The broker the arguments name.
+enum Broker<'a> {
+    Nats(&'a str),
+    Amqp(&'a str),
+    Kafka(&'a str),
+    Sqs(Option<&'a str>),
+}
+
+fn broker(args: &RelayArgs) -> anyhow::Result<Broker<'_>> {
+    Ok(match (&args.nats, &args.amqp, &args.kafka) {
+        (Some(url), _, _) => Broker::Nats(url),
+        (None, Some(url), _) => Broker::Amqp(url),
+        (None, None, Some(brokers)) => Broker::Kafka(brokers),
+        (None, None, None) if args.sqs => Broker::Sqs(args.sqs_endpoint.as_deref()),
         (None, None, None) => {
-            anyhow::bail!("give the broker: --nats URL, --amqp URL or --kafka HOST:PORT")
+            anyhow::bail!("give the broker: --nats URL, --amqp URL, --kafka HOST:PORT or --sqs")
+        }
+    })
+}
+
+impl std::fmt::Display for Broker<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Broker::Nats(url) => write!(f, "NATS at {}", database::redact(url)),
+            Broker::Amqp(url) => write!(f, "RabbitMQ at {}", database::redact(url)),
+            Broker::Kafka(brokers) => write!(f, "Kafka at {brokers}"),
+            Broker::Sqs(Some(endpoint)) => write!(f, "SQS at {endpoint}"),
+            Broker::Sqs(None) => write!(f, "SQS"),
         }
     }
 }
@@ -121,12 +168,7 @@ async fn publish<DB: Backend, P: Publish>(
         "relaying {} on {} to {}",
         args.table,
         database::redact(&args.database),
-        match (&args.nats, &args.amqp, &args.kafka) {
-            (Some(url), _, _) => format!("NATS at {}", database::redact(url)),
-            (None, Some(url), _) => format!("RabbitMQ at {}", database::redact(url)),
-            (None, None, Some(brokers)) => format!("Kafka at {brokers}"),
-            (None, None, None) => unreachable!("checked above"),
-        }
+        broker(args)?
     );
     let relayed = relay.run(terminated.wait()).await?;
     let _ = stop.send(true);

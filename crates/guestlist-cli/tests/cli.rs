@@ -361,7 +361,9 @@ fn relay_without_an_outbox_or_a_broker_says_what_to_do() {
     let no_broker = guestlist(&["relay", "--database", &url]);
     assert!(!no_broker.status.success());
     assert!(
-        stderr(&no_broker).contains("--amqp") && stderr(&no_broker).contains("--kafka"),
+        stderr(&no_broker).contains("--amqp")
+            && stderr(&no_broker).contains("--kafka")
+            && stderr(&no_broker).contains("--sqs"),
         "{}",
         stderr(&no_broker)
     );

@@ -1,5 +1,5 @@
-//! `guestlist-bench broker`: end-to-end messages per second on NATS JetStream, RabbitMQ and
-//! Kafka, with PostgreSQL as the store, in one run (`GUESTLIST_BENCH_BROKERS=kafka,nats` picks
+//! `guestlist-bench broker`: end-to-end messages per second on NATS JetStream, RabbitMQ, Kafka
+//! and SQS, with PostgreSQL as the store, in one run (`GUESTLIST_BENCH_BROKERS=kafka,nats` picks
 //! some of them).
 //!
 //! Each figure publishes the same events to a fresh stream or queue and times draining them:
@@ -12,12 +12,19 @@
 //! - `inbox_only` does the consumer's claims and work in batches of 100 on one connection, with
 //!   no broker: the database's limit for one consumer.
 //!
+//! SQS (a local server: moto) gets `baseline` (the SDK's receive, the work on one transaction,
+//! commit, `DeleteMessageBatch`; no inbox), `batch10` (SQS receives ten at most) and
+//! `broker_only` (receive and delete with no database: the server's floor), on fewer events,
+//! fed from a task that keeps at most 50 waiting: moto scans a queue's every message on each
+//! receive, so a queue loaded up front would measure moto's scan.
+//!
 //! The work is one INSERT per message. Then `default` is run again at 10 messages a second, for
 //! the latency from publish to commit when traffic is thin.
 
 mod latency;
 mod plain;
 pub(crate) mod queues;
+mod sqs;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -43,6 +50,7 @@ enum Figure {
     InboxOnly,
     Default,
     Batch(usize),
+    BrokerOnly,
 }
 
 impl Figure {
@@ -55,6 +63,8 @@ impl Figure {
         Figure::Batch(10),
         Figure::Batch(100),
     ];
+    /// SQS's figures.
+    const SQS: [Figure; 3] = [Figure::Baseline, Figure::Batch(10), Figure::BrokerOnly];
 
     fn name(self) -> String {
         match self {
@@ -63,6 +73,7 @@ impl Figure {
             Figure::InboxOnly => "inbox_only".to_owned(),
             Figure::Default => "default".to_owned(),
             Figure::Batch(n) => format!("batch{n}"),
+            Figure::BrokerOnly => "broker_only".to_owned(),
         }
     }
 
@@ -70,6 +81,7 @@ impl Figure {
         match self {
             Figure::Plain | Figure::Batch(1) => 1,
             Figure::Batch(n) => n,
+            Figure::BrokerOnly => 10,
             Figure::Baseline | Figure::InboxOnly | Figure::Default => 100,
         }
     }
@@ -79,6 +91,9 @@ impl Figure {
 /// (two batches, so that the next one arrives while one commits).
 const BATCH: usize = 100;
 const PREFETCH: u16 = 200;
+/// The most SQS messages waiting while a figure is measured: the feeder keeps the queue this
+/// short (see `Queue::feed_sqs`).
+const SQS_DEPTH: u64 = 50;
 
 pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
     anyhow::ensure!(
@@ -103,27 +118,33 @@ pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
     let inbox = Inbox::<sqlx::Postgres>::with_table(INBOX)?;
     inbox.migrate(&pool).await?;
 
-    let (nats_url, amqp_url, kafka) = (
+    let (nats_url, amqp_url, kafka, sqs_endpoint) = (
         queues::nats_url(),
         queues::amqp_url(),
         queues::kafka_brokers(),
+        queues::sqs_endpoint(),
     );
     let brokers = std::env::var("GUESTLIST_BENCH_BROKERS")
-        .unwrap_or_else(|_| "nats,rabbitmq,kafka".to_owned());
+        .unwrap_or_else(|_| "nats,rabbitmq,kafka,sqs".to_owned());
     let mut report = Report::default();
     for broker in brokers.split(',').map(str::trim) {
         anyhow::ensure!(
-            matches!(broker, "nats" | "rabbitmq" | "kafka"),
-            "GUESTLIST_BENCH_BROKERS names {broker}: give nats, rabbitmq or kafka"
+            matches!(broker, "nats" | "rabbitmq" | "kafka" | "sqs"),
+            "GUESTLIST_BENCH_BROKERS names {broker}: give nats, rabbitmq, kafka or sqs"
         );
         eprintln!("measuring {broker} …");
+        let (figures, events): (&[Figure], usize) = match broker {
+            "sqs" => (&Figure::SQS, if common.quick { 500 } else { 2_000 }),
+            _ => (&Figure::ALL, events),
+        };
         let mut samples: Vec<(Figure, f64)> = Vec::new();
         for round in 0..plan.rounds {
-            for figure in plan.order(round, &Figure::ALL) {
+            for &figure in &plan.order(round, figures) {
                 let name = format!("bench_{}_{round}", figure.name());
                 let queue = match broker {
                     "nats" => Queue::nats(&nats_url, &name).await?,
                     "kafka" => Queue::kafka(&kafka, &name).await?,
+                    "sqs" => Queue::sqs(&sqs_endpoint, &name).await?,
                     _ => Queue::rabbit(&amqp_url, &name).await?,
                 };
                 for table in [EFFECTS, INBOX] {
@@ -132,6 +153,26 @@ pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
                         .await?;
                 }
                 let started = match figure {
+                    _ if broker == "sqs" => {
+                        let source = match figure {
+                            Figure::Batch(_) => Some(queue.source(PREFETCH).await?),
+                            _ => None,
+                        };
+                        let started = Instant::now();
+                        let fed = queue.feed_sqs(events, SQS_DEPTH)?;
+                        match source {
+                            Some(source) => with_source!(source, |source| drain(
+                                source, figure, &pool, &inbox, events
+                            )
+                            .await)?,
+                            None => {
+                                let pool = (figure == Figure::Baseline).then_some(&pool);
+                                sqs::drain(&queue, pool, events).await?
+                            }
+                        }
+                        fed.await??;
+                        started
+                    }
                     Figure::InboxOnly => {
                         let started = Instant::now();
                         inbox_only(&pool, &inbox, events).await?;
@@ -155,14 +196,20 @@ pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
                     }
                 };
                 let rate = events as f64 / started.elapsed().as_secs_f64();
+                // broker_only writes nothing: its loop counted the deletes.
+                let expected = if figure == Figure::BrokerOnly {
+                    0
+                } else {
+                    events
+                };
                 let done: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
                     "SELECT count(*) FROM {EFFECTS}"
                 )))
                 .fetch_one(&pool)
                 .await?;
                 anyhow::ensure!(
-                    done as usize == events,
-                    "{broker} {}: {done} of {events} handled",
+                    done as usize == expected,
+                    "{broker} {}: {done} of {expected} handled",
                     figure.name()
                 );
                 eprintln!("  {:<9} round {round}  {rate:>9.0} msgs/s", figure.name());
@@ -172,9 +219,10 @@ pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
         let label = match broker {
             "nats" => "nats_postgres",
             "kafka" => "kafka_postgres",
+            "sqs" => "sqs_postgres",
             _ => "rabbitmq_postgres",
         };
-        for figure in Figure::ALL {
+        for &figure in figures {
             let rates = samples
                 .iter()
                 .filter(|(f, _)| *f == figure)
@@ -184,13 +232,29 @@ pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
                 name: figure.name(),
                 backend: label,
                 workers: 1,
-                batch: figure.batch(),
+                // SQS receives ten at most, whatever the batch asked.
+                batch: if broker == "sqs" {
+                    figure.batch().min(10)
+                } else {
+                    figure.batch()
+                },
                 per_sec: median(rates),
                 unit: "msgs/s",
                 latency: None,
             });
         }
-        for n in [1, 10, 100] {
+        if broker == "sqs" {
+            report.ratio("batch10_vs_baseline", "batch10", "baseline", label, 1);
+            report.ratio("batch10_vs_broker_only", "batch10", "broker_only", label, 1);
+            report.ratio(
+                "baseline_vs_broker_only",
+                "baseline",
+                "broker_only",
+                label,
+                1,
+            );
+        }
+        for n in [1, 10, 100].into_iter().filter(|_| broker != "sqs") {
             let batch = format!("batch{n}");
             report.ratio(
                 &format!("{batch}_vs_baseline"),
@@ -200,14 +264,17 @@ pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
                 1,
             );
         }
-        report.ratio("batch100_vs_inbox_only", "batch100", "inbox_only", label, 1);
-        report.ratio("default_vs_batch100", "default", "batch100", label, 1);
-        report.ratio("default_vs_plain", "default", "plain", label, 1);
+        if broker != "sqs" {
+            report.ratio("batch100_vs_inbox_only", "batch100", "inbox_only", label, 1);
+            report.ratio("default_vs_batch100", "default", "batch100", label, 1);
+            report.ratio("default_vs_plain", "default", "plain", label, 1);
+        }
 
         // Thin traffic: the default consumer must not wait for a batch to fill.
         let queue = match broker {
             "nats" => Queue::nats(&nats_url, "bench_latency").await?,
             "kafka" => Queue::kafka(&kafka, "bench_latency").await?,
+            "sqs" => Queue::sqs(&sqs_endpoint, "bench_latency").await?,
             _ => Queue::rabbit(&amqp_url, "bench_latency").await?,
         };
         for table in [EFFECTS, INBOX] {
@@ -244,7 +311,9 @@ async fn drain<S: Source>(
 ) -> anyhow::Result<()> {
     match figure {
         Figure::Baseline => baseline(source, pool, events).await,
-        Figure::Plain | Figure::InboxOnly => unreachable!("{figure:?} runs without a source"),
+        Figure::Plain | Figure::InboxOnly | Figure::BrokerOnly => {
+            unreachable!("{figure:?} runs without a source")
+        }
         Figure::Default | Figure::Batch(_) => {
             let handled = Arc::new(AtomicU64::new(0));
             let all_done = Arc::new(Notify::new());

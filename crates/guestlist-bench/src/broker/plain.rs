@@ -19,6 +19,7 @@ pub(super) async fn drain(
     started: &mut Instant,
 ) -> anyhow::Result<()> {
     match queue {
+        Queue::Sqs { .. } => anyhow::bail!("plain is not measured on SQS: see baseline"),
         Queue::Kafka { brokers, topic, .. } => {
             use rdkafka::Message;
             use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};

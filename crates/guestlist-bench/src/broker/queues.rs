@@ -1,10 +1,15 @@
-//! A fresh stream (NATS), quorum queue (RabbitMQ) or topic (Kafka) per figure, and a fast
-//! publisher.
+//! A fresh stream (NATS), quorum queue (RabbitMQ), topic (Kafka) or queue (SQS) per figure,
+//! and a fast publisher.
 
 use std::time::Duration;
 
-/// NATS, RabbitMQ or Kafka, as the bench uses them.
+/// NATS, RabbitMQ, Kafka or SQS, as the bench uses them.
 pub(crate) enum Queue {
+    Sqs {
+        client: guestlist_sqs::Client,
+        url: String,
+        dead_letters: String,
+    },
     Kafka {
         producer: rdkafka::producer::FutureProducer,
         brokers: String,
@@ -38,11 +43,18 @@ pub(crate) fn kafka_brokers() -> String {
     std::env::var("GUESTLIST_BENCH_KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:9092".into())
 }
 
+/// The SQS endpoint the benches use (`GUESTLIST_BENCH_SQS_ENDPOINT`): a local server, with
+/// dummy credentials.
+pub(crate) fn sqs_endpoint() -> String {
+    std::env::var("GUESTLIST_BENCH_SQS_ENDPOINT").unwrap_or_else(|_| "http://127.0.0.1:5000".into())
+}
+
 /// Partitions of each Kafka topic the bench makes.
 const KAFKA_PARTITIONS: i32 = 4;
 
 /// A source of any of the brokers.
 pub(crate) enum AnySource {
+    Sqs(Box<guestlist_sqs::SqsSource>),
     Kafka(Box<guestlist_kafka::KafkaSource>),
     Nats(Box<guestlist_nats::JetStreamSource>),
     Rabbit(Box<guestlist_amqp::RabbitSource>),
@@ -102,6 +114,43 @@ impl Queue {
         })
     }
 
+    /// An empty SQS queue named `name` (and its dead-letter queue).
+    pub(crate) async fn sqs(endpoint: &str, name: &str) -> anyhow::Result<Self> {
+        let client = guestlist_sqs::local_client(endpoint);
+        let mut urls = Vec::new();
+        for queue in [
+            name.replace('_', "-"),
+            format!("{}-dead", name.replace('_', "-")),
+        ] {
+            if let Ok(found) = client.get_queue_url().queue_name(&queue).send().await {
+                let _ = client
+                    .delete_queue()
+                    .set_queue_url(found.queue_url)
+                    .send()
+                    .await;
+            }
+            let created = client
+                .create_queue()
+                .queue_name(&queue)
+                .send()
+                .await
+                .map_err(|err| {
+                    anyhow::anyhow!(
+                        "create SQS queue {queue} at {endpoint}: {}",
+                        guestlist_sqs::aws_sdk_sqs::error::DisplayErrorContext(err)
+                    )
+                })?;
+            urls.push(created.queue_url.unwrap_or_default());
+        }
+        let dead_letters = urls.pop().unwrap_or_default();
+        let url = urls.pop().unwrap_or_default();
+        Ok(Queue::Sqs {
+            client,
+            url,
+            dead_letters,
+        })
+    }
+
     /// An empty quorum queue named `name`.
     pub(crate) async fn rabbit(url: &str, name: &str) -> anyhow::Result<Self> {
         use lapin::options::{ConfirmSelectOptions, QueueDeclareOptions, QueueDeleteOptions};
@@ -141,6 +190,15 @@ impl Queue {
     /// on the broker (a hundred thousand messages each) and slow the ones measured after.
     pub(crate) async fn remove(&self) -> anyhow::Result<()> {
         match self {
+            Queue::Sqs {
+                client,
+                url,
+                dead_letters,
+            } => {
+                for url in [url, dead_letters] {
+                    client.delete_queue().queue_url(url).send().await?;
+                }
+            }
             Queue::Kafka { brokers, topic, .. } => {
                 use rdkafka::admin::{AdminClient, AdminOptions};
                 let admin: AdminClient<rdkafka::client::DefaultClientContext> =
@@ -173,6 +231,7 @@ impl Queue {
     /// the queue's name (through the default exchange).
     pub(crate) fn topic(&self) -> String {
         match self {
+            Queue::Sqs { url, .. } => url.clone(),
             Queue::Kafka { topic, .. } => topic.clone(),
             Queue::Nats { stream, .. } => format!("{stream}.events"),
             Queue::Rabbit { queue, .. } => queue.clone(),
@@ -184,6 +243,33 @@ impl Queue {
         const IN_FLIGHT: usize = 500;
         for chunk in (0..count).collect::<Vec<_>>().chunks(IN_FLIGHT) {
             match self {
+                Queue::Sqs { client, url, .. } => {
+                    // Ten to a request (SQS's limit), fifty requests in flight.
+                    let requests = chunk.chunks(10).map(|ten| {
+                        let entries = ten
+                            .iter()
+                            .map(|n| {
+                                guestlist_sqs::aws_sdk_sqs::types::SendMessageBatchRequestEntry::builder()
+                                    .id(n.to_string())
+                                    .message_body(String::from_utf8_lossy(&payload(*n)))
+                                    .build()
+                            })
+                            .collect::<Result<Vec<_>, _>>();
+                        async move {
+                            let sent = client
+                                .send_message_batch()
+                                .queue_url(url)
+                                .set_entries(Some(entries?))
+                                .send()
+                                .await?;
+                            anyhow::ensure!(sent.failed.is_empty(), "SQS refused: {:?}", sent.failed);
+                            Ok(())
+                        }
+                    });
+                    for sent in futures_util::future::join_all(requests).await {
+                        sent?;
+                    }
+                }
                 Queue::Kafka {
                     producer, topic, ..
                 } => {
@@ -237,10 +323,74 @@ impl Queue {
         Ok(())
     }
 
+    /// Publishes `count` events to an SQS queue from a task, ten to a request, keeping at most
+    /// `depth` waiting: moto scans a queue's every message on each receive, so a queue loaded
+    /// up front measures moto's scan rather than the consumer.
+    pub(super) fn feed_sqs(
+        &self,
+        count: usize,
+        depth: u64,
+    ) -> anyhow::Result<tokio::task::JoinHandle<anyhow::Result<()>>> {
+        let Queue::Sqs { client, url, .. } = self else {
+            anyhow::bail!("only SQS queues are fed");
+        };
+        let (client, url) = (client.clone(), url.clone());
+        Ok(tokio::spawn(async move {
+            use guestlist_sqs::aws_sdk_sqs::types::{
+                QueueAttributeName, SendMessageBatchRequestEntry,
+            };
+            for ten in (0..count).collect::<Vec<_>>().chunks(10) {
+                loop {
+                    let attributes = client
+                        .get_queue_attributes()
+                        .queue_url(&url)
+                        .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+                        .send()
+                        .await?
+                        .attributes
+                        .unwrap_or_default();
+                    let waiting: u64 = attributes
+                        .get(&QueueAttributeName::ApproximateNumberOfMessages)
+                        .and_then(|n| n.parse().ok())
+                        .unwrap_or(0);
+                    if waiting < depth {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                let entries = ten
+                    .iter()
+                    .map(|n| {
+                        SendMessageBatchRequestEntry::builder()
+                            .id(n.to_string())
+                            .message_body(String::from_utf8_lossy(&payload(*n)))
+                            .build()
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                let sent = client
+                    .send_message_batch()
+                    .queue_url(&url)
+                    .set_entries(Some(entries))
+                    .send()
+                    .await?;
+                anyhow::ensure!(sent.failed.is_empty(), "SQS refused: {:?}", sent.failed);
+            }
+            Ok(())
+        }))
+    }
+
     /// Publishes one event with the id `id`, confirmed by the broker.
     pub(super) async fn publish_one(&self, id: &str) -> anyhow::Result<()> {
         let payload = format!(r#"{{"id":"{id}","type":"OrderPaid","order":1}}"#).into_bytes();
         match self {
+            Queue::Sqs { client, url, .. } => {
+                client
+                    .send_message()
+                    .queue_url(url)
+                    .message_body(String::from_utf8_lossy(&payload))
+                    .send()
+                    .await?;
+            }
             Queue::Kafka {
                 producer, topic, ..
             } => {
@@ -278,6 +428,18 @@ impl Queue {
     /// A consumer's source, holding up to `prefetch` deliveries.
     pub(super) async fn source(&self, prefetch: u16) -> anyhow::Result<AnySource> {
         Ok(match self {
+            Queue::Sqs {
+                client,
+                url,
+                dead_letters,
+            } => AnySource::Sqs(Box::new(
+                guestlist_sqs::SqsSource::builder(url)
+                    .client(client.clone())
+                    .dead_letter_queue(dead_letters)
+                    .wait_time(Duration::from_secs(1))
+                    .connect()
+                    .await?,
+            )),
             Queue::Kafka { brokers, topic, .. } => {
                 let group = format!("bench-{topic}-{}", std::process::id());
                 let source = guestlist_kafka::KafkaSource::builder(brokers, &group, topic)
@@ -318,6 +480,10 @@ fn payload(n: usize) -> Vec<u8> {
 macro_rules! with_source {
     ($any:expr, |$source:ident| $body:expr) => {
         match $any {
+            $crate::broker::queues::AnySource::Sqs($source) => {
+                let $source = *$source;
+                $body
+            }
             $crate::broker::queues::AnySource::Kafka($source) => {
                 let $source = *$source;
                 $body

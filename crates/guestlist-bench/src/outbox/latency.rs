@@ -82,7 +82,9 @@ async fn subscribe(
     arrived: UnboundedSender<(String, Instant)>,
 ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
     Ok(match queue {
-        Queue::Kafka { .. } => anyhow::bail!("the outbox bench measures NATS and RabbitMQ"),
+        Queue::Kafka { .. } | Queue::Sqs { .. } => {
+            anyhow::bail!("the outbox bench measures NATS and RabbitMQ")
+        }
         Queue::Nats { context, .. } => {
             let mut messages = context.client().subscribe(queue.topic()).await?;
             tokio::spawn(async move {
