@@ -349,6 +349,118 @@ async fn relay_publishes_what_another_language_wrote_and_stats_show_it() {
     }
 }
 
+/// `guestlist relay --sqs` on rows another language wrote: a FIFO queue receives them in the
+/// key's order, each with its id as the `message-id` attribute and its key as the group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relay_publishes_to_an_sqs_fifo_queue_in_the_keys_order() {
+    use guestlist_sqs::aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
+    let endpoint = std::env::var("GUESTLIST_TEST_SQS_ENDPOINT")
+        .unwrap_or_else(|_| "http://127.0.0.1:5000".to_owned());
+    let sqs = guestlist_sqs::local_client(&endpoint);
+    let queue = "gl-cli-relay.fifo";
+    if let Ok(found) = sqs.get_queue_url().queue_name(queue).send().await {
+        let _ = sqs
+            .delete_queue()
+            .set_queue_url(found.queue_url)
+            .send()
+            .await;
+    }
+    let queue_url = sqs
+        .create_queue()
+        .queue_name(queue)
+        .attributes(QueueAttributeName::FifoQueue, "true")
+        .send()
+        .await
+        .expect("moto runs (scripts/test.sh starts it)")
+        .queue_url
+        .unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", dir.path().join("shop.db").display());
+    let migrated = guestlist(&["migrate", "--outbox", "--database", &url]);
+    assert!(migrated.status.success(), "{}", stderr(&migrated));
+    let pool = SqlitePool::connect_with(guestlist::sqlite_options(&url).unwrap())
+        .await
+        .unwrap();
+    for n in 1..=3 {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "BEGIN IMMEDIATE;
+             INSERT INTO guestlist_outbox_keys (ordering_key, last_seq) VALUES ('order-7', 1)
+               ON CONFLICT (ordering_key) DO UPDATE SET last_seq = last_seq + 1;
+             INSERT INTO guestlist_outbox (message_id, topic, ordering_key, seq, payload)
+               VALUES ('evt_sqs_{n}', '{queue}', 'order-7',
+                       (SELECT last_seq FROM guestlist_outbox_keys WHERE ordering_key = 'order-7'),
+                       '{{\"n\":{n}}}');
+             COMMIT;"
+        )))
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+
+    let relay = Command::new(env!("CARGO_BIN_EXE_guestlist"))
+        .args([
+            "relay",
+            "--database",
+            &url,
+            "--sqs",
+            "--sqs-endpoint",
+            &endpoint,
+        ])
+        .args(["--poll", "50ms"])
+        .env_remove("GUESTLIST_DATABASE_URL")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !stdout(&guestlist(&["stats", "--database", &url])).contains("pending    0") {
+        assert!(Instant::now() < deadline, "the relay never caught up");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Command::new("kill")
+        .args(["-TERM", &relay.id().to_string()])
+        .status()
+        .unwrap();
+    let stopped = relay.wait_with_output().unwrap();
+    assert!(stopped.status.success(), "{}", stderr(&stopped));
+    assert!(
+        stdout(&stopped).contains("to SQS at"),
+        "{}",
+        stdout(&stopped)
+    );
+
+    let received = sqs
+        .receive_message()
+        .queue_url(&queue_url)
+        .max_number_of_messages(10)
+        .message_attribute_names("All")
+        .message_system_attribute_names(MessageSystemAttributeName::MessageGroupId)
+        .send()
+        .await
+        .unwrap()
+        .messages
+        .unwrap_or_default();
+    assert_eq!(received.len(), 3, "{received:?}");
+    for (n, message) in (1..=3).zip(&received) {
+        let id = message.message_attributes.as_ref().unwrap()[guestlist_sqs::MESSAGE_ID_ATTRIBUTE]
+            .string_value
+            .clone();
+        assert_eq!(
+            id.as_deref(),
+            Some(format!("evt_sqs_{n}").as_str()),
+            "in the key's order"
+        );
+        assert_eq!(
+            message.body.as_deref(),
+            Some(format!("{{\"n\":{n}}}").as_str())
+        );
+        let group =
+            &message.attributes.as_ref().unwrap()[&MessageSystemAttributeName::MessageGroupId];
+        assert_eq!(group, "order-7");
+    }
+}
+
 #[test]
 fn relay_without_an_outbox_or_a_broker_says_what_to_do() {
     let dir = tempfile::tempdir().unwrap();

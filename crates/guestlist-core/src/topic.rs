@@ -2,7 +2,7 @@
 
 crate::printable::printable_newtype!(
     /// The destination of an outgoing message: a NATS subject, a RabbitMQ exchange's routing
-    /// key, a Kafka topic (`orders.paid`).
+    /// key, a Kafka topic (`orders.paid`), an SQS queue's name or URL.
     ///
     /// ```
     /// use guestlist_core::Topic;

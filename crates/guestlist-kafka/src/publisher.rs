@@ -97,7 +97,6 @@ impl Publish for KafkaPublisher {
             if let Some(key) = &message.ordering_key {
                 record = record.key(key.as_str());
             }
-            // Queued without waiting; librdkafka batches and pipelines them.
             // Queued without waiting; librdkafka batches and pipelines them. A full local queue
             // fails the message, and the relay tries it again after its backoff.
             let sent = self.producer.send_result(record).map_err(|(err, _)| err);
