@@ -245,15 +245,18 @@ fn nats_url() -> String {
     std::env::var("GUESTLIST_TEST_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".to_owned())
 }
 
-#[tokio::test]
-async fn relay_publishes_what_another_language_wrote_and_stats_show_it() {
-    let dir = tempfile::tempdir().unwrap();
+/// A SQLite outbox in `dir`, migrated by `guestlist migrate --outbox`, holding three messages
+/// (`{prefix}_1` to `_3`, on key `order-7`, to `topic`) written with plain SQL, as a service in
+/// any language writes them: its business write, the key's next place, the row. Its URL.
+async fn outbox_written_by_another_language(
+    dir: &tempfile::TempDir,
+    prefix: &str,
+    topic: &str,
+) -> String {
     let url = format!("sqlite:{}", dir.path().join("shop.db").display());
     let migrated = guestlist(&["migrate", "--outbox", "--database", &url]);
     assert!(migrated.status.success(), "{}", stderr(&migrated));
     assert!(stdout(&migrated).contains("guestlist_outbox is ready"));
-
-    // What a service in any language does: its business write, the key's next place, the row.
     let pool = SqlitePool::connect_with(guestlist::sqlite_options(&url).unwrap())
         .await
         .unwrap();
@@ -263,7 +266,7 @@ async fn relay_publishes_what_another_language_wrote_and_stats_show_it() {
              INSERT INTO guestlist_outbox_keys (ordering_key, last_seq) VALUES ('order-7', 1)
                ON CONFLICT (ordering_key) DO UPDATE SET last_seq = last_seq + 1;
              INSERT INTO guestlist_outbox (message_id, topic, ordering_key, seq, payload)
-               VALUES ('evt_cli_{n}', 'cli.relay.orders', 'order-7',
+               VALUES ('{prefix}_{n}', '{topic}', 'order-7',
                        (SELECT last_seq FROM guestlist_outbox_keys WHERE ordering_key = 'order-7'),
                        '{{\"n\":{n}}}');
              COMMIT;"
@@ -272,6 +275,13 @@ async fn relay_publishes_what_another_language_wrote_and_stats_show_it() {
         .await
         .unwrap();
     }
+    url
+}
+
+#[tokio::test]
+async fn relay_publishes_what_another_language_wrote_and_stats_show_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = outbox_written_by_another_language(&dir, "evt_cli", "cli.relay.orders").await;
     let stats = guestlist(&["stats", "--database", &url]);
     assert!(stats.status.success(), "{}", stderr(&stats));
     let shown = stdout(&stats);
@@ -376,27 +386,7 @@ async fn relay_publishes_to_an_sqs_fifo_queue_in_the_keys_order() {
         .unwrap();
 
     let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite:{}", dir.path().join("shop.db").display());
-    let migrated = guestlist(&["migrate", "--outbox", "--database", &url]);
-    assert!(migrated.status.success(), "{}", stderr(&migrated));
-    let pool = SqlitePool::connect_with(guestlist::sqlite_options(&url).unwrap())
-        .await
-        .unwrap();
-    for n in 1..=3 {
-        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-            "BEGIN IMMEDIATE;
-             INSERT INTO guestlist_outbox_keys (ordering_key, last_seq) VALUES ('order-7', 1)
-               ON CONFLICT (ordering_key) DO UPDATE SET last_seq = last_seq + 1;
-             INSERT INTO guestlist_outbox (message_id, topic, ordering_key, seq, payload)
-               VALUES ('evt_sqs_{n}', '{queue}', 'order-7',
-                       (SELECT last_seq FROM guestlist_outbox_keys WHERE ordering_key = 'order-7'),
-                       '{{\"n\":{n}}}');
-             COMMIT;"
-        )))
-        .execute(&pool)
-        .await
-        .unwrap();
-    }
+    let url = outbox_written_by_another_language(&dir, "evt_sqs", queue).await;
 
     let relay = Command::new(env!("CARGO_BIN_EXE_guestlist"))
         .args([
