@@ -4,6 +4,7 @@ use anyhow::bail;
 use guestlist::sqlx::{self, MySqlPool, PgPool, SqlitePool};
 
 /// A pool on whichever database the URL named.
+#[derive(Clone)]
 pub(crate) enum AnyPool {
     Postgres(PgPool),
     Sqlite(SqlitePool),

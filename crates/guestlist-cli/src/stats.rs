@@ -1,9 +1,10 @@
-//! `guestlist stats`: the key table's figures, and the outbox's when there is one.
+//! `guestlist stats`: the key table's figures, and the inbox's and the outbox's when there are
+//! ones.
 
 use std::time::Duration;
 
 use clap::Args;
-use guestlist::{Backend, Outbox, OutboxStats};
+use guestlist::{Backend, Inbox, InboxStats, Outbox, OutboxStats};
 
 use crate::database::{self, with_pool};
 use crate::keys::{self, KeyTableArgs};
@@ -12,6 +13,9 @@ use crate::keys::{self, KeyTableArgs};
 pub(crate) struct StatsArgs {
     #[command(flatten)]
     table: KeyTableArgs,
+    /// The inbox table, shown when it exists.
+    #[arg(long, default_value = "guestlist_inbox")]
+    inbox_table: String,
     /// The outbox table, shown when it exists.
     #[arg(long, default_value = "guestlist_outbox")]
     outbox_table: String,
@@ -22,31 +26,52 @@ pub(crate) async fn run(args: StatsArgs) -> anyhow::Result<()> {
         return keys::print_stats(&args.table).await;
     }
     let keys = keys::print_stats(&args.table).await;
-    let outbox = outbox_stats(&args.table.database, &args.outbox_table).await?;
-    match (keys, outbox) {
-        (Ok(()), None) => Ok(()),
-        (Ok(()), Some(outbox)) => {
+    let pool = database::connect(&args.table.database, 1).await?;
+    let inbox = optional(with_pool!(pool.clone(), |pool| read_inbox(
+        &pool,
+        &args.inbox_table
+    )
+    .await))?;
+    let outbox = optional(with_pool!(pool, |pool| read_outbox(
+        &pool,
+        &args.outbox_table
+    )
+    .await))?;
+    let mut shown = match keys {
+        Ok(()) => true,
+        // No key table here: the other tables' figures are the answer, if there are any.
+        Err(err) if missing_table(&err) && (inbox.is_some() || outbox.is_some()) => false,
+        Err(err) => return Err(err),
+    };
+    if let Some(inbox) = inbox {
+        if shown {
             println!();
-            print_outbox(&args, &outbox);
-            Ok(())
         }
-        // Only an outbox here: its figures are the answer.
-        (Err(err), Some(outbox)) if missing_table(&err) => {
-            print_outbox(&args, &outbox);
-            Ok(())
-        }
-        (Err(err), _) => Err(err),
+        print_inbox(&args, &inbox);
+        shown = true;
     }
+    if let Some(outbox) = outbox {
+        if shown {
+            println!();
+        }
+        print_outbox(&args, &outbox);
+    }
+    Ok(())
 }
 
-/// The outbox's figures, or `None` when the table does not exist.
-async fn outbox_stats(url: &str, table: &str) -> anyhow::Result<Option<OutboxStats>> {
-    let pool = database::connect(url, 1).await?;
-    let read = with_pool!(pool, |pool| read_outbox(&pool, table).await);
+/// A table's figures, or `None` when the table does not exist.
+fn optional<T>(read: anyhow::Result<T>) -> anyhow::Result<Option<T>> {
     match read {
         Err(err) if missing_table(&err) => Ok(None),
         other => other.map(Some),
     }
+}
+
+async fn read_inbox<DB: Backend>(
+    pool: &guestlist::sqlx::Pool<DB>,
+    table: &str,
+) -> anyhow::Result<InboxStats> {
+    Ok(Inbox::<DB>::with_table(table)?.stats(pool).await?)
 }
 
 async fn read_outbox<DB: Backend>(
@@ -61,6 +86,41 @@ fn missing_table(err: &anyhow::Error) -> bool {
         err.downcast_ref::<guestlist::Error>(),
         Some(guestlist::Error::MissingTable { .. })
     )
+}
+
+fn print_inbox(args: &StatsArgs, stats: &InboxStats) {
+    println!("inbox      {}", args.inbox_table);
+    println!("rows       {}", stats.rows);
+    println!("oldest     {}", age(stats.oldest));
+    let size = &stats.size;
+    let per_row = stats
+        .bytes_per_row()
+        .map_or_else(String::new, |b| format!(", {b:.0} bytes a row"));
+    println!(
+        "size       table {}, indexes {}{per_row}",
+        mib(size.table_bytes),
+        mib(size.index_bytes)
+    );
+    if let Some(dead) = size.dead_rows {
+        println!("dead rows  {dead} (purged, not yet vacuumed)");
+    }
+    if let Some(free) = size.free_bytes {
+        let whose = if args.table.database.starts_with("sqlite") {
+            "the database file's"
+        } else {
+            "the tablespace's"
+        };
+        println!("free       {} ({whose}, for reuse)", mib(Some(free)));
+    }
+    for handler in &stats.handlers {
+        let rows = if handler.rows == 1 { "row" } else { "rows" };
+        println!(
+            "handler    {}: {} {rows}, oldest {}",
+            handler.handler,
+            handler.rows,
+            age(handler.oldest)
+        );
+    }
 }
 
 fn print_outbox(args: &StatsArgs, stats: &OutboxStats) {
@@ -89,10 +149,7 @@ pub(crate) fn age(age: Option<Duration>) -> String {
 
 /// A table's size for people, saying what the figure covers on `url`'s database.
 pub(crate) fn size(bytes: Option<u64>, url: &str) -> String {
-    let figure = bytes.map_or_else(
-        || "-".to_owned(),
-        |b| format!("{:.1} MiB", b as f64 / 1048576.0),
-    );
+    let figure = mib(bytes);
     let covers = if url.starts_with("sqlite") {
         " (the whole database file)"
     } else if database::is_redis(url) {
@@ -101,4 +158,12 @@ pub(crate) fn size(bytes: Option<u64>, url: &str) -> String {
         ""
     };
     format!("{figure}{covers}")
+}
+
+/// A size in MiB for people; `-` when unknown.
+fn mib(bytes: Option<u64>) -> String {
+    bytes.map_or_else(
+        || "-".to_owned(),
+        |b| format!("{:.1} MiB", b as f64 / 1048576.0),
+    )
 }

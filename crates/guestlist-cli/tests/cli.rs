@@ -117,11 +117,24 @@ async fn migrate_then_purge_deletes_only_old_rows() {
         "INSERT INTO guestlist_inbox (handler, message_id, seen_at) VALUES
            ('warehouse', 'old-1', strftime('%Y-%m-%d %H:%M:%f', 'now', '-8 days')),
            ('warehouse', 'old-2', strftime('%Y-%m-%d %H:%M:%f', 'now', '-9 days')),
-           ('warehouse', 'young', strftime('%Y-%m-%d %H:%M:%f', 'now', '-1 hours'))",
+           ('warehouse', 'young', strftime('%Y-%m-%d %H:%M:%f', 'now', '-1 hours')),
+           ('billing', 'young', strftime('%Y-%m-%d %H:%M:%f', 'now', '-1 hours'))",
     )
     .execute(&pool)
     .await
     .unwrap();
+    let stats = guestlist(&["stats", "--database", &url]);
+    assert!(stats.status.success(), "{}", stderr(&stats));
+    let shown = stdout(&stats);
+    for line in [
+        "inbox      guestlist_inbox",
+        "rows       4",
+        "oldest     9days",
+        "handler    billing: 1 row, oldest 1h",
+        "handler    warehouse: 3 rows, oldest 9days",
+    ] {
+        assert!(shown.contains(line), "{line:?} in:\n{shown}");
+    }
 
     let dry = guestlist(&[
         "purge",
@@ -139,11 +152,15 @@ async fn migrate_then_purge_deletes_only_old_rows() {
         "{}",
         stdout(&output)
     );
-    let left: Vec<String> = sqlx::query_scalar("SELECT message_id FROM guestlist_inbox")
-        .fetch_all(&pool)
-        .await
-        .unwrap();
+    let left: Vec<String> =
+        sqlx::query_scalar("SELECT message_id FROM guestlist_inbox WHERE handler = 'warehouse'")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
     assert_eq!(left, ["young"]);
+    let shown = stdout(&guestlist(&["stats", "--database", &url]));
+    assert!(shown.contains("rows       2"), "{shown}");
+    assert!(shown.contains("oldest     1h"), "{shown}");
 }
 
 #[test]

@@ -26,6 +26,7 @@ mod purge;
 mod purger;
 mod retry;
 mod schema;
+mod table_size;
 mod work_error;
 
 pub use backend::Backend;
@@ -37,7 +38,9 @@ pub use guestlist_core::{
     KeyStore, MessageId, OrderingKey, Retention, Scope, StoredBody, StoredResponse, TableName,
     Topic,
 };
-pub use inbox::{BatchProcessed, Deferrals, Inbox, ProcessError, Processed};
+pub use inbox::{
+    BatchProcessed, Deferrals, HandlerRows, Inbox, InboxStats, ProcessError, Processed,
+};
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub use keys::{BatchBackend, BatchedKeyStore};
 pub use keys::{KeyHashing, KeyRecord, KeyState, KeyStats, Sealing, SqlKeyStore};
@@ -49,4 +52,5 @@ pub use purge::{Purge, Purgeable, Purged};
 pub use purger::{Purger, PurgerHandle};
 pub use schema::Schema;
 pub use sqlx;
+pub use table_size::TableSize;
 pub use work_error::WorkError;

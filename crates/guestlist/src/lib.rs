@@ -63,10 +63,10 @@ pub use guestlist_core::{
     TableName, Topic,
 };
 pub use guestlist_sqlx::{
-    Backend, BatchProcessed, Confirmed, Deferrals, Enqueued, Error, Inbox, KeyHashing, KeyRecord,
-    KeyState, KeyStats, Outbox, OutboxMessage, OutboxStats, Outgoing, ProcessError, Processed,
-    Publish, PublishError, Purge, Purgeable, Purged, Purger, PurgerHandle, Relay, RelayLease,
-    Relayed, Schema, Sealing, SqlKeyStore, WorkError, sqlx,
+    Backend, BatchProcessed, Confirmed, Deferrals, Enqueued, Error, HandlerRows, Inbox, InboxStats,
+    KeyHashing, KeyRecord, KeyState, KeyStats, Outbox, OutboxMessage, OutboxStats, Outgoing,
+    ProcessError, Processed, Publish, PublishError, Purge, Purgeable, Purged, Purger, PurgerHandle,
+    Relay, RelayLease, Relayed, Schema, Sealing, SqlKeyStore, TableSize, WorkError, sqlx,
 };
 /// Plain-mode keys with concurrent requests' claims and responses written in rounds (features
 /// `postgres`, `sqlite`).

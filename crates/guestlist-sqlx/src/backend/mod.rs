@@ -89,6 +89,8 @@ pub struct TableSql {
     pub(crate) purge_batch: Arc<str>,
     /// Counts rows older than a number of seconds.
     pub(crate) count_older: Arc<str>,
+    /// Reads the table's size: table bytes, index bytes, dead rows, free bytes.
+    pub(crate) size: Arc<str>,
     /// The DDL, one statement per entry.
     pub(crate) ddl: Vec<String>,
 }
@@ -112,6 +114,7 @@ impl TableSql {
             table: table.clone(),
             purge_batch: fill(DB::PURGE_BATCH),
             count_older: fill(DB::COUNT_OLDER),
+            size: fill(DB::TABLE_SIZE),
             ddl: ddl_statements(ddl, default_name, table.as_str()),
         }
     }
@@ -151,6 +154,8 @@ pub struct InboxSql {
     pub(crate) deferrals: Arc<str>,
     /// Forgets a message's deferrals: handler, id.
     pub(crate) forget_deferrals: Arc<str>,
+    /// Each handler's rows and its oldest row's age in milliseconds.
+    pub(crate) handlers: Arc<str>,
 }
 
 impl InboxSql {
@@ -169,6 +174,7 @@ impl InboxSql {
             defer: fill(DB::DEFER),
             deferrals: fill(DB::DEFERRALS),
             forget_deferrals: fill(DB::FORGET_DEFERRALS),
+            handlers: fill(DB::INBOX_HANDLERS),
         }
     }
 }
@@ -288,6 +294,14 @@ pub struct KeyRow {
 /// The key table's figures as read: rows, in flight, oldest age (ms), size (bytes).
 #[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
 pub type KeyStatsRow = (i64, i64, Option<i64>, Option<i64>);
+
+/// A table's size as read: table bytes, index bytes, dead rows, free bytes.
+#[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
+pub type SizeRow = (Option<i64>, Option<i64>, Option<i64>, Option<i64>);
+
+/// One handler's rows in an inbox as read: handler, rows, the oldest row's age (ms).
+#[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
+pub type HandlerRow = (String, i64, Option<i64>);
 
 /// Splits a DDL file into statements, dropping `--` comment lines and renaming the table.
 fn ddl_statements(file: &str, default_name: &str, table: &str) -> Vec<String> {
@@ -431,6 +445,24 @@ macro_rules! same_everywhere {
                 .fetch_one(conn)
                 .await?;
             Ok(count.max(0) as u64)
+        }
+
+        async fn table_size<'c>(
+            conn: &'c mut $conn,
+            sql: &'c TableSql,
+        ) -> Result<super::SizeRow, sqlx::Error> {
+            sqlx::query_as(sqlx::AssertSqlSafe(sql.size.clone()))
+                .fetch_one(conn)
+                .await
+        }
+
+        async fn inbox_handlers<'c>(
+            conn: &'c mut $conn,
+            sql: &'c InboxSql,
+        ) -> Result<Vec<super::HandlerRow>, sqlx::Error> {
+            sqlx::query_as(sqlx::AssertSqlSafe(sql.handlers.clone()))
+                .fetch_all(conn)
+                .await
         }
     };
 }
@@ -650,6 +682,12 @@ pub(crate) mod sealed {
         const PURGE_BATCH: &'static str;
         /// Template of [`TableSql::count_older`], with `{table}` and the time column `{at}`.
         const COUNT_OLDER: &'static str;
+        /// Template of [`TableSql::size`]: the table's bytes, its indexes' bytes, its dead rows
+        /// and its free bytes, each `NULL` where the database does not report it.
+        const TABLE_SIZE: &'static str;
+        /// Template of [`InboxSql::handlers`]: handler, rows, the oldest row's age in
+        /// milliseconds, in the handlers' order.
+        const INBOX_HANDLERS: &'static str;
 
         /// Begins a transaction that is about to write first (SQLite: `BEGIN IMMEDIATE`).
         fn begin(
@@ -714,6 +752,18 @@ pub(crate) mod sealed {
             sql: &'c TableSql,
             older_than_secs: i64,
         ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send + 'c;
+
+        /// Reads [`TableSql::size`].
+        fn table_size<'c>(
+            conn: &'c mut Self::Connection,
+            sql: &'c TableSql,
+        ) -> impl Future<Output = Result<SizeRow, sqlx::Error>> + Send + 'c;
+
+        /// Reads [`InboxSql::handlers`].
+        fn inbox_handlers<'c>(
+            conn: &'c mut Self::Connection,
+            sql: &'c InboxSql,
+        ) -> impl Future<Output = Result<Vec<HandlerRow>, sqlx::Error>> + Send + 'c;
 
         /// Runs `ddl` holding the lock named `lock`, so that processes migrating at once take
         /// turns: concurrent `CREATE … IF NOT EXISTS` can still collide in the catalog.

@@ -14,10 +14,12 @@ use crate::retry::RetryPolicy;
 
 mod deferrals;
 mod process;
+mod stats;
 mod transaction;
 
 pub use deferrals::Deferrals;
 pub use process::{BatchProcessed, ProcessError, Processed};
+pub use stats::{HandlerRows, InboxStats};
 
 /// The default table name.
 pub(crate) const DEFAULT_TABLE: &str = "guestlist_inbox";

@@ -25,6 +25,7 @@ macro_rules! inbox_suite {
             purge_removes_only_rows_older_than_retention,
             claims_succeed_while_a_million_rows_are_purged,
             purger_task_purges_in_the_background,
+            stats_count_each_handlers_rows_and_the_oldest,
             bad_ids_and_table_names_get_errors_that_say_what_to_do,
             ids_compare_byte_for_byte,
             a_narrow_column_errors_instead_of_truncating,

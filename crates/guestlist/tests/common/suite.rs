@@ -427,6 +427,71 @@ pub async fn claims_succeed_while_a_million_rows_are_purged<DB: Fixture>(name: &
     assert_eq!(h.all_picks().await, claims);
 }
 
+pub async fn stats_count_each_handlers_rows_and_the_oldest<DB: Fixture>(name: &str) {
+    let h = Harness::<DB>::new(name).await;
+    let table = h.inbox.table().to_string();
+    h.exec(format!(
+        "INSERT INTO {table} (handler, message_id, seen_at) VALUES ('warehouse', 'old', {})",
+        DB::ago((8 * DAY).as_secs() as i64)
+    ))
+    .await;
+    for event in ["a", "b"] {
+        deliver(&h, &handler("warehouse"), &id(event)).await;
+    }
+    for event in ["a", "c"] {
+        deliver(&h, &handler("billing"), &id(event)).await;
+    }
+
+    let stats = h.inbox.stats(&h.pool).await.unwrap();
+    assert_eq!(stats.rows, 5);
+    let per_handler: Vec<(&str, u64)> = stats
+        .handlers
+        .iter()
+        .map(|h| (h.handler.as_str(), h.rows))
+        .collect();
+    assert_eq!(per_handler, [("billing", 2), ("warehouse", 3)]);
+    let oldest = stats.oldest.expect("an oldest row").as_secs_f64();
+    assert!(
+        (oldest - (8 * DAY).as_secs_f64()).abs() < 120.0,
+        "the oldest row is eight days old: {oldest} s"
+    );
+    assert!(
+        stats.handlers[0].oldest.unwrap() < HOUR,
+        "billing's rows are new"
+    );
+    assert!(stats.size.table_bytes.unwrap() > 0, "{:?}", stats.size);
+    assert!(stats.size.index_bytes.unwrap() > 0, "{:?}", stats.size);
+    assert!(stats.bytes_per_row().unwrap() > 0.0);
+
+    assert_eq!(
+        h.inbox.purge(week()).run(&h.pool).await.unwrap(),
+        Purged::Deleted(1)
+    );
+    let after = h.inbox.stats(&h.pool).await.unwrap();
+    assert_eq!(after.rows, 4);
+    assert!(after.oldest.unwrap() < HOUR, "the old row went");
+    if stats.size.dead_rows.is_some() {
+        // PostgreSQL counts the purged row as dead until vacuum; its statistics arrive within
+        // a second or so of the purge's commit.
+        let mut dead = 0;
+        for _ in 0..100 {
+            dead = h
+                .inbox
+                .stats(&h.pool)
+                .await
+                .unwrap()
+                .size
+                .dead_rows
+                .unwrap();
+            if dead > 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(dead, 1, "the purged row is dead until vacuumed");
+    }
+}
+
 pub async fn purger_task_purges_in_the_background<DB: Fixture>(name: &str) {
     let h = Harness::<DB>::new(name).await;
     let table = h.inbox.table().to_string();

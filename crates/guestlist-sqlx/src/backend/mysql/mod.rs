@@ -77,6 +77,15 @@ impl Statements for MySql {
          WHERE {at} < UTC_TIMESTAMP(6) - INTERVAL ? SECOND ORDER BY {at} LIMIT ?";
     const COUNT_OLDER: &'static str =
         "SELECT count(*) FROM {table} WHERE {at} < UTC_TIMESTAMP(6) - INTERVAL ? SECOND";
+    // InnoDB's figures are its statistics' estimates. InnoDB keeps no count of dead rows (its
+    // purge thread removes deleted rows itself); data_free is the tablespace's free space.
+    const TABLE_SIZE: &'static str = "SELECT CAST(data_length AS SIGNED), \
+         CAST(index_length AS SIGNED), CAST(NULL AS SIGNED), CAST(data_free AS SIGNED) \
+         FROM information_schema.tables \
+         WHERE table_schema = DATABASE() AND table_name = '{table}'";
+    const INBOX_HANDLERS: &'static str = "SELECT CAST(handler AS CHAR), COUNT(*), \
+         CAST(TIMESTAMPDIFF(MICROSECOND, MIN(seen_at), UTC_TIMESTAMP(6)) DIV 1000 AS SIGNED) \
+         FROM {table} GROUP BY handler ORDER BY handler";
 
     super::same_everywhere!(MySqlConnection);
 

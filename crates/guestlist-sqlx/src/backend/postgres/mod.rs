@@ -52,6 +52,15 @@ impl Statements for Postgres {
          ORDER BY {at} LIMIT $2 FOR UPDATE SKIP LOCKED))";
     const COUNT_OLDER: &'static str =
         "SELECT count(*) FROM {table} WHERE {at} < now() - make_interval(secs => $1::bigint)";
+    // n_dead_tup is the statistics collector's estimate; PostgreSQL reports no free bytes
+    // without the pg_freespacemap extension.
+    const TABLE_SIZE: &'static str = "SELECT pg_table_size('{table}'::regclass)::bigint, \
+         pg_indexes_size('{table}'::regclass)::bigint, \
+         (SELECT n_dead_tup FROM pg_stat_all_tables WHERE relid = '{table}'::regclass)::bigint, \
+         NULL::bigint";
+    const INBOX_HANDLERS: &'static str = "SELECT handler, COUNT(*)::bigint, \
+         (EXTRACT(EPOCH FROM (now() - MIN(seen_at))) * 1000)::bigint \
+         FROM {table} GROUP BY handler ORDER BY handler";
 
     super::same_everywhere!(PgConnection);
     super::defer_by_upsert_returning!(PgConnection);

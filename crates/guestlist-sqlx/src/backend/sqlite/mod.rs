@@ -79,6 +79,17 @@ impl Statements for Sqlite {
          ORDER BY {at} LIMIT ?2)";
     const COUNT_OLDER: &'static str = "SELECT count(*) FROM {table} \
          WHERE {at} < strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || ?1 || ' seconds')";
+    // dbstat (built into the bundled SQLite) sums the pages of the table and of its indexes.
+    // SQLite keeps no dead rows: deleted rows' pages go to the file's free list.
+    const TABLE_SIZE: &'static str = "SELECT \
+         (SELECT SUM(pgsize) FROM dbstat('main', 1) WHERE name = '{table}'), \
+         (SELECT SUM(pgsize) FROM dbstat('main', 1) WHERE name IN \
+          (SELECT name FROM sqlite_schema WHERE type = 'index' AND tbl_name = '{table}')), \
+         NULL, \
+         (SELECT freelist_count * page_size FROM pragma_freelist_count(), pragma_page_size())";
+    const INBOX_HANDLERS: &'static str = "SELECT handler, COUNT(*), \
+         CAST(round((julianday('now') - julianday(MIN(seen_at))) * 86400000.0) AS INTEGER) \
+         FROM {table} GROUP BY handler ORDER BY handler";
 
     async fn begin(pool: &Pool<Sqlite>) -> Result<Transaction<'static, Sqlite>, sqlx::Error> {
         // Take the write lock up front: a deferred transaction that reads first can fail with
