@@ -31,8 +31,9 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Bench {
-    /// The inbox: work alone, a hand-written claim, guestlist's claim, duplicates, batches.
-    Inbox(Common),
+    /// The inbox: work alone, a hand-written claim, guestlist's claim, duplicates, batches;
+    /// with `--rows N`, the inbox loaded with N rows against an empty one, and its purge.
+    Inbox(InboxArgs),
     /// The Idempotency-Key layer: an axum handler unprotected, with fresh keys, and replaying.
     Http(Common),
     /// Broker consumers on NATS JetStream and RabbitMQ: no inbox, against batches of 1, 10, 100.
@@ -69,6 +70,23 @@ pub(crate) struct Common {
     pub(crate) json: Option<std::path::PathBuf>,
 }
 
+/// Flags of `guestlist-bench inbox`.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct InboxArgs {
+    #[command(flatten)]
+    pub(crate) common: Common,
+    /// Load the inbox with this many rows over a week, then measure claims on it against an
+    /// empty one and a purge of its oldest day (the database given only).
+    #[arg(long)]
+    pub(crate) rows: Option<u64>,
+    /// With --rows: the purge's batch size.
+    #[arg(long, default_value_t = guestlist::Purge::<guestlist::sqlx::Postgres>::DEFAULT_BATCH_SIZE)]
+    pub(crate) purge_batch: u32,
+    /// With --rows: keep the loaded table (topped back up to N rows) and reuse it next time.
+    #[arg(long)]
+    pub(crate) keep: bool,
+}
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -76,7 +94,7 @@ fn main() -> anyhow::Result<()> {
         .build()?;
     let report = runtime.block_on(async {
         match &cli.bench {
-            Bench::Inbox(common) => inbox::run(common).await,
+            Bench::Inbox(args) => inbox::run(args).await,
             Bench::Http(common) => http::run(common).await,
             Bench::Broker(common) => broker::run(common).await,
             Bench::Gateway(common) => gateway::run(common).await,
@@ -85,7 +103,7 @@ fn main() -> anyhow::Result<()> {
     })?;
     report.print();
     let common = match &cli.bench {
-        Bench::Inbox(common)
+        Bench::Inbox(InboxArgs { common, .. })
         | Bench::Http(common)
         | Bench::Broker(common)
         | Bench::Gateway(common)

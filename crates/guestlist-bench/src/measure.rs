@@ -2,6 +2,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::sync::Barrier;
@@ -38,21 +39,44 @@ where
     F: Fn(usize, u64) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = anyhow::Result<u64>> + Send,
 {
+    let stop = Arc::new(AtomicBool::new(false));
+    let timer = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(duration).await;
+            stop.store(true, Ordering::Relaxed);
+        })
+    };
+    let load = load_while(workers, stop, step).await;
+    timer.abort();
+    load
+}
+
+/// Runs `workers` copies of `step` back to back until `stop` is set, keeping every call's
+/// latency. The clock starts once every worker is ready.
+pub(crate) async fn load_while<F, Fut>(
+    workers: usize,
+    stop: Arc<AtomicBool>,
+    step: F,
+) -> anyhow::Result<Load>
+where
+    F: Fn(usize, u64) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = anyhow::Result<u64>> + Send,
+{
     let step = Arc::new(step);
     let start = Arc::new(Barrier::new(workers + 1));
     let tasks: Vec<_> = (0..workers)
         .map(|worker| {
-            let (step, start) = (step.clone(), start.clone());
+            let (step, start, stop) = (step.clone(), start.clone(), stop.clone());
             tokio::spawn(async move {
                 start.wait().await;
-                let deadline = Instant::now() + duration;
                 let mut handled = 0;
                 let mut latencies = Vec::new();
                 for iteration in 0.. {
-                    let started = Instant::now();
-                    if started >= deadline {
+                    if stop.load(Ordering::Relaxed) {
                         break;
                     }
+                    let started = Instant::now();
                     handled += step(worker, iteration).await?;
                     latencies.push(started.elapsed());
                 }

@@ -9,6 +9,8 @@
 //! (e) `batch100`: `Inbox::process_batch` over 100 ids, the work set-based;
 //! (f) `handwritten_batch100`: the same batch claim and work written by hand.
 
+mod preload;
+mod scale;
 mod workload;
 
 use std::sync::Arc;
@@ -19,7 +21,7 @@ use guestlist::sqlx::{self, Pool};
 use guestlist::{HandlerName, Inbox, MessageId};
 
 use self::workload::{HAND_TABLE, INBOX_TABLE, ORDERS, ORDERS_TABLE, PICKS_TABLE, Workload};
-use crate::Common;
+use crate::InboxArgs;
 use crate::measure::{Plan, median, throughput};
 use crate::report::{Report, Row};
 
@@ -68,9 +70,19 @@ impl Figure {
     }
 }
 
-pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
+pub(crate) async fn run(args: &InboxArgs) -> anyhow::Result<Report> {
+    let common = &args.common;
     let plan = Plan::new(common.quick);
     let mut report = Report::default();
+    if let Some(rows) = args.rows {
+        let scale = scale::Scale {
+            rows: rows.max(1),
+            purge_batch: args.purge_batch,
+            keep: args.keep,
+        };
+        measure_scale(&common.database, plan, scale, &mut report).await?;
+        return Ok(report);
+    }
     let scratch = tempfile::tempdir()?;
     let sqlite_url = format!("sqlite:{}", scratch.path().join("bench.db").display());
     let mut urls = vec![common.database.clone()];
@@ -100,6 +112,34 @@ pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
     }
     add_ratios(&mut report);
     Ok(report)
+}
+
+/// `--rows N`: the scale figures on the one database given.
+async fn measure_scale(
+    url: &str,
+    plan: Plan,
+    scale: scale::Scale,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let scheme = url.split(':').next().unwrap_or_default();
+    match scheme {
+        "postgres" | "postgresql" => {
+            let pool = connect::<sqlx::Postgres>(url.parse()?, url).await?;
+            scale::measure(&pool, plan, scale, report).await
+        }
+        "mysql" | "mariadb" => {
+            let url = url.replacen("mariadb:", "mysql:", 1);
+            let pool = connect::<sqlx::MySql>(url.parse()?, &url).await?;
+            scale::measure(&pool, plan, scale, report).await
+        }
+        "sqlite" => {
+            let pool = connect::<sqlx::Sqlite>(guestlist::sqlite_options(url)?, url).await?;
+            scale::measure(&pool, plan, scale, report).await
+        }
+        _ => anyhow::bail!(
+            "cannot tell the database from {url:?}: use postgres://, mysql:// or sqlite:"
+        ),
+    }
 }
 
 async fn connect<DB: Workload>(

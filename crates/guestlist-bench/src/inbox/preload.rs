@@ -1,0 +1,171 @@
+//! Filling an inbox with millions of rows on the server, in each backend's SQL.
+//!
+//! Rows are made by the database itself (`generate_series` on PostgreSQL, a recursive CTE on
+//! SQLite, a cross join of digits on MySQL), a chunk per statement, never row by row from here.
+//! Their `seen_at` is spread evenly over the week before now, oldest first, so the table's
+//! physical order follows time as it does when rows arrive one by one.
+
+use super::workload::Workload;
+
+/// The shape of the message ids a table is filled with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Shape {
+    /// `evt_` and 22 random base62 characters, as Stripe's event ids (26 bytes).
+    Evt,
+    /// A random UUID in text (36 bytes).
+    Uuid,
+    /// `sha256:` and 64 hex digits, as a key derived from a body's bytes (71 bytes).
+    Sha256,
+    /// A third of each, in turn.
+    Mixed,
+}
+
+impl Shape {
+    pub(super) const EACH: [Shape; 3] = [Shape::Evt, Shape::Uuid, Shape::Sha256];
+
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Shape::Evt => "evt",
+            Shape::Uuid => "uuid",
+            Shape::Sha256 => "sha256",
+            Shape::Mixed => "mixed",
+        }
+    }
+
+    /// A fresh random id of this shape, for the claims the bench makes itself.
+    pub(super) fn random_id(self, n: u64) -> String {
+        let shape = match self {
+            Shape::Mixed => Shape::EACH[(n % 3) as usize],
+            one => one,
+        };
+        match shape {
+            Shape::Evt => {
+                let tail: String = std::iter::repeat_with(fastrand::alphanumeric)
+                    .take(22)
+                    .collect();
+                format!("evt_{tail}")
+            }
+            Shape::Uuid => {
+                let v = fastrand::u128(..);
+                format!(
+                    "{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
+                    v >> 96,
+                    (v >> 80) & 0xffff,
+                    (v >> 64) & 0xffff,
+                    (v >> 48) & 0xffff,
+                    v & 0xffff_ffff_ffff
+                )
+            }
+            Shape::Sha256 | Shape::Mixed => {
+                format!(
+                    "sha256:{:032x}{:032x}",
+                    fastrand::u128(..),
+                    fastrand::u128(..)
+                )
+            }
+        }
+    }
+}
+
+/// A backend's SQL for filling an inbox.
+pub(super) trait Preload: Workload {
+    /// Rows per statement.
+    const CHUNK: u64;
+    /// The statement that refreshes a table's statistics, followed by its name.
+    const ANALYZE: &'static str;
+    /// Statements run once before the first chunk (helper tables).
+    const PREPARE: &'static [&'static str] = &[];
+
+    /// Inserts the rows numbered `from..=to` of `total` into `table`, as `shape`, under the
+    /// handler `warehouse`.
+    fn chunk(table: &str, shape: Shape, from: u64, to: u64, total: u64) -> String;
+}
+
+/// `CASE i % 3` over three id expressions.
+fn mixed(evt: &str, uuid: &str, sha256: &str) -> String {
+    format!("CASE i % 3 WHEN 0 THEN {evt} WHEN 1 THEN {uuid} ELSE {sha256} END")
+}
+
+impl Preload for guestlist::sqlx::Postgres {
+    const CHUNK: u64 = 1_000_000;
+    const ANALYZE: &'static str = "ANALYZE";
+
+    fn chunk(table: &str, shape: Shape, from: u64, to: u64, total: u64) -> String {
+        const EVT: &str = "'evt_' || left(translate(encode(uuid_send(gen_random_uuid()), \
+                           'base64'), '+/', 'xy'), 22)";
+        const UUID: &str = "gen_random_uuid()::text";
+        const SHA256: &str = "'sha256:' || encode(sha256(uuid_send(gen_random_uuid())), 'hex')";
+        let id = match shape {
+            Shape::Evt => EVT.to_owned(),
+            Shape::Uuid => UUID.to_owned(),
+            Shape::Sha256 => SHA256.to_owned(),
+            Shape::Mixed => mixed(EVT, UUID, SHA256),
+        };
+        format!(
+            "INSERT INTO {table} (handler, message_id, seen_at) \
+             SELECT 'warehouse', {id}, now() - interval '7 days' + interval '7 days' * i / {total} \
+             FROM generate_series({from}, {to}) AS s(i) ON CONFLICT DO NOTHING"
+        )
+    }
+}
+
+impl Preload for guestlist::sqlx::Sqlite {
+    const CHUNK: u64 = 100_000;
+    const ANALYZE: &'static str = "ANALYZE";
+
+    // SQLite has no hash functions: random hex of each shape's length stands in for base62
+    // and for digests.
+    fn chunk(table: &str, shape: Shape, from: u64, to: u64, total: u64) -> String {
+        const EVT: &str = "'evt_' || substr(hex(randomblob(11)), 1, 22)";
+        const UUID: &str = "lower(hex(randomblob(4)) || '-' || hex(randomblob(2)) || '-' || \
+                            hex(randomblob(2)) || '-' || hex(randomblob(2)) || '-' || \
+                            hex(randomblob(6)))";
+        const SHA256: &str = "'sha256:' || lower(hex(randomblob(32)))";
+        let id = match shape {
+            Shape::Evt => EVT.to_owned(),
+            Shape::Uuid => UUID.to_owned(),
+            Shape::Sha256 => SHA256.to_owned(),
+            Shape::Mixed => mixed(EVT, UUID, SHA256),
+        };
+        format!(
+            "WITH RECURSIVE s(i) AS (SELECT {from} UNION ALL SELECT i + 1 FROM s WHERE i < {to}) \
+             INSERT OR IGNORE INTO {table} (handler, message_id, seen_at) \
+             SELECT 'warehouse', {id}, strftime('%Y-%m-%d %H:%M:%f', 'now', '-7 days', \
+             '+' || (i * 604800.0 / {total}) || ' seconds') FROM s"
+        )
+    }
+}
+
+impl Preload for guestlist::sqlx::MySql {
+    const CHUNK: u64 = 100_000;
+    const ANALYZE: &'static str = "ANALYZE TABLE";
+    const PREPARE: &'static [&'static str] = &[
+        "CREATE TABLE IF NOT EXISTS bench_digits (d INT NOT NULL PRIMARY KEY)",
+        "INSERT IGNORE INTO bench_digits VALUES (0), (1), (2), (3), (4), (5), (6), (7), (8), (9)",
+    ];
+
+    // Five digits make a chunk of 100,000 numbers; `h` is one random MD5 per row, which the
+    // shapes cut up (MariaDB before 10.10 has no RANDOM_BYTES).
+    fn chunk(table: &str, shape: Shape, from: u64, to: u64, total: u64) -> String {
+        const EVT: &str = "CONCAT('evt_', LEFT(REPLACE(REPLACE(TO_BASE64(UNHEX(h)), '+', 'x'), \
+                           '/', 'y'), 22))";
+        const UUID: &str = "CONCAT_WS('-', SUBSTR(h, 1, 8), SUBSTR(h, 9, 4), SUBSTR(h, 13, 4), \
+                            SUBSTR(h, 17, 4), SUBSTR(h, 21, 12))";
+        const SHA256: &str = "CONCAT('sha256:', SHA2(CONCAT(h, i), 256))";
+        let id = match shape {
+            Shape::Evt => EVT.to_owned(),
+            Shape::Uuid => UUID.to_owned(),
+            Shape::Sha256 => SHA256.to_owned(),
+            Shape::Mixed => mixed(EVT, UUID, SHA256),
+        };
+        format!(
+            "INSERT IGNORE INTO {table} (handler, message_id, seen_at) \
+             SELECT 'warehouse', {id}, \
+             UTC_TIMESTAMP(6) - INTERVAL 7 DAY + INTERVAL (i * 604800000000 DIV {total}) MICROSECOND \
+             FROM (SELECT n.i, MD5(CONCAT(RAND(), '-', n.i)) AS h FROM \
+             (SELECT {from} + a.d + 10 * b.d + 100 * c.d + 1000 * e.d + 10000 * f.d AS i \
+             FROM bench_digits a, bench_digits b, bench_digits c, bench_digits e, bench_digits f) n \
+             WHERE n.i <= {to}) g ORDER BY i"
+        )
+    }
+}

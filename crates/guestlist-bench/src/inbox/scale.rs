@@ -1,0 +1,482 @@
+//! `guestlist-bench inbox --rows N`: the inbox at production size.
+//!
+//! Fills one inbox with N rows spread over a week (a seventh of them a day), then measures in
+//! one run, with 4 workers:
+//! - single claims and batch-100 claims on the loaded table and on an empty one, interleaved
+//!   round by round;
+//! - live single claims while nothing else runs (`claims_idle`), then while a purge deletes the
+//!   oldest day (`claims_during_purge`), and the purge's own rate;
+//! - the bytes each row costs, table and indexes, for each id shape.
+//!
+//! Claims are `Inbox::process` with no work of their own: the claim and its transaction alone.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use guestlist::sqlx::{self, Pool};
+use guestlist::{HandlerName, Inbox, InboxStats, MessageId, Purged, Retention};
+
+use super::preload::{Preload, Shape};
+use crate::measure::{Load, Plan, load, load_while, median, percentile_ms};
+use crate::report::{Latency, Report, Row};
+
+const LOADED_TABLE: &str = "bench_scale_inbox";
+const EMPTY_TABLE: &str = "bench_scale_empty";
+const SHAPE_TABLE: &str = "bench_scale_shape";
+/// Claiming workers, in every figure.
+const WORKERS: usize = 4;
+const BATCH: usize = 100;
+const DAY: Duration = Duration::from_secs(24 * 3600);
+/// Rows per id shape for the bytes-per-row figures (fewer when N is small).
+const SHAPE_ROWS: u64 = 1_000_000;
+
+/// What `--rows` runs with.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Scale {
+    /// Rows to load.
+    pub(crate) rows: u64,
+    /// The purge's batch size.
+    pub(crate) purge_batch: u32,
+    /// Keep the loaded table (topped back up to N rows) for the next run with `keep`.
+    pub(crate) keep: bool,
+}
+
+/// The claims measured on the loaded and the empty table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Figure {
+    SingleEmpty,
+    SingleLoaded,
+    BatchEmpty,
+    BatchLoaded,
+}
+
+impl Figure {
+    const ALL: [Figure; 4] = [
+        Figure::SingleEmpty,
+        Figure::SingleLoaded,
+        Figure::BatchEmpty,
+        Figure::BatchLoaded,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Figure::SingleEmpty => "single_empty",
+            Figure::SingleLoaded => "single_loaded",
+            Figure::BatchEmpty => "batch100_empty",
+            Figure::BatchLoaded => "batch100_loaded",
+        }
+    }
+
+    fn batch(self) -> usize {
+        match self {
+            Figure::SingleEmpty | Figure::SingleLoaded => 1,
+            Figure::BatchEmpty | Figure::BatchLoaded => BATCH,
+        }
+    }
+
+    fn loaded(self) -> bool {
+        matches!(self, Figure::SingleLoaded | Figure::BatchLoaded)
+    }
+}
+
+/// N for ratio names: `10m` for 10,000,000, `500k`, or the number itself.
+fn rows_label(rows: u64) -> String {
+    if rows >= 1_000_000 && rows.is_multiple_of(1_000_000) {
+        format!("{}m", rows / 1_000_000)
+    } else if rows >= 1_000 && rows.is_multiple_of(1_000) {
+        format!("{}k", rows / 1_000)
+    } else {
+        rows.to_string()
+    }
+}
+
+/// Runs the whole scale bench on `pool`.
+pub(crate) async fn measure<DB: Preload>(
+    pool: &Pool<DB>,
+    plan: Plan,
+    scale: Scale,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let loaded = Inbox::<DB>::with_table(LOADED_TABLE)?;
+    let empty = Inbox::<DB>::with_table(EMPTY_TABLE)?;
+    for statement in DB::PREPARE {
+        DB::exec(pool, (*statement).to_owned()).await?;
+    }
+    prepare_loaded(pool, &loaded, scale).await?;
+    DB::exec(pool, format!("DROP TABLE IF EXISTS {EMPTY_TABLE}")).await?;
+    empty.migrate(pool).await?;
+    let before = analyze_and_read(pool, &loaded).await?;
+    eprintln!(
+        "  {LOADED_TABLE}: {} rows, {:.0} bytes a row ({:?})",
+        before.rows,
+        before.bytes_per_row().unwrap_or(f64::NAN),
+        before.size
+    );
+
+    let bench = Arc::new(Claims {
+        pool: pool.clone(),
+        loaded,
+        empty,
+        handler: HandlerName::new("warehouse")?,
+    });
+    claims(&bench, plan, report).await?;
+    purge(&bench, plan, scale, report).await?;
+    bytes_per_row(pool, scale.rows, report).await?;
+
+    if scale.keep {
+        top_up(pool, &bench.loaded, scale.rows).await?;
+    } else {
+        DB::exec(pool, format!("DROP TABLE IF EXISTS {LOADED_TABLE}")).await?;
+    }
+    DB::exec(pool, format!("DROP TABLE IF EXISTS {EMPTY_TABLE}")).await?;
+    add_ratios(report, DB::LABEL, scale.rows, &before);
+    Ok(())
+}
+
+/// Loads the table with N rows, or keeps last run's when `keep` and it holds about N.
+async fn prepare_loaded<DB: Preload>(
+    pool: &Pool<DB>,
+    inbox: &Inbox<DB>,
+    scale: Scale,
+) -> anyhow::Result<()> {
+    if scale.keep {
+        if let Ok(stats) = inbox.stats(pool).await {
+            let off = stats.rows.abs_diff(scale.rows) as f64 / scale.rows as f64;
+            if off < 0.1 {
+                eprintln!("  reusing {LOADED_TABLE}: {} rows", stats.rows);
+                return Ok(());
+            }
+        }
+    }
+    DB::exec(pool, format!("DROP TABLE IF EXISTS {LOADED_TABLE}")).await?;
+    inbox.migrate(pool).await?;
+    fill(pool, LOADED_TABLE, Shape::Mixed, scale.rows, true).await
+}
+
+/// Fills `table` with `rows` rows of `shape`, a chunk per statement.
+async fn fill<DB: Preload>(
+    pool: &Pool<DB>,
+    table: &str,
+    shape: Shape,
+    rows: u64,
+    progress: bool,
+) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let mut from = 1;
+    while from <= rows {
+        let to = (from + DB::CHUNK - 1).min(rows);
+        DB::exec(pool, DB::chunk(table, shape, from, to, rows))
+            .await
+            .with_context(|| format!("filling {table}"))?;
+        if progress {
+            eprintln!(
+                "  loaded {to} of {rows} rows in {:.0} s",
+                started.elapsed().as_secs_f64()
+            );
+        }
+        from = to + 1;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    eprintln!(
+        "  filled {table} with {rows} {} rows in {secs:.1} s ({:.0} rows/s)",
+        shape.name(),
+        rows as f64 / secs
+    );
+    Ok(())
+}
+
+/// Refreshes the table's statistics and reads its figures.
+async fn analyze_and_read<DB: Preload>(
+    pool: &Pool<DB>,
+    inbox: &Inbox<DB>,
+) -> anyhow::Result<InboxStats> {
+    DB::exec(pool, format!("{} {}", DB::ANALYZE, inbox.table())).await?;
+    Ok(inbox.stats(pool).await?)
+}
+
+/// The shared state of the claiming workers.
+struct Claims<DB: Preload> {
+    pool: Pool<DB>,
+    loaded: Inbox<DB>,
+    empty: Inbox<DB>,
+    handler: HandlerName,
+}
+
+impl<DB: Preload> Claims<DB> {
+    /// One transaction: a single claim, or a batch of 100; returns the ids claimed.
+    async fn step(&self, inbox: &Inbox<DB>, batch: usize, n: u64) -> anyhow::Result<u64> {
+        if batch == 1 {
+            let id = MessageId::new(Shape::Mixed.random_id(n))?;
+            let done = inbox
+                .process(&self.pool, &self.handler, &id, async |_tx| {
+                    Ok::<(), sqlx::Error>(())
+                })
+                .await?;
+            anyhow::ensure!(done.ran(), "{id}: a random id was a duplicate");
+        } else {
+            let ids: Vec<MessageId> = (0..batch as u64)
+                .map(|i| MessageId::new(Shape::Mixed.random_id(n * batch as u64 + i)))
+                .collect::<Result<_, _>>()?;
+            let done = inbox
+                .process_batch(&self.pool, &self.handler, &ids, async |_tx, _fresh| {
+                    Ok::<(), sqlx::Error>(())
+                })
+                .await?;
+            anyhow::ensure!(done.fresh.len() == batch, "random ids were duplicates");
+        }
+        Ok(batch as u64)
+    }
+
+    /// Claims on `loaded` or `empty` for `each`.
+    async fn run(self: &Arc<Self>, figure: Figure, each: Duration) -> anyhow::Result<Load> {
+        let claims = self.clone();
+        load(WORKERS, each, move |_worker, n| {
+            let claims = claims.clone();
+            async move {
+                let inbox = if figure.loaded() {
+                    &claims.loaded
+                } else {
+                    &claims.empty
+                };
+                claims.step(inbox, figure.batch(), n).await
+            }
+        })
+        .await
+    }
+}
+
+/// Single and batch claims, loaded against empty, interleaved round by round.
+async fn claims<DB: Preload>(
+    bench: &Arc<Claims<DB>>,
+    plan: Plan,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let mut samples: Vec<(Figure, f64, Vec<Duration>)> = Vec::new();
+    for round in 0..plan.rounds {
+        for figure in plan.order(round, &Figure::ALL) {
+            if !figure.loaded() {
+                DB::exec(&bench.pool, format!("{} {EMPTY_TABLE}", DB::EMPTY)).await?;
+            }
+            let measured = bench.run(figure, plan.each).await?;
+            eprintln!(
+                "  {:<16} round {round}  {:>9.0} ids/s",
+                figure.name(),
+                measured.per_sec
+            );
+            samples.push((figure, measured.per_sec, measured.latencies));
+        }
+    }
+    for figure in Figure::ALL {
+        let mine: Vec<_> = samples.iter().filter(|(f, ..)| *f == figure).collect();
+        let mut latencies: Vec<Duration> = mine.iter().flat_map(|(.., l)| l.clone()).collect();
+        report.rows.push(Row {
+            name: figure.name().to_owned(),
+            backend: DB::LABEL,
+            workers: WORKERS,
+            batch: figure.batch(),
+            per_sec: median(mine.iter().map(|(_, r, _)| *r).collect()),
+            unit: "msgs/s",
+            latency: Some(latency(&mut latencies)),
+        });
+    }
+    Ok(())
+}
+
+fn latency(latencies: &mut [Duration]) -> Latency {
+    Latency {
+        p50_ms: percentile_ms(latencies, 0.5),
+        p99_ms: percentile_ms(latencies, 0.99),
+    }
+}
+
+/// Live claims alone, then during a purge of the oldest day; the purge's rate.
+async fn purge<DB: Preload>(
+    bench: &Arc<Claims<DB>>,
+    plan: Plan,
+    scale: Scale,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let window = plan.each * 4;
+    let mut idle = bench.run(Figure::SingleLoaded, window).await?;
+    let idle_latency = latency(&mut idle.latencies);
+    eprintln!(
+        "  claims_idle          {:>9.0} ids/s  p99 {:.2} ms",
+        idle.per_sec, idle_latency.p99_ms
+    );
+    report.rows.push(Row {
+        name: "claims_idle".to_owned(),
+        backend: DB::LABEL,
+        workers: WORKERS,
+        batch: 1,
+        per_sec: idle.per_sec,
+        unit: "msgs/s",
+        latency: Some(idle_latency),
+    });
+
+    // The oldest day: everything older than the oldest row's age less a day.
+    let oldest = bench
+        .loaded
+        .stats(&bench.pool)
+        .await?
+        .oldest
+        .context("the loaded table is empty")?;
+    let keep = oldest.saturating_sub(DAY).max(Duration::from_secs(1));
+    let retention = Retention::new(keep, Duration::ZERO)?;
+    let purge = bench.loaded.purge(retention).batch_size(scale.purge_batch);
+    let candidates = purge.count(&bench.pool).await?;
+    eprintln!(
+        "  purging {candidates} rows older than {} s …",
+        keep.as_secs()
+    );
+
+    let done = Arc::new(AtomicBool::new(false));
+    let purging = {
+        let (bench, done) = (bench.clone(), done.clone());
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let purged = bench
+                .loaded
+                .purge(retention)
+                .batch_size(scale.purge_batch)
+                .run(&bench.pool)
+                .await;
+            done.store(true, Ordering::Relaxed);
+            purged.map(|p| (p, started.elapsed()))
+        })
+    };
+    let claims = bench.clone();
+    let mut during = load_while(WORKERS, done, move |_worker, n| {
+        let claims = claims.clone();
+        async move { claims.step(&claims.loaded, 1, n).await }
+    })
+    .await?;
+    let (purged, took) = purging.await??;
+    let Purged::Deleted(deleted) = purged else {
+        anyhow::bail!("another purger held {LOADED_TABLE}");
+    };
+    let rate = deleted as f64 / took.as_secs_f64();
+    let during_latency = latency(&mut during.latencies);
+    eprintln!(
+        "  purge                deleted {deleted} rows in {:.1} s ({rate:.0} rows/s, batches of {})",
+        took.as_secs_f64(),
+        scale.purge_batch
+    );
+    eprintln!(
+        "  claims_during_purge  {:>9.0} ids/s  p99 {:.2} ms",
+        during.per_sec, during_latency.p99_ms
+    );
+    report.rows.push(Row {
+        name: "claims_during_purge".to_owned(),
+        backend: DB::LABEL,
+        workers: WORKERS,
+        batch: 1,
+        per_sec: during.per_sec,
+        unit: "msgs/s",
+        latency: Some(during_latency),
+    });
+    report.rows.push(Row {
+        name: "purge".to_owned(),
+        backend: DB::LABEL,
+        workers: 1,
+        batch: scale.purge_batch as usize,
+        per_sec: rate,
+        unit: "rows/s",
+        latency: None,
+    });
+    Ok(())
+}
+
+/// Bytes per row, table and indexes, for each id shape on a table of its own.
+async fn bytes_per_row<DB: Preload>(
+    pool: &Pool<DB>,
+    rows: u64,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let rows = (rows / 10).clamp(1_000, SHAPE_ROWS);
+    let inbox = Inbox::<DB>::with_table(SHAPE_TABLE)?;
+    for shape in Shape::EACH {
+        DB::exec(pool, format!("DROP TABLE IF EXISTS {SHAPE_TABLE}")).await?;
+        inbox.migrate(pool).await?;
+        fill(pool, SHAPE_TABLE, shape, rows, false).await?;
+        let stats = analyze_and_read(pool, &inbox).await?;
+        record_bytes(report, DB::LABEL, shape.name(), &stats);
+    }
+    DB::exec(pool, format!("DROP TABLE IF EXISTS {SHAPE_TABLE}")).await?;
+    Ok(())
+}
+
+/// Records a table's bytes per row, in all and split into table and indexes.
+fn record_bytes(report: &mut Report, backend: &str, label: &str, stats: &InboxStats) {
+    let per_row = |bytes: Option<u64>| bytes.map(|b| b as f64 / stats.rows.max(1) as f64);
+    let size = &stats.size;
+    for (name, value) in [
+        ("bytes_per_row", stats.bytes_per_row()),
+        ("table_bytes_per_row", per_row(size.table_bytes)),
+        ("index_bytes_per_row", per_row(size.index_bytes)),
+    ] {
+        if let Some(value) = value {
+            report
+                .ratios
+                .insert(format!("{name}_{label}_{backend}"), value.round());
+        }
+    }
+}
+
+/// Brings the loaded table back to `rows` rows after the purge, the new ones in the last day,
+/// so that the next `--keep` run finds it full.
+async fn top_up<DB: Preload>(pool: &Pool<DB>, inbox: &Inbox<DB>, rows: u64) -> anyhow::Result<()> {
+    let now = inbox.stats(pool).await?.rows;
+    let missing = rows.saturating_sub(now);
+    if missing > 0 {
+        // Numbered from six sevenths of a week on, so they land in the last day.
+        let week = missing * 7;
+        let mut from = week - missing + 1;
+        while from <= week {
+            let to = (from + DB::CHUNK - 1).min(week);
+            DB::exec(pool, DB::chunk(LOADED_TABLE, Shape::Mixed, from, to, week)).await?;
+            from = to + 1;
+        }
+    }
+    DB::exec(pool, format!("{} {LOADED_TABLE}", DB::ANALYZE)).await?;
+    eprintln!("  kept {LOADED_TABLE} with {rows} rows for the next --keep run");
+    Ok(())
+}
+
+/// The ratios, named for N: `single_10m_vs_empty_postgres` and the rest.
+fn add_ratios(report: &mut Report, backend: &'static str, rows: u64, loaded: &InboxStats) {
+    let n = rows_label(rows);
+    report.ratio_named(
+        &format!("single_{n}_vs_empty_{backend}"),
+        "single_loaded",
+        "single_empty",
+        backend,
+        WORKERS,
+    );
+    report.ratio_named(
+        &format!("batch100_{n}_vs_empty_{backend}"),
+        "batch100_loaded",
+        "batch100_empty",
+        backend,
+        WORKERS,
+    );
+    let p99 = |name: &str| {
+        report
+            .rows
+            .iter()
+            .find(|r| r.name == name && r.backend == backend)
+            .and_then(|r| r.latency)
+            .map_or(f64::NAN, |l| l.p99_ms)
+    };
+    let (idle, during) = (p99("claims_idle"), p99("claims_during_purge"));
+    report.ratios.insert(
+        format!("idle_p99_vs_purge_p99_{n}_{backend}"),
+        idle / during,
+    );
+    let purge = report.get("purge", backend, 1);
+    report
+        .ratios
+        .insert(format!("purge_rows_per_sec_{n}_{backend}"), purge.round());
+    record_bytes(report, backend, &n, loaded);
+}
