@@ -141,14 +141,12 @@ async fn prepare_loaded<DB: Preload>(
     inbox: &Inbox<DB>,
     scale: Scale,
 ) -> anyhow::Result<()> {
-    if scale.keep {
-        if let Ok(stats) = inbox.stats(pool).await {
-            let off = stats.rows.abs_diff(scale.rows) as f64 / scale.rows as f64;
-            if off < 0.1 {
-                eprintln!("  reusing {LOADED_TABLE}: {} rows", stats.rows);
-                return Ok(());
-            }
-        }
+    if scale.keep
+        && let Ok(stats) = inbox.stats(pool).await
+        && stats.rows.abs_diff(scale.rows) as f64 / (scale.rows as f64) < 0.1
+    {
+        eprintln!("  reusing {LOADED_TABLE}: {} rows", stats.rows);
+        return Ok(());
     }
     DB::exec(pool, format!("DROP TABLE IF EXISTS {LOADED_TABLE}")).await?;
     inbox.migrate(pool).await?;
