@@ -82,6 +82,12 @@ pub(crate) struct InboxArgs {
     /// With --rows: the purge's batch size.
     #[arg(long, default_value_t = guestlist::Purge::<guestlist::sqlx::Postgres>::DEFAULT_BATCH_SIZE)]
     pub(crate) purge_batch: u32,
+    /// With --rows: the purge's pause between batches, in milliseconds.
+    #[arg(long, default_value_t = guestlist::Purge::<guestlist::sqlx::Postgres>::DEFAULT_PAUSE.as_millis() as u64)]
+    pub(crate) purge_pause_ms: u64,
+    /// With --rows: skip the bytes-per-row figures of each id shape.
+    #[arg(long)]
+    pub(crate) no_shapes: bool,
     /// With --rows: keep the loaded table (topped back up to N rows) and reuse it next time.
     #[arg(long)]
     pub(crate) keep: bool,

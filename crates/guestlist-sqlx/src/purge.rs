@@ -149,20 +149,37 @@ impl<'a, DB: Backend> Purge<'a, DB> {
         progress: &mut (impl FnMut(u64) + Send),
     ) -> Result<u64, Error> {
         let older_than = self.older_than_secs();
+        let limit = u64::from(self.batch_size);
         let mut total = 0;
+        // Where the next batch resumes, on backends that report it; `None` starts from the oldest.
+        let mut after = None;
+        let mut swept = false;
         loop {
             let started = std::time::Instant::now();
-            let deleted = DB::purge_batch(conn, self.table, older_than, i64::from(self.batch_size))
-                .await
-                .map_err(|err| self.error(err))?;
+            let (deleted, newest) = DB::purge_batch(
+                conn,
+                self.table,
+                older_than,
+                i64::from(self.batch_size),
+                after,
+            )
+            .await
+            .map_err(|err| self.error(err))?;
             total += deleted;
             metrics::counter!("guestlist_purged_total", "table" => self.table.table.to_string())
                 .increment(deleted);
             progress(total);
-            if deleted < u64::from(self.batch_size) {
-                tracing::info!(table = %self.table.table, deleted = total, "purge done");
-                return Ok(total);
+            if deleted < limit {
+                if after.is_none() || swept {
+                    tracing::info!(table = %self.table.table, deleted = total, "purge done");
+                    return Ok(total);
+                }
+                // Resumed batches reached the cutoff. One more from the oldest row catches any
+                // row older than where they resumed (one written with an old time, say).
+                (after, swept) = (None, true);
+                continue;
             }
+            after = newest;
             let pause = if DB::SINGLE_WRITER {
                 self.pause.max(started.elapsed())
             } else {

@@ -78,6 +78,8 @@ pub(crate) async fn run(args: &InboxArgs) -> anyhow::Result<Report> {
         let scale = scale::Scale {
             rows: rows.max(1),
             purge_batch: args.purge_batch,
+            purge_pause: Duration::from_millis(args.purge_pause_ms),
+            shapes: !args.no_shapes,
             keep: args.keep,
         };
         measure_scale(&common.database, plan, scale, &mut report).await?;

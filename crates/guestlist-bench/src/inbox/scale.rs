@@ -39,6 +39,10 @@ pub(crate) struct Scale {
     pub(crate) rows: u64,
     /// The purge's batch size.
     pub(crate) purge_batch: u32,
+    /// The purge's pause between batches.
+    pub(crate) purge_pause: Duration,
+    /// Measure bytes per row for each id shape.
+    pub(crate) shapes: bool,
     /// Keep the loaded table (topped back up to N rows) for the next run with `keep`.
     pub(crate) keep: bool,
 }
@@ -123,7 +127,9 @@ pub(crate) async fn measure<DB: Preload>(
     });
     claims(&bench, plan, report).await?;
     purge(&bench, plan, scale, report).await?;
-    bytes_per_row(pool, scale.rows, report).await?;
+    if scale.shapes {
+        bytes_per_row(pool, scale.rows, report).await?;
+    }
 
     if scale.keep {
         top_up(pool, &bench.loaded, scale.rows).await?;
@@ -338,6 +344,7 @@ async fn purge<DB: Preload>(
                 .loaded
                 .purge(retention)
                 .batch_size(scale.purge_batch)
+                .pause(scale.purge_pause)
                 .run(&bench.pool)
                 .await;
             done.store(true, Ordering::Relaxed);
@@ -357,9 +364,10 @@ async fn purge<DB: Preload>(
     let rate = deleted as f64 / took.as_secs_f64();
     let during_latency = latency(&mut during.latencies);
     eprintln!(
-        "  purge                deleted {deleted} rows in {:.1} s ({rate:.0} rows/s, batches of {})",
+        "  purge                deleted {deleted} rows in {:.1} s ({rate:.0} rows/s, batches of {}, pauses of {:?})",
         took.as_secs_f64(),
-        scale.purge_batch
+        scale.purge_batch,
+        scale.purge_pause
     );
     eprintln!(
         "  claims_during_purge  {:>9.0} ids/s  p99 {:.2} ms",
@@ -422,20 +430,19 @@ fn record_bytes(report: &mut Report, backend: &str, label: &str, stats: &InboxSt
     }
 }
 
-/// Brings the loaded table back to `rows` rows after the purge, the new ones in the last day,
-/// so that the next `--keep` run finds it full.
+/// Brings the loaded table back to `rows` rows after the purge, the new ones in the oldest day
+/// again, so that the next `--keep` run finds the same week. (Their place in the table differs
+/// from a day's rows that arrived in time: take final figures from a fresh load.)
 async fn top_up<DB: Preload>(pool: &Pool<DB>, inbox: &Inbox<DB>, rows: u64) -> anyhow::Result<()> {
     let now = inbox.stats(pool).await?.rows;
     let missing = rows.saturating_sub(now);
-    if missing > 0 {
-        // Numbered from six sevenths of a week on, so they land in the last day.
-        let week = missing * 7;
-        let mut from = week - missing + 1;
-        while from <= week {
-            let to = (from + DB::CHUNK - 1).min(week);
-            DB::exec(pool, DB::chunk(LOADED_TABLE, Shape::Mixed, from, to, week)).await?;
-            from = to + 1;
-        }
+    // Numbered as the first seventh of a week's rows, so they land in its first day.
+    let week = missing * 7;
+    let mut from = 1;
+    while from <= missing {
+        let to = (from + DB::CHUNK - 1).min(missing);
+        DB::exec(pool, DB::chunk(LOADED_TABLE, Shape::Mixed, from, to, week)).await?;
+        from = to + 1;
     }
     DB::exec(pool, format!("{} {LOADED_TABLE}", DB::ANALYZE)).await?;
     eprintln!("  kept {LOADED_TABLE} with {rows} rows for the next --keep run");

@@ -85,7 +85,8 @@ pub(crate) mod sqlite;
 #[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
 pub struct TableSql {
     pub(crate) table: TableName,
-    /// Deletes at most `limit` rows older than a number of seconds.
+    /// Deletes at most `limit` rows older than a number of seconds (PostgreSQL: and none older
+    /// than a resume point).
     pub(crate) purge_batch: Arc<str>,
     /// Counts rows older than a number of seconds.
     pub(crate) count_older: Arc<str>,
@@ -394,20 +395,6 @@ use outbox_with_returning;
 #[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
 macro_rules! same_everywhere {
     ($conn:ty) => {
-        async fn purge_batch<'c>(
-            conn: &'c mut $conn,
-            sql: &'c TableSql,
-            older_than_secs: i64,
-            limit: i64,
-        ) -> Result<u64, sqlx::Error> {
-            let done = sqlx::query(sqlx::AssertSqlSafe(sql.purge_batch.clone()))
-                .bind(older_than_secs)
-                .bind(limit)
-                .execute(conn)
-                .await?;
-            Ok(done.rows_affected())
-        }
-
         async fn deferrals<'c>(
             conn: &'c mut $conn,
             sql: &'c InboxSql,
@@ -468,6 +455,31 @@ macro_rules! same_everywhere {
 }
 #[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
 use same_everywhere;
+
+/// A purge batch that starts from the oldest row each time: where a delete leaves nothing
+/// behind in the index for the next batch to step over (SQLite), or until measured otherwise
+/// (MySQL). It reports no place to resume from.
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
+macro_rules! purge_from_the_oldest {
+    ($conn:ty) => {
+        async fn purge_batch<'c>(
+            conn: &'c mut $conn,
+            sql: &'c TableSql,
+            older_than_secs: i64,
+            limit: i64,
+            _after_micros: Option<i64>,
+        ) -> Result<(u64, Option<i64>), sqlx::Error> {
+            let done = sqlx::query(sqlx::AssertSqlSafe(sql.purge_batch.clone()))
+                .bind(older_than_secs)
+                .bind(limit)
+                .execute(conn)
+                .await?;
+            Ok((done.rows_affected(), None))
+        }
+    };
+}
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
+use purge_from_the_oldest;
 
 /// A claim that reads "fresh" from one row affected by `INSERT … ON CONFLICT DO NOTHING`.
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
@@ -738,13 +750,17 @@ pub(crate) mod sealed {
             id: &'c str,
         ) -> impl Future<Output = Result<(), sqlx::Error>> + Send + 'c;
 
-        /// Deletes at most `limit` rows older than `older_than_secs`, returning how many went.
+        /// Deletes at most `limit` rows older than `older_than_secs`, oldest first, and none
+        /// older than `after_micros` (Unix microseconds) when given. Returns how many went and,
+        /// where the backend resumes batches, the newest deleted row's time to pass as
+        /// `after_micros` next.
         fn purge_batch<'c>(
             conn: &'c mut Self::Connection,
             sql: &'c TableSql,
             older_than_secs: i64,
             limit: i64,
-        ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send + 'c;
+            after_micros: Option<i64>,
+        ) -> impl Future<Output = Result<(u64, Option<i64>), sqlx::Error>> + Send + 'c;
 
         /// Counts rows older than `older_than_secs`.
         fn count_older<'c>(

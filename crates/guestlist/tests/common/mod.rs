@@ -23,6 +23,7 @@ macro_rules! inbox_suite {
             batch_counts_repeats_once_and_skips_seen_ids,
             overlapping_batches_in_opposite_orders_never_deadlock,
             purge_removes_only_rows_older_than_retention,
+            a_row_written_old_during_a_purge_is_purged_too,
             claims_succeed_while_a_million_rows_are_purged,
             purger_task_purges_in_the_background,
             stats_count_each_handlers_rows_and_the_oldest,

@@ -363,6 +363,52 @@ pub async fn purge_removes_only_rows_older_than_retention<DB: Fixture>(name: &st
     );
 }
 
+pub async fn a_row_written_old_during_a_purge_is_purged_too<DB: Fixture>(name: &str) {
+    let h = Arc::new(Harness::<DB>::new(name).await);
+    let table = h.inbox.table().to_string();
+    for n in 0..10 {
+        h.exec(format!(
+            "INSERT INTO {table} (handler, message_id, seen_at) VALUES ('warehouse', 'old-{n}', {})",
+            DB::ago((8 * DAY).as_secs() as i64 + 60 * (10 - n))
+        ))
+        .await;
+    }
+    deliver(&h, &handler("warehouse"), &id("young")).await;
+
+    // After the first batch, a row older than everything the purge has deleted so far appears
+    // (a backfill, an import): batches that resume where the last one stopped would pass it.
+    let written = Arc::new(AtomicBool::new(false));
+    let progress = {
+        let (h, written, table) = (h.clone(), written.clone(), table.clone());
+        move |_total: u64| {
+            if !written.swap(true, Ordering::SeqCst) {
+                let insert = format!(
+                    "INSERT INTO {table} (handler, message_id, seen_at) VALUES ('warehouse', 'late', {})",
+                    DB::ago((10 * DAY).as_secs() as i64)
+                );
+                tokio::task::block_in_place(|| {
+                    tokio::runtime::Handle::current().block_on(h.exec(insert))
+                });
+            }
+        }
+    };
+    let purged = h
+        .inbox
+        .purge(week())
+        .batch_size(3)
+        .pause(Duration::ZERO)
+        .run_with_progress(&h.pool, progress)
+        .await
+        .unwrap();
+    assert!(written.load(Ordering::SeqCst));
+    assert_eq!(
+        purged,
+        Purged::Deleted(11),
+        "the ten old rows and the late one"
+    );
+    assert_eq!(h.inbox_rows().await, 1, "only the young row is left");
+}
+
 pub async fn claims_succeed_while_a_million_rows_are_purged<DB: Fixture>(name: &str) {
     const ROWS: u64 = 1_000_000;
     let h = Arc::new(Harness::<DB>::new(name).await);

@@ -88,6 +88,7 @@ impl Statements for MySql {
          FROM {table} GROUP BY handler ORDER BY handler";
 
     super::same_everywhere!(MySqlConnection);
+    super::purge_from_the_oldest!(MySqlConnection);
 
     async fn defer<'c>(
         conn: &'c mut MySqlConnection,

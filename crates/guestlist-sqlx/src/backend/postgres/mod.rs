@@ -47,9 +47,20 @@ impl Statements for Postgres {
          WHERE handler = $1 AND message_id = $2";
     const FORGET_DEFERRALS: &'static str =
         "DELETE FROM {table}_deferrals WHERE handler = $1 AND message_id = $2";
-    const PURGE_BATCH: &'static str = "DELETE FROM {table} WHERE ctid = ANY(ARRAY( \
-         SELECT ctid FROM {table} WHERE {at} < now() - make_interval(secs => $1::bigint) \
-         ORDER BY {at} LIMIT $2 FOR UPDATE SKIP LOCKED))";
+    // Each batch resumes at the newest time the last one deleted ($3, Unix microseconds): the
+    // rows it deleted stay in the index, dead, until vacuum, and a batch that started from the
+    // oldest entry would step over all of them again (measured at 10 million rows: 25 ms a
+    // batch, a core busy for the whole purge). EXTRACT gives numeric and whole microseconds
+    // multiply an interval exactly, so the time goes and comes back unchanged.
+    const PURGE_BATCH: &'static str = "WITH batch AS ( \
+         SELECT ctid, {at} FROM {table} \
+         WHERE {at} < now() - make_interval(secs => $1::bigint) \
+         AND {at} >= COALESCE('epoch'::timestamptz + $3::bigint * interval '1 microsecond', \
+         '-infinity') \
+         ORDER BY {at} LIMIT $2 FOR UPDATE SKIP LOCKED), \
+         gone AS (DELETE FROM {table} WHERE ctid = ANY(ARRAY(SELECT ctid FROM batch)) RETURNING 1) \
+         SELECT (SELECT count(*) FROM gone)::bigint, \
+         (EXTRACT(EPOCH FROM (SELECT max({at}) FROM batch)) * 1000000)::bigint";
     const COUNT_OLDER: &'static str =
         "SELECT count(*) FROM {table} WHERE {at} < now() - make_interval(secs => $1::bigint)";
     // n_dead_tup is the statistics collector's estimate; PostgreSQL reports no free bytes
@@ -63,6 +74,23 @@ impl Statements for Postgres {
          FROM {table} GROUP BY handler ORDER BY handler";
 
     super::same_everywhere!(PgConnection);
+
+    async fn purge_batch<'c>(
+        conn: &'c mut PgConnection,
+        sql: &'c TableSql,
+        older_than_secs: i64,
+        limit: i64,
+        after_micros: Option<i64>,
+    ) -> Result<(u64, Option<i64>), sqlx::Error> {
+        let (deleted, newest): (i64, Option<i64>) =
+            sqlx::query_as(sqlx::AssertSqlSafe(sql.purge_batch.clone()))
+                .bind(older_than_secs)
+                .bind(limit)
+                .bind(after_micros)
+                .fetch_one(conn)
+                .await?;
+        Ok((deleted.max(0).unsigned_abs(), newest))
+    }
     super::defer_by_upsert_returning!(PgConnection);
     super::claim_by_rows_affected!(PgConnection);
 

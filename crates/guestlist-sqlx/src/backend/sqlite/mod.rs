@@ -98,6 +98,7 @@ impl Statements for Sqlite {
     }
 
     super::same_everywhere!(SqliteConnection);
+    super::purge_from_the_oldest!(SqliteConnection);
     super::defer_by_upsert_returning!(SqliteConnection);
     super::claim_by_rows_affected!(SqliteConnection);
 
