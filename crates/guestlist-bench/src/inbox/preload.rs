@@ -81,9 +81,16 @@ pub(super) trait Preload: Workload {
     fn chunk(table: &str, shape: Shape, from: u64, to: u64, total: u64) -> String;
 }
 
-/// `CASE i % 3` over three id expressions.
-fn mixed(evt: &str, uuid: &str, sha256: &str) -> String {
-    format!("CASE i % 3 WHEN 0 THEN {evt} WHEN 1 THEN {uuid} ELSE {sha256} END")
+/// The id expression for `shape`, of a backend's three (`CASE i % 3` over them for mixed).
+fn id_sql(shape: Shape, [evt, uuid, sha256]: [&str; 3]) -> String {
+    match shape {
+        Shape::Evt => evt.to_owned(),
+        Shape::Uuid => uuid.to_owned(),
+        Shape::Sha256 => sha256.to_owned(),
+        Shape::Mixed => {
+            format!("CASE i % 3 WHEN 0 THEN {evt} WHEN 1 THEN {uuid} ELSE {sha256} END")
+        }
+    }
 }
 
 impl Preload for guestlist::sqlx::Postgres {
@@ -95,12 +102,7 @@ impl Preload for guestlist::sqlx::Postgres {
                            'base64'), '+/', 'xy'), 22)";
         const UUID: &str = "gen_random_uuid()::text";
         const SHA256: &str = "'sha256:' || encode(sha256(uuid_send(gen_random_uuid())), 'hex')";
-        let id = match shape {
-            Shape::Evt => EVT.to_owned(),
-            Shape::Uuid => UUID.to_owned(),
-            Shape::Sha256 => SHA256.to_owned(),
-            Shape::Mixed => mixed(EVT, UUID, SHA256),
-        };
+        let id = id_sql(shape, [EVT, UUID, SHA256]);
         format!(
             "INSERT INTO {table} (handler, message_id, seen_at) \
              SELECT 'warehouse', {id}, now() - interval '7 days' + interval '7 days' * i / {total} \
@@ -121,12 +123,7 @@ impl Preload for guestlist::sqlx::Sqlite {
                             hex(randomblob(2)) || '-' || hex(randomblob(2)) || '-' || \
                             hex(randomblob(6)))";
         const SHA256: &str = "'sha256:' || lower(hex(randomblob(32)))";
-        let id = match shape {
-            Shape::Evt => EVT.to_owned(),
-            Shape::Uuid => UUID.to_owned(),
-            Shape::Sha256 => SHA256.to_owned(),
-            Shape::Mixed => mixed(EVT, UUID, SHA256),
-        };
+        let id = id_sql(shape, [EVT, UUID, SHA256]);
         format!(
             "WITH RECURSIVE s(i) AS (SELECT {from} UNION ALL SELECT i + 1 FROM s WHERE i < {to}) \
              INSERT OR IGNORE INTO {table} (handler, message_id, seen_at) \
@@ -152,12 +149,7 @@ impl Preload for guestlist::sqlx::MySql {
         const UUID: &str = "CONCAT_WS('-', SUBSTR(h, 1, 8), SUBSTR(h, 9, 4), SUBSTR(h, 13, 4), \
                             SUBSTR(h, 17, 4), SUBSTR(h, 21, 12))";
         const SHA256: &str = "CONCAT('sha256:', SHA2(CONCAT(h, i), 256))";
-        let id = match shape {
-            Shape::Evt => EVT.to_owned(),
-            Shape::Uuid => UUID.to_owned(),
-            Shape::Sha256 => SHA256.to_owned(),
-            Shape::Mixed => mixed(EVT, UUID, SHA256),
-        };
+        let id = id_sql(shape, [EVT, UUID, SHA256]);
         format!(
             "INSERT IGNORE INTO {table} (handler, message_id, seen_at) \
              SELECT 'warehouse', {id}, \
