@@ -79,9 +79,9 @@ pub(crate) struct InboxArgs {
     /// empty one and a purge of its oldest day (the database given only).
     #[arg(long)]
     pub(crate) rows: Option<u64>,
-    /// With --rows: the purge's batch size.
-    #[arg(long, default_value_t = guestlist::Purge::<guestlist::sqlx::Postgres>::DEFAULT_BATCH_SIZE)]
-    pub(crate) purge_batch: u32,
+    /// With --rows: the purge's batch size [default: `Purge`'s for the database].
+    #[arg(long)]
+    pub(crate) purge_batch: Option<u32>,
     /// With --rows: the purge's pause between batches, in milliseconds.
     #[arg(long, default_value_t = guestlist::Purge::<guestlist::sqlx::Postgres>::DEFAULT_PAUSE.as_millis() as u64)]
     pub(crate) purge_pause_ms: u64,

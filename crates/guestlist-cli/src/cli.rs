@@ -97,9 +97,9 @@ pub(crate) struct PurgeArgs {
     /// is refused (Stripe retries webhooks for 72 hours).
     #[arg(long, value_parser = humantime::parse_duration, default_value = "72h")]
     pub(crate) horizon: Duration,
-    /// Rows per batch; each batch is its own short transaction.
-    #[arg(long, default_value_t = 5_000)]
-    pub(crate) batch_size: u32,
+    /// Rows per batch, each its own short transaction [default: 1000; 5000 on SQLite].
+    #[arg(long)]
+    pub(crate) batch_size: Option<u32>,
     /// Count the rows that would go, and delete nothing.
     #[arg(long)]
     pub(crate) dry_run: bool,

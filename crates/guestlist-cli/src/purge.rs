@@ -20,7 +20,10 @@ async fn purge<DB: Backend>(
 ) -> anyhow::Result<()> {
     let inbox = Inbox::<DB>::with_table(&args.db.table)?;
     let older_than = humantime::format_duration(args.older_than);
-    let purge = inbox.purge(retention).batch_size(args.batch_size);
+    let mut purge = inbox.purge(retention);
+    if let Some(rows) = args.batch_size {
+        purge = purge.batch_size(rows);
+    }
     let candidates = purge.count(pool).await?;
     if args.dry_run {
         println!(

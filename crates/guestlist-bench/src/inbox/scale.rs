@@ -37,8 +37,8 @@ const SHAPE_ROWS: u64 = 1_000_000;
 pub(crate) struct Scale {
     /// Rows to load.
     pub(crate) rows: u64,
-    /// The purge's batch size.
-    pub(crate) purge_batch: u32,
+    /// The purge's batch size, where not the database's default.
+    pub(crate) purge_batch: Option<u32>,
     /// The purge's pause between batches.
     pub(crate) purge_pause: Duration,
     /// Measure bytes per row for each id shape.
@@ -126,13 +126,13 @@ pub(crate) async fn measure<DB: Preload>(
         handler: HandlerName::new("warehouse")?,
     });
     claims(&bench, plan, report).await?;
-    purge(&bench, plan, scale, report).await?;
+    let deleted = purge(&bench, plan, scale, report).await?;
     if scale.shapes {
         bytes_per_row(pool, scale.rows, report).await?;
     }
 
     if scale.keep {
-        top_up(pool, &bench.loaded, scale.rows).await?;
+        top_up(pool, deleted).await?;
     } else {
         DB::exec(pool, format!("DROP TABLE IF EXISTS {LOADED_TABLE}")).await?;
     }
@@ -301,7 +301,7 @@ async fn purge<DB: Preload>(
     plan: Plan,
     scale: Scale,
     report: &mut Report,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<u64> {
     let window = plan.each * 4;
     let mut idle = bench.run(Figure::SingleLoaded, window).await?;
     let idle_latency = latency(&mut idle.latencies);
@@ -328,7 +328,10 @@ async fn purge<DB: Preload>(
         .context("the loaded table is empty")?;
     let keep = oldest.saturating_sub(DAY).max(Duration::from_secs(1));
     let retention = Retention::new(keep, Duration::ZERO)?;
-    let purge = bench.loaded.purge(retention).batch_size(scale.purge_batch);
+    let batch = scale
+        .purge_batch
+        .unwrap_or(guestlist::Purge::<DB>::DEFAULT_BATCH_SIZE);
+    let purge = bench.loaded.purge(retention).batch_size(batch);
     let candidates = purge.count(&bench.pool).await?;
     eprintln!(
         "  purging {candidates} rows older than {} s …",
@@ -343,7 +346,7 @@ async fn purge<DB: Preload>(
             let purged = bench
                 .loaded
                 .purge(retention)
-                .batch_size(scale.purge_batch)
+                .batch_size(batch)
                 .pause(scale.purge_pause)
                 .run(&bench.pool)
                 .await;
@@ -366,7 +369,7 @@ async fn purge<DB: Preload>(
     eprintln!(
         "  purge                deleted {deleted} rows in {:.1} s ({rate:.0} rows/s, batches of {}, pauses of {:?})",
         took.as_secs_f64(),
-        scale.purge_batch,
+        batch,
         scale.purge_pause
     );
     eprintln!(
@@ -386,12 +389,12 @@ async fn purge<DB: Preload>(
         name: "purge".to_owned(),
         backend: DB::LABEL,
         workers: 1,
-        batch: scale.purge_batch as usize,
+        batch: batch as usize,
         per_sec: rate,
         unit: "rows/s",
         latency: None,
     });
-    Ok(())
+    Ok(deleted)
 }
 
 /// Bytes per row, table and indexes, for each id shape on a table of its own.
@@ -430,22 +433,20 @@ fn record_bytes(report: &mut Report, backend: &str, label: &str, stats: &InboxSt
     }
 }
 
-/// Brings the loaded table back to `rows` rows after the purge, the new ones in the oldest day
-/// again, so that the next `--keep` run finds the same week. (Their place in the table differs
-/// from a day's rows that arrived in time: take final figures from a fresh load.)
-async fn top_up<DB: Preload>(pool: &Pool<DB>, inbox: &Inbox<DB>, rows: u64) -> anyhow::Result<()> {
-    let now = inbox.stats(pool).await?.rows;
-    let missing = rows.saturating_sub(now);
+/// Puts back as many rows as the purge deleted, in the oldest day again, so that the next
+/// `--keep` run finds the same week. (Their place in the table differs from a day's rows that
+/// arrived in time: take final figures from a fresh load.)
+async fn top_up<DB: Preload>(pool: &Pool<DB>, deleted: u64) -> anyhow::Result<()> {
     // Numbered as the first seventh of a week's rows, so they land in its first day.
-    let week = missing * 7;
+    let week = deleted * 7;
     let mut from = 1;
-    while from <= missing {
-        let to = (from + DB::CHUNK - 1).min(missing);
+    while from <= deleted {
+        let to = (from + DB::CHUNK - 1).min(deleted);
         DB::exec(pool, DB::chunk(LOADED_TABLE, Shape::Mixed, from, to, week)).await?;
         from = to + 1;
     }
     DB::exec(pool, format!("{} {LOADED_TABLE}", DB::ANALYZE)).await?;
-    eprintln!("  kept {LOADED_TABLE} with {rows} rows for the next --keep run");
+    eprintln!("  kept {LOADED_TABLE}, {deleted} rows put back, for the next --keep run");
     Ok(())
 }
 

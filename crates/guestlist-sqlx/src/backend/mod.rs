@@ -680,6 +680,8 @@ pub(crate) mod sealed {
         /// One writer at a time for the whole database (SQLite): a purge must leave gaps as
         /// long as its batches, or waiting writers, which poll, may never find the lock free.
         const SINGLE_WRITER: bool = false;
+        /// Rows per purge batch unless set (see [`crate::Purge::DEFAULT_BATCH_SIZE`]).
+        const PURGE_BATCH_SIZE: u32 = 1_000;
         /// Template of [`InboxSql::claim`].
         const CLAIM: &'static str;
         /// Template of [`InboxSql::claim_batch`].
