@@ -70,11 +70,37 @@ impl Figure {
     }
 }
 
+/// Connects to the database `$url` names and runs `$body` with `$pool` bound to its pool.
+macro_rules! on_pool {
+    ($url:expr, |$pool:ident| $body:expr) => {{
+        let url: &str = $url;
+        match url.split(':').next().unwrap_or_default() {
+            "postgres" | "postgresql" => {
+                let $pool = connect::<sqlx::Postgres>(url.parse()?, url).await?;
+                $body
+            }
+            "mysql" | "mariadb" => {
+                let url = url.replacen("mariadb:", "mysql:", 1);
+                let $pool = connect::<sqlx::MySql>(url.parse()?, &url).await?;
+                $body
+            }
+            "sqlite" => {
+                let $pool = connect::<sqlx::Sqlite>(guestlist::sqlite_options(url)?, url).await?;
+                $body
+            }
+            _ => anyhow::bail!(
+                "cannot tell the database from {url:?}: use postgres://, mysql:// or sqlite:"
+            ),
+        }
+    }};
+}
+
 pub(crate) async fn run(args: &InboxArgs) -> anyhow::Result<Report> {
     let common = &args.common;
     let plan = Plan::new(common.quick);
     let mut report = Report::default();
     if let Some(rows) = args.rows {
+        // `--rows N`: the scale figures on the one database given.
         let scale = scale::Scale {
             rows: rows.max(1),
             purge_batch: args.purge_batch,
@@ -82,7 +108,13 @@ pub(crate) async fn run(args: &InboxArgs) -> anyhow::Result<Report> {
             shapes: !args.no_shapes,
             keep: args.keep,
         };
-        measure_scale(&common.database, plan, scale, &mut report).await?;
+        on_pool!(&common.database, |pool| scale::measure(
+            &pool,
+            plan,
+            scale,
+            &mut report
+        )
+        .await?);
         return Ok(report);
     }
     let scratch = tempfile::tempdir()?;
@@ -92,56 +124,11 @@ pub(crate) async fn run(args: &InboxArgs) -> anyhow::Result<Report> {
         urls.push(sqlite_url);
     }
     for url in urls {
-        let scheme = url.split(':').next().unwrap_or_default();
-        match scheme {
-            "postgres" | "postgresql" => {
-                let pool = connect::<sqlx::Postgres>(url.parse()?, &url).await?;
-                measure_backend(&pool, plan, &mut report).await?;
-            }
-            "mysql" | "mariadb" => {
-                let url = url.replacen("mariadb:", "mysql:", 1);
-                let pool = connect::<sqlx::MySql>(url.parse()?, &url).await?;
-                measure_backend(&pool, plan, &mut report).await?;
-            }
-            "sqlite" => {
-                let pool = connect::<sqlx::Sqlite>(guestlist::sqlite_options(&url)?, &url).await?;
-                measure_backend(&pool, plan, &mut report).await?;
-            }
-            _ => anyhow::bail!(
-                "cannot tell the database from {url:?}: use postgres://, mysql:// or sqlite:"
-            ),
-        }
+        on_pool!(&url, |pool| measure_backend(&pool, plan, &mut report)
+            .await?);
     }
     add_ratios(&mut report);
     Ok(report)
-}
-
-/// `--rows N`: the scale figures on the one database given.
-async fn measure_scale(
-    url: &str,
-    plan: Plan,
-    scale: scale::Scale,
-    report: &mut Report,
-) -> anyhow::Result<()> {
-    let scheme = url.split(':').next().unwrap_or_default();
-    match scheme {
-        "postgres" | "postgresql" => {
-            let pool = connect::<sqlx::Postgres>(url.parse()?, url).await?;
-            scale::measure(&pool, plan, scale, report).await
-        }
-        "mysql" | "mariadb" => {
-            let url = url.replacen("mariadb:", "mysql:", 1);
-            let pool = connect::<sqlx::MySql>(url.parse()?, &url).await?;
-            scale::measure(&pool, plan, scale, report).await
-        }
-        "sqlite" => {
-            let pool = connect::<sqlx::Sqlite>(guestlist::sqlite_options(url)?, url).await?;
-            scale::measure(&pool, plan, scale, report).await
-        }
-        _ => anyhow::bail!(
-            "cannot tell the database from {url:?}: use postgres://, mysql:// or sqlite:"
-        ),
-    }
 }
 
 async fn connect<DB: Workload>(

@@ -109,7 +109,7 @@ pub(crate) async fn measure<DB: Preload>(
         DB::exec(pool, (*statement).to_owned()).await?;
     }
     prepare_loaded(pool, &loaded, scale).await?;
-    DB::exec(pool, format!("DROP TABLE IF EXISTS {EMPTY_TABLE}")).await?;
+    drop::<DB>(pool, EMPTY_TABLE).await?;
     empty.migrate(pool).await?;
     let before = analyze_and_read(pool, &loaded).await?;
     eprintln!(
@@ -134,9 +134,9 @@ pub(crate) async fn measure<DB: Preload>(
     if scale.keep {
         top_up(pool, deleted).await?;
     } else {
-        DB::exec(pool, format!("DROP TABLE IF EXISTS {LOADED_TABLE}")).await?;
+        drop::<DB>(pool, LOADED_TABLE).await?;
     }
-    DB::exec(pool, format!("DROP TABLE IF EXISTS {EMPTY_TABLE}")).await?;
+    drop::<DB>(pool, EMPTY_TABLE).await?;
     add_ratios(report, DB::LABEL, scale.rows, &before);
     Ok(())
 }
@@ -154,7 +154,7 @@ async fn prepare_loaded<DB: Preload>(
         eprintln!("  reusing {LOADED_TABLE}: {} rows", stats.rows);
         return Ok(());
     }
-    DB::exec(pool, format!("DROP TABLE IF EXISTS {LOADED_TABLE}")).await?;
+    drop::<DB>(pool, LOADED_TABLE).await?;
     inbox.migrate(pool).await?;
     fill(pool, LOADED_TABLE, Shape::Mixed, scale.rows, true).await
 }
@@ -406,13 +406,13 @@ async fn bytes_per_row<DB: Preload>(
     let rows = (rows / 10).clamp(1_000, SHAPE_ROWS);
     let inbox = Inbox::<DB>::with_table(SHAPE_TABLE)?;
     for shape in Shape::EACH {
-        DB::exec(pool, format!("DROP TABLE IF EXISTS {SHAPE_TABLE}")).await?;
+        drop::<DB>(pool, SHAPE_TABLE).await?;
         inbox.migrate(pool).await?;
         fill(pool, SHAPE_TABLE, shape, rows, false).await?;
         let stats = analyze_and_read(pool, &inbox).await?;
         record_bytes(report, DB::LABEL, shape.name(), &stats);
     }
-    DB::exec(pool, format!("DROP TABLE IF EXISTS {SHAPE_TABLE}")).await?;
+    drop::<DB>(pool, SHAPE_TABLE).await?;
     Ok(())
 }
 
@@ -485,4 +485,13 @@ fn add_ratios(report: &mut Report, backend: &'static str, rows: u64, loaded: &In
         .ratios
         .insert(format!("purge_rows_per_sec_{n}_{backend}"), purge.round());
     record_bytes(report, backend, &n, loaded);
+}
+
+/// Drops a bench inbox and the deferrals table `Inbox::migrate` made beside it.
+async fn drop<DB: Preload>(pool: &Pool<DB>, table: &str) -> anyhow::Result<()> {
+    // One table per statement: SQLite drops no more.
+    for table in [table.to_owned(), format!("{table}_deferrals")] {
+        DB::exec(pool, format!("DROP TABLE IF EXISTS {table}")).await?;
+    }
+    Ok(())
 }
