@@ -4,3 +4,37 @@ mod common;
 
 inbox_suite!(guestlist::sqlx::Postgres);
 outbox_suite!(guestlist::sqlx::Postgres);
+
+/// The table `migrate` makes is laid out for a life of inserts and one kind of delete: ids
+/// compared byte for byte whatever the server's locale, the `seen_at` index's pages filled
+/// whole (the time only grows), and a vacuum after each day's purge instead of every fifth.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_inbox_table_is_laid_out_for_inserts_then_purges() {
+    let h = common::harness::Harness::<guestlist::sqlx::Postgres>::new("pg_layout").await;
+    let table = h.inbox.table().to_string();
+    for (relation, option) in [
+        (table.clone(), "autovacuum_vacuum_scale_factor=0.02"),
+        (format!("{table}_seen_at_idx"), "fillfactor=100"),
+    ] {
+        let set = h
+            .scalar(format!(
+                "SELECT count(*) FROM pg_class \
+                 WHERE oid = '{relation}'::regclass AND '{option}' = ANY(reloptions)"
+            ))
+            .await;
+        assert_eq!(set, 1, "{relation} has {option}");
+    }
+    for key_table in [table.clone(), format!("{table}_deferrals")] {
+        let byte_order = h
+            .scalar(format!(
+                "SELECT count(*) FROM pg_attribute a JOIN pg_collation c ON c.oid = a.attcollation \
+                 WHERE a.attrelid = '{key_table}'::regclass \
+                 AND a.attname IN ('handler', 'message_id') AND c.collname = 'C'"
+            ))
+            .await;
+        assert_eq!(
+            byte_order, 2,
+            "{key_table}'s handler and message_id are COLLATE \"C\""
+        );
+    }
+}

@@ -1,19 +1,26 @@
 -- guestlist inbox for PostgreSQL. Table name: guestlist_inbox (rename every occurrence to use another).
+-- COLLATE "C": ids compare byte for byte, as memcmp, not through the database's locale.
+-- Equality is the same either way; only the order inside the index changes.
+-- autovacuum_vacuum_scale_factor: the purge deletes rows and nothing else does. At the default
+-- 0.2 a day's purge (a seventh of a week's rows) leaves its dead rows unvacuumed until the next
+-- day's, and the new day's rows extend the table instead of taking their space.
 CREATE TABLE IF NOT EXISTS guestlist_inbox (
-    handler    TEXT        NOT NULL,
-    message_id TEXT        NOT NULL,
-    seen_at    TIMESTAMPTZ NOT NULL DEFAULT now(),
+    handler    TEXT COLLATE "C" NOT NULL,
+    message_id TEXT COLLATE "C" NOT NULL,
+    seen_at    TIMESTAMPTZ      NOT NULL DEFAULT now(),
     PRIMARY KEY (handler, message_id)
-);
--- The purge deletes by age.
-CREATE INDEX IF NOT EXISTS guestlist_inbox_seen_at_idx ON guestlist_inbox (seen_at);
+) WITH (autovacuum_vacuum_scale_factor = 0.02);
+-- The purge deletes by age. seen_at only grows, so new entries go to the index's right edge and
+-- its pages can be filled whole (the default leaves a tenth of each one empty).
+CREATE INDEX IF NOT EXISTS guestlist_inbox_seen_at_idx ON guestlist_inbox (seen_at)
+    WITH (fillfactor = 100);
 -- Deferrals: a handler said "not yet" (a downstream in flight, rate-limited or restarting), so the
 -- consumer handed the message back; they do not count toward poison. A row lives until the message
 -- is handled or dead-lettered. first_at is the first deferral, in Unix milliseconds.
 CREATE TABLE IF NOT EXISTS guestlist_inbox_deferrals (
-    handler    TEXT   NOT NULL,
-    message_id TEXT   NOT NULL,
-    deferrals  BIGINT NOT NULL,
-    first_at   BIGINT NOT NULL,
+    handler    TEXT COLLATE "C" NOT NULL,
+    message_id TEXT COLLATE "C" NOT NULL,
+    deferrals  BIGINT           NOT NULL,
+    first_at   BIGINT           NOT NULL,
     PRIMARY KEY (handler, message_id)
 );
