@@ -17,22 +17,26 @@ async fn a_rebalance_lets_the_batch_in_hand_finish_before_the_partition_moves() 
     use common::suite::{Rig, run_until_stopped};
     use tokio::sync::Notify;
 
-    const EVENTS: i64 = 80;
+    // Batches of 10: the first consumer's first batch must not take the whole topic in hand, or
+    // nothing is left to move (seen in CI with batches of 100: the second consumer got nothing).
+    const EVENTS: i64 = 160;
+    const BATCH: usize = 10;
     let rig = Rig::<Kafka, sqlx::Postgres>::open(
         "kreb_a_rebalance_lets_the_batch_in_hand_finish",
         Duration::from_secs(30),
     )
     .await;
     for n in 0..EVENTS {
-        // 50 ms of work each: 4 s in all, so that the second consumer joins mid-stream.
+        // 50 ms of work each: 8 s in all for one consumer, so that the second joins mid-stream
+        // even when joining the group takes seconds.
         let event = format!(r#"{{"id":"evt_{n}","slow_ms":50}}"#);
         rig.broker.publish(event.as_bytes()).await;
     }
     let started = Arc::new(Notify::new());
     let (stop_first, first) =
-        run_until_stopped!(rig.consumer_signalling(100, started.clone()).await);
+        run_until_stopped!(rig.consumer_signalling(BATCH, started.clone()).await);
     started.notified().await; // the first consumer has records in hand
-    let (stop_second, second) = run_until_stopped!(rig.consumer(100).await); // it joins: a rebalance
+    let (stop_second, second) = run_until_stopped!(rig.consumer(BATCH).await); // it joins: a rebalance
     rig.until(
         Duration::from_secs(60),
         "every event is handled and the group's offsets are at the end",
