@@ -9,6 +9,7 @@
 //! (e) `batch100`: `Inbox::process_batch` over 100 ids, the work set-based;
 //! (f) `handwritten_batch100`: the same batch claim and work written by hand.
 
+mod key_table;
 mod preload;
 mod scale;
 mod workload;
@@ -106,7 +107,9 @@ pub(crate) async fn run(args: &InboxArgs) -> anyhow::Result<Report> {
             purge_batch: args.purge_batch,
             purge_pause: Duration::from_millis(args.purge_pause_ms),
             shapes: !args.no_shapes,
+            keys: !args.no_keys,
             keep: args.keep,
+            index_after_load: args.index_after_load,
         };
         on_pool!(&common.database, |pool| scale::measure(
             &pool,

@@ -5,6 +5,11 @@
 //! Their `seen_at` is spread evenly over the week before now, oldest first, so the table's
 //! physical order follows time as it does when rows arrive one by one.
 
+use std::future::Future;
+
+use guestlist::sqlx::{self, Pool};
+
+use super::key_table::{BODY_BYTES, CLIENTS};
 use super::workload::Workload;
 
 /// The shape of the message ids a table is filled with.
@@ -79,6 +84,21 @@ pub(super) trait Preload: Workload {
     /// Inserts the rows numbered `from..=to` of `total` into `table`, as `shape`, under the
     /// handler `warehouse`.
     fn chunk(table: &str, shape: Shape, from: u64, to: u64, total: u64) -> String;
+
+    /// Inserts the stored responses numbered `from..=to` of `total` into the key table `table`:
+    /// a UUID key, the scope of client `i % CLIENTS` as the layer names it from credentials,
+    /// status 201 with a JSON content type and a body of `BODY_BYTES`.
+    fn key_chunk(table: &str, from: u64, to: u64, total: u64) -> String;
+
+    /// Drops `table`'s indexes before a bulk load and returns the SQL that builds them again
+    /// as they were; `None`, dropping nothing, where this backend has no such path.
+    fn take_indexes_off(
+        pool: &Pool<Self>,
+        table: &str,
+    ) -> impl Future<Output = anyhow::Result<Option<String>>> + Send {
+        let _ = (pool, table);
+        async { Ok(None) }
+    }
 }
 
 /// The id expression for `shape`, of a backend's three (`CASE i % 3` over them for mixed).
@@ -93,6 +113,14 @@ fn id_sql(shape: Shape, [evt, uuid, sha256]: [&str; 3]) -> String {
     }
 }
 
+/// PostgreSQL: a random UUID in text.
+const PG_UUID: &str = "gen_random_uuid()::text";
+
+/// PostgreSQL: row `i` of `total`'s time, spread over the week before now, oldest first.
+fn pg_spread(total: u64) -> String {
+    format!("now() - interval '7 days' + interval '7 days' * i / {total}")
+}
+
 impl Preload for guestlist::sqlx::Postgres {
     const CHUNK: u64 = 1_000_000;
     const ANALYZE: &'static str = "ANALYZE";
@@ -100,15 +128,77 @@ impl Preload for guestlist::sqlx::Postgres {
     fn chunk(table: &str, shape: Shape, from: u64, to: u64, total: u64) -> String {
         const EVT: &str = "'evt_' || left(translate(encode(uuid_send(gen_random_uuid()), \
                            'base64'), '+/', 'xy'), 22)";
-        const UUID: &str = "gen_random_uuid()::text";
         const SHA256: &str = "'sha256:' || encode(sha256(uuid_send(gen_random_uuid())), 'hex')";
-        let id = id_sql(shape, [EVT, UUID, SHA256]);
+        let id = id_sql(shape, [EVT, PG_UUID, SHA256]);
         format!(
             "INSERT INTO {table} (handler, message_id, seen_at) \
-             SELECT 'warehouse', {id}, now() - interval '7 days' + interval '7 days' * i / {total} \
-             FROM generate_series({from}, {to}) AS s(i) ON CONFLICT DO NOTHING"
+             SELECT 'warehouse', {id}, {} \
+             FROM generate_series({from}, {to}) AS s(i) ON CONFLICT DO NOTHING",
+            pg_spread(total)
         )
     }
+
+    fn key_chunk(table: &str, from: u64, to: u64, total: u64) -> String {
+        format!(
+            "INSERT INTO {table} (scope, idempotency_key, fingerprint, status, headers, body, \
+             token, created_at) \
+             SELECT 'cred:' || encode(sha256(int8send(i % {CLIENTS})), 'hex'), \
+             {PG_UUID}, sha256(int8send(i)), 201, \
+             convert_to(E'content-type: application/json\\r\\n', 'UTF8'), \
+             convert_to(repeat('x', {BODY_BYTES}), 'UTF8'), i, {} \
+             FROM generate_series({from}, {to}) AS s(i) ON CONFLICT DO NOTHING",
+            pg_spread(total)
+        )
+    }
+
+    /// Each index as the catalog defines it (fill factor and collation included), the primary
+    /// key put back as the constraint it was; built with a gigabyte to sort in.
+    async fn take_indexes_off(pool: &Pool<Self>, table: &str) -> anyhow::Result<Option<String>> {
+        let indexes: Vec<(String, String, Option<String>)> = sqlx::query_as(
+            "SELECT i.indexrelid::regclass::text, pg_get_indexdef(i.indexrelid), c.conname::text \
+             FROM pg_index i LEFT JOIN pg_constraint c \
+             ON c.conindid = i.indexrelid AND c.contype = 'p' \
+             WHERE i.indrelid = $1::regclass",
+        )
+        .bind(table)
+        .fetch_all(pool)
+        .await?;
+        let (mut off, mut on) = (
+            String::new(),
+            String::from("SET maintenance_work_mem = '1GB';"),
+        );
+        for (index, definition, constraint) in indexes {
+            on.push_str(&format!(" {definition};"));
+            match constraint {
+                Some(name) => {
+                    off.push_str(&format!(" ALTER TABLE {table} DROP CONSTRAINT {name};"));
+                    on.push_str(&format!(
+                        " ALTER TABLE {table} ADD CONSTRAINT {name} PRIMARY KEY USING INDEX {index};"
+                    ));
+                }
+                None => off.push_str(&format!(" DROP INDEX {index};")),
+            }
+        }
+        Self::exec(pool, off).await?;
+        Ok(Some(on))
+    }
+}
+
+/// SQLite: a random UUID-shaped text (random hex: SQLite has no UUID function).
+const SQLITE_UUID: &str = "lower(hex(randomblob(4)) || '-' || hex(randomblob(2)) || '-' || \
+                           hex(randomblob(2)) || '-' || hex(randomblob(2)) || '-' || \
+                           hex(randomblob(6)))";
+
+/// SQLite: the numbers `from..=to` as `s(i)`, and row `i` of `total`'s time over the week.
+fn sqlite_numbers(from: u64, to: u64, total: u64) -> (String, String) {
+    (
+        format!(
+            "WITH RECURSIVE s(i) AS (SELECT {from} UNION ALL SELECT i + 1 FROM s WHERE i < {to})"
+        ),
+        format!(
+            "strftime('%Y-%m-%d %H:%M:%f', 'now', '-7 days', '+' || (i * 604800.0 / {total}) || ' seconds')"
+        ),
+    )
 }
 
 impl Preload for guestlist::sqlx::Sqlite {
@@ -119,18 +209,46 @@ impl Preload for guestlist::sqlx::Sqlite {
     // and for digests.
     fn chunk(table: &str, shape: Shape, from: u64, to: u64, total: u64) -> String {
         const EVT: &str = "'evt_' || substr(hex(randomblob(11)), 1, 22)";
-        const UUID: &str = "lower(hex(randomblob(4)) || '-' || hex(randomblob(2)) || '-' || \
-                            hex(randomblob(2)) || '-' || hex(randomblob(2)) || '-' || \
-                            hex(randomblob(6)))";
         const SHA256: &str = "'sha256:' || lower(hex(randomblob(32)))";
-        let id = id_sql(shape, [EVT, UUID, SHA256]);
+        let id = id_sql(shape, [EVT, SQLITE_UUID, SHA256]);
+        let (numbers, spread) = sqlite_numbers(from, to, total);
         format!(
-            "WITH RECURSIVE s(i) AS (SELECT {from} UNION ALL SELECT i + 1 FROM s WHERE i < {to}) \
-             INSERT OR IGNORE INTO {table} (handler, message_id, seen_at) \
-             SELECT 'warehouse', {id}, strftime('%Y-%m-%d %H:%M:%f', 'now', '-7 days', \
-             '+' || (i * 604800.0 / {total}) || ' seconds') FROM s"
+            "{numbers} INSERT OR IGNORE INTO {table} (handler, message_id, seen_at) \
+             SELECT 'warehouse', {id}, {spread} FROM s"
         )
     }
+
+    fn key_chunk(table: &str, from: u64, to: u64, total: u64) -> String {
+        let (numbers, spread) = sqlite_numbers(from, to, total);
+        // The client's number, zero-padded, stands in for the hex digest of its credentials.
+        format!(
+            "{numbers} INSERT OR IGNORE INTO {table} (scope, idempotency_key, fingerprint, status, \
+             headers, body, token, created_at) \
+             SELECT printf('cred:%064d', i % {CLIENTS}), {SQLITE_UUID}, randomblob(32), 201, \
+             CAST('content-type: application/json' || char(13, 10) AS BLOB), \
+             CAST(printf('%.{BODY_BYTES}c', 'x') AS BLOB), i, {spread} FROM s"
+        )
+    }
+}
+
+/// MySQL: a UUID cut from the row's random MD5 `h`.
+const MYSQL_UUID: &str = "CONCAT_WS('-', SUBSTR(h, 1, 8), SUBSTR(h, 9, 4), SUBSTR(h, 13, 4), \
+                          SUBSTR(h, 17, 4), SUBSTR(h, 21, 12))";
+
+/// MySQL: the numbers `from..=to` as rows `(i, h)`, `h` a random MD5 each, and row `i` of
+/// `total`'s time over the week.
+fn mysql_numbers(from: u64, to: u64, total: u64) -> (String, String) {
+    (
+        format!(
+            "(SELECT n.i, MD5(CONCAT(RAND(), '-', n.i)) AS h FROM \
+             (SELECT {from} + a.d + 10 * b.d + 100 * c.d + 1000 * e.d + 10000 * f.d AS i \
+             FROM bench_digits a, bench_digits b, bench_digits c, bench_digits e, bench_digits f) n \
+             WHERE n.i <= {to}) g"
+        ),
+        format!(
+            "UTC_TIMESTAMP(6) - INTERVAL 7 DAY + INTERVAL (i * 604800000000 DIV {total}) MICROSECOND"
+        ),
+    )
 }
 
 impl Preload for guestlist::sqlx::MySql {
@@ -146,18 +264,24 @@ impl Preload for guestlist::sqlx::MySql {
     fn chunk(table: &str, shape: Shape, from: u64, to: u64, total: u64) -> String {
         const EVT: &str = "CONCAT('evt_', LEFT(REPLACE(REPLACE(TO_BASE64(UNHEX(h)), '+', 'x'), \
                            '/', 'y'), 22))";
-        const UUID: &str = "CONCAT_WS('-', SUBSTR(h, 1, 8), SUBSTR(h, 9, 4), SUBSTR(h, 13, 4), \
-                            SUBSTR(h, 17, 4), SUBSTR(h, 21, 12))";
         const SHA256: &str = "CONCAT('sha256:', SHA2(CONCAT(h, i), 256))";
-        let id = id_sql(shape, [EVT, UUID, SHA256]);
+        let id = id_sql(shape, [EVT, MYSQL_UUID, SHA256]);
+        let (numbers, spread) = mysql_numbers(from, to, total);
         format!(
             "INSERT IGNORE INTO {table} (handler, message_id, seen_at) \
-             SELECT 'warehouse', {id}, \
-             UTC_TIMESTAMP(6) - INTERVAL 7 DAY + INTERVAL (i * 604800000000 DIV {total}) MICROSECOND \
-             FROM (SELECT n.i, MD5(CONCAT(RAND(), '-', n.i)) AS h FROM \
-             (SELECT {from} + a.d + 10 * b.d + 100 * c.d + 1000 * e.d + 10000 * f.d AS i \
-             FROM bench_digits a, bench_digits b, bench_digits c, bench_digits e, bench_digits f) n \
-             WHERE n.i <= {to}) g ORDER BY i"
+             SELECT 'warehouse', {id}, {spread} FROM {numbers} ORDER BY i"
+        )
+    }
+
+    fn key_chunk(table: &str, from: u64, to: u64, total: u64) -> String {
+        let (numbers, spread) = mysql_numbers(from, to, total);
+        format!(
+            "INSERT IGNORE INTO {table} (scope, idempotency_key, fingerprint, status, headers, \
+             body, token, created_at) \
+             SELECT CONCAT('cred:', SHA2(i % {CLIENTS}, 256)), {MYSQL_UUID}, \
+             UNHEX(SHA2(CONCAT(h, i), 256)), 201, \
+             CONCAT('content-type: application/json', CHAR(13), CHAR(10)), \
+             REPEAT('x', {BODY_BYTES}), i, {spread} FROM {numbers} ORDER BY i"
         )
     }
 }

@@ -6,7 +6,8 @@
 //!   round by round;
 //! - live single claims while nothing else runs (`claims_idle`), then while a purge deletes the
 //!   oldest day (`claims_during_purge`), and the purge's own rate;
-//! - the bytes each row costs, table and indexes, for each id shape.
+//! - the bytes each row costs, table and indexes, for each id shape;
+//! - the HTTP key table loaded with N stored responses too (see `key_table`).
 //!
 //! Claims are `Inbox::process` with no work of their own: the claim and its transaction alone.
 
@@ -43,8 +44,12 @@ pub(crate) struct Scale {
     pub(crate) purge_pause: Duration,
     /// Measure bytes per row for each id shape.
     pub(crate) shapes: bool,
+    /// Load the HTTP key table with N rows too, and measure keys on it.
+    pub(crate) keys: bool,
     /// Keep the loaded table (topped back up to N rows) for the next run with `keep`.
     pub(crate) keep: bool,
+    /// Load the table without its indexes, then build them.
+    pub(crate) index_after_load: bool,
 }
 
 /// The claims measured on the loaded and the empty table.
@@ -86,7 +91,7 @@ impl Figure {
 }
 
 /// N for ratio names: `10m` for 10,000,000, `500k`, or the number itself.
-fn rows_label(rows: u64) -> String {
+pub(super) fn rows_label(rows: u64) -> String {
     if rows >= 1_000_000 && rows.is_multiple_of(1_000_000) {
         format!("{}m", rows / 1_000_000)
     } else if rows >= 1_000 && rows.is_multiple_of(1_000) {
@@ -130,6 +135,9 @@ pub(crate) async fn measure<DB: Preload>(
     if scale.shapes {
         bytes_per_row(pool, scale.rows, report).await?;
     }
+    if scale.keys {
+        super::key_table::measure(pool, plan, scale.rows, report).await?;
+    }
 
     if scale.keep {
         top_up(pool, deleted).await?;
@@ -156,7 +164,24 @@ async fn prepare_loaded<DB: Preload>(
     }
     drop::<DB>(pool, LOADED_TABLE).await?;
     inbox.migrate(pool).await?;
-    fill(pool, LOADED_TABLE, Shape::Mixed, scale.rows, true).await
+    let rebuild = if scale.index_after_load {
+        let rebuild = DB::take_indexes_off(pool, LOADED_TABLE).await?;
+        Some(rebuild.context("--index-after-load is for PostgreSQL only")?)
+    } else {
+        None
+    };
+    fill(pool, LOADED_TABLE, Shape::Mixed, scale.rows, true).await?;
+    if let Some(rebuild) = rebuild {
+        let started = Instant::now();
+        DB::exec(pool, rebuild)
+            .await
+            .with_context(|| format!("building {LOADED_TABLE}'s indexes again"))?;
+        eprintln!(
+            "  built {LOADED_TABLE}'s indexes in {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
+    }
+    Ok(())
 }
 
 /// Fills `table` with `rows` rows of `shape`, a chunk per statement.
