@@ -109,6 +109,17 @@ pub(crate) fn percentile_ms(latencies: &mut [Duration], q: f64) -> f64 {
     latencies[at].as_secs_f64() * 1000.0
 }
 
+/// The median of the rates sampled for `figure`, of samples `(figure, rate)` taken round by round.
+pub(crate) fn median_of<F: PartialEq>(samples: &[(F, f64)], figure: &F) -> f64 {
+    median(
+        samples
+            .iter()
+            .filter(|(f, _)| f == figure)
+            .map(|(_, rate)| *rate)
+            .collect(),
+    )
+}
+
 /// The median of `values` (which must not be empty): the mean of the middle two for an even count.
 pub(crate) fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);

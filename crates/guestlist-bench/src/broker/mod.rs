@@ -37,7 +37,7 @@ use tokio::sync::Notify;
 
 use self::queues::{Queue, with_source};
 use crate::Common;
-use crate::measure::{Plan, median};
+use crate::measure::{Plan, median_of};
 use crate::report::{Report, Row};
 
 const EFFECTS: &str = "bench_broker_effects";
@@ -223,11 +223,6 @@ pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
             _ => "rabbitmq_postgres",
         };
         for &figure in figures {
-            let rates = samples
-                .iter()
-                .filter(|(f, _)| *f == figure)
-                .map(|(_, r)| *r)
-                .collect();
             report.rows.push(Row {
                 name: figure.name(),
                 backend: label,
@@ -238,7 +233,7 @@ pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
                 } else {
                     figure.batch()
                 },
-                per_sec: median(rates),
+                per_sec: median_of(&samples, &figure),
                 unit: "msgs/s",
                 latency: None,
             });

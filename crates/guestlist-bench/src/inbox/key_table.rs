@@ -20,7 +20,7 @@ use guestlist::{
 };
 
 use super::preload::{Preload, Shape};
-use crate::measure::{Plan, load, median};
+use crate::measure::{Plan, load, median_of};
 use crate::report::{Report, Row};
 
 const LOADED_TABLE: &str = "bench_scale_keys";
@@ -187,17 +187,12 @@ pub(super) async fn measure<DB: Preload>(
         }
     }
     for figure in Figure::ALL {
-        let mine: Vec<f64> = samples
-            .iter()
-            .filter(|(f, _)| *f == figure)
-            .map(|(_, r)| *r)
-            .collect();
         report.rows.push(Row {
             name: figure.name().to_owned(),
             backend: DB::LABEL,
             workers: WORKERS,
             batch: 1,
-            per_sec: median(mine),
+            per_sec: median_of(&samples, &figure),
             unit: "keys/s",
             latency: None,
         });

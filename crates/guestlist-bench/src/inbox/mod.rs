@@ -23,7 +23,7 @@ use guestlist::{HandlerName, Inbox, MessageId};
 
 use self::workload::{HAND_TABLE, INBOX_TABLE, ORDERS, ORDERS_TABLE, PICKS_TABLE, Workload};
 use crate::InboxArgs;
-use crate::measure::{Plan, median, throughput};
+use crate::measure::{Plan, median_of, throughput};
 use crate::report::{Report, Row};
 
 const WORKERS: [usize; 2] = [1, 16];
@@ -190,17 +190,12 @@ async fn measure_backend<DB: Workload>(
             }
         }
         for figure in Figure::ALL {
-            let rates = samples
-                .iter()
-                .filter(|(f, _)| *f == figure)
-                .map(|(_, r)| *r)
-                .collect();
             report.rows.push(Row {
                 name: figure.name().to_owned(),
                 backend: DB::LABEL,
                 workers,
                 batch: figure.batch(),
-                per_sec: median(rates),
+                per_sec: median_of(&samples, &figure),
                 unit: "msgs/s",
                 latency: None,
             });
