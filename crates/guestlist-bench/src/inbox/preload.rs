@@ -101,6 +101,24 @@ pub(super) trait Preload: Workload {
     }
 }
 
+/// Runs the statement `chunk(from, to)` for the rows `1..=rows`, [`Preload::CHUNK`] at a time,
+/// calling `done(to)` after each.
+pub(super) async fn in_chunks<DB: Preload>(
+    pool: &Pool<DB>,
+    rows: u64,
+    chunk: impl Fn(u64, u64) -> String,
+    mut done: impl FnMut(u64),
+) -> sqlx::Result<()> {
+    let mut from = 1;
+    while from <= rows {
+        let to = (from + DB::CHUNK - 1).min(rows);
+        DB::exec(pool, chunk(from, to)).await?;
+        done(to);
+        from = to + 1;
+    }
+    Ok(())
+}
+
 /// The id expression for `shape`, of a backend's three (`CASE i % 3` over them for mixed).
 fn id_sql(shape: Shape, [evt, uuid, sha256]: [&str; 3]) -> String {
     match shape {

@@ -19,7 +19,7 @@ use anyhow::Context;
 use guestlist::sqlx::{self, Pool};
 use guestlist::{HandlerName, Inbox, InboxStats, MessageId, Purged, Retention};
 
-use super::preload::{Preload, Shape};
+use super::preload::{Preload, Shape, in_chunks};
 use crate::measure::{Load, Plan, load, load_while, median, percentile_ms};
 use crate::report::{Latency, Report, Row};
 
@@ -193,20 +193,17 @@ async fn fill<DB: Preload>(
     progress: bool,
 ) -> anyhow::Result<()> {
     let started = Instant::now();
-    let mut from = 1;
-    while from <= rows {
-        let to = (from + DB::CHUNK - 1).min(rows);
-        DB::exec(pool, DB::chunk(table, shape, from, to, rows))
-            .await
-            .with_context(|| format!("filling {table}"))?;
+    let chunk = |from, to| DB::chunk(table, shape, from, to, rows);
+    in_chunks(pool, rows, chunk, |to| {
         if progress {
             eprintln!(
                 "  loaded {to} of {rows} rows in {:.0} s",
                 started.elapsed().as_secs_f64()
             );
         }
-        from = to + 1;
-    }
+    })
+    .await
+    .with_context(|| format!("filling {table}"))?;
     let secs = started.elapsed().as_secs_f64();
     eprintln!(
         "  filled {table} with {rows} {} rows in {secs:.1} s ({:.0} rows/s)",
@@ -464,12 +461,8 @@ fn record_bytes(report: &mut Report, backend: &str, label: &str, stats: &InboxSt
 async fn top_up<DB: Preload>(pool: &Pool<DB>, deleted: u64) -> anyhow::Result<()> {
     // Numbered as the first seventh of a week's rows, so they land in its first day.
     let week = deleted * 7;
-    let mut from = 1;
-    while from <= deleted {
-        let to = (from + DB::CHUNK - 1).min(deleted);
-        DB::exec(pool, DB::chunk(LOADED_TABLE, Shape::Mixed, from, to, week)).await?;
-        from = to + 1;
-    }
+    let chunk = |from, to| DB::chunk(LOADED_TABLE, Shape::Mixed, from, to, week);
+    in_chunks(pool, deleted, chunk, |_| {}).await?;
     DB::exec(pool, format!("{} {LOADED_TABLE}", DB::ANALYZE)).await?;
     eprintln!("  kept {LOADED_TABLE}, {deleted} rows put back, for the next --keep run");
     Ok(())
