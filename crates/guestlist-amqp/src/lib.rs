@@ -64,6 +64,9 @@ pub enum Error {
     /// RabbitMQ refused or failed.
     #[error("RabbitMQ error: {0}")]
     Amqp(#[from] lapin::Error),
+    /// A setting RabbitMQ cannot take; the text says which and why.
+    #[error("{0}")]
+    Config(String),
 }
 
 /// A connection to RabbitMQ at `url`; an error names the host, not the credentials.

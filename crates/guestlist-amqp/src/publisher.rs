@@ -1,6 +1,6 @@
 //! The outbox relay's publisher on RabbitMQ: pipelined publishes, one publisher confirm each.
 
-use guestlist_sqlx::{Confirmed, OutboxMessage, Publish, PublishError};
+use guestlist_sqlx::{Confirmed, OutboxMessage, Outcomes, Publish, PublishError};
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Channel, Confirmation};
@@ -22,7 +22,16 @@ use crate::Error;
 pub struct RabbitPublisher {
     channel: Channel,
     exchange: String,
+    frame_max: u32,
+    max_message_size: usize,
 }
+
+/// The frame size RabbitMQ negotiates unless configured otherwise.
+const DEFAULT_FRAME_MAX: u32 = 131_072;
+/// RabbitMQ 4's `max_message_size` unless configured otherwise.
+const DEFAULT_MAX_MESSAGE_SIZE: usize = 16 * 1024 * 1024;
+/// The longest AMQP short string: message ids, routing keys, header names.
+const MAX_SHORT_STRING: usize = 255;
 
 impl RabbitPublisher {
     /// A publisher on `channel`, which is put in confirm mode, to `exchange`.
@@ -30,16 +39,64 @@ impl RabbitPublisher {
         channel
             .confirm_select(ConfirmSelectOptions::default())
             .await?;
+        if exchange.len() > MAX_SHORT_STRING {
+            return Err(Error::Config(format!(
+                "exchange name is {} bytes; AMQP names are at most {MAX_SHORT_STRING}",
+                exchange.len()
+            )));
+        }
         Ok(Self {
             channel,
             exchange: exchange.to_owned(),
+            frame_max: DEFAULT_FRAME_MAX,
+            max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
         })
     }
 
-    /// Connects to `url` and publishes to `exchange` (`""` for the default exchange).
+    /// Connects to `url` and publishes to `exchange` (`""` for the default exchange), with the
+    /// frame size the connection negotiated.
     pub async fn connect(url: &str, exchange: &str) -> Result<Self, Error> {
         let connection = crate::connect(url).await?;
-        Self::new(connection.create_channel().await?, exchange).await
+        let frame_max = connection.configuration().frame_max();
+        let publisher = Self::new(connection.create_channel().await?, exchange).await?;
+        Ok(publisher.frame_max(frame_max))
+    }
+
+    /// The frame size negotiated with the broker (RabbitMQ's default, 131,072 bytes, unless
+    /// set): a message's properties and headers must fit in one frame.
+    pub fn frame_max(mut self, bytes: u32) -> Self {
+        if bytes > 0 {
+            self.frame_max = bytes;
+        }
+        self
+    }
+
+    /// The broker's `max_message_size` (RabbitMQ 4's default, 16 MiB, unless set): a larger
+    /// body is never sent and goes to the outgoing dead letters.
+    pub fn max_message_size(mut self, bytes: usize) -> Self {
+        self.max_message_size = bytes;
+        self
+    }
+
+    /// About the bytes the message's properties take in its header frame (the fixed part, the
+    /// message id and the headers table), over-counted a little.
+    fn header_frame_bytes(message: &OutboxMessage) -> usize {
+        let entry = |name: &str, value: usize| 1 + name.len() + 1 + value;
+        let mut table = 4;
+        if message.ordering_key.is_some() {
+            table += entry(
+                "guestlist-ordering-key",
+                4 + message.ordering_key.as_ref().map_or(0, String::len),
+            );
+            table += entry("guestlist-seq", 8);
+        }
+        table += message
+            .headers
+            .iter()
+            .map(|(name, value)| entry(name, 4 + value.len()))
+            .sum::<usize>();
+        // Frame header and end, class, weight, body size, flags, delivery mode.
+        8 + 14 + 1 + (1 + message.message_id.len()) + table + 64
     }
 
     fn properties(message: &OutboxMessage) -> BasicProperties {
@@ -53,10 +110,12 @@ impl RabbitPublisher {
             );
         }
         for (name, value) in &message.headers {
-            headers.insert(ShortString::from(name.as_str()), text(value));
+            // Checked before sending (Publish::check): a name over 255 bytes never gets here.
+            if let Ok(name) = ShortString::try_new(name.as_str()) {
+                headers.insert(name, text(value));
+            }
         }
         BasicProperties::default()
-            .with_message_id(ShortString::from(message.message_id.as_str()))
             .with_delivery_mode(2)
             .with_headers(headers)
     }
@@ -69,6 +128,8 @@ impl RabbitPublisher {
         match confirmation {
             Confirmation::Ack(None) => Ok(Confirmed::New),
             Confirmation::Ack(Some(returned)) | Confirmation::Nack(Some(returned)) => {
+                // No queue takes it now; one may be bound later, so it is retried, not dead
+                // on the first try.
                 Err(PublishError::new(format!(
                     "RabbitMQ routed {} nowhere ({} {}): bind a queue to exchange '{}' \
                      with routing key '{}'",
@@ -84,7 +145,7 @@ impl RabbitPublisher {
                  and limits",
                 message.message_id
             ))),
-            Confirmation::NotRequested => Err(PublishError::new(
+            Confirmation::NotRequested => Err(PublishError::outage(
                 "publisher confirms are off on this channel: build the publisher with \
                  RabbitPublisher::new or connect",
             )),
@@ -93,36 +154,86 @@ impl RabbitPublisher {
 }
 
 impl Publish for RabbitPublisher {
-    async fn publish(&self, messages: &[OutboxMessage]) -> Vec<Result<Confirmed, PublishError>> {
+    fn check(&self, message: &OutboxMessage) -> Result<(), PublishError> {
+        let short = |what: &str, value: &str| {
+            if value.len() > MAX_SHORT_STRING {
+                Err(PublishError::unpublishable(format!(
+                    "its {what} is {} bytes; AMQP carries at most {MAX_SHORT_STRING}",
+                    value.len()
+                )))
+            } else {
+                Ok(())
+            }
+        };
+        short("message id", &message.message_id)?;
+        short("topic (the routing key)", &message.topic)?;
+        for (name, _) in &message.headers {
+            short("header name", name)?;
+        }
+        let header_frame = Self::header_frame_bytes(message);
+        if header_frame > self.frame_max as usize {
+            return Err(PublishError::unpublishable(format!(
+                "its properties and headers take about {header_frame} bytes, over the \
+                 connection's frame size of {}: shorten its ordering key or headers",
+                self.frame_max
+            )));
+        }
+        if message.payload.len() > self.max_message_size {
+            return Err(PublishError::unpublishable(format!(
+                "its body is {} bytes, over the broker's max_message_size of {}",
+                message.payload.len(),
+                self.max_message_size
+            )));
+        }
+        Ok(())
+    }
+
+    async fn publish(&self, messages: &[OutboxMessage], outcomes: &mut Outcomes) {
         let options = BasicPublishOptions {
             mandatory: true,
             ..BasicPublishOptions::default()
         };
         let mut pending = Vec::with_capacity(messages.len());
         for message in messages {
-            let sent = self
-                .channel
-                .basic_publish(
-                    ShortString::from(self.exchange.as_str()),
-                    ShortString::from(message.topic.as_str()),
-                    options,
-                    &message.payload,
-                    Self::properties(message),
-                )
-                .await;
-            pending.push((message, sent));
+            let sent = match (
+                ShortString::try_new(message.message_id.as_str()),
+                ShortString::try_new(message.topic.as_str()),
+            ) {
+                (Ok(id), Ok(topic)) => {
+                    self.channel
+                        .basic_publish(
+                            ShortString::from(self.exchange.as_str()),
+                            topic,
+                            options,
+                            &message.payload,
+                            Self::properties(message).with_message_id(id),
+                        )
+                        .await
+                }
+                // Checked before sending (Publish::check); never a panic if not.
+                _ => {
+                    pending.push((message, None));
+                    continue;
+                }
+            };
+            pending.push((message, Some(sent)));
         }
-        let mut outcomes = Vec::with_capacity(pending.len());
         for (message, sent) in pending {
             let confirmation = match sent {
-                Ok(confirm) => confirm.await,
-                Err(err) => Err(err),
+                Some(Ok(confirm)) => confirm.await,
+                Some(Err(err)) => Err(err),
+                None => {
+                    outcomes.push(Err(PublishError::unpublishable(
+                        "its id or topic is over AMQP's 255 bytes",
+                    )));
+                    continue;
+                }
             };
             outcomes.push(match confirmation {
                 Ok(confirmation) => self.confirmed(message, confirmation),
-                Err(err) => Err(PublishError::new(err)),
+                // The channel or the connection failed: the broker, not the message.
+                Err(err) => Err(PublishError::outage(err)),
             });
         }
-        outcomes
     }
 }

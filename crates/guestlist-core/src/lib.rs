@@ -2,7 +2,8 @@
 //! is ([`MessageId`]), what a claim found ([`Claim`]), how long the guest list remembers
 //! ([`Retention`]) and which table holds it ([`TableName`]); and for HTTP, the client's
 //! [`IdempotencyKey`], its [`Scope`], the request's [`Fingerprint`], the [`StoredResponse`] and
-//! the [`KeyStore`] that keeps them.
+//! the [`KeyStore`] that keeps them. Why a message did not go through, at any hop, is one
+//! [`FailureKind`]; a hop that waits between tries waits by [`Backoff`].
 //!
 //! Every type validates on construction, so a value that exists is a value the stores can use.
 //!
@@ -23,8 +24,10 @@
 //! [introduction](https://github.com/guestlist-rs/guestlist/blob/main/docs/guide/src/introduction.md)
 //! (or build it locally with `mdbook serve docs/guide`).
 
+mod backoff;
 mod claim;
 mod deferral;
+mod failure_kind;
 mod fingerprint;
 mod handler_name;
 mod idempotency_key;
@@ -40,8 +43,10 @@ mod stored_response;
 mod table_name;
 mod topic;
 
+pub use backoff::Backoff;
 pub use claim::Claim;
 pub use deferral::Deferral;
+pub use failure_kind::FailureKind;
 pub use fingerprint::{Fingerprint, FingerprintBuilder};
 pub use handler_name::HandlerName;
 pub use idempotency_key::IdempotencyKey;

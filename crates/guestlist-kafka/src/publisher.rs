@@ -1,7 +1,7 @@
 //! The outbox relay's publisher on Kafka: the idempotent producer, the ordering key as the
 //! record key, the message id in a header.
 
-use guestlist_sqlx::{Confirmed, OutboxMessage, Publish, PublishError};
+use guestlist_sqlx::{Confirmed, OutboxMessage, Outcomes, Publish, PublishError};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -22,7 +22,13 @@ use crate::{Error, MESSAGE_ID_HEADER};
 #[derive(Clone)]
 pub struct KafkaPublisher {
     producer: FutureProducer,
+    max_message_bytes: usize,
 }
+
+/// librdkafka's `message.max.bytes` unless set.
+const DEFAULT_MESSAGE_MAX_BYTES: usize = 1_000_000;
+/// What a record's framing adds to its key, value and headers, over-counted a little.
+const RECORD_OVERHEAD: usize = 128;
 
 impl std::fmt::Debug for KafkaPublisher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -40,7 +46,16 @@ impl KafkaPublisher {
     /// (`security.protocol`, `linger.ms`, …); idempotence cannot be turned off.
     pub fn with_options(brokers: &str, options: &[(String, String)]) -> Result<Self, Error> {
         let producer = crate::producer_config(brokers, options).create()?;
-        Ok(Self { producer })
+        let max_message_bytes = options
+            .iter()
+            .rev()
+            .find(|(key, _)| key == "message.max.bytes")
+            .and_then(|(_, value)| value.parse().ok())
+            .unwrap_or(DEFAULT_MESSAGE_MAX_BYTES);
+        Ok(Self {
+            producer,
+            max_message_bytes,
+        })
     }
 
     fn headers(message: &OutboxMessage) -> OwnedHeaders {
@@ -71,24 +86,67 @@ impl KafkaPublisher {
     }
 }
 
-/// The relay's error for a record Kafka did not store, saying what to do where it can.
+/// The relay's error for a record Kafka did not store, of its kind, saying what to do where
+/// it can.
 fn refused(topic: &str, err: KafkaError) -> PublishError {
     match err.rdkafka_error_code() {
+        // The topic may be created later: counted against the message, retried.
         Some(RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic) => {
             PublishError::new(format!(
                 "Kafka has no topic {topic}: create it first (kafka-topics.sh --create --topic {topic})"
             ))
         }
-        Some(RDKafkaErrorCode::InvalidTopic) => PublishError::new(format!(
+        Some(RDKafkaErrorCode::InvalidTopic) => PublishError::unpublishable(format!(
             "Kafka refuses the topic name {topic}: a topic is at most 249 characters of letters, \
              digits, '.', '_' and '-'"
         )),
-        _ => PublishError::new(err),
+        Some(RDKafkaErrorCode::MessageSizeTooLarge | RDKafkaErrorCode::InvalidRecord) => {
+            PublishError::unpublishable(err)
+        }
+        Some(
+            RDKafkaErrorCode::TopicAuthorizationFailed | RDKafkaErrorCode::InvalidRequiredAcks,
+        ) => PublishError::new(err),
+        // Timed out, no broker up, the local queue full, the transport: not the message.
+        _ => PublishError::outage(err),
     }
 }
 
 impl Publish for KafkaPublisher {
-    async fn publish(&self, messages: &[OutboxMessage]) -> Vec<Result<Confirmed, PublishError>> {
+    fn check(&self, message: &OutboxMessage) -> Result<(), PublishError> {
+        let headers: usize = message
+            .headers
+            .iter()
+            .map(|(name, value)| name.len() + value.len() + 10)
+            .sum();
+        let size = message.payload.len()
+            + message.ordering_key.as_ref().map_or(0, |key| 2 * key.len())
+            + message.message_id.len()
+            + headers
+            + RECORD_OVERHEAD;
+        if size > self.max_message_bytes {
+            return Err(PublishError::unpublishable(format!(
+                "the record takes about {size} bytes, over the producer's message.max.bytes of \
+                 {}: raise it (and the brokers' message.max.bytes) or send less",
+                self.max_message_bytes
+            )));
+        }
+        if message.topic.is_empty()
+            || message.topic.len() > 249
+            || !message
+                .topic
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+        {
+            return Err(PublishError::unpublishable(format!(
+                "Kafka refuses the topic name {:?}: a topic is at most 249 characters of \
+                 letters, digits, '.', '_' and '-'",
+                message.topic
+            )));
+        }
+        Ok(())
+    }
+
+    async fn publish(&self, messages: &[OutboxMessage], outcomes: &mut Outcomes) {
         let mut pending = Vec::with_capacity(messages.len());
         for message in messages {
             let mut record = FutureRecord::<str, [u8]>::to(&message.topic)
@@ -102,7 +160,6 @@ impl Publish for KafkaPublisher {
             let sent = self.producer.send_result(record).map_err(|(err, _)| err);
             pending.push((message, sent));
         }
-        let mut outcomes = Vec::with_capacity(pending.len());
         for (message, sent) in pending {
             let stored = match sent {
                 Ok(delivery) => match delivery.await {
@@ -118,6 +175,5 @@ impl Publish for KafkaPublisher {
                     .map_err(|err| refused(&message.topic, err)),
             );
         }
-        outcomes
     }
 }

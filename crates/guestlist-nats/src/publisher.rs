@@ -4,7 +4,7 @@ use std::str::FromStr;
 
 use async_nats::jetstream::{self, context::PublishErrorKind};
 use async_nats::{HeaderMap, HeaderName, HeaderValue};
-use guestlist_sqlx::{Confirmed, OutboxMessage, Publish, PublishError};
+use guestlist_sqlx::{Confirmed, OutboxMessage, Outcomes, Publish, PublishError};
 
 use crate::Error;
 
@@ -54,8 +54,60 @@ impl JetStreamPublisher {
     }
 }
 
+/// The largest header block NATS takes, whatever the server's `max_payload`.
+const MAX_HEADER_BYTES: usize = 64 * 1024;
+
+impl JetStreamPublisher {
+    /// The bytes the message's headers take on the wire: `NATS/1.0\r\n`, a line each, and the
+    /// blank line that ends them.
+    fn header_bytes(message: &OutboxMessage) -> usize {
+        let line = |name: &str, value: &str| name.len() + 2 + value.len() + 2;
+        let mut bytes = "NATS/1.0\r\n".len() + 2 + line("Nats-Msg-Id", &message.message_id);
+        if let Some(key) = &message.ordering_key {
+            bytes += line("Guestlist-Ordering-Key", key);
+            bytes += line("Guestlist-Seq", &message.seq.to_string());
+        }
+        bytes
+            + message
+                .headers
+                .iter()
+                .map(|(name, value)| line(name, value))
+                .sum::<usize>()
+    }
+}
+
 impl Publish for JetStreamPublisher {
-    async fn publish(&self, messages: &[OutboxMessage]) -> Vec<Result<Confirmed, PublishError>> {
+    fn check(&self, message: &OutboxMessage) -> Result<(), PublishError> {
+        let headers = Self::header_bytes(message);
+        if headers > MAX_HEADER_BYTES {
+            return Err(PublishError::unpublishable(format!(
+                "its headers take {headers} bytes, over the {MAX_HEADER_BYTES} NATS takes: \
+                 shorten its ordering key or headers"
+            )));
+        }
+        let max_payload = self.context.client().server_info().max_payload;
+        let size = headers + message.payload.len();
+        if max_payload > 0 && size > max_payload {
+            return Err(PublishError::unpublishable(format!(
+                "it takes {size} bytes with its headers, over the server's max_payload of \
+                 {max_payload}: raise max_payload in nats-server's configuration, or send less"
+            )));
+        }
+        if message.topic.is_empty()
+            || message
+                .topic
+                .bytes()
+                .any(|b| b.is_ascii_whitespace() || b.is_ascii_control())
+        {
+            return Err(PublishError::unpublishable(format!(
+                "topic {:?} is not a NATS subject (no spaces or control characters, not empty)",
+                message.topic
+            )));
+        }
+        Ok(())
+    }
+
+    async fn publish(&self, messages: &[OutboxMessage], outcomes: &mut Outcomes) {
         let mut pending = Vec::with_capacity(messages.len());
         for message in messages {
             let sent = self
@@ -68,7 +120,6 @@ impl Publish for JetStreamPublisher {
                 .await;
             pending.push((message, sent));
         }
-        let mut outcomes = Vec::with_capacity(pending.len());
         for (message, sent) in pending {
             let acked = match sent {
                 Ok(ack) => ack.await,
@@ -84,9 +135,21 @@ impl Publish for JetStreamPublisher {
                         message.topic, message.topic
                     )))
                 }
-                Err(err) => Err(PublishError::new(err)),
+                Err(err) if err.kind() == PublishErrorKind::MaxPayloadExceeded => {
+                    Err(PublishError::unpublishable(err))
+                }
+                Err(err)
+                    if matches!(
+                        err.kind(),
+                        PublishErrorKind::WrongLastMessageId | PublishErrorKind::WrongLastSequence
+                    ) =>
+                {
+                    Err(PublishError::new(err))
+                }
+                // Timed out, a broken pipe, too many acks pending, or the server's own
+                // trouble: the way to the stream, not the message.
+                Err(err) => Err(PublishError::outage(err)),
             });
         }
-        outcomes
     }
 }

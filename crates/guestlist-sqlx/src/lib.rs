@@ -19,6 +19,8 @@
 
 mod backend;
 mod error;
+mod failure;
+mod health;
 mod inbox;
 mod keys;
 mod outbox;
@@ -33,11 +35,13 @@ pub use backend::Backend;
 #[cfg(feature = "sqlite")]
 pub use backend::sqlite::{SQLITE_BUSY_TIMEOUT, sqlite_options};
 pub use error::Error;
+pub use failure::failure_kind;
 pub use guestlist_core::{
-    Attempt, Begin, Claim, Completed, Fingerprint, HandlerName, IdempotencyKey, InvalidValue,
-    KeyStore, MessageId, OrderingKey, Retention, Scope, StoredBody, StoredResponse, TableName,
-    Topic,
+    Attempt, Backoff, Begin, Claim, Completed, FailureKind, Fingerprint, HandlerName,
+    IdempotencyKey, InvalidValue, KeyStore, MessageId, OrderingKey, Retention, Scope, StoredBody,
+    StoredResponse, TableName, Topic,
 };
+pub use health::Health;
 pub use inbox::{
     BatchProcessed, Deferrals, HandlerRows, Inbox, InboxStats, ProcessError, Processed,
 };
@@ -45,8 +49,8 @@ pub use inbox::{
 pub use keys::{BatchBackend, BatchedKeyStore};
 pub use keys::{KeyHashing, KeyRecord, KeyState, KeyStats, Sealing, SqlKeyStore};
 pub use outbox::{
-    Confirmed, Enqueued, Outbox, OutboxMessage, OutboxStats, Outgoing, Publish, PublishError,
-    Relay, RelayLease, Relayed,
+    Confirmed, Enqueued, Outbox, OutboxMessage, OutboxStats, Outcomes, Outgoing, Publish,
+    PublishError, Relay, RelayLease, Relayed,
 };
 pub use purge::{Purge, Purgeable, Purged};
 pub use purger::{Purger, PurgerHandle};

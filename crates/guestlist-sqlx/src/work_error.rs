@@ -16,6 +16,9 @@ use std::fmt;
 ///
 /// A `Box<dyn Error + Send + Sync>` is not an error type of its own (it does not implement
 /// `Error`); wrap it with `anyhow::Error::from_boxed`, or return `anyhow::Error` throughout.
+/// A deadlock is found whatever wraps it: as a [`sqlx::Error`], as guestlist's
+/// [`Error`](crate::Error), or as the driver's own database error, which is what the chain
+/// shows where a wrapper such as `from_boxed` skips the `sqlx::Error` around it.
 ///
 /// ```
 /// # #[cfg(feature = "sqlite")] {
@@ -94,6 +97,9 @@ pub(crate) fn is_retryable_link(err: &(dyn StdError + 'static)) -> bool {
         || err
             .downcast_ref::<crate::Error>()
             .is_some_and(crate::Error::is_retryable)
+        // The driver's own error, where a wrapper (`anyhow::Error::from_boxed`) hid the
+        // `sqlx::Error` around it and shows its source instead.
+        || crate::backend::is_retryable_driver_error(err)
 }
 
 /// The work's error as the first link of its chain, where its type says how without an

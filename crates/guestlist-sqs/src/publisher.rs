@@ -6,7 +6,7 @@ use std::sync::Mutex;
 
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
-use guestlist_sqlx::{Confirmed, OutboxMessage, Publish, PublishError};
+use guestlist_sqlx::{Confirmed, OutboxMessage, Outcomes, Publish, PublishError};
 use sha2::{Digest, Sha256};
 
 use crate::delivery::text;
@@ -15,6 +15,8 @@ use crate::{MESSAGE_ID_ATTRIBUTE, queue};
 /// The most entries SQS takes in one `SendMessageBatch`, and attributes on one message.
 const BATCH_LIMIT: usize = 10;
 const ATTRIBUTE_LIMIT: usize = 10;
+/// The largest message SQS takes: its body and its attributes' names, types and values.
+const MAX_MESSAGE_BYTES: usize = 262_144;
 
 /// Publishes the outbox's messages to SQS for a [`guestlist_sqlx::Relay`].
 ///
@@ -74,7 +76,7 @@ impl SqsPublisher {
         fifo: bool,
     ) -> Result<SendMessageBatchRequestEntry, PublishError> {
         let body = std::str::from_utf8(&message.payload).map_err(|_| {
-            PublishError::new(
+            PublishError::unpublishable(
                 "SQS message bodies are text: this payload is not UTF-8 (encode it, as base64 say, \
                  before it goes in the outbox)",
             )
@@ -92,7 +94,7 @@ impl SqsPublisher {
                 .map(|(n, v)| (n.as_str(), v.as_str())),
         );
         if attributes.len() > ATTRIBUTE_LIMIT {
-            return Err(PublishError::new(format!(
+            return Err(PublishError::unpublishable(format!(
                 "SQS takes {ATTRIBUTE_LIMIT} message attributes and this message has {} with its \
                  id, ordering key and headers: enqueue it with fewer headers",
                 attributes.len()
@@ -125,10 +127,19 @@ impl SqsPublisher {
         let url = match self.url_of(topic).await {
             Ok(url) => url,
             Err(err) => {
+                let missing = matches!(err, crate::Error::MissingQueue { .. });
                 let err = err.to_string();
                 return messages
                     .iter()
-                    .map(|_| Err(PublishError::new(err.clone())))
+                    .map(|_| {
+                        // A queue may be created later: counted against the message. Anything
+                        // else is the way to SQS.
+                        Err(if missing {
+                            PublishError::new(err.clone())
+                        } else {
+                            PublishError::outage(err.clone())
+                        })
+                    })
                     .collect();
             }
         };
@@ -163,11 +174,17 @@ impl SqsPublisher {
                         .ok()
                         .and_then(|n| outcomes.get_mut(n))
                     {
-                        *outcome = Err(PublishError::new(format!(
+                        let why = format!(
                             "SQS refused the message: {} ({})",
                             failed.message.as_deref().unwrap_or("no reason given"),
                             failed.code
-                        )));
+                        );
+                        // SQS says whose fault it was: the message's, or its own.
+                        *outcome = Err(if failed.sender_fault {
+                            PublishError::new(why)
+                        } else {
+                            PublishError::outage(why)
+                        });
                     }
                 }
             }
@@ -187,7 +204,11 @@ impl SqsPublisher {
                     self.lock().remove(topic);
                 }
                 for outcome in outcomes.iter_mut().filter(|o| o.is_ok()) {
-                    *outcome = Err(PublishError::new(err.clone()));
+                    *outcome = Err(if missing {
+                        PublishError::new(err.clone())
+                    } else {
+                        PublishError::outage(err.clone())
+                    });
                 }
             }
         }
@@ -205,7 +226,51 @@ fn fitted(value: &str) -> String {
 }
 
 impl Publish for SqsPublisher {
-    async fn publish(&self, messages: &[OutboxMessage]) -> Vec<Result<Confirmed, PublishError>> {
+    fn check(&self, message: &OutboxMessage) -> Result<(), PublishError> {
+        if message.ordering_key.as_deref() == Some("") {
+            return Err(PublishError::unpublishable(
+                "its ordering key is empty, and SQS refuses an empty message group: write NULL \
+                 for a message with no key (key-less messages are grouped by their id)",
+            ));
+        }
+        let body = std::str::from_utf8(&message.payload).map_err(|_| {
+            PublishError::unpublishable(
+                "SQS message bodies are text: this payload is not UTF-8 (encode it, as base64 \
+                 say, before it goes in the outbox)",
+            )
+        })?;
+        if let Some(c) = body.chars().find(|c| !sqs_takes(*c)) {
+            return Err(PublishError::unpublishable(format!(
+                "SQS refuses the character U+{:04X} in a message body: encode the payload \
+                 (base64, say) before it goes in the outbox",
+                u32::from(c)
+            )));
+        }
+        let attributes: usize = [
+            (MESSAGE_ID_ATTRIBUTE.len(), message.message_id.len()),
+            (
+                "guestlist-ordering-key".len(),
+                message.ordering_key.as_ref().map_or(0, String::len),
+            ),
+        ]
+        .into_iter()
+        .chain(message.headers.iter().map(|(n, v)| (n.len(), v.len())))
+        .map(|(name, value)| name + "String".len() + value)
+        .sum();
+        let size = message.payload.len() + attributes;
+        if size > MAX_MESSAGE_BYTES {
+            return Err(PublishError::unpublishable(format!(
+                "it takes {size} bytes with its attributes, over SQS's {MAX_MESSAGE_BYTES}: \
+                 send less, or a reference to the body stored elsewhere"
+            )));
+        }
+        Ok(())
+    }
+
+    async fn publish(&self, messages: &[OutboxMessage], given: &mut Outcomes) {
+        // Outcomes are given as each request is answered, side by side.
+        let given = Mutex::new(given);
+        let given_ref = &given;
         // A chain of requests per queue and message group (ordering key), run side by side:
         // within a chain, one request after another, so that a key's messages keep their order;
         // ten messages to a request.
@@ -247,7 +312,7 @@ impl Publish for SqsPublisher {
                     outcomes.extend(request.into_iter().map(|n| {
                         (
                             n,
-                            Err(PublishError::new(
+                            Err(PublishError::outage(
                                 "held back: an earlier message of its key was not confirmed",
                             )),
                         )
@@ -257,21 +322,29 @@ impl Publish for SqsPublisher {
                 let batch: Vec<&OutboxMessage> = request.iter().map(|n| &messages[*n]).collect();
                 let answered = self.send(&batch[0].topic, &batch).await;
                 failed = answered.iter().any(Result::is_err);
-                outcomes.extend(request.into_iter().zip(answered));
+                let mut given = given_ref
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                for (n, outcome) in request.into_iter().zip(answered) {
+                    given.set(n, outcome);
+                }
             }
             outcomes
         }))
         .await;
-        let mut outcomes: Vec<Option<Result<Confirmed, PublishError>>> =
-            messages.iter().map(|_| None).collect();
+        let given = given
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         for (n, outcome) in sent.into_iter().flatten() {
-            outcomes[n] = Some(outcome);
+            given.set(n, outcome);
         }
-        outcomes
-            .into_iter()
-            .map(|outcome| outcome.unwrap_or_else(|| Err(PublishError::new("not sent"))))
-            .collect()
     }
+}
+
+/// Whether SQS takes `c` in a message body: tab, line feed, carriage return, and the
+/// characters from U+0020 up, but for the surrogates and U+FFFE, U+FFFF.
+fn sqs_takes(c: char) -> bool {
+    matches!(c, '\t' | '\n' | '\r' | '\u{20}'..='\u{D7FF}' | '\u{E000}'..='\u{FFFD}' | '\u{10000}'..)
 }
 
 #[cfg(test)]

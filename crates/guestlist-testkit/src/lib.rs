@@ -6,6 +6,7 @@
 //! [tests](https://github.com/guestlist-rs/guestlist/blob/main/docs/guide/src/tests.md)
 //! (or build it locally with `mdbook serve docs/guide`).
 
+pub mod cut_proxy;
 pub mod held_commit;
 pub mod metrics;
 pub mod raw_http;

@@ -58,15 +58,16 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub use guestlist_core::{
-    Attempt, Begin, Claim, Completed, Deferral, Fingerprint, HandlerName, IdempotencyKey,
-    InvalidValue, KeyStore, MessageId, OrderingKey, Retention, Scope, StoredBody, StoredResponse,
-    TableName, Topic,
+    Attempt, Backoff, Begin, Claim, Completed, Deferral, FailureKind, Fingerprint, HandlerName,
+    IdempotencyKey, InvalidValue, KeyStore, MessageId, OrderingKey, Retention, Scope, StoredBody,
+    StoredResponse, TableName, Topic,
 };
 pub use guestlist_sqlx::{
-    Backend, BatchProcessed, Confirmed, Deferrals, Enqueued, Error, HandlerRows, Inbox, InboxStats,
-    KeyHashing, KeyRecord, KeyState, KeyStats, Outbox, OutboxMessage, OutboxStats, Outgoing,
-    ProcessError, Processed, Publish, PublishError, Purge, Purgeable, Purged, Purger, PurgerHandle,
-    Relay, RelayLease, Relayed, Schema, Sealing, SqlKeyStore, TableSize, WorkError, sqlx,
+    Backend, BatchProcessed, Confirmed, Deferrals, Enqueued, Error, HandlerRows, Health, Inbox,
+    InboxStats, KeyHashing, KeyRecord, KeyState, KeyStats, Outbox, OutboxMessage, OutboxStats,
+    Outcomes, Outgoing, ProcessError, Processed, Publish, PublishError, Purge, Purgeable, Purged,
+    Purger, PurgerHandle, Relay, RelayLease, Relayed, Schema, Sealing, SqlKeyStore, TableSize,
+    WorkError, failure_kind, sqlx,
 };
 /// Plain-mode keys with concurrent requests' claims and responses written in rounds (features
 /// `postgres`, `sqlite`).

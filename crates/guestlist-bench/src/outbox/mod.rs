@@ -17,7 +17,7 @@ mod latency;
 use std::time::Instant;
 
 use guestlist::sqlx::{self, PgPool};
-use guestlist::{Outbox, OutboxMessage, Publish, Relay};
+use guestlist::{Outbox, OutboxMessage, Outcomes, Publish, Relay};
 use guestlist_amqp::RabbitPublisher;
 use guestlist_nats::JetStreamPublisher;
 
@@ -212,7 +212,9 @@ async fn measure<P: Publish>(
             .collect();
         let (started, cpu) = (Instant::now(), CpuClock::now());
         for batch in all.chunks(PUBLISH_BATCH) {
-            for outcome in publisher.publish(batch).await {
+            let mut outcomes = Outcomes::with_capacity(batch.len());
+            publisher.publish(batch, &mut outcomes).await;
+            for outcome in outcomes.into_results(batch.len()) {
                 outcome?;
             }
         }
@@ -287,7 +289,11 @@ async fn handwritten<P: Publish>(pool: &PgPool, publisher: &P) -> anyhow::Result
         }
         for (id, message_id, topic, payload) in rows {
             let message = OutboxMessage::new(message_id, topic, payload);
-            for outcome in publisher.publish(std::slice::from_ref(&message)).await {
+            let mut outcomes = Outcomes::with_capacity(1);
+            publisher
+                .publish(std::slice::from_ref(&message), &mut outcomes)
+                .await;
+            for outcome in outcomes.into_results(1) {
                 outcome?;
             }
             sqlx::query(sqlx::AssertSqlSafe(format!(

@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use guestlist_consumer::Handled;
 use guestlist_core::{MessageId, OrderingKey, Topic};
-use guestlist_sqlx::{Confirmed, Outbox, OutboxMessage, Outgoing, Publish, PublishError, Relay};
+use guestlist_sqlx::{
+    Confirmed, Outbox, OutboxMessage, Outcomes, Outgoing, Publish, PublishError, Relay,
+};
 use guestlist_testkit::Fixture;
 use tempfile::TempDir;
 use tokio::sync::oneshot;
@@ -36,7 +38,12 @@ impl<B: Broker, DB: Fixture> Line<B, DB> {
     pub async fn open(name: &str) -> Self {
         let line = Self::around(Rig::open(name, Duration::from_secs(30)).await);
         let table = line.outbox.table().to_string();
-        for table in [format!("{table}_keys"), format!("{table}_relay"), table] {
+        for table in [
+            format!("{table}_keys"),
+            format!("{table}_relay"),
+            format!("{table}_dead"),
+            table,
+        ] {
             line.rig
                 .db
                 .exec(format!("DROP TABLE IF EXISTS {table}"))
@@ -157,11 +164,24 @@ pub struct HeldAfterConfirm<P> {
 }
 
 impl<P: Publish> Publish for HeldAfterConfirm<P> {
-    async fn publish(&self, messages: &[OutboxMessage]) -> Vec<Result<Confirmed, PublishError>> {
-        let outcomes = self.inner.publish(messages).await;
+    async fn publish(&self, messages: &[OutboxMessage], outcomes: &mut Outcomes) {
+        // Confirmed, but handed to the relay only after the hold.
+        let mut confirmed = Outcomes::with_capacity(messages.len());
+        self.inner.publish(messages, &mut confirmed).await;
         std::fs::write(&self.marker, messages.len().to_string()).unwrap();
         tokio::time::sleep(self.hold).await;
-        outcomes
+        for n in 0..messages.len() {
+            if let Some(outcome) = confirmed.get(n) {
+                outcomes.set(n, clone_outcome(outcome));
+            }
+        }
+    }
+}
+
+fn clone_outcome(outcome: &Result<Confirmed, PublishError>) -> Result<Confirmed, PublishError> {
+    match outcome {
+        Ok(confirmed) => Ok(*confirmed),
+        Err(err) => Err(PublishError::new(err.to_string())),
     }
 }
 

@@ -19,6 +19,21 @@ CREATE TABLE IF NOT EXISTS guestlist_outbox (
     -- by age.
     KEY guestlist_outbox_published_at_idx (published_at, id)
 ) ENGINE = InnoDB;
+-- The outgoing dead letters: messages a broker refused for good, or too many times, moved here with
+-- why, so that their ordering key moves on. Operators list, retry and drop them
+-- (guestlist outbox dead list | retry ID | drop ID); a retried message goes back to the outbox.
+CREATE TABLE IF NOT EXISTS guestlist_outbox_dead (
+    id           BIGINT         NOT NULL PRIMARY KEY,
+    message_id   VARBINARY(255) NOT NULL,
+    topic        VARBINARY(255) NOT NULL,
+    ordering_key VARBINARY(255) NULL,
+    seq          BIGINT         NOT NULL,
+    headers      LONGBLOB       NULL,
+    payload      LONGBLOB       NOT NULL,
+    created_at   DATETIME(6)    NOT NULL,
+    dead_at      DATETIME(6)    NOT NULL DEFAULT (UTC_TIMESTAMP(6)),
+    reason       TEXT           NOT NULL
+) ENGINE = InnoDB;
 -- Each ordering key's last seq. Enqueueing on a key locks its row until the transaction ends, so
 -- two transactions on one key take their seqs in the order they commit.
 CREATE TABLE IF NOT EXISTS guestlist_outbox_keys (

@@ -19,6 +19,21 @@ CREATE INDEX IF NOT EXISTS guestlist_outbox_pending_idx ON guestlist_outbox (id)
     WHERE published_at IS NULL;
 -- The purge deletes published rows by age.
 CREATE INDEX IF NOT EXISTS guestlist_outbox_published_at_idx ON guestlist_outbox (published_at);
+-- The outgoing dead letters: messages a broker refused for good, or too many times, moved here with
+-- why, so that their ordering key moves on. Operators list, retry and drop them
+-- (guestlist outbox dead list | retry ID | drop ID); a retried message goes back to the outbox.
+CREATE TABLE IF NOT EXISTS guestlist_outbox_dead (
+    id           BIGINT      PRIMARY KEY,
+    message_id   TEXT        NOT NULL,
+    topic        TEXT        NOT NULL,
+    ordering_key TEXT,
+    seq          BIGINT      NOT NULL,
+    headers      BYTEA,
+    payload      BYTEA       NOT NULL,
+    created_at   TIMESTAMPTZ NOT NULL,
+    dead_at      TIMESTAMPTZ NOT NULL DEFAULT now(),
+    reason       TEXT        NOT NULL
+);
 -- Each ordering key's last seq. Enqueueing on a key locks its row until the transaction ends, so
 -- two transactions on one key take their seqs in the order they commit.
 CREATE TABLE IF NOT EXISTS guestlist_outbox_keys (

@@ -20,6 +20,21 @@ CREATE INDEX IF NOT EXISTS guestlist_outbox_pending_idx ON guestlist_outbox (id)
     WHERE published_at IS NULL;
 -- The purge deletes published rows by age.
 CREATE INDEX IF NOT EXISTS guestlist_outbox_published_at_idx ON guestlist_outbox (published_at);
+-- The outgoing dead letters: messages a broker refused for good, or too many times, moved here with
+-- why, so that their ordering key moves on. Operators list, retry and drop them
+-- (guestlist outbox dead list | retry ID | drop ID); a retried message goes back to the outbox.
+CREATE TABLE IF NOT EXISTS guestlist_outbox_dead (
+    id           INTEGER PRIMARY KEY,
+    message_id   TEXT    NOT NULL,
+    topic        TEXT    NOT NULL,
+    ordering_key TEXT,
+    seq          INTEGER NOT NULL,
+    headers      BLOB,
+    payload      BLOB    NOT NULL,
+    created_at   TEXT    NOT NULL,
+    dead_at      TEXT    NOT NULL DEFAULT (strftime('%Y-%m-%d %H:%M:%f', 'now')),
+    reason       TEXT    NOT NULL
+);
 -- Each ordering key's last seq.
 CREATE TABLE IF NOT EXISTS guestlist_outbox_keys (
     ordering_key TEXT    PRIMARY KEY,

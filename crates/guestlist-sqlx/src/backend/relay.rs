@@ -29,6 +29,11 @@ pub struct RelaySql {
     /// Stamps rows as published: on PostgreSQL one statement that also renews the lease
     /// (lease, token, ids); elsewhere the text before a literal list of ids.
     pub(crate) stamp: Arc<str>,
+    /// Moves a pending row to `{table}_dead`: the reason, the row's id (run after the lease's
+    /// renewal, on its transaction, followed by [`RelaySql::unpend`]).
+    pub(crate) bury: Arc<str>,
+    /// Deletes a pending row once buried: its id.
+    pub(crate) unpend: Arc<str>,
     /// Pending rows and the oldest one's age (ms).
     pub(crate) backlog: Arc<str>,
     /// Rows, pending rows, the oldest pending one's age (ms), table size (bytes).
@@ -48,6 +53,8 @@ impl RelaySql {
             release: fill(DB::RELAY_RELEASE),
             pending: fill(DB::RELAY_PENDING),
             stamp: fill(DB::RELAY_STAMP),
+            bury: fill(DB::RELAY_BURY),
+            unpend: fill(DB::RELAY_UNPEND),
             backlog: fill(DB::OUTBOX_BACKLOG),
             stats: fill(DB::OUTBOX_STATS),
             lease: fill(DB::RELAY_LEASE),
@@ -56,7 +63,7 @@ impl RelaySql {
 }
 
 /// One pending row as the relay reads it.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 #[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
 pub struct PendingRow {
     pub(crate) id: i64,
@@ -121,6 +128,13 @@ pub trait RelayStatements: OutboxStatements {
     const RELAY_PENDING: &'static str;
     /// Template of [`RelaySql::stamp`].
     const RELAY_STAMP: &'static str;
+    /// Template of [`RelaySql::bury`].
+    const RELAY_BURY: &'static str;
+    /// Template of [`RelaySql::unpend`].
+    const RELAY_UNPEND: &'static str;
+    /// How a held ordering key is written into the text where a list cannot be bound: the
+    /// text before and after its bytes in hex (SQLite, MySQL); unused where it is bound.
+    const HEX_KEY: (&'static str, &'static str) = ("", "");
     /// Template of [`RelaySql::backlog`].
     const OUTBOX_BACKLOG: &'static str;
     /// Template of [`RelaySql::stats`].
@@ -153,13 +167,25 @@ pub trait RelayStatements: OutboxStatements {
     ) -> impl Future<Output = Result<(), sqlx::Error>> + Send + 'c;
 
     /// The oldest `limit` pending rows, oldest first, leaving out the rows `exclude` (in
-    /// flight).
+    /// flight) and every row of the ordering keys `held` (their head failed).
     fn relay_pending<'c>(
         conn: &'c mut Self::Connection,
         sql: &'c RelaySql,
         limit: i64,
         exclude: &'c [i64],
+        held: &'c [String],
     ) -> impl Future<Output = Result<Vec<PendingRow>, sqlx::Error>> + Send + 'c;
+
+    /// Moves the pending row `id` to the outgoing dead letters with `reason`, if `token`
+    /// still holds the lease (renewing it): `false` (and nothing moved) when it was lost.
+    fn relay_bury<'c>(
+        conn: &'c mut Self::Connection,
+        sql: &'c RelaySql,
+        token: i64,
+        lease_ms: i64,
+        id: i64,
+        reason: &'c str,
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send + 'c;
 
     /// Renews the lease and, if `token` still holds it, stamps the rows `ids` as published,
     /// atomically: `false` (and nothing stamped) when the lease was lost.
@@ -215,20 +241,32 @@ pub(crate) async fn pending_excluding<DB>(
     sql: &RelaySql,
     limit: i64,
     exclude: &[i64],
+    held: &[String],
 ) -> Result<Vec<PendingRow>, sqlx::Error>
 where
     DB: super::Backend + sqlx::database::HasStatementCache,
     for<'q> i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
     for<'r> PendingColumns: sqlx::FromRow<'r, DB::Row>,
 {
-    let exclusion = if exclude.is_empty() {
-        String::new()
-    } else {
-        format!(" AND id NOT IN {}", id_list(exclude))
-    };
+    let mut exclusion = String::new();
+    if !exclude.is_empty() {
+        exclusion.push_str(&format!(" AND id NOT IN {}", id_list(exclude)));
+    }
+    if !held.is_empty() {
+        // Hex digits, formatted here: nothing to escape, whatever bytes the key holds.
+        let (before, after) = DB::HEX_KEY;
+        let keys: Vec<String> = held
+            .iter()
+            .map(|key| format!("{before}{}{after}", hex::encode(key.as_bytes())))
+            .collect();
+        exclusion.push_str(&format!(
+            " AND (ordering_key IS NULL OR ordering_key NOT IN ({}))",
+            keys.join(",")
+        ));
+    }
     let text = sql.pending.replace("{exclude}", &exclusion);
     let columns: Vec<PendingColumns> = sqlx::query_as(sqlx::AssertSqlSafe(text))
-        .persistent(exclude.is_empty())
+        .persistent(exclusion.is_empty())
         .bind(limit)
         .fetch_all(DB::executor(conn))
         .await?;
@@ -273,10 +311,63 @@ where
     Ok(true)
 }
 
+/// Moves the row `id` to the dead letters on a transaction after renewing the lease: the lease
+/// fences the move as it fences a stamp.
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+pub(crate) async fn bury_in_transaction<DB>(
+    conn: &mut DB::Connection,
+    sql: &RelaySql,
+    token: i64,
+    lease_ms: i64,
+    id: i64,
+    reason: &str,
+) -> Result<bool, sqlx::Error>
+where
+    DB: super::Backend + sqlx::database::HasStatementCache,
+    for<'q> i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    for<'q> &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+{
+    use sqlx::Connection;
+    let mut tx = conn.begin().await?;
+    let renewed = sqlx::query(sqlx::AssertSqlSafe(sql.renew.clone()))
+        .bind(lease_ms)
+        .bind(token)
+        .execute(DB::executor(&mut tx))
+        .await?;
+    if DB::rows_affected(&renewed) != 1 {
+        return Ok(false);
+    }
+    sqlx::query(sqlx::AssertSqlSafe(sql.bury.clone()))
+        .bind(reason)
+        .bind(id)
+        .execute(DB::executor(&mut tx))
+        .await?;
+    sqlx::query(sqlx::AssertSqlSafe(sql.unpend.clone()))
+        .bind(id)
+        .execute(DB::executor(&mut tx))
+        .await?;
+    tx.commit().await?;
+    Ok(true)
+}
+
 /// The relay's statements every backend runs the same way; only the connection type differs.
 #[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
 macro_rules! relay_same_everywhere {
-    ($conn:ty) => {
+    ($conn:ty, $db:ty) => {
+        async fn relay_bury<'c>(
+            conn: &'c mut $conn,
+            sql: &'c $crate::backend::relay::RelaySql,
+            token: i64,
+            lease_ms: i64,
+            id: i64,
+            reason: &'c str,
+        ) -> Result<bool, sqlx::Error> {
+            $crate::backend::relay::bury_in_transaction::<$db>(
+                conn, sql, token, lease_ms, id, reason,
+            )
+            .await
+        }
+
         async fn relay_renew<'c>(
             conn: &'c mut $conn,
             sql: &'c $crate::backend::relay::RelaySql,
@@ -365,8 +456,9 @@ macro_rules! relay_with_literal_lists {
             sql: &'c $crate::backend::relay::RelaySql,
             limit: i64,
             exclude: &'c [i64],
+            held: &'c [String],
         ) -> Result<Vec<$crate::backend::relay::PendingRow>, sqlx::Error> {
-            $crate::backend::relay::pending_excluding::<$db>(conn, sql, limit, exclude).await
+            $crate::backend::relay::pending_excluding::<$db>(conn, sql, limit, exclude, held).await
         }
 
         async fn relay_stamp<'c>(

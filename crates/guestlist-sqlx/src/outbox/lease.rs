@@ -37,11 +37,6 @@ impl Lease {
         Instant::now() < self.usable_until
     }
 
-    /// How long this relay may still publish under the lease.
-    pub(crate) fn time_left(&self) -> Duration {
-        self.usable_until.saturating_duration_since(Instant::now())
-    }
-
     /// Whether an idle relay should renew now: a third of the lease has gone by.
     pub(crate) fn due(&self) -> bool {
         self.renewed_at.elapsed() >= self.length / 3
@@ -60,10 +55,8 @@ mod tests {
             !lease.usable(),
             "850 ms into a 1 s lease is past its usable 800 ms"
         );
-        assert_eq!(lease.time_left(), Duration::ZERO);
         assert!(lease.due());
         let fresh = Lease::taken(8, Duration::from_secs(10), Instant::now());
         assert!(fresh.usable() && !fresh.due());
-        assert!(fresh.time_left() <= Duration::from_secs(8));
     }
 }

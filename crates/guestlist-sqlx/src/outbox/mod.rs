@@ -10,15 +10,17 @@ use crate::backend::{Backend, OutboxRow, OutboxSql, RelaySql, TableSql};
 use crate::purge::{Purge, Purgeable, sealed};
 use crate::{Error, keys::new_token};
 
+mod held;
 mod lease;
 mod outgoing;
 mod publish;
 mod relay;
+mod settle;
 mod stats;
 mod wake;
 
 pub use outgoing::Outgoing;
-pub use publish::{Confirmed, OutboxMessage, Publish, PublishError};
+pub use publish::{Confirmed, OutboxMessage, Outcomes, Publish, PublishError};
 pub use relay::{Relay, Relayed};
 pub use stats::{OutboxStats, RelayLease};
 pub(crate) use wake::Wake;

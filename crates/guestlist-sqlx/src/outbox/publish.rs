@@ -2,6 +2,8 @@
 
 use std::future::Future;
 
+use guestlist_core::FailureKind;
+
 /// A committed message the relay is publishing, as read from the outbox.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -64,29 +66,149 @@ pub enum Confirmed {
     Duplicate,
 }
 
-/// Why the broker did not confirm one message: the relay leaves it pending and tries again.
+/// Why the broker did not confirm one message, and which [`FailureKind`] that is: the relay
+/// treats each kind its own way.
+///
+/// - [`PublishError::new`]: the broker refused this message ([`FailureKind::Poison`]): no queue
+///   or stream takes its topic, a negative confirm. Counted against the message; its ordering
+///   key waits, backing off, while the rest flow; at the relay's
+///   [`max_attempts`](crate::Relay::max_attempts) it moves to the outgoing dead letters.
+/// - [`PublishError::unpublishable`]: the broker can never take it (too large, an id or key it
+///   cannot carry): dead-lettered at once, never sent.
+/// - [`PublishError::outage`]: the broker or the network is down, or the confirmation did not
+///   come ([`FailureKind::Outage`]): nothing counted; the relay backs off as a whole and
+///   resumes by itself.
 #[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct PublishError(Box<dyn std::error::Error + Send + Sync>);
+#[error("{error}")]
+pub struct PublishError {
+    error: Box<dyn std::error::Error + Send + Sync>,
+    kind: FailureKind,
+    permanent: bool,
+}
 
 impl PublishError {
-    /// Wraps the broker client's error.
+    /// The broker refused this message: poison, counted against it.
     pub fn new(error: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
-        Self(error.into())
+        Self {
+            error: error.into(),
+            kind: FailureKind::Poison,
+            permanent: false,
+        }
+    }
+
+    /// The broker can never take this message: dead-lettered at once.
+    pub fn unpublishable(error: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        Self {
+            permanent: true,
+            ..Self::new(error)
+        }
+    }
+
+    /// The broker or the way to it is down: an outage, counted against no message.
+    pub fn outage(error: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        Self {
+            kind: FailureKind::Outage,
+            ..Self::new(error)
+        }
+    }
+
+    /// Which kind of failure this is.
+    pub fn kind(&self) -> FailureKind {
+        self.kind
+    }
+
+    /// `true` when the broker can never take the message ([`PublishError::unpublishable`]).
+    pub fn is_permanent(&self) -> bool {
+        self.permanent
+    }
+}
+
+/// The outcomes of a batch, one per message, as the broker gives them: the relay keeps those
+/// given before a round ran out of time, and stamps the confirmed ones; a message with no
+/// outcome by then counts as unconfirmed.
+#[derive(Debug, Default)]
+pub struct Outcomes {
+    list: Vec<Option<Result<Confirmed, PublishError>>>,
+}
+
+impl Outcomes {
+    /// Room for `n` outcomes.
+    pub fn with_capacity(n: usize) -> Self {
+        Self {
+            list: Vec::with_capacity(n),
+        }
+    }
+
+    /// The outcome of the message after the last one given.
+    pub fn push(&mut self, outcome: Result<Confirmed, PublishError>) {
+        self.list.push(Some(outcome));
+    }
+
+    /// The outcome of the `n`th message of the batch (from 0), for a broker that confirms out
+    /// of order.
+    pub fn set(&mut self, n: usize, outcome: Result<Confirmed, PublishError>) {
+        if self.list.len() <= n {
+            self.list.resize_with(n + 1, || None);
+        }
+        self.list[n] = Some(outcome);
+    }
+
+    /// Outcomes given so far.
+    pub fn len(&self) -> usize {
+        self.list.iter().filter(|o| o.is_some()).count()
+    }
+
+    /// `true` before the first outcome.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The `n`th message's outcome, once given.
+    pub fn get(&self, n: usize) -> Option<&Result<Confirmed, PublishError>> {
+        self.list.get(n).and_then(Option::as_ref)
+    }
+
+    /// The outcomes of a batch of `n`, a message with none counted as unconfirmed: for
+    /// calling a [`Publish`] on its own.
+    pub fn into_results(self, n: usize) -> Vec<Result<Confirmed, PublishError>> {
+        self.into_slots(n)
+            .into_iter()
+            .map(|slot| slot.unwrap_or_else(|| Err(PublishError::outage("no confirmation"))))
+            .collect()
+    }
+
+    /// One entry per message of a batch of `n`: `None` where no outcome came.
+    pub(crate) fn into_slots(mut self, n: usize) -> Vec<Option<Result<Confirmed, PublishError>>> {
+        self.list.resize_with(n, || None);
+        self.list
     }
 }
 
 /// A broker the relay publishes to, with confirmations.
 ///
-/// Implemented by `guestlist-nats` (JetStream publish acks) and `guestlist-amqp` (RabbitMQ
-/// publisher confirms). Implement it for another broker by sending the batch without waiting
-/// between messages, in order, then awaiting the confirmations together.
+/// Implemented by `guestlist-nats` (JetStream publish acks), `guestlist-amqp` (RabbitMQ
+/// publisher confirms), `guestlist-kafka` and `guestlist-sqs`. Implement it for another broker
+/// by checking each message against the broker's limits ([`Publish::check`]), then sending the
+/// batch without waiting between messages, in order, and pushing the confirmations as they
+/// come.
 pub trait Publish: Send + Sync {
-    /// Publishes `messages` in order and waits for the broker to confirm them: one outcome per
-    /// message, in the same order. A message counts as published only once confirmed, so a
-    /// message whose fate is unknown (a timeout, a lost connection) is an error.
+    /// Whether the broker could ever take `message`: its size, its id, its ordering key and
+    /// headers against the broker's limits. A message refused here
+    /// ([`PublishError::unpublishable`]) is never sent: it goes to the outgoing dead letters
+    /// with the reason, and its ordering key moves on. Every message passes by default.
+    fn check(&self, message: &OutboxMessage) -> Result<(), PublishError> {
+        let _ = message;
+        Ok(())
+    }
+
+    /// Publishes `messages` in order and pushes one outcome per message onto `outcomes`, in
+    /// the same order, as the broker confirms them. A message counts as published only once
+    /// confirmed, so a message whose fate is unknown (a lost connection) is an error
+    /// ([`PublishError::outage`]). The relay stops waiting at its confirm timeout and keeps
+    /// the outcomes pushed by then.
     fn publish(
         &self,
         messages: &[OutboxMessage],
-    ) -> impl Future<Output = Vec<Result<Confirmed, PublishError>>> + Send;
+        outcomes: &mut Outcomes,
+    ) -> impl Future<Output = ()> + Send;
 }

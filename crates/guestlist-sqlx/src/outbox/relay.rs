@@ -1,14 +1,17 @@
 //! The relay: publishes the outbox's committed messages and stamps those the broker confirmed.
 
-use std::collections::HashSet;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
+use guestlist_core::Backoff;
+
 use crate::backend::{Backend, PendingRow};
+use crate::outbox::held::HeldKeys;
 use crate::outbox::lease::Lease;
-use crate::outbox::publish::{Confirmed, OutboxMessage, Publish, PublishError};
+use crate::outbox::publish::{Confirmed, OutboxMessage, Outcomes, Publish, PublishError};
+use crate::outbox::settle::Settled;
 use crate::outbox::{Outbox, Wake};
-use crate::{Error, keys::new_token};
+use crate::{Error, Health, keys::new_token};
 
 /// Publishes an [`Outbox`]'s committed messages to a broker, and stamps each one published once
 /// the broker has confirmed it.
@@ -51,7 +54,10 @@ pub struct Relay<DB: Backend, P> {
     lease: Duration,
     poll: Duration,
     holder: String,
-    retry: Duration,
+    backoff: (Duration, Duration),
+    max_attempts: u32,
+    confirm_timeout: Duration,
+    health: Health,
 }
 
 /// What a relay did until it stopped.
@@ -66,39 +72,59 @@ pub struct Relayed {
     pub failures: u64,
     /// Times this relay took the lease.
     pub leases_taken: u64,
+    /// Messages moved to the outgoing dead letters (`<table>_dead`): refused for good, or
+    /// refused [`max_attempts`](Relay::max_attempts) times.
+    pub dead_lettered: u64,
 }
 
 /// Where a relay stands between rounds.
-#[derive(Default)]
 struct Progress {
     /// The lease, while this relay holds it.
     lease: Option<Lease>,
-    /// The batch published last round, to be stamped this round.
+    /// The batch published last round, to be settled and stamped this round.
     carried: Option<Published>,
+    /// Keys whose head the broker refused: nothing after the head goes out meanwhile.
+    held: HeldKeys,
+    /// Messages a round takes now: the setting, halved after a round that ran out of time.
+    batch: usize,
+    /// Whether the last round settled a confirmation: the broker answers again.
+    confirmed: bool,
+    /// When a message was last stamped or dead-lettered, or the outbox last found empty.
+    moved_at: Instant,
+    /// When the relay last warned that nothing moves.
+    warned_at: Option<Instant>,
 }
 
-/// A batch the broker has answered for, waiting for its stamp.
+impl Progress {
+    fn new(batch: usize) -> Self {
+        Self {
+            lease: None,
+            carried: None,
+            held: HeldKeys::default(),
+            batch,
+            confirmed: false,
+            moved_at: Instant::now(),
+            warned_at: None,
+        }
+    }
+}
+
+/// A batch the broker has answered for, waiting to be settled and stamped.
 struct Published {
     rows: Vec<PendingRow>,
-    outcomes: Vec<Result<Confirmed, PublishError>>,
-}
-
-impl Published {
-    fn ids(&self) -> Vec<i64> {
-        self.rows.iter().map(|row| row.id).collect()
-    }
+    outcomes: Vec<Option<Result<Confirmed, PublishError>>>,
 }
 
 /// What one round found.
 enum Round {
-    /// A full batch: there may be more at once.
+    /// A batch went out: there may be more at once.
     More,
-    /// Less than a batch: wait for a commit or the poll.
+    /// Nothing more to publish now: wait for a commit, the poll, or a held key's turn.
     Idle,
     /// Another relay holds the lease.
     Standby,
-    /// The broker did not confirm some messages: wait before trying them again.
-    Failed(PublishError),
+    /// The broker or the way to it is down: back off as a whole.
+    Outage(PublishError),
 }
 
 impl<DB: Backend, P: Publish> Relay<DB, P> {
@@ -108,6 +134,10 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
     pub const DEFAULT_LEASE: Duration = Duration::from_secs(10);
     /// How often an idle relay looks for messages without a notification, unless set.
     pub const DEFAULT_POLL: Duration = Duration::from_millis(500);
+    /// Refusals of one message before it is dead-lettered, unless set.
+    pub const DEFAULT_MAX_ATTEMPTS: u32 = 10;
+    /// How long a round waits for the broker's confirmations, unless set.
+    pub const DEFAULT_CONFIRM_TIMEOUT: Duration = Duration::from_secs(45);
 
     /// A relay publishing `outbox`'s messages, read from `pool`, with `publisher`.
     pub fn new(outbox: Outbox<DB>, pool: sqlx::Pool<DB>, publisher: P) -> Self {
@@ -116,6 +146,7 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
             std::process::id(),
             new_token().unwrap_or_default() as u32
         );
+        let health = Health::new("relay", outbox.table().as_str());
         Self {
             outbox,
             pool,
@@ -124,7 +155,10 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
             lease: Self::DEFAULT_LEASE,
             poll: Self::DEFAULT_POLL,
             holder,
-            retry: Duration::from_millis(200),
+            backoff: (Backoff::DEFAULT_FIRST, Backoff::DEFAULT_MAX),
+            max_attempts: Self::DEFAULT_MAX_ATTEMPTS,
+            confirm_timeout: Self::DEFAULT_CONFIRM_TIMEOUT,
+            health,
         }
     }
 
@@ -135,7 +169,7 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
     }
 
     /// The lease's length (at least 100 ms): the longest a crashed relay keeps a standing-by
-    /// one waiting, and the longest a round may wait for confirmations.
+    /// one waiting. A round that waits longer for its confirmations renews it meanwhile.
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = lease.max(Duration::from_millis(100));
         self
@@ -155,16 +189,51 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
         self
     }
 
+    /// The pause after a failure, doubling up to `max` (0.2 s to 5 s unless set): per ordering
+    /// key for a message the broker refused, for the whole relay in an outage.
+    pub fn backoff(mut self, first: Duration, max: Duration) -> Self {
+        self.backoff = (first, max.max(first));
+        self
+    }
+
+    /// How many times the broker may refuse one message before it moves to the outgoing dead
+    /// letters (default 10, at least 1). A message the broker can never take (too large, an id
+    /// it cannot carry: [`Publish::check`]) goes there at once; an outage counts against none.
+    pub fn max_attempts(mut self, attempts: u32) -> Self {
+        self.max_attempts = attempts.max(1);
+        self
+    }
+
+    /// How long a round waits for the broker's confirmations (default 45 s). Those given by
+    /// then are stamped; the rest count as an outage, and the next rounds take half as many
+    /// messages until a round fits again.
+    pub fn confirm_timeout(mut self, limit: Duration) -> Self {
+        self.confirm_timeout = limit.max(Duration::from_millis(10));
+        self
+    }
+
+    /// Whether the relay is publishing or waiting out an outage, for a service's `/readyz`.
+    pub fn health(&self) -> Health {
+        self.health.clone()
+    }
+
     /// Publishes until `shutdown` completes, then gives the lease up so that a standing-by
     /// relay takes over at once. A round under way finishes first, so nothing it published
-    /// stays unstamped. Database and broker failures are logged and retried, with a growing
-    /// pause: the relay outlives them.
+    /// stays unstamped.
+    ///
+    /// Failures are told apart. A message the broker refuses holds back its own ordering key
+    /// only, retried alone with a doubling pause, and goes to the outgoing dead letters at
+    /// [`max_attempts`](Self::max_attempts); every other key flows. A broker or a database
+    /// that is down is an outage: the relay stops publishing, backs off as a whole, reports it
+    /// ([`Relay::health`], the `guestlist_outage` gauge, one log line per change) and resumes
+    /// by itself.
     pub async fn run(&self, shutdown: impl Future<Output = ()>) -> Result<Relayed, Error> {
         let mut totals = Relayed::default();
-        let mut progress = Progress::default();
+        let mut progress = Progress::new(self.batch);
         let mut wake = self.wake().await;
         self.warm_up().await;
-        let mut pause = self.retry;
+        let mut outage = Backoff::new(self.backoff.0, self.backoff.1);
+        let mut broker_down = false;
         let mut backlog_read = None::<Instant>;
         let mut backlog: Option<tokio::task::JoinHandle<()>> = None;
         tokio::pin!(shutdown);
@@ -185,28 +254,37 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
                     self.outbox.clone(),
                 )));
             }
+            self.warn_if_stuck(&mut progress, broker_down);
             let wait = match round {
-                Ok(Round::More) => {
-                    pause = self.retry;
-                    continue;
-                }
-                Ok(Round::Idle) => {
-                    pause = self.retry;
+                Ok(round @ (Round::More | Round::Idle)) => {
+                    // A broker that was down is up again once it confirms, or once nothing
+                    // is left to ask it; a database, once a round went through.
+                    let idle = matches!(round, Round::Idle) && progress.carried.is_none();
+                    if !broker_down || progress.confirmed || (idle && progress.held.is_empty()) {
+                        broker_down = false;
+                        outage.reset();
+                        self.health.recovered();
+                    }
+                    if matches!(round, Round::More) {
+                        continue;
+                    }
+                    let wait = progress.held.next_due_in().map_or(self.poll, |due| {
+                        due.clamp(Duration::from_millis(1), self.poll)
+                    });
                     tokio::select! {
                         () = &mut shutdown => break,
-                        () = wake.wait(self.poll) => continue,
+                        () = wake.wait(wait) => continue,
                     }
                 }
                 Ok(Round::Standby) => self.poll,
-                Ok(Round::Failed(err)) => {
-                    tracing::warn!(table = %self.outbox.table(), error = %err, retry_in = ?pause,
-                        "the broker did not confirm every message; they stay pending");
-                    backed_off(&mut pause)
+                Ok(Round::Outage(err)) => {
+                    broker_down = true;
+                    self.health.outage(format_args!("the broker: {err}"));
+                    outage.next_pause()
                 }
                 Err(err) => {
-                    tracing::warn!(table = %self.outbox.table(), error = %err, retry_in = ?pause,
-                        "outbox relay round failed");
-                    backed_off(&mut pause)
+                    self.health.outage(format_args!("the database: {err}"));
+                    outage.next_pause()
                 }
             };
             tokio::select! {
@@ -221,17 +299,23 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
         Ok(totals)
     }
 
-    /// Publishes what is pending now, one round after another, until a round finds less than
-    /// a batch; `None` when another relay holds the lease. For tests and one-off drains.
+    /// Publishes what is pending now, one round after another, until nothing more can go
+    /// out; `None` when another relay holds the lease. For tests and one-off drains: a message
+    /// the broker refused (its key held back) or an outage ends it with
+    /// [`Error::Publish`], after everything else went out.
     pub async fn drain(&self) -> Result<Option<Relayed>, Error> {
         let mut totals = Relayed::default();
-        let mut progress = Progress::default();
+        let mut progress = Progress::new(self.batch);
         let outcome = loop {
             match self.round(&mut progress, &mut totals, true).await {
                 Ok(Round::More) => continue,
-                Ok(Round::Idle) => break Ok(Some(totals)),
+                Ok(Round::Idle) if progress.held.is_empty() => break Ok(Some(totals)),
+                Ok(Round::Idle) => {
+                    let causes = progress.held.causes().join("; ");
+                    break Err(Error::Publish(PublishError::new(causes)));
+                }
                 Ok(Round::Standby) => break Ok(None),
-                Ok(Round::Failed(err)) => break Err(Error::Publish(err)),
+                Ok(Round::Outage(err)) => break Err(Error::Publish(err)),
                 Err(err) => break Err(err),
             }
         };
@@ -252,8 +336,9 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
         }
     }
 
-    /// One round: the lease; the next batch of pending messages (unless `read_more` is
-    /// false), published while the previous round's batch is stamped.
+    /// One round: the lease; the last round's outcomes settled (stamps, held keys, dead
+    /// letters); the next batch of pending messages (unless `read_more` is false), published
+    /// while the last one's stamps commit.
     async fn round(
         &self,
         progress: &mut Progress,
@@ -268,6 +353,7 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
                 // A batch published under a lease now gone stays pending: it goes again.
                 progress.lease = None;
                 progress.carried = None;
+                progress.held.clear();
                 let asked = Instant::now();
                 let mut conn = self.connection().await?;
                 let taken = DB::relay_take(&mut conn, sql, &self.holder, lease_ms)
@@ -284,76 +370,262 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
                 lease
             }
         };
-        let rows = if read_more {
-            let exclude = progress
-                .carried
-                .as_ref()
-                .map(Published::ids)
-                .unwrap_or_default();
-            let limit = i64::try_from(self.batch).unwrap_or(i64::MAX);
-            let mut conn = self.connection().await?;
-            DB::relay_pending(&mut conn, sql, limit, &exclude)
-                .await
-                .map_err(|e| self.error(e))?
+
+        // What the broker said of the last batch: known already, so that nothing read now is
+        // sent behind a head that just failed.
+        let carried = progress.carried.take();
+        let had_carried = carried.is_some();
+        let (settled, settled_rows) = match carried {
+            Some(carried) => (Settled::sort(&carried.rows, carried.outcomes), carried.rows),
+            None => (Settled::default(), Vec::new()),
+        };
+        progress.confirmed = !settled.confirmed.is_empty();
+        let mut dead = self.hold_or_bury(&settled, &settled_rows, &mut progress.held);
+
+        // An outage publishes nothing more this round: the relay backs off first.
+        let rows = if read_more && settled.outage.is_none() {
+            self.next_batch(progress, &settled, &dead).await?
         } else {
             Vec::new()
         };
-        let Some(carried) = progress.carried.take() else {
-            if rows.is_empty() {
-                self.renew_if_due(progress, lease, lease_ms).await?;
-                return Ok(Round::Idle);
-            }
-            let outcomes = self.publish(&rows, lease).await;
-            progress.carried = Some(Published { rows, outcomes });
-            return Ok(Round::More);
-        };
+        let (rows, messages) = self.checked(rows, &mut dead, &mut progress.held);
 
-        // The broker confirms the new batch while the database stamps the previous one.
-        let settled = Settled::sort(&carried.rows, carried.outcomes);
+        if !had_carried && dead.is_empty() && rows.is_empty() {
+            self.renew_if_due(progress, lease, lease_ms).await?;
+            if progress.held.is_empty() {
+                progress.moved_at = Instant::now();
+            }
+            return Ok(Round::Idle);
+        }
+
+        // The broker confirms the new batch while the database stamps the last one.
         let stamp = async {
             let asked = Instant::now();
             let mut conn = self.pool.acquire().await?;
-            let kept =
+            let mut kept =
                 DB::relay_stamp(&mut conn, sql, lease.token, lease_ms, &settled.stamp).await?;
+            for (row, why) in &dead {
+                if !kept {
+                    break;
+                }
+                kept = DB::relay_bury(&mut conn, sql, lease.token, lease_ms, row.id, why).await?;
+            }
             Ok::<_, sqlx::Error>((kept, asked))
         };
-        let (outcomes, stamped) = tokio::join!(self.publish(&rows, lease), stamp);
+        let (published, stamped) = tokio::join!(self.publish(&messages, lease), stamp);
         let (kept, asked) = stamped.map_err(|e| self.error(e))?;
         if !kept {
             progress.lease = None;
+            progress.held.clear();
             return Ok(self.lost(lease));
         }
-        if let Some(lease) = progress.lease.as_mut() {
-            lease.renewed(asked);
+        if let Some(held) = progress.lease.as_mut() {
+            held.renewed(published.renewed_at.map_or(asked, |at| at.max(asked)));
         }
-        self.count(&settled, totals);
-        if let Some(err) = settled.error {
-            // The new batch may hold later messages of a key whose message went unconfirmed:
-            // it stays pending, and goes again after it.
-            return Ok(Round::Failed(err));
+        self.count(&settled, &dead, totals);
+        if !settled.stamp.is_empty() || !dead.is_empty() {
+            progress.moved_at = Instant::now();
+        }
+        if published.lost {
+            progress.lease = None;
+            progress.held.clear();
+            return Ok(self.lost(lease));
+        }
+        self.resize(progress, &published);
+        if let Some(err) = settled.outage {
+            return Ok(Round::Outage(err));
         }
         if rows.is_empty() {
             return Ok(Round::Idle);
         }
         // More may be waiting; and even less than a batch is stamped at once, the next round.
-        progress.carried = Some(Published { rows, outcomes });
+        progress.carried = Some(Published {
+            rows,
+            outcomes: published.outcomes,
+        });
         Ok(Round::More)
     }
 
-    /// Publishes `rows` and waits for their confirmations while the lease lasts; missing
-    /// outcomes count as unconfirmed.
-    async fn publish(
+    /// Holds back the keys whose head the broker refused, lets go of those whose head it
+    /// confirmed, and returns the rows to dead-letter now, with why.
+    fn hold_or_bury(
         &self,
+        settled: &Settled,
         rows: &[PendingRow],
-        lease: Lease,
-    ) -> Vec<Result<Confirmed, PublishError>> {
-        if rows.is_empty() {
-            return Vec::new();
+        held: &mut HeldKeys,
+    ) -> Vec<(PendingRow, String)> {
+        for &n in &settled.confirmed {
+            held.release(&rows[n]);
         }
-        let messages: Vec<OutboxMessage> = rows.iter().map(message).collect();
-        tokio::time::timeout(lease.time_left(), self.publisher.publish(&messages))
+        let mut dead = Vec::new();
+        for (n, err) in &settled.unpublishable {
+            let row = &rows[*n];
+            held.release(row);
+            dead.push((row.clone(), format!("refused for good: {err}")));
+        }
+        for (n, err) in &settled.refused {
+            let row = &rows[*n];
+            let failures = held.failed(row, err.to_string(), self.backoff);
+            if failures >= self.max_attempts {
+                held.release(row);
+                dead.push((
+                    row.clone(),
+                    format!("refused {failures} times, the last: {err}"),
+                ));
+            } else {
+                tracing::warn!(table = %self.outbox.table(), message_id = %row.message_id,
+                    ordering_key = row.ordering_key.as_deref().unwrap_or(""), topic = %row.topic,
+                    failures, max_attempts = self.max_attempts, error = %err,
+                    "the broker refused a message; its key waits and the rest flow");
+            }
+        }
+        for (row, why) in &dead {
+            tracing::error!(table = %self.outbox.table(), message_id = %row.message_id,
+                ordering_key = row.ordering_key.as_deref().unwrap_or(""), topic = %row.topic,
+                reason = %why,
+                "moving a message to the outgoing dead letters; its key moves on");
+        }
+        dead
+    }
+
+    /// The next batch: the held heads whose turn has come, then the oldest pending rows of
+    /// every key not held back.
+    async fn next_batch(
+        &self,
+        progress: &Progress,
+        settled: &Settled,
+        dead: &[(PendingRow, String)],
+    ) -> Result<Vec<PendingRow>, Error> {
+        let mut rows = progress.held.due(progress.batch);
+        let room = progress.batch.saturating_sub(rows.len());
+        if room == 0 {
+            return Ok(rows);
+        }
+        // Rows about to be stamped or buried are still pending until that commits.
+        let mut exclude = settled.stamp.clone();
+        exclude.extend(dead.iter().map(|(row, _)| row.id));
+        exclude.extend(progress.held.rows());
+        let keys = progress.held.keys();
+        let limit = i64::try_from(room).unwrap_or(i64::MAX);
+        let mut conn = self.connection().await?;
+        let pending = DB::relay_pending(&mut conn, &self.outbox.relay, limit, &exclude, &keys)
             .await
-            .unwrap_or_default()
+            .map_err(|e| self.error(e))?;
+        rows.extend(pending);
+        Ok(rows)
+    }
+
+    /// Splits `rows` into those the broker could take, as messages, and those it never
+    /// could, which join `dead` (their keys move on).
+    fn checked(
+        &self,
+        rows: Vec<PendingRow>,
+        dead: &mut Vec<(PendingRow, String)>,
+        held: &mut HeldKeys,
+    ) -> (Vec<PendingRow>, Vec<OutboxMessage>) {
+        let mut kept = Vec::with_capacity(rows.len());
+        let mut messages = Vec::with_capacity(rows.len());
+        for row in rows {
+            let message = message(&row);
+            match self.publisher.check(&message) {
+                Ok(()) => {
+                    kept.push(row);
+                    messages.push(message);
+                }
+                Err(err) => {
+                    tracing::error!(table = %self.outbox.table(), message_id = %row.message_id,
+                        ordering_key = row.ordering_key.as_deref().unwrap_or(""),
+                        topic = %row.topic, reason = %err,
+                        "moving a message the broker can never take to the outgoing dead letters; its key moves on");
+                    held.release(&row);
+                    dead.push((row, format!("refused for good: {err}")));
+                }
+            }
+        }
+        (kept, messages)
+    }
+
+    /// Halves the batch after a round that ran out of time waiting for confirmations, and
+    /// grows it back after rounds that fit.
+    fn resize(&self, progress: &mut Progress, published: &Publication) {
+        if published.timed_out {
+            let smaller = (progress.batch / 2).max(1);
+            if smaller < progress.batch {
+                tracing::warn!(table = %self.outbox.table(), batch = smaller,
+                    timeout = ?self.confirm_timeout,
+                    "the broker did not confirm a round in time; taking fewer messages a round");
+            }
+            progress.batch = smaller;
+        } else if progress.batch < self.batch && !published.outcomes.is_empty() {
+            progress.batch = (progress.batch * 2).min(self.batch);
+        }
+    }
+
+    /// Warns, once a lease, while nothing moves although messages wait: names the causes.
+    fn warn_if_stuck(&self, progress: &mut Progress, broker_down: bool) {
+        let waited = progress.moved_at.elapsed();
+        let stuck = !progress.held.is_empty() || broker_down || !self.health.is_ready();
+        if !stuck || waited < self.lease {
+            return;
+        }
+        if progress
+            .warned_at
+            .is_some_and(|at| at.elapsed() < self.lease)
+        {
+            return;
+        }
+        progress.warned_at = Some(Instant::now());
+        let mut causes = progress.held.causes();
+        causes.extend(self.health.cause());
+        tracing::warn!(table = %self.outbox.table(), waited = ?waited,
+            held_keys = progress.held.len(), causes = %causes.join("; "),
+            "outbox relay: no message published or dead-lettered for a whole lease");
+    }
+
+    /// Publishes `messages` and waits for their confirmations, up to the confirm timeout,
+    /// renewing the lease while it waits; the outcomes given by then are kept.
+    async fn publish(&self, messages: &[OutboxMessage], lease: Lease) -> Publication {
+        let mut publication = Publication::default();
+        if messages.is_empty() {
+            return publication;
+        }
+        let mut outcomes = Outcomes::with_capacity(messages.len());
+        let renewed = std::sync::Mutex::new(None::<Instant>);
+        let ended = {
+            let publish = self.publisher.publish(messages, &mut outcomes);
+            tokio::select! {
+                () = publish => Ended::Confirmed,
+                () = tokio::time::sleep(self.confirm_timeout) => Ended::TimedOut,
+                () = self.keep_lease(lease, &renewed) => Ended::LeaseLost,
+            }
+        };
+        publication.timed_out = ended == Ended::TimedOut;
+        publication.lost = ended == Ended::LeaseLost;
+        publication.renewed_at = *renewed.lock().unwrap_or_else(|p| p.into_inner());
+        publication.outcomes = outcomes.into_slots(messages.len());
+        publication
+    }
+
+    /// Renews the lease every third of it while a round waits on the broker; returns once it
+    /// is lost (never, while it holds), recording each renewal in `renewed`.
+    async fn keep_lease(&self, lease: Lease, renewed: &std::sync::Mutex<Option<Instant>>) {
+        let lease_ms = i64::try_from(self.lease.as_millis()).unwrap_or(i64::MAX);
+        loop {
+            tokio::time::sleep(self.lease / 3).await;
+            let asked = Instant::now();
+            let kept = async {
+                let mut conn = self.pool.acquire().await?;
+                DB::relay_renew(&mut conn, &self.outbox.relay, lease.token, lease_ms).await
+            };
+            match kept.await {
+                Ok(true) => *renewed.lock().unwrap_or_else(|p| p.into_inner()) = Some(asked),
+                Ok(false) => return,
+                // The database is down: the lease runs out by itself; the stamp will tell.
+                Err(err) => {
+                    tracing::debug!(error = %err, "outbox relay could not renew its lease mid-round")
+                }
+            }
+        }
     }
 
     /// Renews an idle relay's lease once a third of it has gone by.
@@ -375,25 +647,29 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
             Some(held) if kept => held.renewed(asked),
             _ => {
                 progress.lease = None;
+                progress.held.clear();
                 self.lost(lease);
             }
         }
         Ok(())
     }
 
-    /// Adds a stamped batch to the totals and the metrics.
-    fn count(&self, settled: &Settled, totals: &mut Relayed) {
+    /// Adds a settled batch to the totals and the metrics.
+    fn count(&self, settled: &Settled, dead: &[(PendingRow, String)], totals: &mut Relayed) {
         let table = self.outbox.table().to_string();
         let published = settled.stamp.len() as u64;
         totals.published += published;
         totals.duplicates += settled.duplicates;
         totals.failures += settled.failures;
+        totals.dead_lettered += dead.len() as u64;
         metrics::counter!("guestlist_outbox_published_total", "table" => table.clone())
             .increment(published);
         metrics::counter!("guestlist_outbox_broker_duplicates_total", "table" => table.clone())
             .increment(settled.duplicates);
-        metrics::counter!("guestlist_outbox_publish_failures_total", "table" => table)
+        metrics::counter!("guestlist_outbox_publish_failures_total", "table" => table.clone())
             .increment(settled.failures);
+        metrics::counter!("guestlist_outbox_dead_lettered_total", "table" => table)
+            .increment(dead.len() as u64);
     }
 
     /// Logs a lease another relay took over.
@@ -415,10 +691,10 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
         }
     }
 
-    /// Opens the connections the relay uses at once (the round's, the stamp's, the backlog
-    /// reader's) before it publishes, so that none is opened mid-stream: on a busy machine a
-    /// new connection (TLS, authentication, a server process) costs tens of milliseconds, and a
-    /// thin stream's messages would wait for it.
+    /// Opens the connections the relay uses at once (the round's, the stamp's, the lease's
+    /// mid-round renewal, the backlog reader's) before it publishes, so that none is opened
+    /// mid-stream: on a busy machine a new connection (TLS, authentication, a server process)
+    /// costs tens of milliseconds, and a thin stream's messages would wait for it.
     async fn warm_up(&self) {
         let wanted = self
             .pool
@@ -463,12 +739,31 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
     }
 }
 
+/// What a batch's publish came to.
+#[derive(Default)]
+struct Publication {
+    outcomes: Vec<Option<Result<Confirmed, PublishError>>>,
+    /// The confirm timeout ran out first.
+    timed_out: bool,
+    /// The lease was lost while the round waited.
+    lost: bool,
+    /// The last time the lease was renewed while the round waited.
+    renewed_at: Option<Instant>,
+}
+
+/// How the wait for a batch's confirmations ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    Confirmed,
+    TimedOut,
+    LeaseLost,
+}
+
 /// How often the holder reads the backlog for its gauges.
 const BACKLOG_EVERY: Duration = Duration::from_secs(5);
-/// Connections a running relay may use at once: a round's, a stamp's, the backlog reader's.
-const WARM_CONNECTIONS: u32 = 3;
-/// The longest pause between failed rounds.
-const MAX_PAUSE: Duration = Duration::from_secs(5);
+/// Connections a running relay may use at once: a round's, a stamp's, the lease's mid-round
+/// renewal, the backlog reader's.
+const WARM_CONNECTIONS: u32 = 4;
 
 /// Sets the gauges of what is pending in `outbox`.
 async fn report_backlog<DB: Backend>(pool: sqlx::Pool<DB>, outbox: Outbox<DB>) {
@@ -486,13 +781,6 @@ async fn report_backlog<DB: Backend>(pool: sqlx::Pool<DB>, outbox: Outbox<DB>) {
         }
         Err(err) => tracing::debug!(error = %err, "outbox backlog not read"),
     }
-}
-
-/// The pause to wait now, doubling the next one up to [`MAX_PAUSE`].
-fn backed_off(pause: &mut Duration) -> Duration {
-    let now = *pause;
-    *pause = (now * 2).min(MAX_PAUSE);
-    now
 }
 
 /// Whether `shutdown` has completed, without waiting for it.
@@ -513,92 +801,5 @@ fn message(row: &PendingRow) -> OutboxMessage {
         seq: row.seq,
         headers: OutboxMessage::decode_headers(row.headers.as_deref()),
         payload: row.payload.clone(),
-    }
-}
-
-/// A batch's outcomes, sorted into what may be stamped and what stays pending.
-struct Settled {
-    /// Rows confirmed, with every earlier row of their ordering key in the batch confirmed.
-    stamp: Vec<i64>,
-    duplicates: u64,
-    failures: u64,
-    error: Option<PublishError>,
-}
-
-impl Settled {
-    /// Sorts `outcomes`, one per row in order (missing ones count as unconfirmed: the round
-    /// ran out of lease waiting for them).
-    fn sort(rows: &[PendingRow], outcomes: Vec<Result<Confirmed, PublishError>>) -> Self {
-        let mut settled = Self {
-            stamp: Vec::with_capacity(rows.len()),
-            duplicates: 0,
-            failures: 0,
-            error: None,
-        };
-        let mut outcomes = outcomes.into_iter();
-        let mut held_back: HashSet<&str> = HashSet::new();
-        for row in rows {
-            let key = row.ordering_key.as_deref();
-            let outcome = outcomes.next().unwrap_or_else(|| {
-                Err(PublishError::new(
-                    "no confirmation before the relay's lease ran out",
-                ))
-            });
-            match outcome {
-                Ok(confirmed) if key.is_none_or(|key| !held_back.contains(key)) => {
-                    settled.stamp.push(row.id);
-                    settled.duplicates += u64::from(confirmed == Confirmed::Duplicate);
-                }
-                // Confirmed, but an earlier message of its key was not: it goes again after it.
-                Ok(_) => {}
-                Err(err) => {
-                    settled.failures += 1;
-                    settled.error.get_or_insert(err);
-                    if let Some(key) = key {
-                        held_back.insert(key);
-                    }
-                }
-            }
-        }
-        settled
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn row(id: i64, key: Option<&str>) -> PendingRow {
-        PendingRow {
-            id,
-            message_id: format!("m{id}"),
-            topic: "t".into(),
-            ordering_key: key.map(str::to_owned),
-            seq: id,
-            headers: None,
-            payload: Vec::new(),
-        }
-    }
-
-    #[test]
-    fn a_message_not_confirmed_holds_back_its_keys_later_messages_only() {
-        let rows = [
-            row(1, Some("a")),
-            row(2, Some("b")),
-            row(3, Some("a")),
-            row(4, None),
-            row(5, Some("b")),
-        ];
-        let outcomes = vec![
-            Err(PublishError::new("timed out")),
-            Ok(Confirmed::New),
-            Ok(Confirmed::New),
-            Ok(Confirmed::Duplicate),
-        ];
-        let settled = Settled::sort(&rows, outcomes);
-        // 1 failed, so 3 (same key) waits; 5 had no outcome at all.
-        assert_eq!(settled.stamp, vec![2, 4]);
-        assert_eq!((settled.duplicates, settled.failures), (1, 2));
-        assert_eq!(settled.error.unwrap().to_string(), "timed out");
     }
 }

@@ -19,6 +19,7 @@ impl<DB: Fixture> Setup<DB> {
         for table in [
             format!("{}_keys", outbox.table()),
             format!("{}_relay", outbox.table()),
+            format!("{}_dead", outbox.table()),
             outbox.table().to_string(),
         ] {
             database.exec(format!("DROP TABLE IF EXISTS {table}")).await;

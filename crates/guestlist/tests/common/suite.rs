@@ -904,6 +904,13 @@ pub async fn a_deadlock_in_the_work_is_retried<DB: Fixture>(name: &str) {
     })
     .await;
     deadlock_story(&h, "thiserror", PickError::from).await;
+    // As WorkError's doc recommends for a boxed error: anyhow's from_boxed, whose chain shows
+    // the driver's own error and skips the sqlx::Error around it.
+    deadlock_story(&h, "from_boxed", |err| {
+        let boxed: Box<dyn std::error::Error + Send + Sync> = Box::new(err);
+        anyhow::Error::from_boxed(boxed)
+    })
+    .await;
 }
 
 /// Two handlers update orders 1 and 2 in opposite orders, meeting in the middle on their first

@@ -64,6 +64,12 @@ impl RelayStatements for MySql {
          CAST(message_id AS CHAR) AS message_id, CAST(topic AS CHAR) AS topic, \
          CAST(ordering_key AS CHAR) AS ordering_key, seq, headers, payload \
          FROM {table} WHERE published_at IS NULL{exclude} ORDER BY id LIMIT ?";
+    const RELAY_BURY: &'static str = "INSERT IGNORE INTO {table}_dead \
+         (id, message_id, topic, ordering_key, seq, headers, payload, created_at, reason) \
+         SELECT id, message_id, topic, ordering_key, seq, headers, payload, created_at, ? \
+         FROM {table} WHERE id = ? AND published_at IS NULL";
+    const RELAY_UNPEND: &'static str = "DELETE FROM {table} WHERE id = ? AND published_at IS NULL";
+    const HEX_KEY: (&'static str, &'static str) = ("X'", "'");
     // Followed by the literal id list; run after the renewal, on its transaction.
     const RELAY_STAMP: &'static str =
         "UPDATE {table} SET published_at = UTC_TIMESTAMP(6) WHERE id IN ";
@@ -105,5 +111,5 @@ impl RelayStatements for MySql {
     }
 
     crate::backend::relay::relay_with_literal_lists!(MySqlConnection, MySql);
-    crate::backend::relay::relay_same_everywhere!(MySqlConnection);
+    crate::backend::relay::relay_same_everywhere!(MySqlConnection, MySql);
 }

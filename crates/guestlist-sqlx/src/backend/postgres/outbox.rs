@@ -33,7 +33,12 @@ impl RelayStatements for Postgres {
          SET holder = NULL, lease_until = '-infinity' WHERE shard = 0 AND token = $1";
     const RELAY_PENDING: &'static str = "SELECT id, message_id, topic, ordering_key, seq, \
          headers, payload FROM {table} WHERE published_at IS NULL AND id <> ALL($2) \
-         ORDER BY id LIMIT $1";
+         AND (ordering_key IS NULL OR ordering_key <> ALL($3)) ORDER BY id LIMIT $1";
+    const RELAY_BURY: &'static str = "INSERT INTO {table}_dead \
+         (id, message_id, topic, ordering_key, seq, headers, payload, created_at, reason) \
+         SELECT id, message_id, topic, ordering_key, seq, headers, payload, created_at, $1 \
+         FROM {table} WHERE id = $2 AND published_at IS NULL ON CONFLICT (id) DO NOTHING";
+    const RELAY_UNPEND: &'static str = "DELETE FROM {table} WHERE id = $1 AND published_at IS NULL";
     // The lease's renewal and the stamp in one statement: the renewal locks the lease's row, so
     // a take-over waits for the stamp or the stamp finds the lease gone and stamps nothing.
     const RELAY_STAMP: &'static str = "WITH lease AS (UPDATE {table}_relay \
@@ -60,10 +65,12 @@ impl RelayStatements for Postgres {
         sql: &'c RelaySql,
         limit: i64,
         exclude: &'c [i64],
+        held: &'c [String],
     ) -> Result<Vec<PendingRow>, sqlx::Error> {
         let columns = sqlx::query_as(AssertSqlSafe(sql.pending.clone()))
             .bind(limit)
             .bind(exclude)
+            .bind(held)
             .fetch_all(conn)
             .await?;
         Ok(pending_rows(columns))
@@ -84,7 +91,7 @@ impl RelayStatements for Postgres {
             .await
     }
 
-    crate::backend::relay::relay_same_everywhere!(PgConnection);
+    crate::backend::relay::relay_same_everywhere!(PgConnection, Postgres);
 
     async fn listen<'p>(pool: &'p sqlx::PgPool, channel: &'p str) -> Result<Wake, sqlx::Error> {
         let mut listener = PgListener::connect_with(pool).await?;

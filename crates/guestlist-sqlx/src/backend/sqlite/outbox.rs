@@ -31,6 +31,12 @@ impl RelayStatements for Sqlite {
          WHERE shard = 0 AND token = ?1";
     const RELAY_PENDING: &'static str = "SELECT id, message_id, topic, ordering_key, seq, \
          headers, payload FROM {table} WHERE published_at IS NULL{exclude} ORDER BY id LIMIT ?1";
+    const RELAY_BURY: &'static str = "INSERT INTO {table}_dead \
+         (id, message_id, topic, ordering_key, seq, headers, payload, created_at, reason) \
+         SELECT id, message_id, topic, ordering_key, seq, headers, payload, created_at, ?1 \
+         FROM {table} WHERE id = ?2 AND published_at IS NULL ON CONFLICT (id) DO NOTHING";
+    const RELAY_UNPEND: &'static str = "DELETE FROM {table} WHERE id = ?1 AND published_at IS NULL";
+    const HEX_KEY: (&'static str, &'static str) = ("CAST(X'", "' AS TEXT)");
     // Followed by the literal id list; run after the renewal, on its transaction.
     const RELAY_STAMP: &'static str = "UPDATE {table} \
          SET published_at = strftime('%Y-%m-%d %H:%M:%f', 'now') WHERE id IN ";
@@ -48,5 +54,5 @@ impl RelayStatements for Sqlite {
 
     crate::backend::relay::relay_take_returning!(SqliteConnection);
     crate::backend::relay::relay_with_literal_lists!(SqliteConnection, Sqlite);
-    crate::backend::relay::relay_same_everywhere!(SqliteConnection);
+    crate::backend::relay::relay_same_everywhere!(SqliteConnection, Sqlite);
 }
