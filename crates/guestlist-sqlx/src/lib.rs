@@ -49,8 +49,8 @@ pub use inbox::{
 pub use keys::{BatchBackend, BatchedKeyStore};
 pub use keys::{KeyHashing, KeyRecord, KeyState, KeyStats, Sealing, SqlKeyStore};
 pub use outbox::{
-    Confirmed, Enqueued, Outbox, OutboxMessage, OutboxStats, Outcomes, Outgoing, Publish,
-    PublishError, Relay, RelayLease, Relayed,
+    Confirmed, DeadLetter, Enqueued, Outbox, OutboxMessage, OutboxStats, Outcomes, Outgoing,
+    Publish, PublishError, Relay, RelayLease, Relayed,
 };
 pub use purge::{Purge, Purgeable, Purged};
 pub use purger::{Purger, PurgerHandle};

@@ -24,6 +24,16 @@ pub trait Broker: Send + Sync + Sized + 'static {
     const MISSING_TOPIC_ADVICE: &'static str;
 
     /// A fresh queue for the test `tag`; `ack_wait` where the broker has one.
+    /// Whether a topic the broker takes nowhere ([`Broker::nowhere`]) is refused for good
+    /// (an invalid name), rather than until a queue or stream appears for it.
+    const NOWHERE_FOR_GOOD: bool = false;
+    /// A body the broker never takes, in bytes; `None` where that is more than every database
+    /// here holds in one statement (RabbitMQ's 16 MiB): such a broker is given a header name
+    /// it cannot carry instead.
+    const TOO_LARGE: Option<usize> = Some(1_100_000);
+    /// Messages a relay story publishes beside the one it refuses, on PostgreSQL (a fifth of
+    /// it elsewhere).
+    const RELAY_STORY_EVENTS: usize = 1_000;
     fn open(tag: &str, ack_wait: Duration) -> impl Future<Output = Self> + Send;
     /// The same queue, from another process.
     fn attach(tag: &str, ack_wait: Duration) -> impl Future<Output = Self> + Send;
@@ -322,6 +332,7 @@ impl Broker for Rabbit {
     const DEDUPLICATES: bool = false;
     const REDELIVERS_IN_TIME: bool = false;
     const MISSING_TOPIC_ADVICE: &'static str = "bind a queue";
+    const TOO_LARGE: Option<usize> = None;
 
     fn topic(&self) -> String {
         self.queue.clone()

@@ -185,6 +185,7 @@ impl Broker for Kafka {
     const DEDUPLICATES: bool = false;
     const REDELIVERS_IN_TIME: bool = false;
     const MISSING_TOPIC_ADVICE: &'static str = "at most 249";
+    const NOWHERE_FOR_GOOD: bool = true;
 
     fn topic(&self) -> String {
         self.topic.clone()

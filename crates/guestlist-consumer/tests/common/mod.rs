@@ -7,6 +7,7 @@ pub mod brokers;
 pub mod held_acks;
 pub mod kafka;
 pub mod relay;
+pub mod relay_refusals;
 pub mod sqs;
 pub mod suite;
 
@@ -79,6 +80,12 @@ macro_rules! relay_suite {
                 two_relays_one_killed_again_and_again_keep_each_keys_order,
                 a_message_no_queue_takes_stays_pending_and_shows_in_the_metrics,
             );
+            $crate::relay_suite!(@refusals $m, $broker, $db;
+                a_refused_message_holds_back_its_own_key_and_the_rest_go_out_once,
+                a_message_never_taken_is_dead_lettered_and_the_rest_go_out_once,
+                a_round_that_outlasts_its_lease_stamps_what_was_confirmed,
+                a_refused_messages_retries_back_off_doubling,
+            );
 
             /// Not a test on its own: the relay the SIGKILL and SIGSTOP tests hold mid-batch.
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -100,6 +107,13 @@ macro_rules! relay_suite {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $name() {
                 common::relay::$name::<$broker, $db>(concat!(stringify!($m), "_", stringify!($name))).await;
+            }
+        )*
+    };    (@refusals $m:ident, $broker:ty, $db:ty; $($name:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                common::relay_refusals::$name::<$broker, $db>(concat!(stringify!($m), "_", stringify!($name))).await;
             }
         )*
     };

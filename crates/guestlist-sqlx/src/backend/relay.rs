@@ -34,6 +34,14 @@ pub struct RelaySql {
     pub(crate) bury: Arc<str>,
     /// Deletes a pending row once buried: its id.
     pub(crate) unpend: Arc<str>,
+    /// The outgoing dead letters, oldest first: limit.
+    pub(crate) dead_list: Arc<str>,
+    /// Puts a dead letter back in the outbox, as a new pending row: its id.
+    pub(crate) dead_retry: Arc<str>,
+    /// Deletes a dead letter: its id.
+    pub(crate) dead_drop: Arc<str>,
+    /// How many dead letters there are.
+    pub(crate) dead_count: Arc<str>,
     /// Pending rows and the oldest one's age (ms).
     pub(crate) backlog: Arc<str>,
     /// Rows, pending rows, the oldest pending one's age (ms), table size (bytes).
@@ -55,6 +63,10 @@ impl RelaySql {
             stamp: fill(DB::RELAY_STAMP),
             bury: fill(DB::RELAY_BURY),
             unpend: fill(DB::RELAY_UNPEND),
+            dead_list: fill(DB::DEAD_LIST),
+            dead_retry: fill(DB::DEAD_RETRY),
+            dead_drop: fill(DB::DEAD_DROP),
+            dead_count: fill(DB::DEAD_COUNT),
             backlog: fill(DB::OUTBOX_BACKLOG),
             stats: fill(DB::OUTBOX_STATS),
             lease: fill(DB::RELAY_LEASE),
@@ -109,6 +121,20 @@ pub(crate) fn pending_rows(columns: Vec<PendingColumns>) -> Vec<PendingRow> {
 #[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
 pub type OutboxStatsRow = (i64, i64, Option<i64>, Option<i64>);
 
+/// A dead letter as read: id, message id, topic, ordering key, seq, reason, age (ms), body
+/// bytes.
+#[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
+pub type DeadRow = (
+    i64,
+    String,
+    String,
+    Option<String>,
+    i64,
+    String,
+    Option<i64>,
+    i64,
+);
+
 /// The lease as read: token, holder, milliseconds left (negative once expired).
 #[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
 pub type LeaseRow = (i64, Option<String>, Option<i64>);
@@ -132,6 +158,15 @@ pub trait RelayStatements: OutboxStatements {
     const RELAY_BURY: &'static str;
     /// Template of [`RelaySql::unpend`].
     const RELAY_UNPEND: &'static str;
+    /// Template of [`RelaySql::dead_list`]: id, message id, topic, ordering key, seq, reason,
+    /// age (ms), body bytes.
+    const DEAD_LIST: &'static str;
+    /// Template of [`RelaySql::dead_retry`].
+    const DEAD_RETRY: &'static str;
+    /// Template of [`RelaySql::dead_drop`].
+    const DEAD_DROP: &'static str = "DELETE FROM {table}_dead WHERE id = $1";
+    /// Template of [`RelaySql::dead_count`].
+    const DEAD_COUNT: &'static str = "SELECT COUNT(*) FROM {table}_dead";
     /// How a held ordering key is written into the text where a list cannot be bound: the
     /// text before and after its bytes in hex (SQLite, MySQL); unused where it is bound.
     const HEX_KEY: (&'static str, &'static str) = ("", "");
@@ -196,6 +231,34 @@ pub trait RelayStatements: OutboxStatements {
         lease_ms: i64,
         ids: &'c [i64],
     ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send + 'c;
+
+    /// The oldest `limit` dead letters.
+    fn dead_list<'c>(
+        conn: &'c mut Self::Connection,
+        sql: &'c RelaySql,
+        limit: i64,
+    ) -> impl Future<Output = Result<Vec<DeadRow>, sqlx::Error>> + Send + 'c;
+
+    /// Puts the dead letter `id` back in the outbox (a new pending row, published after what is
+    /// pending now) and deletes it: `false` when there is no such dead letter.
+    fn dead_retry<'c>(
+        conn: &'c mut Self::Connection,
+        sql: &'c RelaySql,
+        id: i64,
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send + 'c;
+
+    /// Deletes the dead letter `id`: `false` when there is none.
+    fn dead_drop<'c>(
+        conn: &'c mut Self::Connection,
+        sql: &'c RelaySql,
+        id: i64,
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send + 'c;
+
+    /// How many dead letters there are.
+    fn dead_count<'c>(
+        conn: &'c mut Self::Connection,
+        sql: &'c RelaySql,
+    ) -> impl Future<Output = Result<i64, sqlx::Error>> + Send + 'c;
 
     /// Pending rows and the oldest one's age (ms).
     fn outbox_backlog<'c>(
@@ -392,6 +455,60 @@ macro_rules! relay_same_everywhere {
                 .execute(conn)
                 .await?;
             Ok(())
+        }
+
+        async fn dead_list<'c>(
+            conn: &'c mut $conn,
+            sql: &'c $crate::backend::relay::RelaySql,
+            limit: i64,
+        ) -> Result<Vec<$crate::backend::relay::DeadRow>, sqlx::Error> {
+            sqlx::query_as(sqlx::AssertSqlSafe(sql.dead_list.clone()))
+                .bind(limit)
+                .fetch_all(conn)
+                .await
+        }
+
+        async fn dead_retry<'c>(
+            conn: &'c mut $conn,
+            sql: &'c $crate::backend::relay::RelaySql,
+            id: i64,
+        ) -> Result<bool, sqlx::Error> {
+            use sqlx::Connection;
+            let mut tx = conn.begin().await?;
+            let back = sqlx::query(sqlx::AssertSqlSafe(sql.dead_retry.clone()))
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+            if back.rows_affected() == 0 {
+                return Ok(false);
+            }
+            sqlx::query(sqlx::AssertSqlSafe(sql.dead_drop.clone()))
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            Ok(true)
+        }
+
+        async fn dead_drop<'c>(
+            conn: &'c mut $conn,
+            sql: &'c $crate::backend::relay::RelaySql,
+            id: i64,
+        ) -> Result<bool, sqlx::Error> {
+            let done = sqlx::query(sqlx::AssertSqlSafe(sql.dead_drop.clone()))
+                .bind(id)
+                .execute(conn)
+                .await?;
+            Ok(done.rows_affected() == 1)
+        }
+
+        async fn dead_count<'c>(
+            conn: &'c mut $conn,
+            sql: &'c $crate::backend::relay::RelaySql,
+        ) -> Result<i64, sqlx::Error> {
+            sqlx::query_scalar(sqlx::AssertSqlSafe(sql.dead_count.clone()))
+                .fetch_one(conn)
+                .await
         }
 
         async fn outbox_backlog<'c>(

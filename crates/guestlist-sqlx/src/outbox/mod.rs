@@ -10,6 +10,7 @@ use crate::backend::{Backend, OutboxRow, OutboxSql, RelaySql, TableSql};
 use crate::purge::{Purge, Purgeable, sealed};
 use crate::{Error, keys::new_token};
 
+mod dead;
 mod held;
 mod lease;
 mod outgoing;
@@ -19,6 +20,7 @@ mod settle;
 mod stats;
 mod wake;
 
+pub use dead::DeadLetter;
 pub use outgoing::Outgoing;
 pub use publish::{Confirmed, OutboxMessage, Outcomes, Publish, PublishError};
 pub use relay::{Relay, Relayed};
@@ -127,8 +129,8 @@ impl<DB: Backend> Outbox<DB> {
         }
     }
 
-    /// The table that holds the messages (with `<table>_keys` for the ordering keys' places
-    /// and `<table>_relay` for the relays' lease).
+    /// The table that holds the messages (with `<table>_keys` for the ordering keys' places,
+    /// `<table>_relay` for the relays' lease and `<table>_dead` for the outgoing dead letters).
     pub fn table(&self) -> &TableName {
         &self.sql.common.table
     }

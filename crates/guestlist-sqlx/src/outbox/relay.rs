@@ -781,6 +781,13 @@ async fn report_backlog<DB: Backend>(pool: sqlx::Pool<DB>, outbox: Outbox<DB>) {
         }
         Err(err) => tracing::debug!(error = %err, "outbox backlog not read"),
     }
+    match outbox.dead_count(&pool).await {
+        Ok(dead) => {
+            metrics::gauge!("guestlist_outbox_dead", "table" => outbox.table().to_string())
+                .set(dead as f64);
+        }
+        Err(err) => tracing::debug!(error = %err, "outbox dead letters not counted"),
+    }
 }
 
 /// Whether `shutdown` has completed, without waiting for it.

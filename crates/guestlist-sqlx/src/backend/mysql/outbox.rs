@@ -64,6 +64,14 @@ impl RelayStatements for MySql {
          CAST(message_id AS CHAR) AS message_id, CAST(topic AS CHAR) AS topic, \
          CAST(ordering_key AS CHAR) AS ordering_key, seq, headers, payload \
          FROM {table} WHERE published_at IS NULL{exclude} ORDER BY id LIMIT ?";
+    const DEAD_LIST: &'static str = "SELECT id, CAST(message_id AS CHAR), CAST(topic AS CHAR), CAST(ordering_key AS CHAR), seq, reason, \
+         CAST(TIMESTAMPDIFF(MICROSECOND, dead_at, UTC_TIMESTAMP(6)) DIV 1000 AS SIGNED), CAST(LENGTH(payload) AS SIGNED) \
+         FROM {table}_dead ORDER BY id LIMIT ?";
+    const DEAD_RETRY: &'static str = "INSERT INTO {table} \
+         (message_id, topic, ordering_key, seq, headers, payload) \
+         SELECT message_id, topic, ordering_key, seq, headers, payload \
+         FROM {table}_dead WHERE id = ?";
+    const DEAD_DROP: &'static str = "DELETE FROM {table}_dead WHERE id = ?";
     const RELAY_BURY: &'static str = "INSERT IGNORE INTO {table}_dead \
          (id, message_id, topic, ordering_key, seq, headers, payload, created_at, reason) \
          SELECT id, message_id, topic, ordering_key, seq, headers, payload, created_at, ? \

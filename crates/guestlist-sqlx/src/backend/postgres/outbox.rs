@@ -34,6 +34,13 @@ impl RelayStatements for Postgres {
     const RELAY_PENDING: &'static str = "SELECT id, message_id, topic, ordering_key, seq, \
          headers, payload FROM {table} WHERE published_at IS NULL AND id <> ALL($2) \
          AND (ordering_key IS NULL OR ordering_key <> ALL($3)) ORDER BY id LIMIT $1";
+    const DEAD_LIST: &'static str = "SELECT id, message_id, topic, ordering_key, seq, reason, \
+         (EXTRACT(EPOCH FROM (now() - dead_at)) * 1000)::bigint, length(payload)::bigint \
+         FROM {table}_dead ORDER BY id LIMIT $1";
+    const DEAD_RETRY: &'static str = "INSERT INTO {table} \
+         (message_id, topic, ordering_key, seq, headers, payload) \
+         SELECT message_id, topic, ordering_key, seq, headers, payload \
+         FROM {table}_dead WHERE id = $1";
     const RELAY_BURY: &'static str = "INSERT INTO {table}_dead \
          (id, message_id, topic, ordering_key, seq, headers, payload, created_at, reason) \
          SELECT id, message_id, topic, ordering_key, seq, headers, payload, created_at, $1 \

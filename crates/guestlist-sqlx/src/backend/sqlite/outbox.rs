@@ -31,6 +31,14 @@ impl RelayStatements for Sqlite {
          WHERE shard = 0 AND token = ?1";
     const RELAY_PENDING: &'static str = "SELECT id, message_id, topic, ordering_key, seq, \
          headers, payload FROM {table} WHERE published_at IS NULL{exclude} ORDER BY id LIMIT ?1";
+    const DEAD_LIST: &'static str = "SELECT id, message_id, topic, ordering_key, seq, reason, \
+         CAST(round((julianday('now') - julianday(dead_at)) * 86400000.0) AS INTEGER), length(payload) \
+         FROM {table}_dead ORDER BY id LIMIT ?1";
+    const DEAD_RETRY: &'static str = "INSERT INTO {table} \
+         (message_id, topic, ordering_key, seq, headers, payload) \
+         SELECT message_id, topic, ordering_key, seq, headers, payload \
+         FROM {table}_dead WHERE id = ?1";
+    const DEAD_DROP: &'static str = "DELETE FROM {table}_dead WHERE id = ?1";
     const RELAY_BURY: &'static str = "INSERT INTO {table}_dead \
          (id, message_id, topic, ordering_key, seq, headers, payload, created_at, reason) \
          SELECT id, message_id, topic, ordering_key, seq, headers, payload, created_at, ?1 \

@@ -1,0 +1,410 @@
+//! The relay's failure stories, on every broker and database: a message the broker refuses
+//! touches its own ordering key only, a message it can never take is dead-lettered at once, a
+//! round that outlasts its lease keeps what was confirmed, and refusals back off.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use guestlist_core::{MessageId, OrderingKey, Topic};
+use guestlist_sqlx::{OutboxMessage, Outcomes, Outgoing, Publish, Relayed};
+use guestlist_testkit::Fixture;
+use tokio::sync::oneshot;
+
+use super::brokers::{Broker, Received};
+use super::relay::Line;
+use super::suite::order_paid;
+
+impl<B: Broker, DB: Fixture> Line<B, DB> {
+    /// Enqueues the OrderPaid event `id` for `topic` (the test's own when `None`) on `key`.
+    pub async fn enqueue_to(&self, topic: Option<&str>, id: &str, key: Option<&str>) {
+        self.enqueue_payload(topic, id, key, order_paid(id)).await;
+    }
+
+    /// Enqueues `payload` as message `id` for `topic` on `key`, and commits it.
+    pub async fn enqueue_payload(
+        &self,
+        topic: Option<&str>,
+        id: &str,
+        key: Option<&str>,
+        payload: Vec<u8>,
+    ) {
+        let topic = topic.map_or_else(|| self.rig.broker.topic(), str::to_owned);
+        let mut message =
+            Outgoing::new(Topic::new(topic).unwrap(), payload).id(MessageId::new(id).unwrap());
+        if let Some(key) = key {
+            message = message.ordering_key(OrderingKey::new(key).unwrap());
+        }
+        let mut tx = self.rig.db.pool.begin().await.unwrap();
+        assert!(self.outbox.enqueue(&mut *tx, &message).await.unwrap().added);
+        tx.commit().await.unwrap();
+    }
+
+    /// Runs `relay`-like settings until `done` holds (at most a minute), then `linger` more,
+    /// and stops it.
+    pub async fn run_relay<P, F, Fut>(
+        &self,
+        relay: guestlist_sqlx::Relay<DB, P>,
+        linger: Duration,
+        done: F,
+    ) -> Relayed
+    where
+        P: Publish + 'static,
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
+        let (stop, stopped) = oneshot::channel::<()>();
+        let running = tokio::spawn(async move {
+            relay
+                .run(async move {
+                    let _ = stopped.await;
+                })
+                .await
+        });
+        self.rig
+            .until(Duration::from_secs(60), "the relay got there", done)
+            .await;
+        tokio::time::sleep(linger).await;
+        stop.send(()).unwrap();
+        running.await.unwrap().unwrap()
+    }
+}
+
+/// How many times each id reached the broker, and each key's places in the order the broker
+/// holds them.
+fn tally(received: &[Received]) -> (HashMap<String, usize>, BTreeMap<String, Vec<i64>>) {
+    let mut copies: HashMap<String, usize> = HashMap::new();
+    let mut places: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    for message in received {
+        *copies.entry(message.id.clone()).or_default() += 1;
+        if let Some(key) = &message.key {
+            places.entry(key.clone()).or_default().push(message.seq);
+        }
+    }
+    (copies, places)
+}
+
+/// Key `stuck`'s head goes to a topic the broker takes nowhere, its five followers to the
+/// test's topic; 31 messages without a key go nowhere too (a topic deployed before its
+/// stream); 10 messages on other keys go to the test's topic. Batches of 20, so that the
+/// refused messages fill whole batches. The followers sent in the head's own batch (the relay
+/// pipelines a batch) are stamped and never sent again; five more, enqueued once the head was
+/// refused, wait behind it until it is dead-lettered, then go out; every message reaches the
+/// broker once.
+pub async fn a_refused_message_holds_back_its_own_key_and_the_rest_go_out_once<
+    B: Broker,
+    DB: Fixture,
+>(
+    name: &str,
+) {
+    let line = Line::<B, DB>::open(name).await;
+    let nowhere = line.rig.broker.nowhere(&line.rig.tag);
+    line.enqueue_to(Some(&nowhere), "evt_head", Some("stuck"))
+        .await;
+    for n in 0..5 {
+        line.enqueue_to(None, &format!("evt_follow_{n}"), Some("stuck"))
+            .await;
+    }
+    for n in 0..31 {
+        line.enqueue_to(Some(&nowhere), &format!("evt_lost_{n}"), None)
+            .await;
+    }
+    for n in 0..10 {
+        line.enqueue_to(None, &format!("evt_good_{n}"), Some(&format!("good-{n}")))
+            .await;
+    }
+    let table = line.outbox.table().to_string();
+    let stamped = || async {
+        line.rig
+            .db
+            .scalar(format!(
+                "SELECT count(*) FROM {table} WHERE published_at IS NOT NULL"
+            ))
+            .await
+    };
+
+    // The refused keep being refused: the fifteen others go out and are stamped meanwhile.
+    let patient = line
+        .relay(line.rig.broker.publisher().await, Duration::from_secs(30))
+        .batch(20)
+        .max_attempts(1_000)
+        .backoff(Duration::from_millis(100), Duration::from_millis(400));
+    let (stop, stopped) = oneshot::channel::<()>();
+    let running = tokio::spawn(async move {
+        patient
+            .run(async move {
+                let _ = stopped.await;
+            })
+            .await
+    });
+    let expected = if B::NOWHERE_FOR_GOOD { 20 } else { 15 };
+    line.rig
+        .until(
+            Duration::from_secs(60),
+            "the good ones are stamped",
+            || async { stamped().await >= 15 },
+        )
+        .await;
+    for n in 0..5 {
+        line.enqueue_to(None, &format!("evt_late_{n}"), Some("stuck"))
+            .await;
+    }
+    if B::NOWHERE_FOR_GOOD {
+        line.rig
+            .until(
+                Duration::from_secs(60),
+                "the late ones are stamped",
+                || async { stamped().await >= 20 },
+            )
+            .await;
+    }
+    // Retries come every 0.4 s at most: the late followers would have gone out by now.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    stop.send(()).unwrap();
+    let first = running.await.unwrap().unwrap();
+    assert_eq!(
+        first.published,
+        expected,
+        "{}: the others, and no follower enqueued behind the refused head: {first:?}",
+        B::LABEL
+    );
+    if !B::NOWHERE_FOR_GOOD {
+        assert_eq!(first.dead_lettered, 0, "{}: {first:?}", B::LABEL);
+        assert_eq!(
+            line.pending().await,
+            37,
+            "{}: the refused and the held",
+            B::LABEL
+        );
+    }
+
+    // Refused at once now: the head and the lost go to the dead letters, the late ones go out.
+    let hasty = line
+        .relay(line.rig.broker.publisher().await, Duration::from_secs(30))
+        .batch(20)
+        .max_attempts(1)
+        .backoff(Duration::from_millis(50), Duration::from_millis(100));
+    let second = line
+        .run_relay(hasty, Duration::from_millis(500), || async {
+            line.pending().await == 0
+        })
+        .await;
+    let relayed = first.published + second.published;
+    assert_eq!(relayed, 20, "{}: {first:?} then {second:?}", B::LABEL);
+    assert_eq!(
+        first.duplicates + second.duplicates,
+        0,
+        "{}: nothing was published twice",
+        B::LABEL
+    );
+    let dead = line
+        .outbox
+        .dead_letters(&line.rig.db.pool, 100)
+        .await
+        .unwrap();
+    assert_eq!(dead.len(), 32, "{}: the head and the 31 lost", B::LABEL);
+    for letter in &dead {
+        assert!(
+            letter.reason.contains(B::MISSING_TOPIC_ADVICE),
+            "{}: {}",
+            B::LABEL,
+            letter.reason
+        );
+        assert_eq!(letter.topic, nowhere);
+    }
+
+    let received = line.rig.broker.received().await;
+    let (copies, places) = tally(&received);
+    assert_eq!(received.len(), 20, "{}: each once: {copies:?}", B::LABEL);
+    assert!(copies.values().all(|n| *n == 1), "{}: {copies:?}", B::LABEL);
+    assert_eq!(
+        places.get("stuck"),
+        Some(&(2..=11).collect::<Vec<i64>>()),
+        "{}: the followers in their order",
+        B::LABEL
+    );
+}
+
+/// A message the broker can never take (too large for it, or an id it cannot carry), first on
+/// its key, among a thousand on other keys: it goes to the dead letters with why, at once, and
+/// every other message reaches the broker once, its key's followers included, in order.
+pub async fn a_message_never_taken_is_dead_lettered_and_the_rest_go_out_once<
+    B: Broker,
+    DB: Fixture,
+>(
+    name: &str,
+) {
+    let others: usize = if DB::LABEL == "PostgreSQL" {
+        1_000
+    } else {
+        200
+    };
+    let line = Line::<B, DB>::open(name).await;
+    match B::TOO_LARGE {
+        Some(bytes) => {
+            line.enqueue_payload(None, "evt_big", Some("big"), vec![b'x'; bytes])
+                .await
+        }
+        None => {
+            // A header name over AMQP's 255 bytes; and, where the column holds it, an id over
+            // them too, as another language's writer could put there (it used to panic).
+            let message = Outgoing::new(
+                Topic::new(line.rig.broker.topic()).unwrap(),
+                order_paid("evt_big"),
+            )
+            .id(MessageId::new("evt_big").unwrap())
+            .ordering_key(OrderingKey::new("big").unwrap())
+            .header("x".repeat(300), "too long a name");
+            let mut tx = line.rig.db.pool.begin().await.unwrap();
+            line.outbox.enqueue(&mut *tx, &message).await.unwrap();
+            tx.commit().await.unwrap();
+            if DB::LABEL != "MariaDB/MySQL" {
+                let long = "x".repeat(300);
+                line.rig
+                    .db
+                    .exec(format!(
+                        "UPDATE {} SET message_id = '{long}' WHERE message_id = 'evt_big'",
+                        line.outbox.table()
+                    ))
+                    .await;
+            }
+        }
+    }
+    for n in 0..2 {
+        line.enqueue_to(None, &format!("evt_after_{n}"), Some("big"))
+            .await;
+    }
+    for n in 0..others {
+        line.enqueue_to(None, &format!("evt_{n}"), Some(&format!("k-{}", n % 50)))
+            .await;
+    }
+    let relay = line
+        .relay(line.rig.broker.publisher().await, Duration::from_secs(30))
+        .batch(100);
+    let mut relayed = Relayed::default();
+    while line.pending().await > 0 {
+        let round = relay.drain().await.unwrap().expect("the lease is free");
+        relayed.published += round.published;
+        relayed.duplicates += round.duplicates;
+        relayed.dead_lettered += round.dead_lettered;
+    }
+    assert_eq!(relayed.dead_lettered, 1, "{}: {relayed:?}", B::LABEL);
+    assert_eq!(relayed.published as usize, others + 2, "{}", B::LABEL);
+    let dead = line
+        .outbox
+        .dead_letters(&line.rig.db.pool, 10)
+        .await
+        .unwrap();
+    assert_eq!(dead.len(), 1);
+    assert!(
+        dead[0].reason.starts_with("refused for good"),
+        "{}: {}",
+        B::LABEL,
+        dead[0].reason
+    );
+    assert_eq!(dead[0].ordering_key.as_deref(), Some("big"));
+
+    let received = line.rig.broker.received().await;
+    let (copies, places) = tally(&received);
+    assert_eq!(received.len(), others + 2, "{}: each once", B::LABEL);
+    assert!(copies.values().all(|n| *n == 1), "{}", B::LABEL);
+    assert_eq!(places.get("big"), Some(&vec![2, 3]), "{}", B::LABEL);
+    for (key, seqs) in &places {
+        assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{key}: {seqs:?}");
+    }
+
+    // Fixed or not, an operator puts it back; it is refused for good again, and stays dead.
+    assert!(
+        line.outbox
+            .retry_dead(&line.rig.db.pool, dead[0].id)
+            .await
+            .unwrap()
+    );
+    assert_eq!(line.pending().await, 1);
+    let again = relay.drain().await.unwrap().unwrap();
+    assert_eq!((again.published, again.dead_lettered), (0, 1));
+    let dead = line
+        .outbox
+        .dead_letters(&line.rig.db.pool, 10)
+        .await
+        .unwrap();
+    assert!(
+        line.outbox
+            .drop_dead(&line.rig.db.pool, dead[0].id)
+            .await
+            .unwrap()
+    );
+    assert_eq!(line.outbox.dead_count(&line.rig.db.pool).await.unwrap(), 0);
+}
+
+/// A real publisher whose confirmations reach the relay only after `hold`: a slow broker.
+struct Slow<P> {
+    inner: P,
+    hold: Duration,
+}
+
+impl<P: Publish> Publish for Slow<P> {
+    async fn publish(&self, messages: &[OutboxMessage], outcomes: &mut Outcomes) {
+        self.inner.publish(messages, outcomes).await;
+        tokio::time::sleep(self.hold).await;
+    }
+}
+
+/// A broker that takes longer to confirm a round than the relay's lease lasts: the relay
+/// renews the lease while it waits, and stamps every confirmed message, once.
+pub async fn a_round_that_outlasts_its_lease_stamps_what_was_confirmed<B: Broker, DB: Fixture>(
+    name: &str,
+) {
+    const EVENTS: i64 = 40;
+    let line = Line::<B, DB>::open(name).await;
+    for n in 0..EVENTS {
+        line.enqueue(&format!("evt_{n}"), &format!("order-{}", n % 4), true)
+            .await;
+    }
+    let slow = Slow {
+        inner: line.rig.broker.publisher().await,
+        hold: Duration::from_millis(1_600),
+    };
+    let relay = line.relay(slow, Duration::from_secs(1)).batch(50);
+    let relayed = relay
+        .drain()
+        .await
+        .unwrap_or_else(|err| panic!("{}: {err}", B::LABEL))
+        .expect("the lease is free");
+    assert_eq!(
+        relayed.published as i64,
+        EVENTS,
+        "{}: {relayed:?}",
+        B::LABEL
+    );
+    assert_eq!(relayed.leases_taken, 1, "the lease held through the round");
+    assert_eq!(line.pending().await, 0);
+    let received = line.rig.broker.received().await;
+    assert_eq!(received.len() as i64, EVENTS, "{}: each once", B::LABEL);
+}
+
+/// One message the broker keeps refusing: its retries wait 0.2 s, 0.4 s, 0.8 s, 1.6 s…, not a
+/// flat 0.2 s (16 tries in 3.2 s).
+pub async fn a_refused_messages_retries_back_off_doubling<B: Broker, DB: Fixture>(name: &str) {
+    if B::NOWHERE_FOR_GOOD {
+        return; // the broker refuses such a topic for good: dead at the first try
+    }
+    let line = Line::<B, DB>::open(name).await;
+    let nowhere = line.rig.broker.nowhere(&line.rig.tag);
+    line.enqueue_to(Some(&nowhere), "evt_refused", None).await;
+    let relay = line.relay(line.rig.broker.publisher().await, Duration::from_secs(30));
+    let started = Instant::now();
+    let relayed = line
+        .run_relay(relay, Duration::ZERO, || async {
+            started.elapsed() >= Duration::from_millis(3_200)
+        })
+        .await;
+    // Tries at 0, 0.2, 0.6, 1.4 and 3.0 s: five, give or take a round's own time.
+    assert!(
+        (2..=6).contains(&relayed.failures),
+        "{}: {} tries in 3.2 s",
+        B::LABEL,
+        relayed.failures
+    );
+    assert_eq!(relayed.dead_lettered, 0);
+    assert_eq!(line.pending().await, 1, "still pending, nothing lost");
+}
