@@ -5,8 +5,15 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 /// Exactly-once processing off the shelf: the guest list of handled message ids.
+///
+/// Create the tables (migrate), put idempotency keys in front of any HTTP service (gateway),
+/// publish an outbox to NATS JetStream, RabbitMQ, Kafka or SQS (relay) and tend its dead
+/// letters (outbox dead), purge old rows (purge), inspect keys and tables (keys, stats), and
+/// play the warehouse story (demo). Logs go to stderr; GUESTLIST_LOG sets the filter
+/// (`info`, `guestlist=debug`, ...): servers (gateway, relay) log at info by default, other
+/// commands at warn.
 #[derive(Debug, Parser)]
-#[command(name = "guestlist", version, about, long_about = None)]
+#[command(name = "guestlist", version, about, long_about)]
 pub(crate) struct Cli {
     #[command(subcommand)]
     pub(crate) command: Command,
@@ -44,9 +51,14 @@ pub(crate) enum Command {
     /// The key table's figures (rows, in flight, oldest, size), and the outbox's when there is
     /// one (pending, oldest pending, the relay holding the lease).
     Stats(crate::stats::StatsArgs),
-    /// Publish an outbox table's committed messages to NATS JetStream or RabbitMQ, each key's
-    /// in commit order, stamping each once the broker confirmed it.
+    /// Publish an outbox table's committed messages to NATS JetStream, RabbitMQ, Kafka or
+    /// Amazon SQS, each key's in commit order, stamping each once the broker confirmed it; a
+    /// message the broker refuses holds back its own key only, and goes to the outgoing dead
+    /// letters when refused for good.
     Relay(crate::relay::RelayArgs),
+    /// The outbox's dead letters: list them, put one back in the outbox, or drop one.
+    #[command(subcommand)]
+    Outbox(crate::outbox::OutboxCommand),
     /// Play the warehouse story: redeliveries, a second event, a race, a crash, and a crash after
     /// a charge to another service.
     Demo(DemoArgs),

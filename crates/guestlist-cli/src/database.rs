@@ -71,6 +71,24 @@ pub(crate) async fn connect_redis(url: &str) -> anyhow::Result<guestlist::redis:
         .with_context(|| format!("cannot connect to Redis at {}", redact(url)))
 }
 
+/// [`connect`] for a command that reads tables made before (the relay, the outbox's dead
+/// letters, stats): an SQLite file that is not there is refused, not created empty.
+pub(crate) async fn connect_existing(url: &str, max: u32) -> anyhow::Result<AnyPool> {
+    if Kind::of(url)? == Kind::Sqlite {
+        let options = guestlist::sqlite_options(url)?;
+        let path = options.get_filename();
+        if path != std::path::Path::new(":memory:") && !path.exists() {
+            bail!(
+                "no SQLite database at {}: pass --database URL (postgres://…, mysql://… or \
+                 sqlite:PATH), or create the tables first (`guestlist migrate`, and \
+                 `guestlist migrate --outbox` for an outbox)",
+                path.display()
+            );
+        }
+    }
+    connect(url, max).await
+}
+
 /// Connects to `url` with at most `max` connections.
 pub(crate) async fn connect(url: &str, max: u32) -> anyhow::Result<AnyPool> {
     if is_redis(url) {

@@ -11,6 +11,7 @@ mod demo;
 mod gateway;
 mod keys;
 mod migrate;
+mod outbox;
 mod purge;
 mod relay;
 mod signal;
@@ -29,8 +30,24 @@ fn main() -> ExitCode {
         Command::Gateway(_) | Command::Relay(_) => "info",
         _ => "warn",
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("GUESTLIST_LOG")
-        .unwrap_or_else(|_| level.into());
+    let filter = match std::env::var("GUESTLIST_LOG") {
+        Ok(directives) => {
+            tracing_subscriber::EnvFilter::try_new(&directives).unwrap_or_else(|err| {
+                eprintln!(
+                    "GUESTLIST_LOG={directives:?} is not a log filter ({err}); logging at {level}"
+                );
+                level.into()
+            })
+        }
+        Err(_) => level.into(),
+    };
+    // lapin logs each message RabbitMQ returns at WARN with its headers and body, and bodies
+    // can hold secrets: its warnings stay out unless GUESTLIST_LOG names lapin itself.
+    let filter = if std::env::var("GUESTLIST_LOG").is_ok_and(|d| d.contains("lapin")) {
+        filter
+    } else {
+        filter.add_directive("lapin=error".parse().expect("a valid directive"))
+    };
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -50,6 +67,7 @@ fn main() -> ExitCode {
             Command::Keys(command) => keys::run(command).await,
             Command::Stats(args) => stats::run(args).await,
             Command::Relay(args) => relay::run(args).await,
+            Command::Outbox(command) => outbox::run(command).await,
             Command::Demo(args) => demo::run(args).await,
             Command::DemoCrashConsumer(args) => demo::crash::run(args).await,
         }

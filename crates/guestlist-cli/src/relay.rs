@@ -26,7 +26,11 @@ pub(crate) struct RelayArgs {
     )]
     database: String,
     /// The outbox table (create it with `guestlist migrate --outbox`).
-    #[arg(long, default_value = "guestlist_outbox")]
+    #[arg(
+        long = "outbox-table",
+        alias = "table",
+        default_value = "guestlist_outbox"
+    )]
     table: String,
     /// Publish to NATS JetStream at this URL: each topic is a subject some stream captures.
     #[arg(long, env = "GUESTLIST_NATS_URL")]
@@ -67,14 +71,29 @@ pub(crate) struct RelayArgs {
     /// its own (defaults to relay-<pid>-<random>).
     #[arg(long)]
     holder: Option<String>,
-    /// Where /metrics (Prometheus text) and /healthz listen; off unless set.
+    /// Refusals of one message (no queue or stream takes its topic) before it moves to the
+    /// outgoing dead letters (`guestlist outbox dead list`); a message the broker can never
+    /// take (too large, an id it cannot carry) goes there at once.
+    #[arg(long, default_value_t = 10)]
+    max_attempts: u32,
+    /// How long a round waits for the broker's confirmations before it counts the rest as an
+    /// outage (the next rounds then take fewer messages).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "45s")]
+    confirm_timeout: Duration,
+    /// Where /metrics (Prometheus text), /healthz (the database answers) and /readyz (no
+    /// outage of the broker or the database under way) listen; off unless set.
     #[arg(long)]
     metrics_listen: Option<SocketAddr>,
 }
 
+/// How long the relay waits, at start, to hear from the broker.
+const BROKER_WAIT: Duration = Duration::from_secs(10);
+
 pub(crate) async fn run(args: RelayArgs) -> anyhow::Result<()> {
     let terminated = Terminated::install()?;
-    let pool = database::connect(&args.database, 4).await?;
+    // Which broker, before anything is opened: a missing one is the first thing to hear.
+    broker(&args)?;
+    let pool = database::connect_existing(&args.database, 5).await?;
     with_pool!(pool, |pool| relay(pool, &args, terminated).await)
 }
 
@@ -98,13 +117,20 @@ async fn relay<DB: Backend>(
         }
         Broker::Kafka(brokers) => {
             let publisher = KafkaPublisher::connect(brokers)?;
+            // librdkafka connects lazily: ask for the cluster's metadata, so that a broker
+            // that is not there fails now, with what to check.
+            publisher.reachable(BROKER_WAIT).await?;
             publish(pool, outbox, publisher, args, terminated).await
         }
         Broker::Sqs(endpoint) => {
             let publisher = match endpoint {
-                Some(endpoint) => SqsPublisher::new(guestlist_sqs::local_client(endpoint)),
+                Some(endpoint) => {
+                    guestlist_sqs::check_endpoint(endpoint)?;
+                    SqsPublisher::new(guestlist_sqs::local_client(endpoint))
+                }
                 None => SqsPublisher::connect(None).await,
             };
+            publisher.reachable(BROKER_WAIT).await?;
             publish(pool, outbox, publisher, args, terminated).await
         }
     }
@@ -122,6 +148,9 @@ fn broker(args: &RelayArgs) -> anyhow::Result<Broker<'_>> {
     Ok(match (&args.nats, &args.amqp, &args.kafka) {
         (Some(url), _, _) => Broker::Nats(url),
         (None, Some(url), _) => Broker::Amqp(url),
+        (None, None, Some(brokers)) if brokers.trim().is_empty() => anyhow::bail!(
+            "--kafka is empty: give the bootstrap brokers as host:port, comma-separated"
+        ),
         (None, None, Some(brokers)) => Broker::Kafka(brokers),
         (None, None, None) if args.sqs => Broker::Sqs(args.sqs_endpoint.as_deref()),
         (None, None, None) => {
@@ -150,17 +179,19 @@ async fn publish<DB: Backend, P: Publish>(
     terminated: Terminated,
 ) -> anyhow::Result<()> {
     let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut relay = Relay::new(outbox, pool.clone(), publisher)
+        .batch(args.batch)
+        .lease(args.lease)
+        .poll(args.poll)
+        .max_attempts(args.max_attempts)
+        .confirm_timeout(args.confirm_timeout);
     if let Some(addr) = args.metrics_listen {
         let mut stopped = stopped.clone();
-        crate::gateway::ops::serve(addr, pool.clone(), async move {
+        crate::gateway::ops::serve(addr, pool, Some(relay.health()), async move {
             let _ = stopped.wait_for(|stop| *stop).await;
         })
         .await?;
     }
-    let mut relay = Relay::new(outbox, pool, publisher)
-        .batch(args.batch)
-        .lease(args.lease)
-        .poll(args.poll);
     if let Some(holder) = &args.holder {
         relay = relay.holder(holder.clone());
     }
@@ -173,8 +204,12 @@ async fn publish<DB: Backend, P: Publish>(
     let relayed = relay.run(terminated.wait()).await?;
     let _ = stop.send(true);
     println!(
-        "stopped: published {} ({} dropped by the broker as repeats), {} publishes unconfirmed, lease taken {} times",
-        relayed.published, relayed.duplicates, relayed.failures, relayed.leases_taken
+        "stopped: published {} ({} dropped by the broker as repeats), {} publishes unconfirmed, {} dead-lettered, lease taken {} times",
+        relayed.published,
+        relayed.duplicates,
+        relayed.failures,
+        relayed.dead_lettered,
+        relayed.leases_taken
     );
     Ok(())
 }

@@ -26,7 +26,7 @@ pub(crate) async fn run(args: StatsArgs) -> anyhow::Result<()> {
         return keys::print_stats(&args.table).await;
     }
     let keys = keys::print_stats(&args.table).await;
-    let pool = database::connect(&args.table.database, 1).await?;
+    let pool = database::connect_existing(&args.table.database, 1).await?;
     let inbox = optional(with_pool!(pool.clone(), |pool| read_inbox(
         &pool,
         &args.inbox_table
@@ -77,8 +77,12 @@ async fn read_inbox<DB: Backend>(
 async fn read_outbox<DB: Backend>(
     pool: &guestlist::sqlx::Pool<DB>,
     table: &str,
-) -> anyhow::Result<OutboxStats> {
-    Ok(Outbox::<DB>::with_table(table)?.stats(pool).await?)
+) -> anyhow::Result<(OutboxStats, Option<u64>)> {
+    let outbox = Outbox::<DB>::with_table(table)?;
+    let stats = outbox.stats(pool).await?;
+    // An outbox migrated before the dead letters had a table has none to count.
+    let dead = outbox.dead_count(pool).await.ok();
+    Ok((stats, dead))
 }
 
 fn missing_table(err: &anyhow::Error) -> bool {
@@ -123,10 +127,17 @@ fn print_inbox(args: &StatsArgs, stats: &InboxStats) {
     }
 }
 
-fn print_outbox(args: &StatsArgs, stats: &OutboxStats) {
+fn print_outbox(args: &StatsArgs, (stats, dead): &(OutboxStats, Option<u64>)) {
     println!("outbox     {}", args.outbox_table);
     println!("rows       {}", stats.rows);
     println!("pending    {}", stats.pending);
+    match dead {
+        Some(dead) => println!("dead       {dead} (guestlist outbox dead list)"),
+        None => println!(
+            "dead       - (no {}_dead table: run guestlist migrate --outbox)",
+            args.outbox_table
+        ),
+    }
     println!("oldest     {} (pending)", age(stats.oldest_pending));
     let relay = match (&stats.lease.holder, stats.lease.expires_in) {
         (Some(holder), Some(left)) => {

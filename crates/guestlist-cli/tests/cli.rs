@@ -503,3 +503,147 @@ fn relay_without_an_outbox_or_a_broker_says_what_to_do() {
         stderr(&both)
     );
 }
+
+/// The RabbitMQ server the relay tests publish to.
+fn amqp_url() -> String {
+    std::env::var("GUESTLIST_TEST_AMQP_URL")
+        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned())
+}
+
+#[test]
+fn relay_refuses_a_broker_it_cannot_reach_and_says_what_to_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", dir.path().join("shop.db").display());
+    let migrated = guestlist(&["migrate", "--outbox", "--database", &url]);
+    assert!(migrated.status.success(), "{}", stderr(&migrated));
+    let cases: [(&[&str], &str); 4] = [
+        (&["--kafka", ""], "--kafka is empty"),
+        (
+            &["--kafka", "127.0.0.1:1"],
+            "cannot reach Kafka at 127.0.0.1:1",
+        ),
+        (&["--sqs", "--sqs-endpoint", "not a url"], "is not a URL"),
+        (
+            &["--sqs", "--sqs-endpoint", "http://127.0.0.1:1"],
+            "check the endpoint",
+        ),
+    ];
+    for (broker, says) in cases {
+        let started = Instant::now();
+        let mut args = vec!["relay", "--database", &url];
+        args.extend_from_slice(broker);
+        let refused = guestlist(&args);
+        assert!(!refused.status.success(), "{broker:?} was taken");
+        assert!(
+            stderr(&refused).contains(says),
+            "{broker:?}: {}",
+            stderr(&refused)
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{broker:?}: refused only after {:?}",
+            started.elapsed()
+        );
+        assert!(!stdout(&refused).contains("relaying"), "{broker:?} started");
+    }
+    let nowhere = tempfile::tempdir().unwrap();
+    let absent = format!("sqlite:{}", nowhere.path().join("absent.db").display());
+    let refused = guestlist(&["relay", "--database", &absent, "--nats", &nats_url()]);
+    assert!(
+        stderr(&refused).contains("no SQLite database at"),
+        "{}",
+        stderr(&refused)
+    );
+    assert!(
+        !nowhere.path().join("absent.db").exists(),
+        "no empty file left behind"
+    );
+}
+
+/// A row whose id RabbitMQ cannot carry (over 255 bytes, written with plain SQL): the relay
+/// dead-letters it at once instead of panicking, and `guestlist outbox dead` lists, retries
+/// and drops it.
+#[tokio::test]
+async fn a_message_rabbitmq_cannot_take_is_dead_lettered_and_the_operator_sees_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = outbox_written_by_another_language(&dir, "evt_dead", "gl-cli-dead").await;
+    let pool = SqlitePool::connect_with(guestlist::sqlite_options(&url).unwrap())
+        .await
+        .unwrap();
+    let long = "x".repeat(300);
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "UPDATE guestlist_outbox SET message_id = '{long}' WHERE message_id = 'evt_dead_1'"
+    )))
+    .execute(&pool)
+    .await
+    .unwrap();
+    let relay = Command::new(env!("CARGO_BIN_EXE_guestlist"))
+        .args([
+            "relay",
+            "--database",
+            &url,
+            "--amqp",
+            &amqp_url(),
+            "--poll",
+            "50ms",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let listed = loop {
+        let listed = guestlist(&["outbox", "dead", "list", "--database", &url]);
+        if stdout(&listed).contains(&long) {
+            break stdout(&listed);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never dead-lettered: {}",
+            stdout(&listed)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    Command::new("kill")
+        .args(["-TERM", &relay.id().to_string()])
+        .status()
+        .unwrap();
+    let stopped = relay.wait_with_output().unwrap();
+    let logs = String::from_utf8_lossy(&stopped.stderr);
+    assert!(stopped.status.success(), "the relay did not panic: {logs}");
+    assert!(
+        listed.contains("refused for good") && listed.contains("255"),
+        "{listed}"
+    );
+    assert!(logs.contains("outgoing dead letters"), "{logs}");
+    // The two after it go nowhere (no queue is named gl-cli-dead): RabbitMQ returns them, and
+    // lapin would log them with their bodies at WARN.
+    assert!(logs.contains("the broker refused a message"), "{logs}");
+    assert!(
+        !logs.contains("{\"n\":2}") && !logs.contains("{\"n\":1}"),
+        "no payload in the logs: {logs}"
+    );
+    let id = listed.split_whitespace().next().unwrap().to_owned();
+
+    let retried = guestlist(&["outbox", "dead", "retry", &id, "--database", &url]);
+    assert!(retried.status.success(), "{}", stderr(&retried));
+    let none = guestlist(&["outbox", "dead", "list", "--database", &url]);
+    assert!(
+        stdout(&none).contains("no dead letters"),
+        "{}",
+        stdout(&none)
+    );
+    let pending: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM guestlist_outbox WHERE published_at IS NULL")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(pending, 3, "back in the outbox, beside the two no queue took");
+    let dropped = guestlist(&["outbox", "dead", "drop", "12345", "--database", &url]);
+    assert!(!dropped.status.success());
+    assert!(
+        stderr(&dropped).contains("no dead letter 12345"),
+        "{}",
+        stderr(&dropped)
+    );
+}

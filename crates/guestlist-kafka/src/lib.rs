@@ -61,12 +61,32 @@ pub enum Error {
         "Kafka has no dead-letter place of its own: name a topic with KafkaSourceBuilder::dead_letter_topic (and create it)"
     )]
     NoDeadLetterTopic,
-    /// The brokers could not be reached, or refused.
+    /// The brokers could not be reached, or refused. librdkafka's error is in the message, and
+    /// so not also given as the source (it would print twice under anyhow's `{:#}`).
     #[error("Kafka error: {0} — check that the brokers run and bootstrap.servers is right")]
-    Kafka(#[from] rdkafka::error::KafkaError),
+    Kafka(rdkafka::error::KafkaError),
+    /// No broker answered within the wait: nothing listens there, or not Kafka.
+    #[error(
+        "cannot reach Kafka at {brokers} within {waited:?} ({reason}): check that the brokers run \
+         and that the bootstrap servers (--kafka) name them as host:port"
+    )]
+    Unreachable {
+        /// The bootstrap servers tried.
+        brokers: String,
+        /// How long the check waited.
+        waited: std::time::Duration,
+        /// librdkafka's own words.
+        reason: String,
+    },
     /// The poll thread could not be started.
     #[error("cannot start the Kafka poll thread: {0}")]
     Thread(#[source] std::io::Error),
+}
+
+impl From<rdkafka::error::KafkaError> for Error {
+    fn from(err: rdkafka::error::KafkaError) -> Self {
+        Error::Kafka(err)
+    }
 }
 
 /// A producer's settings: idempotent, every in-sync replica acknowledging.

@@ -23,6 +23,7 @@ use crate::{Error, MESSAGE_ID_HEADER};
 pub struct KafkaPublisher {
     producer: FutureProducer,
     max_message_bytes: usize,
+    brokers: String,
 }
 
 /// librdkafka's `message.max.bytes` unless set.
@@ -55,7 +56,30 @@ impl KafkaPublisher {
         Ok(Self {
             producer,
             max_message_bytes,
+            brokers: brokers.to_owned(),
         })
+    }
+
+    /// Asks the brokers for the cluster's metadata, waiting at most `wait`: librdkafka
+    /// connects lazily, so a producer to brokers that are not there would otherwise look
+    /// healthy until its first message timed out. A relay checks this at start.
+    pub async fn reachable(&self, wait: std::time::Duration) -> Result<(), Error> {
+        use rdkafka::producer::Producer;
+        let producer = self.producer.clone();
+        let asked = tokio::task::spawn_blocking(move || {
+            producer.client().fetch_metadata(None, wait).map(drop)
+        })
+        .await;
+        let unreachable = |reason: String| Error::Unreachable {
+            brokers: self.brokers.clone(),
+            waited: wait,
+            reason,
+        };
+        match asked {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(err)) => Err(unreachable(err.to_string())),
+            Err(err) => Err(unreachable(err.to_string())),
+        }
     }
 
     fn headers(message: &OutboxMessage) -> OwnedHeaders {

@@ -75,6 +75,24 @@ pub enum Error {
         /// The queue consumed.
         queue: String,
     },
+    /// The endpoint given is not an `http://` or `https://` URL.
+    #[error(
+        "the SQS endpoint {endpoint:?} is not a URL: give http://host:port (a local server) or \
+         https://sqs.REGION.amazonaws.com"
+    )]
+    BadEndpoint {
+        /// What was given.
+        endpoint: String,
+    },
+    /// SQS did not answer within the wait.
+    #[error(
+        "cannot reach SQS within {waited:?}: check the endpoint, the region and the \
+         credentials (AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID or AWS_PROFILE)"
+    )]
+    Unreachable {
+        /// How long the check waited.
+        waited: std::time::Duration,
+    },
     /// SQS refused or could not be reached.
     #[error(
         "SQS error: {0} — check the endpoint, the region and the credentials (AWS_ENDPOINT_URL, \
@@ -102,6 +120,28 @@ where
 {
     let err = aws_sdk_sqs::error::DisplayErrorContext(err);
     err.to_string()
+}
+
+/// Refuses an endpoint that is not an `http://` or `https://` URL with a host, before any
+/// client is built on it.
+///
+/// ```
+/// assert!(guestlist_sqs::check_endpoint("http://127.0.0.1:5000").is_ok());
+/// assert!(guestlist_sqs::check_endpoint("not a url").is_err());
+/// ```
+pub fn check_endpoint(endpoint: &str) -> Result<(), Error> {
+    let bad = || Error::BadEndpoint {
+        endpoint: endpoint.to_owned(),
+    };
+    let rest = endpoint
+        .strip_prefix("http://")
+        .or_else(|| endpoint.strip_prefix("https://"))
+        .ok_or_else(bad)?;
+    let host = rest.split(['/', '?']).next().unwrap_or_default();
+    if host.is_empty() || host.contains(char::is_whitespace) {
+        return Err(bad());
+    }
+    Ok(())
 }
 
 /// A client configured from the AWS environment, with `endpoint_url` (a local server) when

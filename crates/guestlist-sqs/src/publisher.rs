@@ -54,6 +54,17 @@ impl SqsPublisher {
         Self::new(crate::client(endpoint_url).await)
     }
 
+    /// Lists one queue, waiting at most `wait`, so that an endpoint, a region or credentials
+    /// that do not work fail at start, with what to check, not at the first message.
+    pub async fn reachable(&self, wait: std::time::Duration) -> Result<(), crate::Error> {
+        let asked = self.client.list_queues().max_results(1).send();
+        match tokio::time::timeout(wait, asked).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(err)) => Err(crate::Error::sqs(err)),
+            Err(_) => Err(crate::Error::Unreachable { waited: wait }),
+        }
+    }
+
     async fn url_of(&self, topic: &str) -> Result<String, crate::Error> {
         if let Some(url) = self.lock().get(topic) {
             return Ok(url.clone());

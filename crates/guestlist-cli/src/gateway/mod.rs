@@ -178,7 +178,7 @@ async fn serve<K: KeyStore>(
         }
     };
     if let Some(addr) = settings.metrics_listen {
-        ops::serve(addr, health, shutdown()).await?;
+        ops::serve(addr, health, None, shutdown()).await?;
     }
 
     let scoped = settings.scope_from != ScopeFrom::None;

@@ -38,10 +38,12 @@ impl Health for RedisKeyStore {
 }
 
 /// Installs the Prometheus recorder and serves `/metrics` and `/healthz` (200 while the key
-/// store answers, 503 when it does not) on `addr`, until `shutdown`.
+/// store answers, 503 when it does not) on `addr`, until `shutdown`; with `ready`, `/readyz`
+/// too (200 while the hop works, 503 with the cause during an outage).
 pub(crate) async fn serve(
     addr: SocketAddr,
     store: impl Health,
+    ready: Option<guestlist::Health>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let handle = PrometheusBuilder::new()
@@ -72,6 +74,22 @@ pub(crate) async fn serve(
                 }
             }),
         );
+    let app = match ready {
+        Some(ready) => app.route(
+            "/readyz",
+            get(move || {
+                let answer = match ready.cause() {
+                    None => (StatusCode::OK, "ready\n".to_owned()),
+                    Some(cause) => (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        format!("outage, waiting for {cause}\n"),
+                    ),
+                };
+                std::future::ready(answer)
+            }),
+        ),
+        None => app,
+    };
     let addr = listener.local_addr()?;
     println!("metrics on http://{addr}/metrics, health on http://{addr}/healthz");
     tokio::spawn(async move {

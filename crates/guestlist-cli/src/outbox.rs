@@ -1,0 +1,125 @@
+//! `guestlist outbox dead`: the outgoing dead letters, for the operator who fixes what the
+//! broker refused (creates the queue, raises a limit) and puts the message back, or drops it.
+
+use clap::{Args, Subcommand};
+use guestlist::{Backend, Outbox};
+
+use crate::database::{self, with_pool};
+
+/// The outbox's commands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum OutboxCommand {
+    /// The outgoing dead letters: messages a broker refused for good, or too many times.
+    #[command(subcommand)]
+    Dead(DeadCommand),
+}
+
+/// What to do with the dead letters.
+#[derive(Debug, Subcommand)]
+pub(crate) enum DeadCommand {
+    /// List them, oldest first, with why each was refused (never their bodies).
+    List(ListArgs),
+    /// Put one back in the outbox, to be published after what is pending now.
+    Retry(OneArgs),
+    /// Delete one for good.
+    Drop(OneArgs),
+}
+
+/// Where the outbox is.
+#[derive(Debug, Args)]
+pub(crate) struct OutboxTableArgs {
+    /// postgres://…, mysql://… (or mariadb://…), or sqlite:PATH.
+    #[arg(
+        long,
+        env = "GUESTLIST_DATABASE_URL",
+        default_value = "sqlite:guestlist.db"
+    )]
+    database: String,
+    /// The outbox table; its dead letters are in `<table>_dead`.
+    #[arg(long, default_value = "guestlist_outbox")]
+    outbox_table: String,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ListArgs {
+    #[command(flatten)]
+    table: OutboxTableArgs,
+    /// The most to list.
+    #[arg(long, default_value_t = 100)]
+    limit: u32,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct OneArgs {
+    #[command(flatten)]
+    table: OutboxTableArgs,
+    /// The dead letter's id, as `list` shows it.
+    id: i64,
+}
+
+pub(crate) async fn run(command: OutboxCommand) -> anyhow::Result<()> {
+    let OutboxCommand::Dead(command) = command;
+    let table = match &command {
+        DeadCommand::List(args) => &args.table,
+        DeadCommand::Retry(args) | DeadCommand::Drop(args) => &args.table,
+    };
+    let pool = database::connect_existing(&table.database, 1).await?;
+    with_pool!(pool, |pool| dead(pool, &command).await)
+}
+
+async fn dead<DB: Backend>(
+    pool: guestlist::sqlx::Pool<DB>,
+    command: &DeadCommand,
+) -> anyhow::Result<()> {
+    match command {
+        DeadCommand::List(args) => {
+            let outbox = Outbox::<DB>::with_table(&args.table.outbox_table)?;
+            let letters = outbox.dead_letters(&pool, args.limit).await?;
+            if letters.is_empty() {
+                println!("no dead letters in {}_dead", outbox.table());
+            }
+            for letter in letters {
+                println!(
+                    "{}  {}  topic {}  key {}  seq {}  {} bytes  {} ago\n    {}",
+                    letter.id,
+                    letter.message_id,
+                    letter.topic,
+                    letter.ordering_key.as_deref().unwrap_or("-"),
+                    letter.seq,
+                    letter.payload_bytes,
+                    humantime::format_duration(std::time::Duration::from_secs(
+                        letter.age.as_secs()
+                    )),
+                    letter.reason
+                );
+            }
+        }
+        DeadCommand::Retry(args) => {
+            let outbox = Outbox::<DB>::with_table(&args.table.outbox_table)?;
+            if !outbox.retry_dead(&pool, args.id).await? {
+                anyhow::bail!(
+                    "no dead letter {} in {}_dead: see `guestlist outbox dead list`",
+                    args.id,
+                    outbox.table()
+                );
+            }
+            println!(
+                "dead letter {} is back in {}: the relay publishes it after what is pending",
+                args.id,
+                outbox.table()
+            );
+        }
+        DeadCommand::Drop(args) => {
+            let outbox = Outbox::<DB>::with_table(&args.table.outbox_table)?;
+            if !outbox.drop_dead(&pool, args.id).await? {
+                anyhow::bail!(
+                    "no dead letter {} in {}_dead: see `guestlist outbox dead list`",
+                    args.id,
+                    outbox.table()
+                );
+            }
+            println!("dead letter {} dropped", args.id);
+        }
+    }
+    Ok(())
+}
