@@ -638,7 +638,10 @@ async fn a_message_rabbitmq_cannot_take_is_dead_lettered_and_the_operator_sees_i
             .fetch_one(&pool)
             .await
             .unwrap();
-    assert_eq!(pending, 3, "back in the outbox, beside the two no queue took");
+    assert_eq!(
+        pending, 3,
+        "back in the outbox, beside the two no queue took"
+    );
     let dropped = guestlist(&["outbox", "dead", "drop", "12345", "--database", &url]);
     assert!(!dropped.status.success());
     assert!(
