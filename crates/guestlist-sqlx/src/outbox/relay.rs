@@ -19,9 +19,17 @@ use crate::{Error, Health, keys::new_token};
 /// - **Order.** Messages go out in the order they committed for each ordering key (the outbox
 ///   gives each key's messages their places as their transactions commit), in batches whose
 ///   publishes are pipelined and confirmed together, each sent while the batch before it is
-///   stamped. When a message is not confirmed, it stays pending with the later messages of its
-///   key in its batch and the batch sent alongside, and they go again after it; a later message
-///   the broker had already stored then arrives before the retry.
+///   stamped. Every confirmed message is stamped, whatever failed beside it.
+/// - **Failures, told apart** ([`FailureKind`](guestlist_core::FailureKind)). A message the
+///   broker refuses holds back its own ordering key: it is tried again alone, with a doubling
+///   pause, while nothing after it on its key is sent and every other key flows; after
+///   [`max_attempts`](Relay::max_attempts) refusals, or at once when the broker can never take
+///   it ([`Publish::check`]), it moves to the outgoing dead letters (`<table>_dead`:
+///   [`Outbox::dead_letters`]) with why, and its key moves on. A broker or database that is
+///   down is an outage: nothing is counted against any message, the relay backs off as a
+///   whole, reports it ([`Relay::health`]) and resumes by itself. Later messages of a key sent
+///   in the same batch as its refused head may have reached the broker before it: they are
+///   stamped and never sent again.
 /// - **At least once.** A relay that dies between the broker's confirmation and the stamp
 ///   publishes those messages again. Each carries its id where the broker deduplicates, and
 ///   the consumers' inbox drops what gets through.
