@@ -16,8 +16,14 @@ use crate::Error;
 /// (`IdFrom::BrokerId`; RabbitMQ itself does not deduplicate). Its ordering key and place
 /// travel as the headers `guestlist-ordering-key` and `guestlist-seq`, with the headers it was
 /// enqueued with. Publishes are mandatory: a message no queue would receive comes back, and
-/// stays pending with what to do. A batch is sent without waiting between messages; the
-/// confirms are awaited together.
+/// is counted against it and retried, then dead-lettered by the relay. A batch is sent without
+/// waiting between messages; the confirms are awaited together. Before sending, each message
+/// is checked against what AMQP and the broker can carry ([`Publish::check`]: 255-byte short
+/// strings, the negotiated frame size, [`max_message_size`](Self::max_message_size)).
+///
+/// lapin logs each message RabbitMQ returns at WARN, with its headers and its body: filter
+/// `lapin=error` in your subscriber (`guestlist relay` does unless told otherwise), since bodies
+/// can hold secrets.
 #[derive(Debug, Clone)]
 pub struct RabbitPublisher {
     channel: Channel,

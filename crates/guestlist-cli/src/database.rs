@@ -74,7 +74,7 @@ pub(crate) async fn connect_redis(url: &str) -> anyhow::Result<guestlist::redis:
 /// [`connect`] for a command that reads tables made before (the relay, the outbox's dead
 /// letters, stats): an SQLite file that is not there is refused, not created empty.
 pub(crate) async fn connect_existing(url: &str, max: u32) -> anyhow::Result<AnyPool> {
-    if Kind::of(url)? == Kind::Sqlite {
+    if !is_redis(url) && Kind::of(url)? == Kind::Sqlite {
         let options = guestlist::sqlite_options(url)?;
         let path = options.get_filename();
         if path != std::path::Path::new(":memory:") && !path.exists() {

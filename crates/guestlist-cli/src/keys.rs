@@ -85,7 +85,7 @@ pub(crate) async fn run(command: KeysCommand) -> anyhow::Result<()> {
         let keys = redis_keys(&args.table).await?;
         return one_key(&keys, table, &scope, &key, evict, force).await;
     }
-    let pool = database::connect(&args.table.database, 1).await?;
+    let pool = database::connect_existing(&args.table.database, 1).await?;
     with_pool!(pool, |pool| {
         // Keys stored as keyed hashes are looked up by the raw key, hashed the gateway's way.
         let mut keys = SqlKeyStore::with_table(pool, table)?;
@@ -195,7 +195,7 @@ pub(crate) async fn print_stats(table: &KeyTableArgs) -> anyhow::Result<()> {
     let stats = if database::is_redis(&table.database) {
         redis_keys(table).await?.stats().await?
     } else {
-        let pool = database::connect(&table.database, 1).await?;
+        let pool = database::connect_existing(&table.database, 1).await?;
         with_pool!(pool, |pool| SqlKeyStore::with_table(pool, &table.table)?
             .stats()
             .await)?

@@ -9,7 +9,7 @@ use crate::database::{self, with_pool};
 pub(crate) async fn run(args: PurgeArgs) -> anyhow::Result<()> {
     // Refused before connecting: a purge shorter than the horizon re-opens the door to duplicates.
     let retention = Retention::new(args.older_than, args.horizon)?;
-    let pool = database::connect(&args.db.database, 1).await?;
+    let pool = database::connect_existing(&args.db.database, 1).await?;
     with_pool!(pool, |pool| purge(&pool, &args, retention).await)
 }
 
