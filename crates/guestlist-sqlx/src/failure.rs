@@ -69,8 +69,7 @@ fn sqlx_kind(err: &sqlx::Error) -> Option<FailureKind> {
 }
 
 fn database_kind(db: &dyn sqlx::error::DatabaseError) -> Option<FailureKind> {
-    let transient = crate::backend::is_unavailable(db)
-        || crate::backend::is_retryable_driver_error(db.as_error());
+    let transient = crate::backend::is_unavailable(db) || crate::backend::is_retryable_db(db);
     transient.then_some(FailureKind::Outage)
 }
 

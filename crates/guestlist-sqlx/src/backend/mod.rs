@@ -649,9 +649,18 @@ use keys_same_everywhere;
 /// `true` when the error is a deadlock, a serialization failure or a busy database: running the
 /// whole transaction again may succeed.
 pub(crate) fn is_retryable(err: &sqlx::Error) -> bool {
-    let Some(db) = err.as_database_error() else {
-        return false;
-    };
+    err.as_database_error().is_some_and(is_retryable_db)
+}
+
+/// `true` when `err`, one link of an error chain, is a database driver's own error (not wrapped
+/// in [`sqlx::Error`]) that is worth running the transaction again for. Wrappers such as
+/// `anyhow::Error::from_boxed` hide the `sqlx::Error` and show the driver's error as the link.
+pub(crate) fn is_retryable_driver_error(err: &(dyn std::error::Error + 'static)) -> bool {
+    driver_error(err).is_some_and(is_retryable_db)
+}
+
+/// `true` when the database's answer is a deadlock, a serialization failure or a busy database.
+pub(crate) fn is_retryable_db(db: &dyn sqlx::error::DatabaseError) -> bool {
     #[cfg(feature = "postgres")]
     if let Some(retryable) = postgres::is_retryable(db) {
         return retryable;
@@ -664,28 +673,8 @@ pub(crate) fn is_retryable(err: &sqlx::Error) -> bool {
     if let Some(retryable) = sqlite::is_retryable(db) {
         return retryable;
     }
+    let _ = db;
     false
-}
-
-/// `true` when `err`, one link of an error chain, is a database driver's own error (not wrapped
-/// in [`sqlx::Error`]) that is worth running the transaction again for. Wrappers such as
-/// `anyhow::Error::from_boxed` hide the `sqlx::Error` and show the driver's error as the link.
-pub(crate) fn is_retryable_driver_error(err: &(dyn std::error::Error + 'static)) -> bool {
-    driver_error(err).is_some_and(|db| {
-        #[cfg(feature = "postgres")]
-        if let Some(retryable) = postgres::is_retryable(db) {
-            return retryable;
-        }
-        #[cfg(feature = "mysql")]
-        if let Some(retryable) = mysql::is_retryable(db) {
-            return retryable;
-        }
-        #[cfg(feature = "sqlite")]
-        if let Some(retryable) = sqlite::is_retryable(db) {
-            return retryable;
-        }
-        false
-    })
 }
 
 /// `err` as a driver's database error, where it is one of the enabled backends'.

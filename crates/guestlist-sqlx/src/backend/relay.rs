@@ -87,6 +87,22 @@ pub struct PendingRow {
     pub(crate) payload: Vec<u8>,
 }
 
+#[cfg(test)]
+impl PendingRow {
+    /// A row of id `id` on `key`, for the relay's unit tests.
+    pub(crate) fn for_test(id: i64, key: Option<&str>) -> Self {
+        Self {
+            id,
+            message_id: format!("m{id}"),
+            topic: "t".into(),
+            ordering_key: key.map(str::to_owned),
+            seq: id,
+            headers: None,
+            payload: Vec::new(),
+        }
+    }
+}
+
 /// A pending row's columns, in the order the statements name them.
 pub(crate) type PendingColumns = (
     i64,
@@ -352,12 +368,7 @@ where
 {
     use sqlx::Connection;
     let mut tx = conn.begin().await?;
-    let renewed = sqlx::query(sqlx::AssertSqlSafe(sql.renew.clone()))
-        .bind(lease_ms)
-        .bind(token)
-        .execute(DB::executor(&mut tx))
-        .await?;
-    if DB::rows_affected(&renewed) != 1 {
+    if !renewed_on::<DB>(&mut tx, sql, token, lease_ms).await? {
         return Ok(false);
     }
     if !ids.is_empty() {
@@ -372,6 +383,27 @@ where
     }
     tx.commit().await?;
     Ok(true)
+}
+
+/// Renews the lease on `tx` if `token` still holds it: what fences a stamp or a dead letter's
+/// move on the same transaction.
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+async fn renewed_on<DB>(
+    tx: &mut DB::Connection,
+    sql: &RelaySql,
+    token: i64,
+    lease_ms: i64,
+) -> Result<bool, sqlx::Error>
+where
+    DB: super::Backend + sqlx::database::HasStatementCache,
+    for<'q> i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+{
+    let renewed = sqlx::query(sqlx::AssertSqlSafe(sql.renew.clone()))
+        .bind(lease_ms)
+        .bind(token)
+        .execute(DB::executor(tx))
+        .await?;
+    Ok(DB::rows_affected(&renewed) == 1)
 }
 
 /// Moves the row `id` to the dead letters on a transaction after renewing the lease: the lease
@@ -392,12 +424,7 @@ where
 {
     use sqlx::Connection;
     let mut tx = conn.begin().await?;
-    let renewed = sqlx::query(sqlx::AssertSqlSafe(sql.renew.clone()))
-        .bind(lease_ms)
-        .bind(token)
-        .execute(DB::executor(&mut tx))
-        .await?;
-    if DB::rows_affected(&renewed) != 1 {
+    if !renewed_on::<DB>(&mut tx, sql, token, lease_ms).await? {
         return Ok(false);
     }
     sqlx::query(sqlx::AssertSqlSafe(sql.bury.clone()))

@@ -143,15 +143,7 @@ mod tests {
     use super::*;
 
     fn row(id: i64, key: Option<&str>) -> PendingRow {
-        PendingRow {
-            id,
-            message_id: format!("m{id}"),
-            topic: "t".into(),
-            ordering_key: key.map(str::to_owned),
-            seq: id,
-            headers: None,
-            payload: Vec::new(),
-        }
+        PendingRow::for_test(id, key)
     }
 
     #[test]
