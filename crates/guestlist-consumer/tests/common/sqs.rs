@@ -290,7 +290,7 @@ impl<const FIFO: bool> Broker for SqsQueue<FIFO> {
     const MISSING_TOPIC_ADVICE: &'static str = "aws sqs create-queue";
     const CHAOS_EVENTS: usize = 5_000;
     // moto's FIFO queue checks each message sent against every one it holds.
-    const RELAY_STORY_EVENTS: usize = 200;
+    const RELAY_STORY_EVENTS: usize = 50;
 
     fn topic(&self) -> String {
         self.name.clone()
