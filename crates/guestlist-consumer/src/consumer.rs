@@ -4,8 +4,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use guestlist_core::HandlerName;
-use guestlist_sqlx::{Backend, Inbox, WorkError};
+use guestlist_core::{Backoff, FailureKind, HandlerName};
+use guestlist_sqlx::{Backend, Health, Inbox, WorkError};
 use sqlx::Pool;
 
 use crate::handling::Core;
@@ -41,6 +41,14 @@ pub enum ConsumerError {
     /// The broker failed.
     #[error("broker error: {0}")]
     Broker(#[source] crate::BrokerError),
+    /// The inbox's table (or its `<table>_deferrals`) is not there: every message would fail
+    /// on it. The text says what to run.
+    #[error("the consumer cannot start: {0}")]
+    MissingTable(guestlist_sqlx::Error),
+    /// The database refused the consumer's first claim for a reason other than an outage (a
+    /// permission, a table of another shape).
+    #[error("the consumer cannot start: its first claim failed: {0}")]
+    Store(guestlist_sqlx::Error),
 }
 
 /// What a run of the consumer did, counted.
@@ -130,6 +138,7 @@ where
         id_from: IdFrom,
         handler: H,
     ) -> Self {
+        let health = Health::new("consumer", name.as_str());
         Self {
             source,
             core: Core {
@@ -146,6 +155,8 @@ where
                 keep_alive: true,
                 retention: None,
                 ack_wait: None,
+                health,
+                outage_backoff: (Backoff::DEFAULT_FIRST, Backoff::DEFAULT_MAX),
             },
         }
     }
@@ -207,6 +218,36 @@ where
         self
     }
 
+    /// The pauses between tries while the database is down: `first` (default 0.2 s), doubling
+    /// up to `max` (default 5 s).
+    ///
+    /// A database that cannot be reached, is out of connections or shutting down, or lacks the
+    /// inbox's table is an outage, not a failure of the message: nothing is counted against it
+    /// and nothing is handed back. The deliveries in hand are held and kept alive, nothing more
+    /// is fetched, [`health`](Self::health) reports the outage, and the held deliveries are
+    /// tried again after each pause until the database answers.
+    pub fn outage_backoff(mut self, first: Duration, max: Duration) -> Self {
+        self.core.outage_backoff = (first, max.max(first));
+        self
+    }
+
+    /// The consumer's health: whether it works or waits out an outage of its database. Cheap
+    /// to clone; take it before [`run`](Self::run) and answer a service's `/readyz` from it.
+    /// Each change is logged once, and the gauge `guestlist_outage{hop="consumer",name=<handler>}`
+    /// is 1 while the outage lasts.
+    ///
+    /// ```no_run
+    /// # async fn run<S: guestlist_consumer::Source>(consumer: guestlist_consumer::Consumer<S, sqlx::Postgres, impl guestlist_consumer::Handler<sqlx::Postgres>>) {
+    /// let health = consumer.health();
+    /// tokio::spawn(consumer.run(guestlist_consumer::shutdown_signal()));
+    /// // In the `/readyz` route: 200 while ready, 503 with the cause while not.
+    /// let ready = health.is_ready();
+    /// # let _ = ready; }
+    /// ```
+    pub fn health(&self) -> Health {
+        self.core.health.clone()
+    }
+
     /// Refuses settings that would redeliver a message the inbox has forgotten, or while its
     /// handler still runs.
     pub fn check(&self) -> Result<(), ConsumerError> {
@@ -239,6 +280,12 @@ where
     /// fetch never waits for a batch to fill. What is ready of the next batch is fetched while
     /// the current one commits ([`Source::fetch_ready`]), and a committed batch is acknowledged in as few round trips as the broker
     /// allows ([`Delivery::ack_all`](crate::Delivery::ack_all)); one transaction is in flight at a time.
+    ///
+    /// Before it fetches anything it makes a claim it rolls back and reads the deferrals of an
+    /// id no message has: it refuses to start ([`ConsumerError::MissingTable`]) when the inbox's
+    /// tables are not there (`run` creates nothing: run `guestlist migrate --database URL` or
+    /// [`Inbox::migrate`] first), and waits, reporting an outage on [`health`](Self::health),
+    /// while the database cannot be reached.
     pub async fn run(
         self,
         shutdown: impl Future<Output = ()> + Send,
@@ -254,6 +301,33 @@ where
         }
         let mut handled = Handled::default();
         tokio::pin!(shutdown);
+        // Nothing is fetched before the store is known to be there.
+        let mut backoff = Backoff::new(core.outage_backoff.0, core.outage_backoff.1);
+        loop {
+            let probed = tokio::select! {
+                biased;
+                _ = &mut shutdown => return Ok(handled),
+                probed = core.probe() => probed,
+            };
+            match probed {
+                Ok(()) => {
+                    core.health.recovered();
+                    break;
+                }
+                Err(err @ guestlist_sqlx::Error::MissingTable { .. }) => {
+                    return Err(ConsumerError::MissingTable(err));
+                }
+                Err(err) if err.kind() == FailureKind::Outage => {
+                    core.health.outage(format!("the database, at start: {err}"));
+                    tokio::select! {
+                        biased;
+                        _ = &mut shutdown => return Ok(handled),
+                        _ = tokio::time::sleep(backoff.next_pause()) => {}
+                    }
+                }
+                Err(err) => return Err(ConsumerError::Store(err)),
+            }
+        }
         let mut stopping = false;
         let mut ahead: Vec<S::Delivery> = Vec::new();
         loop {
