@@ -66,13 +66,13 @@ async fn a_rebalance_lets_the_batch_in_hand_finish_before_the_partition_moves() 
 /// partition and offset through the delivery.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_handler_sees_headers_key_topic_and_offset() {
-    use std::sync::{Arc, Mutex};
+    use std::sync::Arc;
     use std::time::Duration;
 
     use common::brokers::Broker;
     use common::kafka::Kafka;
     use common::suite::{Rig, order_paid, run_until_stopped};
-    use guestlist_consumer::{IdFrom, Message};
+    use guestlist_consumer::IdFrom;
 
     let rig = Rig::<Kafka, sqlx::Postgres>::open(
         "kseen_the_handler_sees_headers_key_topic_and_offset",
@@ -86,7 +86,7 @@ async fn the_handler_sees_headers_key_topic_and_offset() {
             &[("seq", "7"), ("tenant", "acme")],
         )
         .await;
-    let seen: Arc<Mutex<Vec<(Message, Option<(i32, i64)>)>>> = Arc::default();
+    let seen: common::seen::Kept<Option<(i32, i64)>> = Arc::default();
     let consumer = guestlist_consumer::Consumer::with_handler(
         rig.broker.source().await,
         rig.db.pool.clone(),

@@ -270,7 +270,7 @@ async fn a_deferral_does_not_dead_letter_its_fifo_followers() {
 /// key, and SQS's own details through the delivery.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_handler_sees_attributes_and_group() {
-    use std::sync::{Arc, Mutex};
+    use std::sync::Arc;
 
     let name = "sseen_the_handler_sees_attributes_and_group";
     let rig = Rig::<SqsFifo, sqlx::Postgres>::open(name, Duration::from_secs(30)).await;
@@ -281,8 +281,7 @@ async fn the_handler_sees_attributes_and_group() {
             "order-42",
         )
         .await;
-    let seen: Arc<Mutex<Vec<(guestlist_consumer::Message, Option<(String, u32)>)>>> =
-        Arc::default();
+    let seen: common::seen::Kept<Option<(String, u32)>> = Arc::default();
     let consumer = guestlist_consumer::Consumer::with_handler(
         rig.broker.source().await,
         rig.db.pool.clone(),
