@@ -351,6 +351,10 @@ where
                 }
             };
             if deliveries.is_empty() {
+                // Nothing in hand to try: an outage that ended while idle is noticed here.
+                if !core.health.is_ready() && core.probe().await.is_ok() {
+                    core.health.recovered();
+                }
                 continue;
             }
             // Once shutdown has come, nothing more is fetched: what is in hand is finished.

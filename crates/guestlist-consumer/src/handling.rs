@@ -117,7 +117,8 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
         while !held.is_empty() {
             let (outage, unsettled) = match self.attempt(&held, handled, &mut next).await {
                 Ok(answered) => {
-                    if answered {
+                    // Settled after an outage: the database answered again.
+                    if answered || backoff.tries() > 0 {
                         self.health.recovered();
                     }
                     break;
