@@ -237,12 +237,19 @@ where
     /// is 1 while the outage lasts.
     ///
     /// ```no_run
-    /// # async fn run<S: guestlist_consumer::Source>(consumer: guestlist_consumer::Consumer<S, sqlx::Postgres, impl guestlist_consumer::Handler<sqlx::Postgres>>) {
+    /// # async fn run<S: guestlist_consumer::Source>(source: S, pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+    /// use guestlist_consumer::{Consumer, IdFrom, shutdown_signal};
+    /// use guestlist_core::HandlerName;
+    /// use guestlist_sqlx::Inbox;
+    ///
+    /// let consumer = Consumer::new(source, pool, Inbox::<sqlx::Postgres>::new(),
+    ///     HandlerName::new("warehouse")?, IdFrom::BrokerId,
+    ///     async |_tx, _message| Ok::<(), sqlx::Error>(()));
     /// let health = consumer.health();
-    /// tokio::spawn(consumer.run(guestlist_consumer::shutdown_signal()));
-    /// // In the `/readyz` route: 200 while ready, 503 with the cause while not.
-    /// let ready = health.is_ready();
-    /// # let _ = ready; }
+    /// // `/readyz`: 200 while `health.is_ready()`, else 503 with `health.cause()`.
+    /// # let _ = &health;
+    /// consumer.run(shutdown_signal()).await?;
+    /// # Ok(()) }
     /// ```
     pub fn health(&self) -> Health {
         self.core.health.clone()
