@@ -9,6 +9,7 @@ use guestlist_sqlx::{Backend, Health, Inbox, WorkError};
 use sqlx::Pool;
 
 use crate::handling::Core;
+use crate::shutdown::Stop;
 use crate::{Handler, IdFrom, Message, Source};
 
 /// A consumer that refuses to start, or whose store failed.
@@ -307,13 +308,13 @@ where
             core.max_deliveries = limit.max(1);
         }
         let mut handled = Handled::default();
-        tokio::pin!(shutdown);
+        let mut stop = Stop::new(shutdown);
         // Nothing is fetched before the store is known to be there.
         let mut backoff = Backoff::new(core.outage_backoff.0, core.outage_backoff.1);
         loop {
             let probed = tokio::select! {
                 biased;
-                _ = &mut shutdown => return Ok(handled),
+                _ = stop.wait() => return Ok(handled),
                 probed = core.probe() => probed,
             };
             match probed {
@@ -328,7 +329,7 @@ where
                     core.health.outage(format!("the database, at start: {err}"));
                     tokio::select! {
                         biased;
-                        _ = &mut shutdown => return Ok(handled),
+                        _ = stop.wait() => return Ok(handled),
                         _ = tokio::time::sleep(backoff.next_pause()) => {}
                     }
                 }
@@ -345,7 +346,7 @@ where
             } else {
                 let fetched = tokio::select! {
                     biased;
-                    _ = &mut shutdown => break,
+                    _ = stop.wait() => break,
                     fetched = source.fetch(core.batch_size) => fetched,
                 };
                 match fetched {
@@ -365,7 +366,7 @@ where
                 continue;
             }
             // Once shutdown has come, nothing more is fetched: what is in hand is finished.
-            stopping = stopping || poll_once(shutdown.as_mut()).await;
+            stopping = stopping || stop.came().await;
             let batch_size = core.batch_size;
             let next = async {
                 if stopping {
@@ -374,8 +375,9 @@ where
                     source.fetch_ready(batch_size).await
                 }
             };
-            // Not raced against shutdown: what is in hand is finished and acknowledged.
-            match core.handle(deliveries, &mut handled, next).await {
+            // Not raced against shutdown: what is in hand is finished and acknowledged (unless
+            // the database is down: then what is held goes back unsettled).
+            match core.handle(deliveries, &mut handled, next, &mut stop).await {
                 Ok(fetched) => ahead = fetched,
                 Err(err) => {
                     tracing::warn!(handler = %core.name, error = %err, "fetch failed; trying again");
@@ -385,10 +387,4 @@ where
         tracing::info!(handler = %core.name, ?handled, "consumer stopped");
         Ok(handled)
     }
-}
-
-/// `true` when `future` is ready now; polls it once. Not to be called again once it said so.
-async fn poll_once(future: std::pin::Pin<&mut impl Future<Output = ()>>) -> bool {
-    let mut future = future;
-    std::future::poll_fn(|cx| std::task::Poll::Ready(future.as_mut().poll(cx).is_ready())).await
 }

@@ -13,6 +13,7 @@ use sqlx::Pool;
 
 use crate::consumer::Handled;
 use crate::failure::Failure;
+use crate::shutdown::Stop;
 use crate::{BrokerError, Delivery, Handler, IdFrom, Message};
 
 /// What a consumer needs besides its source: the store, the handler and the settings.
@@ -100,15 +101,18 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
     /// While the database is down nothing is counted against a message and nothing is handed
     /// back (a hand-back raises the broker's delivery count): the deliveries still unsettled are
     /// held and kept alive, the outage is reported on [`Health`], and they are tried again after
-    /// a doubling pause until the database answers. Nothing more is fetched meanwhile.
-    pub(crate) async fn handle<D: Delivery, F>(
+    /// a doubling pause until the database answers. Nothing more is fetched meanwhile. Asked to
+    /// `stop` then, it lets what it holds go back to the broker unsettled, and returns.
+    pub(crate) async fn handle<D: Delivery, F, S>(
         &self,
         deliveries: Vec<D>,
         handled: &mut Handled,
         next: F,
+        stop: &mut Stop<S>,
     ) -> F::Output
     where
         F: Future<Output = Result<Vec<D>, BrokerError>>,
+        S: Future<Output = ()>,
     {
         let mut held = self.take_in(deliveries, handled);
         let mut next = Next::Waiting(Box::pin(next));
@@ -135,14 +139,21 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
             if held.is_empty() {
                 break;
             }
-            stop(keep_alive);
+            stop_keep_alive(keep_alive);
             keep_alive = self.keep_alive_while(&held);
             self.health.outage(&outage.0);
             let pause = backoff.next_pause();
             tracing::debug!(handler = %self.name, held = held.len(), ?pause, cause = %outage.0, "the database is down; holding the deliveries in hand");
-            tokio::time::sleep(pause).await;
+            tokio::select! {
+                _ = tokio::time::sleep(pause) => {}
+                _ = stop.wait() => {
+                    tracing::warn!(handler = %self.name, held = held.len(), cause = %outage.0,
+                        "asked to stop while the database is down: the deliveries held go back to the broker unsettled");
+                    break;
+                }
+            }
         }
-        stop(keep_alive);
+        stop_keep_alive(keep_alive);
         next.output().await
     }
 
@@ -660,7 +671,7 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
 }
 
 /// Stops a keep-alive task.
-fn stop(keep_alive: Option<tokio::task::JoinHandle<()>>) {
+fn stop_keep_alive(keep_alive: Option<tokio::task::JoinHandle<()>>) {
     if let Some(keep_alive) = keep_alive {
         keep_alive.abort();
     }

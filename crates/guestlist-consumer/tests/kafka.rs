@@ -165,3 +165,11 @@ async fn a_deferral_does_not_dead_letter_the_records_rewound_behind_it() {
     assert_eq!(rig.effects().await, (4, 4), "one effect each");
     assert_eq!(handled.deferred, 8, "deferred eight times: {handled:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn asked_to_stop_during_an_outage_it_returns_and_settles_nothing() {
+    common::suite::asked_to_stop_during_an_outage_it_returns_and_settles_nothing::<
+        common::kafka::Kafka,
+    >("kstop_asked_to_stop_during_an_outage")
+    .await;
+}

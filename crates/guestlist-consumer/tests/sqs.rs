@@ -317,3 +317,11 @@ async fn the_handler_sees_attributes_and_group() {
         "SQS's own details"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn asked_to_stop_during_an_outage_it_returns_and_settles_nothing() {
+    common::suite::asked_to_stop_during_an_outage_it_returns_and_settles_nothing::<Sqs>(
+        "sstop_asked_to_stop_during_an_outage",
+    )
+    .await;
+}

@@ -1109,3 +1109,69 @@ pub async fn a_poison_in_a_batch_runs_once_per_delivery_and_each_run_is_counted<
         B::LABEL
     );
 }
+
+/// Asked to stop while the database is down, the consumer returns rather than wait for it: what
+/// it held goes back to the broker unsettled, nothing dead-lettered or counted.
+pub async fn asked_to_stop_during_an_outage_it_returns_and_settles_nothing<B: Broker>(name: &str) {
+    use guestlist_testkit::cut_proxy::CutProxy;
+    use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+    let rig = Rig::<B, sqlx::Postgres>::open(name, Duration::from_secs(5)).await;
+    let direct: PgConnectOptions = rig.db.url.parse().unwrap();
+    let proxy = CutProxy::to(&format!("{}:{}", direct.get_host(), direct.get_port())).await;
+    let pool = PgPoolOptions::new()
+        .max_connections(4)
+        .acquire_timeout(Duration::from_secs(2))
+        .connect_with(direct.host("127.0.0.1").port(proxy.addr().port()))
+        .await
+        .unwrap();
+    let consumer = rig.consumer_on(
+        rig.broker.source().await,
+        pool,
+        rig.inbox.clone(),
+        10,
+        IdFrom::JsonField("/id".to_owned()),
+        Arc::new(Notify::new()),
+    );
+    let health = consumer.health();
+    let (stop, task) = run_until_stopped!(consumer);
+    rig.broker.publish(&order_paid("evt_0")).await;
+    rig.until(
+        Duration::from_secs(60),
+        "the first event is handled",
+        || async { rig.effects().await.1 == 1 && rig.broker.drained().await },
+    )
+    .await;
+    proxy.cut();
+    for n in 1..3 {
+        rig.broker.publish(&order_paid(&format!("evt_{n}"))).await;
+    }
+    rig.until(Duration::from_secs(30), "the outage is seen", || async {
+        !health.is_ready()
+    })
+    .await;
+    stop.send(()).unwrap();
+    let handled = tokio::time::timeout(Duration::from_secs(15), task)
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "{}: asked to stop during an outage, it kept waiting",
+                B::LABEL
+            )
+        })
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (handled.fresh, handled.failed, handled.dead_lettered),
+        (1, 0, 0),
+        "{}: {handled:?}",
+        B::LABEL
+    );
+    assert!(rig.broker.dead_letters().await.is_empty());
+    rig.until(
+        Duration::from_secs(30),
+        "the two events held are back on the broker, unsettled",
+        || async { rig.broker.outstanding().await == 2 },
+    )
+    .await;
+}
