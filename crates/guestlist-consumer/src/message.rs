@@ -91,7 +91,9 @@ impl Message {
     /// The broker adapter's delivery this message came in, as its own type
     /// (`guestlist_kafka::KafkaDelivery`, `guestlist_sqs::SqsDelivery`, …), for what only that
     /// broker knows: a Kafka record's partition and offset, an SQS message's group. `None` for
-    /// another type, and for a message built with [`Message::new`].
+    /// another type, and for a message built with [`Message::new`]. A `Message` holds its
+    /// delivery: copy out what you need rather than keep the message past the handler (a Kafka
+    /// record dropped unsettled is read again only once its last holder lets go of it).
     ///
     /// ```no_run
     /// # fn pick(message: &guestlist_consumer::Message) {
