@@ -203,7 +203,31 @@ const CANCELLED: &str = "the RabbitMQ consumer was cancelled";
 /// Where RabbitMQ puts a message id too long for the `message_id` property.
 const LONG_MESSAGE_ID: &str = "x-message-id";
 
-/// One RabbitMQ delivery.
+/// A header value as text: strings as they are, numbers and booleans written out; tables,
+/// arrays and the rest left out.
+fn text_of(value: &AMQPValue) -> Option<String> {
+    Some(match value {
+        AMQPValue::LongString(s) => String::from_utf8_lossy(s.as_bytes()).into_owned(),
+        AMQPValue::ShortString(s) => s.to_string(),
+        AMQPValue::Boolean(b) => b.to_string(),
+        AMQPValue::ShortShortInt(n) => n.to_string(),
+        AMQPValue::ShortShortUInt(n) => n.to_string(),
+        AMQPValue::ShortInt(n) => n.to_string(),
+        AMQPValue::ShortUInt(n) => n.to_string(),
+        AMQPValue::LongInt(n) => n.to_string(),
+        AMQPValue::LongUInt(n) => n.to_string(),
+        AMQPValue::LongLongInt(n) => n.to_string(),
+        AMQPValue::Timestamp(n) => n.to_string(),
+        AMQPValue::Float(n) => n.to_string(),
+        AMQPValue::Double(n) => n.to_string(),
+        AMQPValue::ByteArray(bytes) => String::from_utf8_lossy(bytes.as_slice()).into_owned(),
+        _ => return None,
+    })
+}
+
+/// One RabbitMQ delivery. A handler reaches it with
+/// [`Message::delivery`](guestlist_consumer::Message::delivery), for the AMQP delivery itself
+/// ([`RabbitDelivery::delivery`]: exchange, routing key, properties).
 pub struct RabbitDelivery {
     delivery: lapin::message::Delivery,
     channel: Channel,
@@ -217,6 +241,12 @@ fn lock(unsettled: &Unsettled) -> std::sync::MutexGuard<'_, BTreeSet<u64>> {
 }
 
 impl RabbitDelivery {
+    /// The AMQP delivery as received: its exchange, routing key, redelivered flag and
+    /// properties.
+    pub fn delivery(&self) -> &lapin::message::Delivery {
+        &self.delivery
+    }
+
     /// Marks this delivery settled: acknowledged, handed back or rejected.
     fn settled(&self) {
         lock(&self.unsettled).remove(&self.delivery.delivery_tag);
@@ -243,6 +273,21 @@ impl Delivery for RabbitDelivery {
             AMQPValue::ShortString(s) => Some(s.as_str()),
             _ => None,
         }
+    }
+
+    fn headers(&self) -> Vec<(String, String)> {
+        let Some(headers) = self.delivery.properties.headers().as_ref() else {
+            return Vec::new();
+        };
+        headers
+            .inner()
+            .iter()
+            .filter_map(|(name, value)| Some((name.to_string(), text_of(value)?)))
+            .collect()
+    }
+
+    fn topic(&self) -> Option<String> {
+        Some(self.delivery.routing_key.to_string())
     }
 
     fn broker_id(&self) -> Option<&str> {

@@ -4,11 +4,12 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use guestlist_core::HandlerName;
-use guestlist_sqlx::{Backend, Inbox, WorkError};
+use guestlist_core::{Backoff, FailureKind, HandlerName};
+use guestlist_sqlx::{Backend, Health, Inbox, WorkError};
 use sqlx::Pool;
 
 use crate::handling::Core;
+use crate::shutdown::Stop;
 use crate::{Handler, IdFrom, Message, Source};
 
 /// A consumer that refuses to start, or whose store failed.
@@ -41,6 +42,14 @@ pub enum ConsumerError {
     /// The broker failed.
     #[error("broker error: {0}")]
     Broker(#[source] crate::BrokerError),
+    /// The inbox's table (or its `<table>_deferrals`) is not there: every message would fail
+    /// on it. The text says what to run.
+    #[error("the consumer cannot start: {0}")]
+    MissingTable(guestlist_sqlx::Error),
+    /// The database refused the consumer's first claim for a reason other than an outage (a
+    /// permission, a table of another shape).
+    #[error("the consumer cannot start: its first claim failed: {0}")]
+    Store(guestlist_sqlx::Error),
 }
 
 /// What a run of the consumer did, counted.
@@ -130,6 +139,7 @@ where
         id_from: IdFrom,
         handler: H,
     ) -> Self {
+        let health = Health::new("consumer", name.as_str());
         Self {
             source,
             core: Core {
@@ -146,6 +156,8 @@ where
                 keep_alive: true,
                 retention: None,
                 ack_wait: None,
+                health,
+                outage_backoff: (Backoff::DEFAULT_FIRST, Backoff::DEFAULT_MAX),
             },
         }
     }
@@ -207,6 +219,43 @@ where
         self
     }
 
+    /// The pauses between tries while the database is down: `first` (default 0.2 s), doubling
+    /// up to `max` (default 5 s).
+    ///
+    /// A database that cannot be reached, is out of connections or shutting down, or lacks the
+    /// inbox's table is an outage, not a failure of the message: nothing is counted against it
+    /// and nothing is handed back. The deliveries in hand are held and kept alive, nothing more
+    /// is fetched, [`health`](Self::health) reports the outage, and the held deliveries are
+    /// tried again after each pause until the database answers.
+    pub fn outage_backoff(mut self, first: Duration, max: Duration) -> Self {
+        self.core.outage_backoff = (first, max.max(first));
+        self
+    }
+
+    /// The consumer's health: whether it works or waits out an outage of its database. Cheap
+    /// to clone; take it before [`run`](Self::run) and answer a service's `/readyz` from it.
+    /// Each change is logged once, and the gauge `guestlist_outage{hop="consumer",name=<handler>}`
+    /// is 1 while the outage lasts.
+    ///
+    /// ```no_run
+    /// # async fn run<S: guestlist_consumer::Source>(source: S, pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+    /// use guestlist_consumer::{Consumer, IdFrom, shutdown_signal};
+    /// use guestlist_core::HandlerName;
+    /// use guestlist_sqlx::Inbox;
+    ///
+    /// let consumer = Consumer::new(source, pool, Inbox::<sqlx::Postgres>::new(),
+    ///     HandlerName::new("warehouse")?, IdFrom::BrokerId,
+    ///     async |_tx, _message| Ok::<(), sqlx::Error>(()));
+    /// let health = consumer.health();
+    /// // `/readyz`: 200 while `health.is_ready()`, else 503 with `health.cause()`.
+    /// # let _ = &health;
+    /// consumer.run(shutdown_signal()).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn health(&self) -> Health {
+        self.core.health.clone()
+    }
+
     /// Refuses settings that would redeliver a message the inbox has forgotten, or while its
     /// handler still runs.
     pub fn check(&self) -> Result<(), ConsumerError> {
@@ -239,6 +288,12 @@ where
     /// fetch never waits for a batch to fill. What is ready of the next batch is fetched while
     /// the current one commits ([`Source::fetch_ready`]), and a committed batch is acknowledged in as few round trips as the broker
     /// allows ([`Delivery::ack_all`](crate::Delivery::ack_all)); one transaction is in flight at a time.
+    ///
+    /// Before it fetches anything it makes a claim it rolls back and reads the deferrals of an
+    /// id no message has: it refuses to start ([`ConsumerError::MissingTable`]) when the inbox's
+    /// tables are not there (`run` creates nothing: run `guestlist migrate --database URL` or
+    /// [`Inbox::migrate`] first), and waits, reporting an outage on [`health`](Self::health),
+    /// while the database cannot be reached.
     pub async fn run(
         self,
         shutdown: impl Future<Output = ()> + Send,
@@ -253,7 +308,34 @@ where
             core.max_deliveries = limit.max(1);
         }
         let mut handled = Handled::default();
-        tokio::pin!(shutdown);
+        let mut stop = Stop::new(shutdown);
+        // Nothing is fetched before the store is known to be there.
+        let mut backoff = Backoff::new(core.outage_backoff.0, core.outage_backoff.1);
+        loop {
+            let probed = tokio::select! {
+                biased;
+                _ = stop.wait() => return Ok(handled),
+                probed = core.probe() => probed,
+            };
+            match probed {
+                Ok(()) => {
+                    core.health.recovered();
+                    break;
+                }
+                Err(err @ guestlist_sqlx::Error::MissingTable { .. }) => {
+                    return Err(ConsumerError::MissingTable(err));
+                }
+                Err(err) if err.kind() == FailureKind::Outage => {
+                    core.health.outage(format!("the database, at start: {err}"));
+                    tokio::select! {
+                        biased;
+                        _ = stop.wait() => return Ok(handled),
+                        _ = tokio::time::sleep(backoff.next_pause()) => {}
+                    }
+                }
+                Err(err) => return Err(ConsumerError::Store(err)),
+            }
+        }
         let mut stopping = false;
         let mut ahead: Vec<S::Delivery> = Vec::new();
         loop {
@@ -264,7 +346,7 @@ where
             } else {
                 let fetched = tokio::select! {
                     biased;
-                    _ = &mut shutdown => break,
+                    _ = stop.wait() => break,
                     fetched = source.fetch(core.batch_size) => fetched,
                 };
                 match fetched {
@@ -277,10 +359,14 @@ where
                 }
             };
             if deliveries.is_empty() {
+                // Nothing in hand to try: an outage that ended while idle is noticed here.
+                if !core.health.is_ready() && core.probe().await.is_ok() {
+                    core.health.recovered();
+                }
                 continue;
             }
             // Once shutdown has come, nothing more is fetched: what is in hand is finished.
-            stopping = stopping || poll_once(shutdown.as_mut()).await;
+            stopping = stopping || stop.came().await;
             let batch_size = core.batch_size;
             let next = async {
                 if stopping {
@@ -289,8 +375,9 @@ where
                     source.fetch_ready(batch_size).await
                 }
             };
-            // Not raced against shutdown: what is in hand is finished and acknowledged.
-            match core.handle(deliveries, &mut handled, next).await {
+            // Not raced against shutdown: what is in hand is finished and acknowledged (unless
+            // the database is down: then what is held goes back unsettled).
+            match core.handle(deliveries, &mut handled, next, &mut stop).await {
                 Ok(fetched) => ahead = fetched,
                 Err(err) => {
                     tracing::warn!(handler = %core.name, error = %err, "fetch failed; trying again");
@@ -300,10 +387,4 @@ where
         tracing::info!(handler = %core.name, ?handled, "consumer stopped");
         Ok(handled)
     }
-}
-
-/// `true` when `future` is ready now; polls it once. Not to be called again once it said so.
-async fn poll_once(future: std::pin::Pin<&mut impl Future<Output = ()>>) -> bool {
-    let mut future = future;
-    std::future::poll_fn(|cx| std::task::Poll::Ready(future.as_mut().poll(cx).is_ready())).await
 }

@@ -12,6 +12,22 @@ pub trait Delivery: Send + Sync + 'static {
     fn payload(&self) -> &[u8];
     /// A header's value, if the message has it.
     fn header(&self, name: &str) -> Option<&str>;
+    /// Every header of the message, name and value, in the broker's order (none by default): a
+    /// value that is not text is written as text. The handler sees them in
+    /// [`Message::headers`](crate::Message::headers).
+    fn headers(&self) -> Vec<(String, String)> {
+        Vec::new()
+    }
+    /// The broker's key of the message, where it has one: a Kafka record's key, an SQS FIFO
+    /// message's group id. None by default.
+    fn key(&self) -> Option<String> {
+        None
+    }
+    /// Where the message was published, where the broker says: a NATS subject, an AMQP
+    /// routing key, a Kafka topic. None by default.
+    fn topic(&self) -> Option<String> {
+        None
+    }
     /// The broker's own id for the message (`Nats-Msg-Id`, AMQP `message_id`), if it set one.
     fn broker_id(&self) -> Option<&str>;
     /// How many times this message has been delivered, this time included (1 the first time).
@@ -46,6 +62,15 @@ pub trait Delivery: Send + Sync + 'static {
     /// It will be delivered again, so the consumer neither handles nor settles it. Never, by
     /// default.
     fn withdrawn(&self) -> bool {
+        false
+    }
+    /// Whether the broker counted this delivery in the message's
+    /// [`delivery_count`](Self::delivery_count) even when it was [withdrawn](Self::withdrawn):
+    /// an SQS FIFO message handed back with an earlier one of its group is received again with
+    /// a higher `ApproximateReceiveCount`. The consumer then records the withdrawal in the
+    /// inbox (beside the message's deferrals), so that it does not count against the message.
+    /// No, by default (Kafka counts only a record's own failures).
+    fn counts_withdrawn(&self) -> bool {
         false
     }
 }

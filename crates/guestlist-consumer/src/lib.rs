@@ -4,9 +4,12 @@
 //! claim its message ids in one transaction; run the handler for each fresh message on that
 //! transaction; commit, fetching what is ready of the next batch meanwhile; only then
 //! acknowledge, duplicates included, in as few round trips as the broker allows. A handler
-//! error rolls the batch back and the messages go through one at a time, so that the failing
-//! one is negatively acknowledged with backoff and the rest are not lost. A message that keeps
-//! failing is dead-lettered, with its error, after the configured number of deliveries.
+//! error rolls the batch back: the failing message is negatively acknowledged with backoff (or
+//! sent back for the wait its deferral asked), and the rest go through one at a time. A message
+//! that keeps failing is dead-lettered, with its error, after the configured number of
+//! deliveries. A database that is down is an outage, never the message's failure: the
+//! deliveries in hand are held and kept alive until it answers, and
+//! [`Consumer::health`] says so meanwhile.
 //!
 //! Brokers plug in through [`Source`] and [`Delivery`]: `guestlist-nats` for NATS JetStream,
 //! `guestlist-amqp` for RabbitMQ, `guestlist-kafka` for Kafka.

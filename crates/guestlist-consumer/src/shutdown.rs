@@ -1,5 +1,43 @@
 //! Stopping on SIGTERM.
 
+use std::future::Future;
+use std::pin::Pin;
+
+/// A run's shutdown future, polled until it has come and never after.
+pub(crate) struct Stop<F> {
+    signal: Pin<Box<F>>,
+    came: bool,
+}
+
+impl<F: Future<Output = ()>> Stop<F> {
+    pub(crate) fn new(signal: F) -> Self {
+        Self {
+            signal: Box::pin(signal),
+            came: false,
+        }
+    }
+
+    /// Completes once shutdown has come; at once if it has already.
+    pub(crate) async fn wait(&mut self) {
+        if !self.came {
+            self.signal.as_mut().await;
+            self.came = true;
+        }
+    }
+
+    /// Whether shutdown has come, polling the signal once if it had not yet.
+    pub(crate) async fn came(&mut self) -> bool {
+        if !self.came {
+            let signal = &mut self.signal;
+            self.came = std::future::poll_fn(|cx| {
+                std::task::Poll::Ready(signal.as_mut().poll(cx).is_ready())
+            })
+            .await;
+        }
+        self.came
+    }
+}
+
 /// Completes when the process is asked to stop: SIGTERM (what orchestrators send) or Ctrl-C.
 /// Pass it to [`Consumer::run`](crate::Consumer::run): the consumer stops fetching, finishes and
 /// acknowledges the batch in hand, and returns.

@@ -4,6 +4,7 @@ mod common;
 
 broker_suite!(kpg, common::kafka::Kafka, sqlx::Postgres);
 broker_suite!(klite, common::kafka::Kafka, sqlx::Sqlite);
+outage_suite!(kout, common::kafka::Kafka);
 
 /// Kafka's own story: a partition revoked while its records are in hand moves only once they are
 /// committed, with their offsets, so the new owner starts after them and sees no duplicate.
@@ -59,4 +60,116 @@ async fn a_rebalance_lets_the_batch_in_hand_finish_before_the_partition_moves() 
         "it started after the records the first had in hand, committed with their offsets \
          before the partitions moved: {second:?} (first: {first:?})"
     );
+}
+
+/// What the handler sees of a Kafka record: its headers, its key, its topic, and the record's
+/// partition and offset through the delivery.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_handler_sees_headers_key_topic_and_offset() {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use common::brokers::Broker;
+    use common::kafka::Kafka;
+    use common::suite::{Rig, order_paid, run_until_stopped};
+    use guestlist_consumer::IdFrom;
+
+    let rig = Rig::<Kafka, sqlx::Postgres>::open(
+        "kseen_the_handler_sees_headers_key_topic_and_offset",
+        Duration::from_secs(30),
+    )
+    .await;
+    rig.broker
+        .publish_keyed(
+            &order_paid("evt_1"),
+            "order-42",
+            &[("seq", "7"), ("tenant", "acme")],
+        )
+        .await;
+    let seen: common::seen::Kept<Option<(i32, i64)>> = Arc::default();
+    let consumer = guestlist_consumer::Consumer::with_handler(
+        rig.broker.source().await,
+        rig.db.pool.clone(),
+        rig.inbox.clone(),
+        guestlist_core::HandlerName::new("warehouse").unwrap(),
+        IdFrom::JsonField("/id".to_owned()),
+        common::seen::Seen(seen.clone(), |message| {
+            message
+                .delivery::<guestlist_kafka::KafkaDelivery>()
+                .map(|d| (d.partition(), d.offset()))
+        }),
+    );
+    let (stop, task) = run_until_stopped!(consumer);
+    rig.until(Duration::from_secs(60), "the record is handled", || async {
+        !seen.lock().unwrap().is_empty() && rig.broker.drained().await
+    })
+    .await;
+    stop.send(()).unwrap();
+    task.await.unwrap().unwrap();
+    let (message, details) = seen.lock().unwrap()[0].clone();
+    assert_eq!(
+        message.headers,
+        [
+            ("seq".to_owned(), "7".to_owned()),
+            ("tenant".to_owned(), "acme".to_owned())
+        ],
+        "every header, in order"
+    );
+    assert_eq!(message.key.as_deref(), Some("order-42"));
+    assert_eq!(message.topic, Some(rig.broker.topic()));
+    let (_, offset) = details.expect("the Kafka delivery is reachable");
+    assert_eq!(offset, 0, "the first record of its partition");
+}
+
+/// Kafka's side of SQS's FIFO story: four records on one key (one partition), the second says
+/// "not yet" on its first eight deliveries. Each hand-back rewinds the partition and withdraws
+/// the two after it; the source counts only a record's own hand-backs, so the withdrawn ones
+/// count nothing and all four are handled, none dead-lettered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deferral_does_not_dead_letter_the_records_rewound_behind_it() {
+    use std::time::Duration;
+
+    use common::brokers::Broker;
+    use common::kafka::Kafka;
+    use common::suite::{Rig, run_until_stopped};
+
+    let rig = Rig::<Kafka, sqlx::Postgres>::open(
+        "kbehind_a_deferral_does_not_dead_letter_the_records_rewound_behind_it",
+        Duration::from_secs(30),
+    )
+    .await;
+    for n in 0..4 {
+        let not_yet = if n == 1 { r#","not_yet_until":8"# } else { "" };
+        let event = format!(r#"{{"id":"evt_k{n}"{not_yet}}}"#);
+        rig.broker
+            .publish_keyed(event.as_bytes(), "order-42", &[])
+            .await;
+    }
+    let (stop, task) = run_until_stopped!(rig.consumer(10).await);
+    rig.until(
+        Duration::from_secs(90),
+        "the partition is handled (or something dead-lettered)",
+        || async {
+            (rig.effects().await.1 == 4 && rig.broker.drained().await)
+                || !rig.broker.dead_letters().await.is_empty()
+        },
+    )
+    .await;
+    stop.send(()).unwrap();
+    let handled = task.await.unwrap().unwrap();
+    let dead = rig.broker.dead_letters().await;
+    assert!(
+        dead.is_empty(),
+        "nothing dead-lettered: {dead:?} {handled:?}"
+    );
+    assert_eq!(rig.effects().await, (4, 4), "one effect each");
+    assert_eq!(handled.deferred, 8, "deferred eight times: {handled:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn asked_to_stop_during_an_outage_it_returns_and_settles_nothing() {
+    common::suite::asked_to_stop_during_an_outage_it_returns_and_settles_nothing::<
+        common::kafka::Kafka,
+    >("kstop_asked_to_stop_during_an_outage")
+    .await;
 }

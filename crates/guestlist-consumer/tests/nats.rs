@@ -4,3 +4,4 @@ mod common;
 
 broker_suite!(npg, common::brokers::Nats, sqlx::Postgres);
 broker_suite!(nlite, common::brokers::Nats, sqlx::Sqlite);
+outage_suite!(nout, common::brokers::Nats);

@@ -4,3 +4,4 @@ mod common;
 
 broker_suite!(rpg, common::brokers::Rabbit, sqlx::Postgres);
 broker_suite!(rlite, common::brokers::Rabbit, sqlx::Sqlite);
+outage_suite!(rout, common::brokers::Rabbit);

@@ -7,6 +7,7 @@ mod common;
 
 broker_suite!(spg, common::sqs::Sqs, sqlx::Postgres);
 broker_suite!(slite, common::sqs::Sqs, sqlx::Sqlite);
+outage_suite!(sout, common::sqs::Sqs);
 
 use std::time::Duration;
 
@@ -217,4 +218,110 @@ async fn a_long_handler_is_delivered_once_while_another_consumer_polls() {
         "received once in three visibility timeouts: {first:?} {second:?}"
     );
     assert_eq!(rig.effects().await, (1, 1));
+}
+
+/// On a FIFO queue, A-1 of the group A-0..A-3 says "not yet" on its first eight deliveries
+/// (through `guestlist_carry::defer`). Each hand-back takes A-2 and A-3 back with it, and SQS
+/// counts those receives in their `ApproximateReceiveCount`; withdrawn because of another
+/// message, they count nothing against themselves: all four are handled, none dead-lettered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deferral_does_not_dead_letter_its_fifo_followers() {
+    let name = "sfollow_a_deferral_does_not_dead_letter_its_fifo_followers";
+    let rig = Rig::<SqsFifo, sqlx::Postgres>::open(name, Duration::from_secs(30)).await;
+    for n in 0..4 {
+        let not_yet = if n == 1 { r#","not_yet_until":8"# } else { "" };
+        let event = format!(r#"{{"id":"evt_a{n}"{not_yet}}}"#);
+        rig.broker.send_to_group(event.as_bytes(), &[], "a").await;
+    }
+    let (stop, task) = run_until_stopped!(rig.consumer(10).await);
+    rig.until(
+        Duration::from_secs(90),
+        "the group is handled (or something dead-lettered)",
+        || async {
+            (rig.effects().await.1 == 4 && rig.broker.drained().await)
+                || !rig.broker.dead_letters().await.is_empty()
+        },
+    )
+    .await;
+    stop.send(()).unwrap();
+    let handled = task.await.unwrap().unwrap();
+    let dead = rig.broker.dead_letters().await;
+    assert!(
+        dead.is_empty(),
+        "nothing dead-lettered: {dead:?} {handled:?}"
+    );
+    assert_eq!(rig.effects().await, (4, 4), "one effect each");
+    assert_eq!(handled.deferred, 8, "A-1 deferred eight times: {handled:?}");
+    assert_eq!(handled.dead_lettered, 0);
+    let a3: i64 = rig
+        .db
+        .scalar(format!(
+            "SELECT CAST(delivery AS BIGINT) FROM {} WHERE event = 'evt_a3'",
+            rig.effects
+        ))
+        .await;
+    assert!(
+        a3 > 5,
+        "A-3 came back past the limit of 5 deliveries and was handled all the same ({a3})"
+    );
+}
+
+/// What the handler sees of an SQS FIFO message: its attributes as headers, its group as the
+/// key, and SQS's own details through the delivery.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_handler_sees_attributes_and_group() {
+    use std::sync::Arc;
+
+    let name = "sseen_the_handler_sees_attributes_and_group";
+    let rig = Rig::<SqsFifo, sqlx::Postgres>::open(name, Duration::from_secs(30)).await;
+    rig.broker
+        .send_to_group(
+            &order_paid("evt_1"),
+            &[("seq", "7"), ("tenant", "acme")],
+            "order-42",
+        )
+        .await;
+    let seen: common::seen::Kept<Option<(String, u32)>> = Arc::default();
+    let consumer = guestlist_consumer::Consumer::with_handler(
+        rig.broker.source().await,
+        rig.db.pool.clone(),
+        rig.inbox.clone(),
+        guestlist_core::HandlerName::new("warehouse").unwrap(),
+        IdFrom::JsonField("/id".to_owned()),
+        common::seen::Seen(seen.clone(), |message| {
+            message
+                .delivery::<guestlist_sqs::SqsDelivery>()
+                .map(|d| (d.group().unwrap_or_default().to_owned(), d.receive_count()))
+        }),
+    );
+    let (stop, task) = run_until_stopped!(consumer);
+    rig.until(
+        Duration::from_secs(30),
+        "the message is handled",
+        || async { !seen.lock().unwrap().is_empty() && rig.broker.drained().await },
+    )
+    .await;
+    stop.send(()).unwrap();
+    task.await.unwrap().unwrap();
+    let (message, details) = seen.lock().unwrap()[0].clone();
+    assert_eq!(message.header("seq"), Some("7"));
+    assert_eq!(message.header("tenant"), Some("acme"));
+    assert_eq!(
+        message.key.as_deref(),
+        Some("order-42"),
+        "the group is the key"
+    );
+    assert_eq!(
+        details,
+        Some(("order-42".to_owned(), 1)),
+        "SQS's own details"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn asked_to_stop_during_an_outage_it_returns_and_settles_nothing() {
+    common::suite::asked_to_stop_during_an_outage_it_returns_and_settles_nothing::<Sqs>(
+        "sstop_asked_to_stop_during_an_outage",
+    )
+    .await;
 }

@@ -13,7 +13,10 @@ use crate::MESSAGE_ID_HEADER;
 use crate::rebalance::commit;
 use crate::source::Shared;
 
-/// One record of a [`KafkaSource`](crate::KafkaSource).
+/// One record of a [`KafkaSource`](crate::KafkaSource). A handler reaches it with
+/// [`Message::delivery`](guestlist_consumer::Message::delivery), for its
+/// [`partition`](Self::partition), [`offset`](Self::offset) and the record itself
+/// ([`record`](Self::record): timestamp, raw key and headers).
 ///
 /// Acknowledging it marks it done; the partition's offset is committed past it once every
 /// record before it is done too. A record dropped without being settled (acknowledged, handed
@@ -62,6 +65,11 @@ impl KafkaDelivery {
         self.message.offset()
     }
 
+    /// The record as polled: topic, key and headers as bytes, timestamp.
+    pub fn record(&self) -> &OwnedMessage {
+        &self.message
+    }
+
     /// Marks the record done, without committing yet.
     fn settle(&self) {
         if !self.settled.swap(true, Ordering::AcqRel) {
@@ -91,6 +99,32 @@ impl Delivery for KafkaDelivery {
             .iter()
             .find(|header| header.key == name)
             .and_then(|header| std::str::from_utf8(header.value?).ok())
+    }
+
+    fn headers(&self) -> Vec<(String, String)> {
+        let Some(headers) = self.message.headers() else {
+            return Vec::new();
+        };
+        headers
+            .iter()
+            .map(|header| {
+                let value = header
+                    .value
+                    .map(String::from_utf8_lossy)
+                    .unwrap_or_default();
+                (header.key.to_owned(), value.into_owned())
+            })
+            .collect()
+    }
+
+    fn key(&self) -> Option<String> {
+        self.message
+            .key()
+            .map(|key| String::from_utf8_lossy(key).into_owned())
+    }
+
+    fn topic(&self) -> Option<String> {
+        Some(self.message.topic().to_owned())
     }
 
     fn broker_id(&self) -> Option<&str> {

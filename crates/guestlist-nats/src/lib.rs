@@ -203,13 +203,23 @@ impl Source for JetStreamSource {
     }
 }
 
-/// One JetStream delivery.
+/// One JetStream delivery. A handler reaches it with
+/// [`Message::delivery`](guestlist_consumer::Message::delivery), for the message itself
+/// ([`JetStreamDelivery::message`]: its subject, stream sequence, timestamps).
 pub struct JetStreamDelivery {
     message: jetstream::Message,
     delivered: u32,
     context: jetstream::Context,
     dead_letters: String,
     confirmed_acks: bool,
+}
+
+impl JetStreamDelivery {
+    /// The JetStream message as received: subject, headers, and its info (stream and consumer
+    /// sequences, timestamp) through `message().info()`.
+    pub fn message(&self) -> &jetstream::Message {
+        &self.message
+    }
 }
 
 impl Delivery for JetStreamDelivery {
@@ -219,6 +229,27 @@ impl Delivery for JetStreamDelivery {
 
     fn header(&self, name: &str) -> Option<&str> {
         self.message.headers.as_ref()?.get(name).map(|v| v.as_str())
+    }
+
+    fn headers(&self) -> Vec<(String, String)> {
+        let Some(headers) = self.message.headers.as_ref() else {
+            return Vec::new();
+        };
+        let mut all: Vec<(String, String)> = headers
+            .iter()
+            .flat_map(|(name, values)| {
+                values
+                    .iter()
+                    .map(move |value| (name.to_string(), value.as_str().to_owned()))
+            })
+            .collect();
+        // The map keeps no order: sorted by name, so that it reads the same every time.
+        all.sort();
+        all
+    }
+
+    fn topic(&self) -> Option<String> {
+        Some(self.message.subject.to_string())
     }
 
     fn broker_id(&self) -> Option<&str> {

@@ -22,7 +22,10 @@ const MAX_VISIBILITY: Duration = Duration::from_secs(43_200);
 /// How often a failed delete is tried again before it is reported.
 const DELETE_RETRIES: usize = 2;
 
-/// One message received from an SQS queue.
+/// One message received from an SQS queue. A handler reaches it with
+/// [`Message::delivery`](guestlist_consumer::Message::delivery), for SQS's own details
+/// ([`sqs_message_id`](Self::sqs_message_id), [`group`](Self::group),
+/// [`receive_count`](Self::receive_count)).
 pub struct SqsDelivery {
     shared: Arc<Shared>,
     sqs_id: String,
@@ -93,6 +96,12 @@ impl SqsDelivery {
     /// SQS's id of the message (each copy SNS delivers is a message of its own).
     pub fn sqs_message_id(&self) -> &str {
         &self.sqs_id
+    }
+
+    /// SQS's `ApproximateReceiveCount`: how many times the message was received, this time
+    /// included.
+    pub fn receive_count(&self) -> u32 {
+        self.receive_count
     }
 
     /// Its FIFO message group, on a FIFO queue.
@@ -185,6 +194,35 @@ impl Delivery for SqsDelivery {
         from_sns
             .or_else(|| self.attributes.get(name))
             .map(String::as_str)
+    }
+
+    fn headers(&self) -> Vec<(String, String)> {
+        let mut all: Vec<(String, String)> = self
+            .attributes
+            .iter()
+            .map(|(name, value)| (name.clone(), value.clone()))
+            .collect();
+        if let Some(envelope) = &self.envelope {
+            // SNS's attributes first: they win over the queue's own of the same name.
+            let from_sns: Vec<(String, String)> = envelope
+                .attributes
+                .iter()
+                .map(|(name, value)| (name.clone(), value.clone()))
+                .collect();
+            all.retain(|(name, _)| !envelope.attributes.contains_key(name));
+            all.extend(from_sns);
+        }
+        // The maps keep no order: sorted by name, so that it reads the same every time.
+        all.sort();
+        all
+    }
+
+    fn key(&self) -> Option<String> {
+        self.group.clone()
+    }
+
+    fn counts_withdrawn(&self) -> bool {
+        true // every receive raises ApproximateReceiveCount, a withdrawn one's too
     }
 
     fn broker_id(&self) -> Option<&str> {

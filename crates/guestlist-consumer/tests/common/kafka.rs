@@ -178,6 +178,30 @@ fn header(message: &rdkafka::message::OwnedMessage, name: &str) -> Option<String
         .and_then(|h| h.value.map(|v| String::from_utf8_lossy(v).into_owned()))
 }
 
+impl Kafka {
+    /// Publishes `payload` with the record key `key` and `headers`.
+    pub async fn publish_keyed(&self, payload: &[u8], key: &str, headers: &[(&str, &str)]) {
+        let mut owned = rdkafka::message::OwnedHeaders::new();
+        for (name, value) in headers {
+            owned = owned.insert(rdkafka::message::Header {
+                key: name,
+                value: Some(*value),
+            });
+        }
+        self.producer
+            .send(
+                FutureRecord::to(&self.topic)
+                    .payload(payload)
+                    .key(key)
+                    .headers(owned),
+                Duration::from_secs(10),
+            )
+            .await
+            .map_err(|(err, _)| err)
+            .expect("the topic stored it");
+    }
+}
+
 impl Broker for Kafka {
     type Source = guestlist_kafka::KafkaSource;
     type Publisher = guestlist_kafka::KafkaPublisher;

@@ -8,6 +8,7 @@ pub mod held_acks;
 pub mod kafka;
 pub mod relay;
 pub mod relay_refusals;
+pub mod seen;
 pub mod sqs;
 pub mod suite;
 
@@ -32,6 +33,9 @@ macro_rules! broker_suite {
             a_missing_queue_is_refused_at_start_up,
             sigterm_mid_batch_finishes_the_batch_and_loses_nothing,
             sigkill_between_commit_and_acks_redelivers_a_batch_of_duplicates,
+            a_missing_inbox_table_is_refused_at_start_and_dead_letters_nothing,
+            a_deferral_inside_a_batch_waits_as_asked_and_counts_once,
+            a_poison_in_a_batch_runs_once_per_delivery_and_each_run_is_counted,
         );
 
         /// Not a test on its own: the consumer process the SIGTERM test stops.
@@ -63,6 +67,39 @@ macro_rules! broker_suite {
                 common::suite::$name::<$broker, $db>(concat!(stringify!($m), "_", stringify!($name))).await;
             }
         )*
+    };
+}
+
+/// Generates the database-outage stories for the broker `$broker` on PostgreSQL (the outage is a
+/// proxy cut between the consumer and the server), in module `$m` (named as for
+/// [`broker_suite!`]): with a 2 s pool acquire timeout, and with sqlx's default of 30 s.
+#[macro_export]
+macro_rules! outage_suite {
+    ($m:ident, $broker:ty) => {
+        mod $m {
+            use super::common;
+            use std::time::Duration;
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_database_outage_dead_letters_nothing_and_resumes() {
+                common::suite::a_database_outage_dead_letters_nothing_and_resumes::<$broker>(
+                    concat!(stringify!($m), "_short_acquire"),
+                    Some(Duration::from_secs(2)),
+                    Duration::from_secs(20),
+                )
+                .await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_database_outage_dead_letters_nothing_and_resumes_with_the_default_pool() {
+                common::suite::a_database_outage_dead_letters_nothing_and_resumes::<$broker>(
+                    concat!(stringify!($m), "_default_pool"),
+                    None,
+                    Duration::from_secs(40),
+                )
+                .await;
+            }
+        }
     };
 }
 

@@ -5,6 +5,10 @@
 //! delivery count cannot tell the two apart, and two consumers (or a restarted one) each see only
 //! some of the deliveries, so the deferrals of a message are counted in the database, in
 //! `<inbox table>_deferrals`, created by [`Inbox::migrate`].
+//!
+//! The table counts every delivery that must not count against its message: its deferrals,
+//! and its withdrawals ([`Inbox::withdrawn`]: an SQS FIFO message handed back because an
+//! earlier message of its group was, which SQS counts as a receive all the same).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -12,10 +16,11 @@ use guestlist_core::{HandlerName, MessageId};
 
 use crate::{Backend, Error, Inbox};
 
-/// How often a message has been deferred, and since when.
+/// How often a message has been deferred (or withdrawn because of another message), and since
+/// when.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Deferrals {
-    /// Deferrals counted so far.
+    /// Deferrals (and withdrawals) counted so far.
     pub count: u32,
     /// When the first was counted.
     pub since: SystemTime,
@@ -56,7 +61,21 @@ impl<DB: Backend> Inbox<DB> {
         Ok(Deferrals::from_row(row))
     }
 
-    /// The deferrals counted for message `id` and `handler`, if any.
+    /// Counts one delivery of message `id` for `handler` that was withdrawn because of another
+    /// message (an earlier message of its SQS FIFO group was handed back, and took it back
+    /// too): uncounted against the message, as a deferral is. Returns the count with the time
+    /// of the first, deferrals included.
+    pub async fn withdrawn(
+        &self,
+        pool: &sqlx::Pool<DB>,
+        handler: &HandlerName,
+        id: &MessageId,
+    ) -> Result<Deferrals, Error> {
+        // The same row as a deferral's: both are deliveries that do not count against it.
+        self.defer(pool, handler, id).await
+    }
+
+    /// The deferrals (and withdrawals) counted for message `id` and `handler`, if any.
     pub async fn deferrals(
         &self,
         pool: &sqlx::Pool<DB>,
