@@ -234,9 +234,9 @@ pub async fn a_message_never_taken_is_dead_lettered_and_the_rest_go_out_once<
     name: &str,
 ) {
     let others: usize = if DB::LABEL == "PostgreSQL" {
-        1_000
+        B::RELAY_STORY_EVENTS
     } else {
-        200
+        B::RELAY_STORY_EVENTS / 5
     };
     let line = Line::<B, DB>::open(name).await;
     match B::TOO_LARGE {
@@ -343,6 +343,10 @@ struct Slow<P> {
 }
 
 impl<P: Publish> Publish for Slow<P> {
+    fn check(&self, message: &OutboxMessage) -> Result<(), guestlist_sqlx::PublishError> {
+        self.inner.check(message)
+    }
+
     async fn publish(&self, messages: &[OutboxMessage], outcomes: &mut Outcomes) {
         self.inner.publish(messages, outcomes).await;
         tokio::time::sleep(self.hold).await;
@@ -382,8 +386,26 @@ pub async fn a_round_that_outlasts_its_lease_stamps_what_was_confirmed<B: Broker
     assert_eq!(received.len() as i64, EVENTS, "{}: each once", B::LABEL);
 }
 
+/// A publisher that notes when each round's publish began.
+struct Tries<P> {
+    inner: P,
+    at: std::sync::Arc<std::sync::Mutex<Vec<Instant>>>,
+}
+
+impl<P: Publish> Publish for Tries<P> {
+    fn check(&self, message: &OutboxMessage) -> Result<(), guestlist_sqlx::PublishError> {
+        self.inner.check(message)
+    }
+
+    async fn publish(&self, messages: &[OutboxMessage], outcomes: &mut Outcomes) {
+        self.at.lock().unwrap().push(Instant::now());
+        self.inner.publish(messages, outcomes).await;
+    }
+}
+
 /// One message the broker keeps refusing: its retries wait 0.2 s, 0.4 s, 0.8 s, 1.6 s…, not a
-/// flat 0.2 s (16 tries in 3.2 s).
+/// flat 0.2 s. Told by the gaps between tries, each at least its pause, so that a slow broker
+/// (each try's own time adds to its gap) cannot make it pass or fail.
 pub async fn a_refused_messages_retries_back_off_doubling<B: Broker, DB: Fixture>(name: &str) {
     if B::NOWHERE_FOR_GOOD {
         return; // the broker refuses such a topic for good: dead at the first try
@@ -391,20 +413,30 @@ pub async fn a_refused_messages_retries_back_off_doubling<B: Broker, DB: Fixture
     let line = Line::<B, DB>::open(name).await;
     let nowhere = line.rig.broker.nowhere(&line.rig.tag);
     line.enqueue_to(Some(&nowhere), "evt_refused", None).await;
-    let relay = line.relay(line.rig.broker.publisher().await, Duration::from_secs(30));
-    let started = Instant::now();
+    let at = std::sync::Arc::default();
+    let tries = Tries {
+        inner: line.rig.broker.publisher().await,
+        at: std::sync::Arc::clone(&at),
+    };
+    let relay = line.relay(tries, Duration::from_secs(30));
     let relayed = line
         .run_relay(relay, Duration::ZERO, || async {
-            started.elapsed() >= Duration::from_millis(3_200)
+            at.lock().unwrap().len() >= 5
         })
         .await;
-    // Tries at 0, 0.2, 0.6, 1.4 and 3.0 s: five, give or take a round's own time.
-    assert!(
-        (2..=6).contains(&relayed.failures),
-        "{}: {} tries in 3.2 s",
-        B::LABEL,
-        relayed.failures
-    );
+    let at = at.lock().unwrap().clone();
+    let gaps: Vec<Duration> = at.windows(2).map(|w| w[1] - w[0]).collect();
+    // Pauses of 0.2, 0.4, 0.8 and 1.6 s, less a tenth for the timer's grain.
+    for (n, gap) in gaps.iter().take(4).enumerate() {
+        let pause = Duration::from_millis(180) * 2u32.pow(n as u32);
+        assert!(
+            *gap >= pause,
+            "{}: try {} came {gap:?} after the one before, under its pause of {pause:?}: {gaps:?}",
+            B::LABEL,
+            n + 2
+        );
+    }
+    assert!(relayed.failures >= 4, "{}: {relayed:?}", B::LABEL);
     assert_eq!(relayed.dead_lettered, 0);
     assert_eq!(line.pending().await, 1, "still pending, nothing lost");
 }

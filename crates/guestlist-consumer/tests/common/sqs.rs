@@ -355,8 +355,8 @@ impl<const FIFO: bool> Broker for SqsQueue<FIFO> {
         Self::open_with(tag, &[(QueueAttributeName::MessageRetentionPeriod, week)]).await
     }
 
-    async fn publish(&self, payload: &[u8]) {
-        self.send(payload, &[]).await;
+    async fn publish_with(&self, payload: &[u8], headers: &[(&str, &str)]) {
+        self.send(payload, headers).await;
     }
 
     async fn publish_stream(&self, payloads: Vec<Vec<u8>>) {
@@ -411,12 +411,23 @@ impl<const FIFO: bool> Broker for SqsQueue<FIFO> {
         self.source_with(|builder| builder).await
     }
 
-    async fn dead_letters(&self) -> Vec<String> {
+    async fn dead_letter_headers(&self) -> Vec<Vec<(String, String)>> {
         // Received and left visible (no take), so that the next look sees them again.
         self.drain(&self.dead_letters, 0, false)
             .await
             .iter()
-            .map(|message| attribute(message, guestlist_sqs::ERROR_ATTRIBUTE).unwrap_or_default())
+            .map(|message| {
+                let mut attributes: Vec<(String, String)> = message
+                    .message_attributes
+                    .iter()
+                    .flatten()
+                    .map(|(name, value)| {
+                        (name.clone(), value.string_value.clone().unwrap_or_default())
+                    })
+                    .collect();
+                attributes.sort();
+                attributes
+            })
             .collect()
     }
 
