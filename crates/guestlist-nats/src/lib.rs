@@ -291,7 +291,21 @@ impl Delivery for JetStreamDelivery {
     }
 
     async fn dead_letter(&self, reason: &str) -> Result<(), BrokerError> {
+        // The message's own headers, but NATS's (`Nats-Msg-Id` would be deduplicated in the
+        // dead-letter stream; `Nats-Expected-*` would refuse the publish).
         let mut headers = HeaderMap::new();
+        for (name, values) in self.message.headers.iter().flat_map(|h| h.iter()) {
+            let name_text: &str = name.as_ref();
+            if name_text
+                .get(..5)
+                .is_some_and(|p| p.eq_ignore_ascii_case("nats-"))
+            {
+                continue;
+            }
+            for value in values {
+                headers.append(name.clone(), value.clone());
+            }
+        }
         // Header values hold one line.
         let reason: String = reason
             .chars()

@@ -37,8 +37,19 @@ pub trait Broker: Send + Sync + Sized + 'static {
     fn open(tag: &str, ack_wait: Duration) -> impl Future<Output = Self> + Send;
     /// The same queue, from another process.
     fn attach(tag: &str, ack_wait: Duration) -> impl Future<Output = Self> + Send;
+    /// The header (message attribute) a dead letter's error is in.
+    const ERROR_HEADER: &'static str = "guestlist-error";
     /// Publishes `payload`, waiting for the broker to confirm.
-    fn publish(&self, payload: &[u8]) -> impl Future<Output = ()> + Send;
+    fn publish(&self, payload: &[u8]) -> impl Future<Output = ()> + Send {
+        self.publish_with(payload, &[])
+    }
+    /// Publishes `payload` with `headers` (name and text value; message attributes on SQS),
+    /// waiting for the broker to confirm.
+    fn publish_with(
+        &self,
+        payload: &[u8],
+        headers: &[(&str, &str)],
+    ) -> impl Future<Output = ()> + Send;
     /// Publishes many events for a chaos test: all of them before it returns, by default. A
     /// broker that slows down as its queue grows (moto's SQS) publishes them from a task
     /// instead, while the consumers run, so that the queue stays short.
@@ -52,7 +63,17 @@ pub trait Broker: Send + Sync + Sized + 'static {
     /// A consumer's source on the queue.
     fn source(&self) -> impl Future<Output = Self::Source> + Send;
     /// Messages in the dead-letter place, with the error each carries.
-    fn dead_letters(&self) -> impl Future<Output = Vec<String>> + Send;
+    fn dead_letters(&self) -> impl Future<Output = Vec<String>> + Send {
+        async {
+            self.dead_letter_headers()
+                .await
+                .into_iter()
+                .map(|headers| header_of(&headers, Self::ERROR_HEADER).unwrap_or_default())
+                .collect()
+        }
+    }
+    /// The headers (message attributes) of each message in the dead-letter place, in order.
+    fn dead_letter_headers(&self) -> impl Future<Output = Vec<Vec<(String, String)>>> + Send;
     /// Messages waiting, and (where the broker says so cheaply) delivered but unacknowledged.
     fn outstanding(&self) -> impl Future<Output = u64> + Send;
     /// `true` when no message waits and none is delivered but unacknowledged (exact, maybe slow).
@@ -77,6 +98,14 @@ pub trait Broker: Send + Sync + Sized + 'static {
     /// Every message on the queue (stream), in the order the broker holds them; RabbitMQ's are
     /// taken off the queue.
     fn received(&self) -> impl Future<Output = Vec<Received>> + Send;
+}
+
+/// The value of the header `name` among `headers`.
+pub fn header_of(headers: &[(String, String)], name: &str) -> Option<String> {
+    headers
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, value)| value.clone())
 }
 
 /// A message as a relay published it: its id, ordering key and place.
@@ -156,6 +185,7 @@ impl Broker for Nats {
     const DEDUPLICATES: bool = true;
     const REDELIVERS_IN_TIME: bool = true;
     const MISSING_TOPIC_ADVICE: &'static str = "nats stream add";
+    const ERROR_HEADER: &'static str = "Guestlist-Error";
 
     fn topic(&self) -> String {
         self.subject.clone()
@@ -204,9 +234,13 @@ impl Broker for Nats {
         nats
     }
 
-    async fn publish(&self, payload: &[u8]) {
+    async fn publish_with(&self, payload: &[u8], headers: &[(&str, &str)]) {
+        let mut map = async_nats::HeaderMap::new();
+        for (name, value) in headers {
+            map.insert(*name, *value);
+        }
         self.context
-            .publish(self.subject.clone(), payload.to_vec().into())
+            .publish_with_headers(self.subject.clone(), map, payload.to_vec().into())
             .await
             .expect("publish")
             .await
@@ -238,24 +272,28 @@ impl Broker for Nats {
         .expect("bind the consumer")
     }
 
-    async fn dead_letters(&self) -> Vec<String> {
+    async fn dead_letter_headers(&self) -> Vec<Vec<(String, String)>> {
         let mut stream = self
             .context
             .get_stream(&self.dead_letter_stream)
             .await
             .unwrap();
         let count = stream.info().await.unwrap().state.messages;
-        let mut errors = Vec::new();
+        let mut all = Vec::new();
         for sequence in 1..=count {
             let message = stream.get_raw_message(sequence).await.unwrap();
-            let error = message
+            let headers = message
                 .headers
-                .get("Guestlist-Error")
-                .map(|v| v.as_str().to_owned())
-                .unwrap_or_default();
-            errors.push(error);
+                .iter()
+                .flat_map(|(name, values)| {
+                    values
+                        .iter()
+                        .map(move |value| (name.to_string(), value.as_str().to_owned()))
+                })
+                .collect();
+            all.push(headers);
         }
-        errors
+        all
     }
 
     async fn outstanding(&self) -> u64 {
@@ -453,14 +491,24 @@ impl Broker for Rabbit {
         Self::open(tag, Duration::from_secs(30)).await
     }
 
-    async fn publish(&self, payload: &[u8]) {
+    async fn publish_with(&self, payload: &[u8], headers: &[(&str, &str)]) {
+        use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
+        let mut table = FieldTable::default();
+        for (name, value) in headers {
+            table.insert(
+                ShortString::from(*name),
+                AMQPValue::LongString(LongString::from(*value)),
+            );
+        }
         self.channel
             .basic_publish(
                 "".into(),
                 self.queue.as_str().into(),
                 lapin::options::BasicPublishOptions::default(),
                 payload,
-                lapin::BasicProperties::default().with_delivery_mode(2),
+                lapin::BasicProperties::default()
+                    .with_delivery_mode(2)
+                    .with_headers(table),
             )
             .await
             .expect("publish")
@@ -482,7 +530,7 @@ impl Broker for Rabbit {
             .dead_letter_to(&self.dead_letters, "")
     }
 
-    async fn dead_letters(&self) -> Vec<String> {
+    async fn dead_letter_headers(&self) -> Vec<Vec<(String, String)>> {
         use lapin::options::BasicGetOptions;
         use lapin::types::AMQPValue;
         // Read on a channel of its own, then close it: unacknowledged, they go back.
@@ -491,7 +539,7 @@ impl Broker for Rabbit {
                 .await
                 .unwrap();
         let channel = connection.create_channel().await.unwrap();
-        let mut errors = Vec::new();
+        let mut all = Vec::new();
         while let Some(message) = channel
             .basic_get(
                 self.dead_letters.as_str().into(),
@@ -500,21 +548,31 @@ impl Broker for Rabbit {
             .await
             .unwrap()
         {
-            let error = message
+            let headers = message
                 .delivery
                 .properties
                 .headers()
                 .as_ref()
-                .and_then(|h| h.inner().get("guestlist-error").cloned())
-                .map(|v| match v {
-                    AMQPValue::LongString(s) => String::from_utf8_lossy(s.as_bytes()).into_owned(),
-                    other => format!("{other:?}"),
+                .map(|table| {
+                    table
+                        .inner()
+                        .iter()
+                        .map(|(name, value)| {
+                            let value = match value {
+                                AMQPValue::LongString(s) => {
+                                    String::from_utf8_lossy(s.as_bytes()).into_owned()
+                                }
+                                other => format!("{other:?}"),
+                            };
+                            (name.as_str().to_owned(), value)
+                        })
+                        .collect()
                 })
                 .unwrap_or_default();
-            errors.push(error);
+            all.push(headers);
         }
         let _ = connection.close(200, "read".into()).await;
-        errors
+        all
     }
 
     async fn outstanding(&self) -> u64 {

@@ -255,10 +255,19 @@ impl Broker for Kafka {
         Self::open(tag, Duration::from_secs(30)).await
     }
 
-    async fn publish(&self, payload: &[u8]) {
+    async fn publish_with(&self, payload: &[u8], headers: &[(&str, &str)]) {
+        let mut owned = rdkafka::message::OwnedHeaders::new();
+        for (key, value) in headers {
+            owned = owned.insert(rdkafka::message::Header {
+                key,
+                value: Some(*value),
+            });
+        }
         self.producer
             .send(
-                FutureRecord::<(), [u8]>::to(&self.topic).payload(payload),
+                FutureRecord::<(), [u8]>::to(&self.topic)
+                    .payload(payload)
+                    .headers(owned),
                 Duration::from_secs(10),
             )
             .await
@@ -286,11 +295,21 @@ impl Broker for Kafka {
             .expect("join the consumer group")
     }
 
-    async fn dead_letters(&self) -> Vec<String> {
+    async fn dead_letter_headers(&self) -> Vec<Vec<(String, String)>> {
         self.all_records(&self.dead_letters, 1)
             .await
             .iter()
-            .map(|record| header(record, "guestlist-error").unwrap_or_default())
+            .map(|record| {
+                record.headers().map_or_else(Vec::new, |headers| {
+                    headers
+                        .iter()
+                        .map(|h| {
+                            let value = h.value.map(String::from_utf8_lossy).unwrap_or_default();
+                            (h.key.to_owned(), value.into_owned())
+                        })
+                        .collect()
+                })
+            })
             .collect()
     }
 

@@ -23,6 +23,7 @@ macro_rules! broker_suite {
         $crate::broker_suite!(@tests $m, $broker, $db;
             five_publishes_five_acks_one_pick_task,
             a_poison_message_is_dead_lettered_while_the_rest_flow,
+            a_messages_headers_reach_its_handler_and_stay_on_its_dead_letter,
             a_handled_message_delivered_past_the_limit_is_a_duplicate_not_poison,
             not_yet_is_deferred_and_never_counts_as_poison,
             deferrals_past_their_time_bound_are_dead_lettered,

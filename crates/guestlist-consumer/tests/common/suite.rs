@@ -1,6 +1,6 @@
 //! The stories every broker must tell the same way. Each counts effects in PostgreSQL.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasher, RandomState};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -25,13 +25,22 @@ pub struct Pick {
     poison_runs: Arc<AtomicU64>,
     /// Events that said "not yet" once already, by id.
     deferred_once: Arc<Mutex<HashSet<String>>>,
+    /// The headers of each message the handler ran on, by id.
+    headers_seen: HeadersSeen,
 }
+
+/// The headers of each message a handler ran on, by id.
+type HeadersSeen = Arc<Mutex<HashMap<String, Vec<(String, String)>>>>;
 
 impl<DB: Fixture> Handler<DB> for Pick {
     type Error = anyhow::Error;
 
     async fn handle(&self, tx: &mut DB::Connection, message: &Message) -> anyhow::Result<()> {
         self.started.notify_one();
+        self.headers_seen
+            .lock()
+            .unwrap()
+            .insert(message.id.to_string(), message.headers.clone());
         let event: serde_json::Value = serde_json::from_slice(&message.payload)?;
         // "Not yet" (a downstream has the work in flight) for the first deliveries.
         if let Some(until) = event["not_yet_until"].as_u64()
@@ -80,6 +89,7 @@ pub struct Rig<B: Broker, DB: Fixture> {
     /// Runs of the handler on poison events, failed each.
     pub poison_runs: Arc<AtomicU64>,
     deferred_once: Arc<Mutex<HashSet<String>>>,
+    headers_seen: HeadersSeen,
 }
 
 impl<B: Broker, DB: Fixture> Rig<B, DB> {
@@ -113,6 +123,7 @@ impl<B: Broker, DB: Fixture> Rig<B, DB> {
             tag: tag.to_owned(),
             poison_runs: Arc::default(),
             deferred_once: Arc::default(),
+            headers_seen: Arc::default(),
         }
     }
 
@@ -205,6 +216,7 @@ impl<B: Broker, DB: Fixture> Rig<B, DB> {
                 started,
                 poison_runs: self.poison_runs.clone(),
                 deferred_once: self.deferred_once.clone(),
+                headers_seen: self.headers_seen.clone(),
             },
         )
         .batch_size(batch)
@@ -345,6 +357,63 @@ pub async fn a_poison_message_is_dead_lettered_while_the_rest_flow<B: Broker, DB
     assert!(
         errors[0].contains("poison pill"),
         "the dead letter says why: {errors:?}"
+    );
+}
+
+pub async fn a_messages_headers_reach_its_handler_and_stay_on_its_dead_letter<
+    B: Broker,
+    DB: Fixture,
+>(
+    name: &str,
+) {
+    use super::brokers::header_of;
+    // Lower case, and a name every broker takes (SQS attribute names: letters, digits, -, _, .).
+    const SEQ: &str = "x-order-seq";
+    let rig = Rig::<B, DB>::open(name, Duration::from_secs(30)).await;
+    rig.broker
+        .publish_with(&order_paid("evt_1"), &[(SEQ, "7"), ("x-tenant", "acme")])
+        .await;
+    rig.broker
+        .publish_with(
+            br#"{"id":"evt_poison","kind":"poison"}"#,
+            &[(SEQ, "8"), ("x-tenant", "acme")],
+        )
+        .await;
+    let (stop, task) = run_until_stopped!(rig.consumer(10).await.max_deliveries(2));
+    rig.until(
+        Duration::from_secs(30),
+        "the event is handled and the poison dead-lettered",
+        || async { rig.effects().await == (1, 1) && rig.broker.dead_letters().await.len() == 1 },
+    )
+    .await;
+    stop.send(()).unwrap();
+    task.await.unwrap().unwrap();
+
+    let seen = rig.headers_seen.lock().unwrap().clone();
+    for (id, seq) in [("evt_1", "7"), ("evt_poison", "8")] {
+        let headers = &seen[id];
+        assert_eq!(
+            header_of(headers, SEQ).as_deref(),
+            Some(seq),
+            "{}: the handler saw {id}'s headers: {headers:?}",
+            B::LABEL
+        );
+        assert_eq!(header_of(headers, "x-tenant").as_deref(), Some("acme"));
+    }
+    let dead = rig.broker.dead_letter_headers().await;
+    assert_eq!(dead.len(), 1);
+    assert_eq!(
+        header_of(&dead[0], SEQ).as_deref(),
+        Some("8"),
+        "{}: the dead letter keeps the message's own headers beside its error: {:?}",
+        B::LABEL,
+        dead[0]
+    );
+    assert_eq!(header_of(&dead[0], "x-tenant").as_deref(), Some("acme"));
+    assert!(
+        header_of(&dead[0], B::ERROR_HEADER).is_some_and(|error| error.contains("poison pill")),
+        "{:?}",
+        dead[0]
     );
 }
 
