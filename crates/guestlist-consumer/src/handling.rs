@@ -7,7 +7,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use guestlist_core::{Backoff, Claim, Deferral, FailureKind, HandlerName, MessageId, Retention};
+use guestlist_core::{Backoff, Deferral, FailureKind, HandlerName, MessageId, Retention};
 use guestlist_sqlx::{Backend, Health, Inbox, ProcessError, Processed, WorkError, failure_kind};
 use sqlx::Pool;
 
@@ -551,12 +551,11 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
         }
     }
 
-    /// Whether the inbox already holds `id` for this handler, asked the inbox's way: a claim on
-    /// a transaction that is then rolled back (it waits for a claim in flight to end). `false`
-    /// when the database refuses to say for a reason other than an outage.
+    /// Whether the inbox already holds `id` for this handler ([`Inbox::holds`]). `false` when
+    /// the database refuses to say for a reason other than an outage.
     async fn already_handled(&self, id: &MessageId) -> Result<bool, Outage> {
-        match self.claim_and_roll_back(id).await {
-            Ok(claim) => Ok(claim == Claim::Duplicate),
+        match self.inbox.holds(&self.pool, &self.name, id).await {
+            Ok(held) => Ok(held),
             Err(err) => {
                 if let Some(outage) =
                     Outage::of("the database, asking whether a message was handled", &err)
@@ -569,21 +568,9 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
         }
     }
 
-    /// Claims `id` on a transaction that is then rolled back.
-    async fn claim_and_roll_back(&self, id: &MessageId) -> Result<Claim, guestlist_sqlx::Error> {
-        let mut tx = self.inbox.begin(&self.pool).await?;
-        let claim = self.inbox.claim(&mut *tx, &self.name, id).await?;
-        tx.rollback().await?;
-        Ok(claim)
-    }
-
-    /// Whether the inbox's tables are there and the database answers: a claim rolled back,
-    /// and a read of the deferrals, for an id no message has.
+    /// Whether the inbox's tables are there and the database answers ([`Inbox::check`]).
     pub(crate) async fn probe(&self) -> Result<(), guestlist_sqlx::Error> {
-        let id = MessageId::new("guestlist-start-up-probe").expect("a valid message id");
-        let _ = self.claim_and_roll_back(&id).await?;
-        self.inbox.deferrals(&self.pool, &self.name, &id).await?;
-        Ok(())
+        self.inbox.check(&self.pool, &self.name).await
     }
 
     /// Forgets a handled message's deferrals, if it may have any.

@@ -12,6 +12,7 @@ use crate::Error;
 use crate::backend::{Backend, InboxSql};
 use crate::retry::RetryPolicy;
 
+mod ask;
 mod deferrals;
 mod process;
 mod stats;

@@ -649,6 +649,13 @@ pub async fn a_missing_table_says_to_migrate<DB: Fixture>(name: &str) {
         .unwrap_err();
     assert!(matches!(err, Error::MissingTable { .. }), "{err:?}");
     assert!(err.to_string().contains("guestlist migrate"), "{err}");
+    drop(tx);
+    let err = missing
+        .check(&h.pool, &handler("warehouse"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::MissingTable { .. }), "{err:?}");
+    h.inbox.check(&h.pool, &handler("warehouse")).await.unwrap();
 }
 
 pub async fn concurrent_migrations_all_succeed<DB: Fixture>(name: &str) {
@@ -736,6 +743,26 @@ pub async fn claims_and_purged_rows_are_counted_in_metrics<DB: Fixture>(name: &s
         .await
         .unwrap();
     assert_eq!(done.fresh.len(), 2);
+    // Asking is no claim: counted nowhere, changing nothing.
+    assert!(
+        h.inbox
+            .holds(&h.pool, &counted, &id("evt_b"))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !h.inbox
+            .holds(&h.pool, &counted, &id("evt_never"))
+            .await
+            .unwrap()
+    );
+    h.inbox.check(&h.pool, &counted).await.unwrap();
+    assert!(
+        !h.inbox
+            .holds(&h.pool, &counted, &id("evt_never"))
+            .await
+            .unwrap()
+    );
     let recorded = counters();
     let claims = |outcome| {
         sum(
