@@ -423,9 +423,7 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
         let (published, stamped) = tokio::join!(self.publish(&messages, lease), stamp);
         let (kept, asked) = stamped.map_err(|e| self.error(e))?;
         if !kept {
-            progress.lease = None;
-            progress.held.clear();
-            return Ok(self.lost(lease));
+            return Ok(self.lost(progress, lease));
         }
         if let Some(held) = progress.lease.as_mut() {
             held.renewed(published.renewed_at.map_or(asked, |at| at.max(asked)));
@@ -435,9 +433,7 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
             progress.moved_at = Instant::now();
         }
         if published.lost {
-            progress.lease = None;
-            progress.held.clear();
-            return Ok(self.lost(lease));
+            return Ok(self.lost(progress, lease));
         }
         self.resize(progress, &published);
         if let Some(err) = settled.outage {
@@ -621,11 +617,7 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
         loop {
             tokio::time::sleep(self.lease / 3).await;
             let asked = Instant::now();
-            let kept = async {
-                let mut conn = self.pool.acquire().await?;
-                DB::relay_renew(&mut conn, &self.outbox.relay, lease.token, lease_ms).await
-            };
-            match kept.await {
+            match self.renew(lease, lease_ms).await {
                 Ok(true) => *renewed.lock().unwrap_or_else(|p| p.into_inner()) = Some(asked),
                 Ok(false) => return,
                 // The database is down: the lease runs out by itself; the stamp will tell.
@@ -647,19 +639,23 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
             return Ok(());
         }
         let asked = Instant::now();
-        let mut conn = self.connection().await?;
-        let kept = DB::relay_renew(&mut conn, &self.outbox.relay, lease.token, lease_ms)
+        let kept = self
+            .renew(lease, lease_ms)
             .await
             .map_err(|e| self.error(e))?;
         match progress.lease.as_mut() {
             Some(held) if kept => held.renewed(asked),
             _ => {
-                progress.lease = None;
-                progress.held.clear();
-                self.lost(lease);
+                self.lost(progress, lease);
             }
         }
         Ok(())
+    }
+
+    /// Renews `lease` for `lease_ms`; `false` when another relay holds it now.
+    async fn renew(&self, lease: Lease, lease_ms: i64) -> Result<bool, sqlx::Error> {
+        let mut conn = self.pool.acquire().await?;
+        DB::relay_renew(&mut conn, &self.outbox.relay, lease.token, lease_ms).await
     }
 
     /// Adds a settled batch to the totals and the metrics.
@@ -680,8 +676,11 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
             .increment(dead.len() as u64);
     }
 
-    /// Logs a lease another relay took over.
-    fn lost(&self, lease: Lease) -> Round {
+    /// Forgets a lease another relay took over, and the keys held under it (the new holder
+    /// finds their heads pending), and logs it.
+    fn lost(&self, progress: &mut Progress, lease: Lease) -> Round {
+        progress.lease = None;
+        progress.held.clear();
         tracing::warn!(table = %self.outbox.table(), holder = %self.holder, token = lease.token,
             "outbox relay lost its lease to another relay; standing by");
         Round::Standby
