@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use crate::broker::Orders;
 use crate::db::Shop;
 use crate::payments::{Charge, ChargeRequest};
+use crate::ready::Readiness;
 
 /// The event the warehouse consumes: `{"id": "evt_9f3k", "order": 1, "amount": 1200}`.
 #[derive(Debug, Serialize, Deserialize)]
@@ -159,17 +160,19 @@ pub async fn migrate<DB: Shop>(pool: &Pool<DB>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Consumes `source` until `shutdown`, with the inbox on `pool` (after [`migrate`]).
+/// Consumes `source` until `shutdown`, with the inbox on `pool` (after [`migrate`]); `readiness`
+/// watches the consumer's health, so that `/readyz` says when its database is down.
 pub async fn consume<S: Source, DB: Shop>(
     source: S,
     pool: Pool<DB>,
     payments: String,
     topics: Topics,
+    readiness: &Readiness,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> anyhow::Result<()> {
     let inbox = Inbox::<DB>::with_table(INBOX)?;
     let client = payments_client();
-    Consumer::new(
+    let consumer = Consumer::new(
         source,
         pool,
         inbox,
@@ -179,9 +182,9 @@ pub async fn consume<S: Source, DB: Shop>(
             on_order_paid::<DB>(tx, message, &payments, &client, &topics.picks).await
         },
     )
-    .handler_timeout(Duration::from_secs(600))
-    .run(shutdown)
-    .await?;
+    .handler_timeout(Duration::from_secs(600));
+    readiness.watch(consumer.health());
+    consumer.run(shutdown).await?;
     Ok(())
 }
 

@@ -103,7 +103,7 @@ async fn two_warehouses_and_two_payments_start_at_once_and_each_line_means_ready
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn readyz_says_what_a_starting_service_waits_for() {
+async fn readyz_says_what_a_starting_service_waits_for_and_when_its_database_is_down() {
     let readiness = Readiness::waiting_for("its tables");
     let api = axum::Router::new().route("/orders", axum::routing::post(|| async { "created" }));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -135,4 +135,20 @@ async fn readyz_says_what_a_starting_service_waits_for() {
     readiness.ready();
     assert_eq!(readyz().await.unwrap().status(), 200);
     assert_eq!(order().await.unwrap().text().await.unwrap(), "created");
+
+    // The consumer's database goes away: /readyz says so while it lasts, and comes back.
+    let health = guestlist::Health::new("consumer", "warehouse");
+    readiness.watch(health.clone());
+    assert_eq!(readyz().await.unwrap().status(), 200);
+    health.outage("the database: pool timed out");
+    let down = readyz().await.unwrap();
+    assert_eq!(down.status(), 503);
+    assert_eq!(down.headers()["retry-after"], "1");
+    let said = down.text().await.unwrap();
+    assert!(
+        said.starts_with("waiting out an outage: the database: pool timed out (for "),
+        "{said}"
+    );
+    health.recovered();
+    assert_eq!(readyz().await.unwrap().status(), 200);
 }

@@ -5,7 +5,8 @@
 //! publish them).
 //!
 //! It prints `warehouse API on http://…` once ready (tables there, listener bound, broker
-//! consumer attached); `GET /readyz` answers 200 from then on, 503 before.
+//! consumer attached); `GET /readyz` answers 200 from then on, 503 before, and 503 with the
+//! cause while the consumer waits out an outage of its database.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -62,11 +63,13 @@ async fn main() -> anyhow::Result<()> {
         if orders.is_nats() {
             let source = orders.nats_source(args.ack_wait).await?;
             ready(&readiness, addr);
-            warehouse::consume(source, pool, args.payments, topics, shutdown_signal()).await?;
+            let shutdown = shutdown_signal();
+            warehouse::consume(source, pool, args.payments, topics, &readiness, shutdown).await?;
         } else {
             let source = orders.rabbit_source().await?;
             ready(&readiness, addr);
-            warehouse::consume(source, pool, args.payments, topics, shutdown_signal()).await?;
+            let shutdown = shutdown_signal();
+            warehouse::consume(source, pool, args.payments, topics, &readiness, shutdown).await?;
         }
     });
     Ok(())
