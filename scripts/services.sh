@@ -1,4 +1,4 @@
-# Sourced by scripts/test.sh: makes sure each service the tests need is installed, running on
+# Sourced by scripts/test.sh and .ci/run: makes sure each service the tests need is installed, running on
 # loopback, and reachable with the URL the tests use (exported as GUESTLIST_TEST_*_URL).
 # Safe to run again: it installs and starts only what is missing.
 
@@ -182,4 +182,16 @@ ensure_sqs() {
             || { say "moto did not start; see /tmp/guestlist-moto.log"; return 1; }
     fi
     export GUESTLIST_TEST_SQS_ENDPOINT="$endpoint"
+}
+
+# What building the tests needs beyond cargo: a C compiler and make for librdkafka (under the
+# Kafka crate, built from source), and cargo-nextest, which runs each test in its own process
+# with a timeout (.config/nextest.toml), so that a hung lock fails one test instead of the run.
+ensure_build_tools() {
+    command -v make >/dev/null || apt_install make
+    command -v cc >/dev/null || apt_install gcc
+    if ! cargo nextest --version >/dev/null 2>&1; then
+        say "installing cargo-nextest"
+        cargo install --locked cargo-nextest
+    fi
 }

@@ -13,15 +13,6 @@ ensure_rabbitmq
 ensure_kafka
 ensure_sqs
 
-# librdkafka (under the Kafka crate) is built from source: it needs a C compiler and make.
-command -v make >/dev/null || apt_install make
-command -v cc >/dev/null || apt_install gcc
-
-if ! cargo nextest --version >/dev/null 2>&1; then
-    # nextest runs each test in its own process with a timeout (.config/nextest.toml), so a
-    # hung lock fails one test instead of hanging the run.
-    say "installing cargo-nextest"
-    cargo install --locked cargo-nextest
-fi
+ensure_build_tools
 cargo nextest run --workspace --all-features --no-fail-fast "$@"
 cargo test --workspace --all-features --doc
