@@ -13,9 +13,21 @@
 //! ## Features
 //!
 //! One per database, none by default: `postgres` (production; many instances share one table),
-//! `sqlite` (embedded; no server), `mysql` (MySQL 8.0.13+ and MariaDB 10.3+). `http` adds the
-//! `Idempotency-Key` layer as [`guestlist::http`](crate#features), `axum` its extractors, and
-//! `redis` a key store on Redis.
+//! `sqlite` (embedded; no server), `mysql` (MySQL 8.0.13+ and MariaDB 10.3+). Then one per part,
+//! each a module of this crate, so that a job needs one dependency:
+//!
+//! | feature | module | what |
+//! |---|---|---|
+//! | `http` (`axum` for its extractors) | `guestlist::http` | the `Idempotency-Key` layer |
+//! | `redis` | `guestlist::redis` | a key store on Redis |
+//! | `carry` (`reqwest` for its middleware) | `guestlist::carry`, `guestlist::defer` | keys carried downstream |
+//! | `consumer` | `guestlist::consumer` | the broker consumer runtime |
+//! | `nats`, `amqp` (or `rabbitmq`), `kafka`, `sqs` | `guestlist::nats`, `::amqp`, `::kafka`, `::sqs` | each broker's source and the relay's publisher |
+//!
+//! ```toml
+//! # inbox + NATS consumer + carried keys
+//! guestlist = { version = "0.1", features = ["postgres", "nats", "reqwest"] }
+//! ```
 //!
 //! ## The inbox in one call
 //!
@@ -58,9 +70,9 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub use guestlist_core::{
-    Attempt, Backoff, Begin, Claim, Completed, Deferral, FailureKind, Fingerprint, HandlerName,
-    IdempotencyKey, InvalidValue, KeyStore, MessageId, OrderingKey, Retention, Scope, StoredBody,
-    StoredResponse, TableName, Topic,
+    Attempt, Backoff, Begin, Claim, Completed, Deferral, FailureKind, Fingerprint,
+    FingerprintBuilder, HandlerName, IdempotencyKey, InvalidValue, KeyStore, MessageId,
+    OrderingKey, Retention, Scope, ScopeUsage, StoredBody, StoredResponse, TableName, Topic,
 };
 pub use guestlist_sqlx::{
     Backend, BatchProcessed, Confirmed, DeadLetter, Deferrals, Enqueued, Error, HandlerRows,
@@ -83,6 +95,37 @@ pub use guestlist_http as http;
 /// The idempotency-key store on Redis (feature `redis`).
 #[cfg(feature = "redis")]
 pub use guestlist_redis as redis;
+
+/// Keys carried downstream, one per step: `CarryKey` for outbound calls, `key_for` (feature
+/// `carry`; `reqwest` adds the reqwest-middleware).
+#[cfg(feature = "carry")]
+pub use guestlist_carry as carry;
+
+/// Says "not yet" from a handler: the consumer hands the message back for the deferral's wait
+/// without counting it as a failure (feature `carry`, which `consumer` turns on).
+#[cfg(feature = "carry")]
+pub use guestlist_carry::defer;
+
+/// The broker consumer runtime: `Consumer`, `IdFrom`, `Message` (feature `consumer`, which each
+/// broker's feature turns on).
+#[cfg(feature = "consumer")]
+pub use guestlist_consumer as consumer;
+
+/// NATS JetStream: `JetStreamSource` and the relay's `JetStreamPublisher` (feature `nats`).
+#[cfg(feature = "nats")]
+pub use guestlist_nats as nats;
+
+/// RabbitMQ: `RabbitSource` and the relay's `RabbitPublisher` (feature `amqp`, or `rabbitmq`).
+#[cfg(feature = "amqp")]
+pub use guestlist_amqp as amqp;
+
+/// Kafka: `KafkaSource` and the relay's `KafkaPublisher` (feature `kafka`).
+#[cfg(feature = "kafka")]
+pub use guestlist_kafka as kafka;
+
+/// Amazon SQS: `SqsSource` and the relay's `SqsPublisher` (feature `sqs`).
+#[cfg(feature = "sqs")]
+pub use guestlist_sqs as sqs;
 
 #[cfg(doctest)]
 mod guide_doctests;
