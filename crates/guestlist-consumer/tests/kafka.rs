@@ -129,41 +129,20 @@ async fn the_handler_sees_headers_key_topic_and_offset() {
 async fn a_deferral_does_not_dead_letter_the_records_rewound_behind_it() {
     use std::time::Duration;
 
-    use common::brokers::Broker;
     use common::kafka::Kafka;
-    use common::suite::{Rig, run_until_stopped};
+    use common::suite::Rig;
 
     let rig = Rig::<Kafka, sqlx::Postgres>::open(
         "kbehind_a_deferral_does_not_dead_letter_the_records_rewound_behind_it",
         Duration::from_secs(30),
     )
     .await;
-    for n in 0..4 {
-        let not_yet = if n == 1 { r#","not_yet_until":8"# } else { "" };
-        let event = format!(r#"{{"id":"evt_k{n}"{not_yet}}}"#);
-        rig.broker
-            .publish_keyed(event.as_bytes(), "order-42", &[])
-            .await;
-    }
-    let (stop, task) = run_until_stopped!(rig.consumer(10).await);
-    rig.until(
-        Duration::from_secs(90),
-        "the partition is handled (or something dead-lettered)",
-        || async {
-            (rig.effects().await.1 == 4 && rig.broker.drained().await)
-                || !rig.broker.dead_letters().await.is_empty()
-        },
+    let broker = &rig.broker;
+    common::suite::a_deferral_does_not_dead_letter_the_messages_behind_it(
+        &rig,
+        |event| async move { broker.publish_keyed(&event, "order-42", &[]).await },
     )
     .await;
-    stop.send(()).unwrap();
-    let handled = task.await.unwrap().unwrap();
-    let dead = rig.broker.dead_letters().await;
-    assert!(
-        dead.is_empty(),
-        "nothing dead-lettered: {dead:?} {handled:?}"
-    );
-    assert_eq!(rig.effects().await, (4, 4), "one effect each");
-    assert_eq!(handled.deferred, 8, "deferred eight times: {handled:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -228,31 +228,12 @@ async fn a_long_handler_is_delivered_once_while_another_consumer_polls() {
 async fn a_deferral_does_not_dead_letter_its_fifo_followers() {
     let name = "sfollow_a_deferral_does_not_dead_letter_its_fifo_followers";
     let rig = Rig::<SqsFifo, sqlx::Postgres>::open(name, Duration::from_secs(30)).await;
-    for n in 0..4 {
-        let not_yet = if n == 1 { r#","not_yet_until":8"# } else { "" };
-        let event = format!(r#"{{"id":"evt_a{n}"{not_yet}}}"#);
-        rig.broker.send_to_group(event.as_bytes(), &[], "a").await;
-    }
-    let (stop, task) = run_until_stopped!(rig.consumer(10).await);
-    rig.until(
-        Duration::from_secs(90),
-        "the group is handled (or something dead-lettered)",
-        || async {
-            (rig.effects().await.1 == 4 && rig.broker.drained().await)
-                || !rig.broker.dead_letters().await.is_empty()
-        },
+    let broker = &rig.broker;
+    common::suite::a_deferral_does_not_dead_letter_the_messages_behind_it(
+        &rig,
+        |event| async move { broker.send_to_group(&event, &[], "a").await },
     )
     .await;
-    stop.send(()).unwrap();
-    let handled = task.await.unwrap().unwrap();
-    let dead = rig.broker.dead_letters().await;
-    assert!(
-        dead.is_empty(),
-        "nothing dead-lettered: {dead:?} {handled:?}"
-    );
-    assert_eq!(rig.effects().await, (4, 4), "one effect each");
-    assert_eq!(handled.deferred, 8, "A-1 deferred eight times: {handled:?}");
-    assert_eq!(handled.dead_lettered, 0);
     let a3: i64 = rig
         .db
         .scalar(format!(

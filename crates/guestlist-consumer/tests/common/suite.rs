@@ -1244,3 +1244,45 @@ pub async fn asked_to_stop_during_an_outage_it_returns_and_settles_nothing<B: Br
     )
     .await;
 }
+
+/// Four messages in one ordered lane (a Kafka partition, an SQS FIFO group), published by
+/// `publish`; the second says "not yet" on its first eight deliveries. Each hand-back takes the
+/// two behind it back too (withdrawn: a Kafka rewind, a FIFO group's later messages), which
+/// count nothing against them: all four are handled, none dead-lettered. Returns what the
+/// consumer counted.
+pub async fn a_deferral_does_not_dead_letter_the_messages_behind_it<B, F, Fut>(
+    rig: &Rig<B, sqlx::Postgres>,
+    publish: F,
+) -> guestlist_consumer::Handled
+where
+    B: Broker,
+    F: Fn(Vec<u8>) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    for n in 0..4 {
+        let not_yet = if n == 1 { r#","not_yet_until":8"# } else { "" };
+        publish(format!(r#"{{"id":"evt_a{n}"{not_yet}}}"#).into_bytes()).await;
+    }
+    let (stop, task) = run_until_stopped!(rig.consumer(10).await);
+    rig.until(
+        Duration::from_secs(90),
+        "the lane is handled (or something dead-lettered)",
+        || async {
+            (rig.effects().await.1 == 4 && rig.broker.drained().await)
+                || !rig.broker.dead_letters().await.is_empty()
+        },
+    )
+    .await;
+    stop.send(()).unwrap();
+    let handled = task.await.unwrap().unwrap();
+    let dead = rig.broker.dead_letters().await;
+    assert!(
+        dead.is_empty(),
+        "{}: nothing dead-lettered: {dead:?} {handled:?}",
+        B::LABEL
+    );
+    assert_eq!(rig.effects().await, (4, 4), "one effect each");
+    assert_eq!(handled.deferred, 8, "deferred eight times: {handled:?}");
+    assert_eq!(handled.dead_lettered, 0);
+    handled
+}
