@@ -200,8 +200,8 @@ impl Orders {
     pub async fn nats_source(
         &self,
         ack_wait: Duration,
-    ) -> anyhow::Result<guestlist_nats::JetStreamSource> {
-        Ok(guestlist_nats::JetStreamSource::connect(
+    ) -> anyhow::Result<guestlist::nats::JetStreamSource> {
+        Ok(guestlist::nats::JetStreamSource::connect(
             &self.url,
             &self.name,
             "warehouse",
@@ -212,9 +212,9 @@ impl Orders {
     }
 
     /// The consumer's RabbitMQ source, consuming the queue when this returns.
-    pub async fn rabbit_source(&self) -> anyhow::Result<guestlist_amqp::RabbitSource> {
+    pub async fn rabbit_source(&self) -> anyhow::Result<guestlist::amqp::RabbitSource> {
         Ok(
-            guestlist_amqp::RabbitSource::connect(&self.url, &self.name, 200)
+            guestlist::amqp::RabbitSource::connect(&self.url, &self.name, 200)
                 .await?
                 .dead_letter_to("", &self.dead_letters()),
         )
@@ -239,7 +239,7 @@ impl Orders {
 /// The AMQP properties of `event`: persistent, and its id (if it has one) as `message_id`.
 fn properties(event: &OrderPaid) -> BasicProperties {
     let properties = match &event.id {
-        Some(id) => guestlist_amqp::with_message_id(id),
+        Some(id) => guestlist::amqp::with_message_id(id),
         None => BasicProperties::default(),
     };
     properties.with_delivery_mode(2)

@@ -34,7 +34,7 @@ impl Readiness {
     }
 
     /// From now on `/readyz` also answers 503 while `health` reports an outage (a consumer's,
-    /// from [`Consumer::health`](guestlist_consumer::Consumer::health)).
+    /// from [`Consumer::health`](guestlist::consumer::Consumer::health)).
     pub fn watch(&self, health: Health) {
         self.watched
             .lock()

@@ -9,10 +9,10 @@ use axum::extract::{Json, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::post;
+use guestlist::consumer::{Consumer, IdFrom, Message, Source};
 use guestlist::http::{IdempotencyLayer, IdempotentTx};
 use guestlist::sqlx::Pool;
 use guestlist::{HandlerName, Inbox, MessageId, OrderingKey, Outbox, Outgoing, SqlKeyStore, Topic};
-use guestlist_consumer::{Consumer, IdFrom, Message, Source};
 use reqwest_middleware::ClientWithMiddleware;
 use serde::{Deserialize, Serialize};
 
@@ -100,7 +100,7 @@ pub const CHARGED: &str = "CHARGED, NOT COMMITTED";
 /// A client whose mutating calls carry the key of the work in progress.
 pub fn payments_client() -> ClientWithMiddleware {
     reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
-        .with(guestlist_carry::CarryKey::new())
+        .with(guestlist::carry::CarryKey::new())
         .build()
 }
 
@@ -124,7 +124,7 @@ pub async fn on_order_paid<DB: Shop>(
             order: event.order,
             amount: event.amount,
         })
-        .with_extension(guestlist_carry::Step("charge".into()))
+        .with_extension(guestlist::carry::Step("charge".into()))
         .send()
         .await?
         .error_for_status()?

@@ -44,7 +44,7 @@ async fn main() -> anyhow::Result<()> {
         let app = readiness.gate(payments::router(pool.clone(), options)?);
         let server = tokio::spawn(async move {
             axum::serve(listener, app)
-                .with_graceful_shutdown(guestlist_consumer::shutdown_signal())
+                .with_graceful_shutdown(guestlist::consumer::shutdown_signal())
                 .await
         });
         payments::migrate(&pool).await?;

@@ -9,11 +9,11 @@
 use std::time::Duration;
 
 use clap::Parser;
+use guestlist::amqp::RabbitPublisher;
+use guestlist::consumer::shutdown_signal;
+use guestlist::nats::JetStreamPublisher;
 use guestlist::sqlx::Pool;
 use guestlist::{Publish, Relay};
-use guestlist_amqp::RabbitPublisher;
-use guestlist_consumer::shutdown_signal;
-use guestlist_nats::JetStreamPublisher;
 use warehouse_example::broker::Orders;
 use warehouse_example::db::Shop;
 use warehouse_example::{warehouse, with_pool};

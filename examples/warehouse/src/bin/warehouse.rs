@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use clap::Parser;
-use guestlist_consumer::shutdown_signal;
+use guestlist::consumer::shutdown_signal;
 use warehouse_example::broker::Orders;
 use warehouse_example::ready::Readiness;
 use warehouse_example::warehouse::Topics;
