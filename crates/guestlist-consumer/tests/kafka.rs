@@ -66,13 +66,11 @@ async fn a_rebalance_lets_the_batch_in_hand_finish_before_the_partition_moves() 
 /// partition and offset through the delivery.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_handler_sees_headers_key_topic_and_offset() {
-    use std::sync::Arc;
     use std::time::Duration;
 
     use common::brokers::Broker;
     use common::kafka::Kafka;
-    use common::suite::{Rig, order_paid, run_until_stopped};
-    use guestlist_consumer::IdFrom;
+    use common::suite::{Rig, order_paid};
 
     let rig = Rig::<Kafka, sqlx::Postgres>::open(
         "kseen_the_handler_sees_headers_key_topic_and_offset",
@@ -86,27 +84,12 @@ async fn the_handler_sees_headers_key_topic_and_offset() {
             &[("seq", "7"), ("tenant", "acme")],
         )
         .await;
-    let seen: common::seen::Kept<Option<(i32, i64)>> = Arc::default();
-    let consumer = guestlist_consumer::Consumer::with_handler(
-        rig.broker.source().await,
-        rig.db.pool.clone(),
-        rig.inbox.clone(),
-        guestlist_core::HandlerName::new("warehouse").unwrap(),
-        IdFrom::JsonField("/id".to_owned()),
-        common::seen::Seen(seen.clone(), |message| {
-            message
-                .delivery::<guestlist_kafka::KafkaDelivery>()
-                .map(|d| (d.partition(), d.offset()))
-        }),
-    );
-    let (stop, task) = run_until_stopped!(consumer);
-    rig.until(Duration::from_secs(60), "the record is handled", || async {
-        !seen.lock().unwrap().is_empty() && rig.broker.drained().await
+    let (message, details) = common::seen::first_handled(&rig, |message| {
+        message
+            .delivery::<guestlist_kafka::KafkaDelivery>()
+            .map(|d| (d.partition(), d.offset()))
     })
     .await;
-    stop.send(()).unwrap();
-    task.await.unwrap().unwrap();
-    let (message, details) = seen.lock().unwrap()[0].clone();
     assert_eq!(
         message.headers,
         [

@@ -128,14 +128,7 @@ async fn a_broker_stopped_mid_stream_costs_no_message_and_no_order() {
         .batch(20)
         .confirm_timeout(Duration::from_secs(3));
     let health = relay.health();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(async move {
-        relay
-            .run(async move {
-                let _ = stopped.await;
-            })
-            .await
-    });
+    let (stop, running) = common::suite::run_until_stopped!(relay);
     let table = line.outbox.table().to_string();
     line.rig
         .until(Duration::from_secs(60), "a first part went out", || async {

@@ -251,8 +251,6 @@ async fn a_deferral_does_not_dead_letter_its_fifo_followers() {
 /// key, and SQS's own details through the delivery.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_handler_sees_attributes_and_group() {
-    use std::sync::Arc;
-
     let name = "sseen_the_handler_sees_attributes_and_group";
     let rig = Rig::<SqsFifo, sqlx::Postgres>::open(name, Duration::from_secs(30)).await;
     rig.broker
@@ -262,29 +260,12 @@ async fn the_handler_sees_attributes_and_group() {
             "order-42",
         )
         .await;
-    let seen: common::seen::Kept<Option<(String, u32)>> = Arc::default();
-    let consumer = guestlist_consumer::Consumer::with_handler(
-        rig.broker.source().await,
-        rig.db.pool.clone(),
-        rig.inbox.clone(),
-        guestlist_core::HandlerName::new("warehouse").unwrap(),
-        IdFrom::JsonField("/id".to_owned()),
-        common::seen::Seen(seen.clone(), |message| {
-            message
-                .delivery::<guestlist_sqs::SqsDelivery>()
-                .map(|d| (d.group().unwrap_or_default().to_owned(), d.receive_count()))
-        }),
-    );
-    let (stop, task) = run_until_stopped!(consumer);
-    rig.until(
-        Duration::from_secs(30),
-        "the message is handled",
-        || async { !seen.lock().unwrap().is_empty() && rig.broker.drained().await },
-    )
+    let (message, details) = common::seen::first_handled(&rig, |message| {
+        message
+            .delivery::<guestlist_sqs::SqsDelivery>()
+            .map(|d| (d.group().unwrap_or_default().to_owned(), d.receive_count()))
+    })
     .await;
-    stop.send(()).unwrap();
-    task.await.unwrap().unwrap();
-    let (message, details) = seen.lock().unwrap()[0].clone();
     assert_eq!(message.header("seq"), Some("7"));
     assert_eq!(message.header("tenant"), Some("acme"));
     assert_eq!(

@@ -15,10 +15,9 @@ use guestlist_sqlx::{
 };
 use guestlist_testkit::Fixture;
 use tempfile::TempDir;
-use tokio::sync::oneshot;
 
 use super::brokers::Broker;
-use super::suite::{Rig, order_paid};
+use super::suite::{Rig, order_paid, run_until_stopped};
 
 /// The environment a relay child process reads: the test's tag, its database, the file it
 /// writes once the broker confirmed a batch, and how long it then holds the batch unstamped.
@@ -93,15 +92,8 @@ impl<B: Broker, DB: Fixture> Line<B, DB> {
     /// Runs the consumer until `events` distinct events have their effect and the queue is
     /// drained.
     pub async fn consume(&self, events: i64) -> Handled {
-        let (stop, stopped) = oneshot::channel::<()>();
         let consumer = self.rig.consumer(50).await;
-        let task = tokio::spawn(async move {
-            consumer
-                .run(async move {
-                    let _ = stopped.await;
-                })
-                .await
-        });
+        let (stop, task) = run_until_stopped!(consumer);
         self.rig
             .until(
                 Duration::from_secs(60),
@@ -498,14 +490,7 @@ pub async fn a_commit_wakes_an_idle_relay<B: Broker>(name: &str) {
     let relay = line
         .relay(line.rig.broker.publisher().await, Duration::from_secs(10))
         .poll(Duration::from_secs(3600));
-    let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        relay
-            .run(async move {
-                let _ = stopped.await;
-            })
-            .await
-    });
+    let (stop, task) = run_until_stopped!(relay);
     // The relay's first round finds nothing and waits; then the commit.
     tokio::time::sleep(Duration::from_millis(300)).await;
     line.enqueue("evt_wake", "order-42", true).await;
@@ -564,14 +549,7 @@ pub async fn a_message_no_queue_takes_stays_pending_and_shows_in_the_metrics<
         B::LABEL
     );
 
-    let (stop, stopped) = oneshot::channel::<()>();
-    let running = tokio::spawn(async move {
-        relay
-            .run(async move {
-                let _ = stopped.await;
-            })
-            .await
-    });
+    let (stop, running) = run_until_stopped!(relay);
     let table = line.outbox.table().to_string();
     let labels = [("table", table.as_str())];
     // The backlog is read beside the rounds, every 5 s: on a loaded machine the first read

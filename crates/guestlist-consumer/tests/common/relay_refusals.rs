@@ -8,11 +8,10 @@ use std::time::{Duration, Instant};
 use guestlist_core::{MessageId, OrderingKey, Topic};
 use guestlist_sqlx::{OutboxMessage, Outcomes, Outgoing, Publish, Relayed};
 use guestlist_testkit::Fixture;
-use tokio::sync::oneshot;
 
 use super::brokers::{Broker, Received};
 use super::relay::Line;
-use super::suite::order_paid;
+use super::suite::{order_paid, run_until_stopped};
 
 impl<B: Broker, DB: Fixture> Line<B, DB> {
     /// Enqueues the OrderPaid event `id` for `topic` (the test's own when `None`) on `key`.
@@ -52,14 +51,7 @@ impl<B: Broker, DB: Fixture> Line<B, DB> {
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = bool>,
     {
-        let (stop, stopped) = oneshot::channel::<()>();
-        let running = tokio::spawn(async move {
-            relay
-                .run(async move {
-                    let _ = stopped.await;
-                })
-                .await
-        });
+        let (stop, running) = run_until_stopped!(relay);
         self.rig
             .until(Duration::from_secs(60), "the relay got there", done)
             .await;
@@ -128,14 +120,7 @@ pub async fn a_refused_message_holds_back_its_own_key_and_the_rest_go_out_once<
         .batch(20)
         .max_attempts(1_000)
         .backoff(Duration::from_millis(100), Duration::from_millis(400));
-    let (stop, stopped) = oneshot::channel::<()>();
-    let running = tokio::spawn(async move {
-        patient
-            .run(async move {
-                let _ = stopped.await;
-            })
-            .await
-    });
+    let (stop, running) = run_until_stopped!(patient);
     let expected = if B::NOWHERE_FOR_GOOD { 20 } else { 15 };
     line.rig
         .until(

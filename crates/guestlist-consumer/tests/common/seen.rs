@@ -20,3 +20,34 @@ impl<DB: Backend, T: Send + Sync + 'static> Handler<DB> for Seen<T> {
         Ok(())
     }
 }
+
+/// Runs a [`Seen`] consumer on `rig`'s broker until it has handled one message and the broker
+/// is drained; returns that message with what `details` read of its delivery.
+pub async fn first_handled<B, T>(
+    rig: &super::suite::Rig<B, sqlx::Postgres>,
+    details: fn(&Message) -> T,
+) -> (Message, T)
+where
+    B: super::brokers::Broker,
+    T: Clone + Send + Sync + 'static,
+{
+    let seen: Kept<T> = Arc::default();
+    let consumer = guestlist_consumer::Consumer::with_handler(
+        rig.broker.source().await,
+        rig.db.pool.clone(),
+        rig.inbox.clone(),
+        guestlist_core::HandlerName::new("warehouse").unwrap(),
+        guestlist_consumer::IdFrom::JsonField("/id".to_owned()),
+        Seen(seen.clone(), details),
+    );
+    let (stop, task) = super::suite::run_until_stopped!(consumer);
+    rig.until(
+        std::time::Duration::from_secs(60),
+        "the message is handled",
+        || async { !seen.lock().unwrap().is_empty() && rig.broker.drained().await },
+    )
+    .await;
+    stop.send(()).unwrap();
+    task.await.unwrap().unwrap();
+    seen.lock().unwrap()[0].clone()
+}
