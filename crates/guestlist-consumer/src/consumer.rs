@@ -10,47 +10,7 @@ use sqlx::Pool;
 
 use crate::handling::Core;
 use crate::shutdown::Stop;
-use crate::{Handler, IdFrom, Message, Source};
-
-/// A consumer that refuses to start, or whose store failed.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ConsumerError {
-    /// The broker's ack wait is shorter than a handler may run, and keep-alives are off.
-    #[error(
-        "the broker redelivers after {ack_wait:?} without an acknowledgement, but handlers may run \
-         {handler_timeout:?}: raise the consumer's ack wait (an SQS queue's visibility timeout), lower Consumer::handler_timeout, or \
-         keep keep-alives on"
-    )]
-    AckWaitTooShort {
-        /// The broker's ack wait.
-        ack_wait: Duration,
-        /// The consumer's handler timeout.
-        handler_timeout: Duration,
-    },
-    /// The inbox would forget messages the broker may still redeliver.
-    #[error(
-        "the inbox keeps rows {retention:?}, but the broker may redeliver a message up to {horizon:?} \
-         after its first delivery: keep rows longer (Retention::new), or bound the broker's redeliveries"
-    )]
-    RetentionShorterThanRedelivery {
-        /// The inbox's retention.
-        retention: Duration,
-        /// The broker's redelivery horizon.
-        horizon: Duration,
-    },
-    /// The broker failed.
-    #[error("broker error: {0}")]
-    Broker(#[source] crate::BrokerError),
-    /// The inbox's table (or its `<table>_deferrals`) is not there: every message would fail
-    /// on it. The text says what to run.
-    #[error("the consumer cannot start: {0}")]
-    MissingTable(guestlist_sqlx::Error),
-    /// The database refused the consumer's first claim for a reason other than an outage (a
-    /// permission, a table of another shape).
-    #[error("the consumer cannot start: its first claim failed: {0}")]
-    Store(guestlist_sqlx::Error),
-}
+use crate::{Error, Handler, IdFrom, Message, Source};
 
 /// What a run of the consumer did, counted.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -258,13 +218,13 @@ where
 
     /// Refuses settings that would redeliver a message the inbox has forgotten, or while its
     /// handler still runs.
-    pub fn check(&self) -> Result<(), ConsumerError> {
+    pub fn check(&self) -> Result<(), Error> {
         let core = &self.core;
         if let Some(ack_wait) = self.source.ack_wait()
             && !core.keep_alive
             && ack_wait <= core.handler_timeout
         {
-            return Err(ConsumerError::AckWaitTooShort {
+            return Err(Error::AckWaitTooShort {
                 ack_wait,
                 handler_timeout: core.handler_timeout,
             });
@@ -272,7 +232,7 @@ where
         if let (Some(retention), Some(horizon)) = (core.retention, self.source.redelivery_horizon())
             && retention.duration() < horizon
         {
-            return Err(ConsumerError::RetentionShorterThanRedelivery {
+            return Err(Error::RetentionShorterThanRedelivery {
                 retention: retention.duration(),
                 horizon,
             });
@@ -290,14 +250,11 @@ where
     /// allows ([`Delivery::ack_all`](crate::Delivery::ack_all)); one transaction is in flight at a time.
     ///
     /// Before it fetches anything it makes a claim it rolls back and reads the deferrals of an
-    /// id no message has: it refuses to start ([`ConsumerError::MissingTable`]) when the inbox's
+    /// id no message has: it refuses to start ([`Error::MissingTable`]) when the inbox's
     /// tables are not there (`run` creates nothing: run `guestlist migrate --database URL` or
     /// [`Inbox::migrate`] first), and waits, reporting an outage on [`health`](Self::health),
     /// while the database cannot be reached.
-    pub async fn run(
-        self,
-        shutdown: impl Future<Output = ()> + Send,
-    ) -> Result<Handled, ConsumerError> {
+    pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<Handled, Error> {
         self.check()?;
         let Consumer {
             mut source,
@@ -323,7 +280,7 @@ where
                     break;
                 }
                 Err(err @ guestlist_sqlx::Error::MissingTable { .. }) => {
-                    return Err(ConsumerError::MissingTable(err));
+                    return Err(Error::MissingTable(err));
                 }
                 Err(err) if err.kind() == FailureKind::Outage => {
                     core.health.outage(format!("the database, at start: {err}"));
@@ -333,7 +290,7 @@ where
                         _ = tokio::time::sleep(backoff.next_pause()) => {}
                     }
                 }
-                Err(err) => return Err(ConsumerError::Store(err)),
+                Err(err) => return Err(Error::Store(err)),
             }
         }
         let mut stopping = false;

@@ -20,6 +20,7 @@
 
 mod consumer;
 mod delivery;
+mod error;
 mod failure;
 mod handler;
 mod handling;
@@ -27,8 +28,9 @@ mod id_from;
 mod message;
 mod shutdown;
 
-pub use consumer::{Consumer, ConsumerError, Handled};
+pub use consumer::{Consumer, Handled};
 pub use delivery::{BrokerError, Delivery, Source};
+pub use error::Error;
 pub use handler::Handler;
 pub use id_from::IdFrom;
 pub use message::Message;

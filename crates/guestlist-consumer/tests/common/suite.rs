@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use guestlist_consumer::{Consumer, ConsumerError, Handler, IdFrom, Message};
+use guestlist_consumer::{Consumer, Error, Handler, IdFrom, Message};
 use guestlist_core::{Deferral, HandlerName, Retention};
 use guestlist_sqlx::Inbox;
 use guestlist_testkit::{Database, Fixture, short_tag};
@@ -633,7 +633,7 @@ pub async fn a_retention_shorter_than_the_redelivery_horizon_is_refused<B: Broke
     let rig = Rig::<B, DB>::around(broker, Database::open(4).await, &tag);
     let day = Retention::new(Duration::from_secs(86_400), Duration::from_secs(86_400)).unwrap();
     match rig.consumer(1).await.retention(day).check() {
-        Err(ConsumerError::RetentionShorterThanRedelivery { .. }) => {}
+        Err(Error::RetentionShorterThanRedelivery { .. }) => {}
         Ok(()) if !B::REDELIVERS_IN_TIME => {} // RabbitMQ and Kafka do not bound redeliveries by time
         other => panic!("expected a refusal, got {other:?}"),
     }
@@ -645,7 +645,7 @@ pub async fn a_retention_shorter_than_the_redelivery_horizon_is_refused<B: Broke
         .check();
     if B::REDELIVERS_IN_TIME {
         assert!(
-            matches!(stalls, Err(ConsumerError::AckWaitTooShort { .. })),
+            matches!(stalls, Err(Error::AckWaitTooShort { .. })),
             "{stalls:?}"
         );
         let message = stalls.unwrap_err().to_string();
@@ -1072,7 +1072,7 @@ pub async fn a_missing_inbox_table_is_refused_at_start_and_dead_letters_nothing<
         .await
         .unwrap_or_else(|_| panic!("{}: without {missing}, run never returned", B::LABEL));
         match refused {
-            Err(err @ ConsumerError::MissingTable(_)) => {
+            Err(err @ Error::MissingTable(_)) => {
                 let text = err.to_string();
                 assert!(
                     text.contains("guestlist migrate --database URL")
