@@ -36,7 +36,8 @@ enum Bench {
     Inbox(InboxArgs),
     /// The Idempotency-Key layer: an axum handler unprotected, with fresh keys, and replaying.
     Http(Common),
-    /// Broker consumers on NATS JetStream and RabbitMQ: no inbox, against batches of 1, 10, 100.
+    /// Broker consumers on NATS JetStream, RabbitMQ, Kafka and SQS (`GUESTLIST_BENCH_BROKERS`
+    /// picks): no inbox, against batches of 1, 10, 100.
     Broker(Common),
     /// `guestlist gateway`: the upstream alone, nginx as a plain proxy, fresh keys, replays.
     Gateway(Common),
