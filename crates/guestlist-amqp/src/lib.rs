@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures_util::{FutureExt, StreamExt};
-use guestlist_consumer::{BrokerError, Delivery, Source};
+use guestlist_consumer::{BoxError, Delivery, Source};
 use lapin::options::{
     BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicPublishOptions, BasicQosOptions,
     BasicRejectOptions, ConfirmSelectOptions, QueueDeclareOptions,
@@ -164,7 +164,7 @@ impl RabbitSource {
 impl Source for RabbitSource {
     type Delivery = RabbitDelivery;
 
-    async fn fetch(&mut self, max: usize) -> Result<Vec<RabbitDelivery>, BrokerError> {
+    async fn fetch(&mut self, max: usize) -> Result<Vec<RabbitDelivery>, BoxError> {
         // The first delivery may wait; the rest of a batch is whatever has already arrived.
         let first = match tokio::time::timeout(self.fetch_wait, self.consumer.next()).await {
             Ok(Some(first)) => self.delivery(first?),
@@ -176,7 +176,7 @@ impl Source for RabbitSource {
         Ok(deliveries)
     }
 
-    async fn fetch_ready(&mut self, max: usize) -> Result<Vec<RabbitDelivery>, BrokerError> {
+    async fn fetch_ready(&mut self, max: usize) -> Result<Vec<RabbitDelivery>, BoxError> {
         let mut deliveries = Vec::with_capacity(max);
         while deliveries.len() < max {
             match self.consumer.next().now_or_never() {
@@ -312,13 +312,13 @@ impl Delivery for RabbitDelivery {
         }
     }
 
-    async fn ack(&self) -> Result<(), BrokerError> {
+    async fn ack(&self) -> Result<(), BoxError> {
         self.settled();
         self.delivery.acker.ack(BasicAckOptions::default()).await?;
         Ok(())
     }
 
-    async fn ack_all(deliveries: &[&Self]) -> Result<(), BrokerError> {
+    async fn ack_all(deliveries: &[&Self]) -> Result<(), BoxError> {
         let Some(last) = deliveries.iter().max_by_key(|d| d.delivery.delivery_tag) else {
             return Ok(());
         };
@@ -349,7 +349,7 @@ impl Delivery for RabbitDelivery {
         Ok(())
     }
 
-    async fn nak(&self, delay: Duration) -> Result<(), BrokerError> {
+    async fn nak(&self, delay: Duration) -> Result<(), BoxError> {
         // RabbitMQ has no delayed NAK: hold the message for the delay, then requeue it. It
         // stays unsettled meanwhile, so that no `multiple` ack settles it.
         let acker = self.delivery.acker.clone();
@@ -372,7 +372,7 @@ impl Delivery for RabbitDelivery {
         Ok(())
     }
 
-    async fn dead_letter(&self, reason: &str) -> Result<(), BrokerError> {
+    async fn dead_letter(&self, reason: &str) -> Result<(), BoxError> {
         let Some((exchange, routing_key)) = &self.dead_letters else {
             self.settled();
             self.delivery
@@ -408,7 +408,7 @@ impl Delivery for RabbitDelivery {
         Ok(())
     }
 
-    async fn keep_alive(&self) -> Result<(), BrokerError> {
+    async fn keep_alive(&self) -> Result<(), BoxError> {
         Ok(()) // no per-delivery deadline to extend
     }
 }

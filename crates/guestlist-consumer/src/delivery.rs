@@ -3,8 +3,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-/// A broker's error, boxed.
-pub type BrokerError = Box<dyn std::error::Error + Send + Sync>;
+use guestlist_core::BoxError;
 
 /// One delivery of a message, as a broker hands it over.
 pub trait Delivery: Send + Sync + 'static {
@@ -33,11 +32,11 @@ pub trait Delivery: Send + Sync + 'static {
     /// How many times this message has been delivered, this time included (1 the first time).
     fn delivery_count(&self) -> u32;
     /// Acknowledges the message.
-    fn ack(&self) -> impl Future<Output = Result<(), BrokerError>> + Send;
+    fn ack(&self) -> impl Future<Output = Result<(), BoxError>> + Send;
     /// Acknowledges a committed batch in as few round trips as the broker allows (one after
     /// another, by default). Called only after the batch's transaction committed: a lost
     /// acknowledgement brings a redelivery, which the inbox answers as a duplicate.
-    fn ack_all(deliveries: &[&Self]) -> impl Future<Output = Result<(), BrokerError>> + Send
+    fn ack_all(deliveries: &[&Self]) -> impl Future<Output = Result<(), BoxError>> + Send
     where
         Self: Sized,
     {
@@ -52,11 +51,11 @@ pub trait Delivery: Send + Sync + 'static {
         }
     }
     /// Hands the message back, to be delivered again after `delay`.
-    fn nak(&self, delay: Duration) -> impl Future<Output = Result<(), BrokerError>> + Send;
+    fn nak(&self, delay: Duration) -> impl Future<Output = Result<(), BoxError>> + Send;
     /// Moves the message to the dead-letter place, with `reason`, and stops its deliveries.
-    fn dead_letter(&self, reason: &str) -> impl Future<Output = Result<(), BrokerError>> + Send;
+    fn dead_letter(&self, reason: &str) -> impl Future<Output = Result<(), BoxError>> + Send;
     /// Tells the broker the message is still being worked on, so it is not redelivered yet.
-    fn keep_alive(&self) -> impl Future<Output = Result<(), BrokerError>> + Send;
+    fn keep_alive(&self) -> impl Future<Output = Result<(), BoxError>> + Send;
     /// Whether the source took this delivery back before it was handled: an earlier message
     /// of its partition was handed back, or its partition moved to another consumer (Kafka).
     /// It will be delivered again, so the consumer neither handles nor settles it. Never, by
@@ -84,14 +83,14 @@ pub trait Source: Send + Sync + 'static {
     fn fetch(
         &mut self,
         max: usize,
-    ) -> impl Future<Output = Result<Vec<Self::Delivery>, BrokerError>> + Send;
+    ) -> impl Future<Output = Result<Vec<Self::Delivery>, BoxError>> + Send;
 
     /// Up to `max` deliveries that are ready now, without waiting for any: the consumer takes
     /// the next batch this way while the current one commits. None by default.
     fn fetch_ready(
         &mut self,
         max: usize,
-    ) -> impl Future<Output = Result<Vec<Self::Delivery>, BrokerError>> + Send {
+    ) -> impl Future<Output = Result<Vec<Self::Delivery>, BoxError>> + Send {
         let _ = max;
         std::future::ready(Ok(Vec::new()))
     }

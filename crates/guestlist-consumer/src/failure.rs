@@ -8,7 +8,7 @@ use guestlist_core::Deferral;
 /// ran out of time.
 #[derive(Debug)]
 pub(crate) enum Failure {
-    Handler(Box<dyn std::error::Error + Send + Sync>),
+    Handler(guestlist_core::BoxError),
     TimedOut(Duration),
 }
 

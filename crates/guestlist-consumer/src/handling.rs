@@ -14,7 +14,7 @@ use sqlx::Pool;
 use crate::consumer::Handled;
 use crate::failure::Failure;
 use crate::shutdown::Stop;
-use crate::{BrokerError, Delivery, Handler, IdFrom, Message};
+use crate::{BoxError, Delivery, Handler, IdFrom, Message};
 
 /// What a consumer needs besides its source: the store, the handler and the settings.
 pub(crate) struct Core<DB: Backend, H> {
@@ -111,7 +111,7 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
         stop: &mut Stop<S>,
     ) -> F::Output
     where
-        F: Future<Output = Result<Vec<D>, BrokerError>>,
+        F: Future<Output = Result<Vec<D>, BoxError>>,
         S: Future<Output = ()>,
     {
         let mut held = self.take_in(deliveries, handled);

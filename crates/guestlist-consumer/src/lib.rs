@@ -29,8 +29,9 @@ mod message;
 mod shutdown;
 
 pub use consumer::{Consumer, Handled};
-pub use delivery::{BrokerError, Delivery, Source};
+pub use delivery::{Delivery, Source};
 pub use error::Error;
+pub use guestlist_core::BoxError;
 pub use handler::Handler;
 pub use id_from::IdFrom;
 pub use message::Message;

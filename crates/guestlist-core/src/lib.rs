@@ -25,6 +25,7 @@
 //! (or build it locally with `mdbook serve docs/guide`).
 
 mod backoff;
+mod box_error;
 mod claim;
 mod deferral;
 mod failure_kind;
@@ -44,6 +45,7 @@ mod table_name;
 mod topic;
 
 pub use backoff::Backoff;
+pub use box_error::BoxError;
 pub use claim::Claim;
 pub use deferral::Deferral;
 pub use failure_kind::FailureKind;

@@ -9,7 +9,7 @@ use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, Limited, StreamBody};
 
 /// The error type of every body this crate builds.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub use guestlist_core::BoxError;
 
 /// The response body of [`Idempotency`](crate::Idempotency): the handler's own, a replay, or a
 /// problem.

@@ -52,6 +52,8 @@ mod layer;
 mod mode;
 mod outcome;
 mod problem;
+#[cfg(feature = "sql")]
+mod rejection;
 mod replay_cache;
 mod service;
 #[cfg(feature = "sql")]
@@ -65,6 +67,8 @@ pub use keep_locked::KeepLocked;
 pub use key_source::KeySource;
 pub use layer::IdempotencyLayer;
 pub use mode::{Mode, Plain};
+#[cfg(feature = "sql")]
+pub use rejection::IdempotentTxRejection;
 pub use replay_cache::ReplayCache;
 pub use service::Idempotency;
 #[cfg(feature = "sql")]

@@ -176,39 +176,19 @@ impl<DB: Backend> std::fmt::Debug for IdempotentTx<DB> {
 
 #[cfg(feature = "axum")]
 impl<DB: Backend, S: Send + Sync> axum_core::extract::FromRequestParts<S> for IdempotentTx<DB> {
-    type Rejection = axum_core::response::Response;
+    type Rejection = crate::IdempotentTxRejection;
 
     async fn from_request_parts(
         parts: &mut http::request::Parts,
         _: &S,
     ) -> Result<Self, Self::Rejection> {
-        use axum_core::response::IntoResponse;
-        let missing = || {
-            crate::problem::Problem::new(
-                http::StatusCode::INTERNAL_SERVER_ERROR,
-                "transaction-unavailable",
-                "No transaction for this handler",
-                "IdempotentTx needs IdempotencyLayer::transactional on this route (with the same \
-                 database type); the server is misconfigured"
-                    .to_owned(),
-            )
-        };
         let Some(slot) = parts.extensions.get::<TxSlot<DB>>().cloned() else {
             tracing::error!("IdempotentTx used on a route without IdempotencyLayer::transactional");
-            return Err(missing().into_response().into_response());
+            return Err(crate::IdempotentTxRejection::MissingLayer);
         };
         slot.take().await.map_err(|err| {
             tracing::error!(error = %err, "cannot begin the handler's transaction");
-            crate::problem::Problem::new(
-                http::StatusCode::SERVICE_UNAVAILABLE,
-                "store-unavailable",
-                "The database is unavailable",
-                "the server could not begin a transaction; retry with the same key later"
-                    .to_owned(),
-            )
-            .retry_after(1)
-            .into_response()
-            .into_response()
+            crate::IdempotentTxRejection::StoreUnavailable(err)
         })
     }
 }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use guestlist_consumer::{BrokerError, Delivery};
+use guestlist_consumer::{BoxError, Delivery};
 use rdkafka::consumer::CommitMode;
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders, OwnedMessage};
 use rdkafka::producer::FutureRecord;
@@ -81,7 +81,7 @@ impl KafkaDelivery {
 
     /// Commits the offsets that moved (without waiting for the broker's answer: a lost commit
     /// replays records the inbox knows as duplicates).
-    fn commit(shared: &Shared) -> Result<(), BrokerError> {
+    fn commit(shared: &Shared) -> Result<(), BoxError> {
         let offsets = shared.partitions.to_commit();
         commit(&shared.consumer, &shared.topic, &offsets, CommitMode::Async)?;
         Ok(())
@@ -145,12 +145,12 @@ impl Delivery for KafkaDelivery {
             .withdrawn(self.partition(), self.epoch)
     }
 
-    async fn ack(&self) -> Result<(), BrokerError> {
+    async fn ack(&self) -> Result<(), BoxError> {
         self.settle();
         Self::commit(&self.shared)
     }
 
-    async fn ack_all(deliveries: &[&Self]) -> Result<(), BrokerError> {
+    async fn ack_all(deliveries: &[&Self]) -> Result<(), BoxError> {
         let Some(first) = deliveries.first() else {
             return Ok(());
         };
@@ -160,7 +160,7 @@ impl Delivery for KafkaDelivery {
         Self::commit(&first.shared)
     }
 
-    async fn nak(&self, delay: Duration) -> Result<(), BrokerError> {
+    async fn nak(&self, delay: Duration) -> Result<(), BoxError> {
         if !self.settled.swap(true, Ordering::AcqRel) {
             self.shared
                 .partitions
@@ -169,7 +169,7 @@ impl Delivery for KafkaDelivery {
         Ok(())
     }
 
-    async fn dead_letter(&self, reason: &str) -> Result<(), BrokerError> {
+    async fn dead_letter(&self, reason: &str) -> Result<(), BoxError> {
         let mut headers = OwnedHeaders::new();
         if let Some(original) = self.message.headers() {
             for header in original.iter() {
@@ -204,7 +204,7 @@ impl Delivery for KafkaDelivery {
         Self::commit(&self.shared)
     }
 
-    async fn keep_alive(&self) -> Result<(), BrokerError> {
+    async fn keep_alive(&self) -> Result<(), BoxError> {
         Ok(()) // the poll thread keeps the membership alive; records have no deadline
     }
 }

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use guestlist_consumer::{BrokerError, Source};
+use guestlist_consumer::{BoxError, Source};
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
@@ -231,7 +231,7 @@ impl KafkaSourceBuilder {
 impl Source for KafkaSource {
     type Delivery = KafkaDelivery;
 
-    async fn fetch(&mut self, max: usize) -> Result<Vec<KafkaDelivery>, BrokerError> {
+    async fn fetch(&mut self, max: usize) -> Result<Vec<KafkaDelivery>, BoxError> {
         // The first record may wait; the rest of a batch is whatever has already been polled.
         let first = match tokio::time::timeout(self.fetch_wait, self.records.recv()).await {
             Ok(Some(first)) => first,
@@ -247,7 +247,7 @@ impl Source for KafkaSource {
         Ok(deliveries)
     }
 
-    async fn fetch_ready(&mut self, max: usize) -> Result<Vec<KafkaDelivery>, BrokerError> {
+    async fn fetch_ready(&mut self, max: usize) -> Result<Vec<KafkaDelivery>, BoxError> {
         let mut deliveries = Vec::with_capacity(max);
         while deliveries.len() < max {
             match self.records.try_recv() {

@@ -21,7 +21,7 @@ use async_nats::HeaderMap;
 use async_nats::jetstream::consumer::{AckPolicy, PullConsumer, pull};
 use async_nats::jetstream::{self, AckKind};
 use futures_util::StreamExt;
-use guestlist_consumer::{BrokerError, Delivery, Source};
+use guestlist_consumer::{BoxError, Delivery, Source};
 
 mod publisher;
 
@@ -165,7 +165,7 @@ impl JetStreamSource {
 impl Source for JetStreamSource {
     type Delivery = JetStreamDelivery;
 
-    async fn fetch(&mut self, max: usize) -> Result<Vec<JetStreamDelivery>, BrokerError> {
+    async fn fetch(&mut self, max: usize) -> Result<Vec<JetStreamDelivery>, BoxError> {
         let mut deliveries = self.fetch_ready(max).await?;
         if !deliveries.is_empty() {
             return Ok(deliveries);
@@ -184,7 +184,7 @@ impl Source for JetStreamSource {
         Ok(deliveries)
     }
 
-    async fn fetch_ready(&mut self, max: usize) -> Result<Vec<JetStreamDelivery>, BrokerError> {
+    async fn fetch_ready(&mut self, max: usize) -> Result<Vec<JetStreamDelivery>, BoxError> {
         // A no-wait pull: the server sends what it has, up to `max`, and ends the request.
         let mut ready = self.consumer.fetch().max_messages(max).messages().await?;
         let mut deliveries = Vec::with_capacity(max);
@@ -260,7 +260,7 @@ impl Delivery for JetStreamDelivery {
         self.delivered
     }
 
-    async fn ack(&self) -> Result<(), BrokerError> {
+    async fn ack(&self) -> Result<(), BoxError> {
         if self.confirmed_acks {
             self.message.double_ack().await
         } else {
@@ -268,7 +268,7 @@ impl Delivery for JetStreamDelivery {
         }
     }
 
-    async fn ack_all(deliveries: &[&Self]) -> Result<(), BrokerError> {
+    async fn ack_all(deliveries: &[&Self]) -> Result<(), BoxError> {
         let Some(first) = deliveries.first() else {
             return Ok(());
         };
@@ -286,11 +286,11 @@ impl Delivery for JetStreamDelivery {
         Ok(())
     }
 
-    async fn nak(&self, delay: Duration) -> Result<(), BrokerError> {
+    async fn nak(&self, delay: Duration) -> Result<(), BoxError> {
         self.message.ack_with(AckKind::Nak(Some(delay))).await
     }
 
-    async fn dead_letter(&self, reason: &str) -> Result<(), BrokerError> {
+    async fn dead_letter(&self, reason: &str) -> Result<(), BoxError> {
         // The message's own headers, but NATS's (`Nats-Msg-Id` would be deduplicated in the
         // dead-letter stream; `Nats-Expected-*` would refuse the publish).
         let mut headers = HeaderMap::new();
@@ -329,7 +329,7 @@ impl Delivery for JetStreamDelivery {
         self.message.ack_with(AckKind::Term).await
     }
 
-    async fn keep_alive(&self) -> Result<(), BrokerError> {
+    async fn keep_alive(&self) -> Result<(), BoxError> {
         self.message.ack_with(AckKind::Progress).await
     }
 }

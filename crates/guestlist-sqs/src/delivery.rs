@@ -8,7 +8,7 @@ use aws_sdk_sqs::types::{
     ChangeMessageVisibilityBatchRequestEntry, DeleteMessageBatchRequestEntry,
     MessageAttributeValue, MessageSystemAttributeName,
 };
-use guestlist_consumer::{BrokerError, Delivery};
+use guestlist_consumer::{BoxError, Delivery};
 
 use crate::ERROR_ATTRIBUTE;
 use crate::envelope::Envelope;
@@ -110,7 +110,7 @@ impl SqsDelivery {
     }
 
     /// Sets how long the message stays invisible, from now.
-    async fn set_visibility(&self, visibility: Duration) -> Result<(), BrokerError> {
+    async fn set_visibility(&self, visibility: Duration) -> Result<(), BoxError> {
         self.shared
             .client
             .change_message_visibility()
@@ -124,7 +124,7 @@ impl SqsDelivery {
     }
 
     /// Sends the message to the dead-letter queue at `url`, with `reason`, then deletes it.
-    async fn send_to(&self, url: &str, fifo: bool, reason: &str) -> Result<(), BrokerError> {
+    async fn send_to(&self, url: &str, fifo: bool, reason: &str) -> Result<(), BoxError> {
         let mut send = self
             .shared
             .client
@@ -239,7 +239,7 @@ impl Delivery for SqsDelivery {
         self.receive_count
     }
 
-    async fn ack(&self) -> Result<(), BrokerError> {
+    async fn ack(&self) -> Result<(), BoxError> {
         self.shared
             .client
             .delete_message()
@@ -251,7 +251,7 @@ impl Delivery for SqsDelivery {
         Ok(())
     }
 
-    async fn ack_all(deliveries: &[&Self]) -> Result<(), BrokerError> {
+    async fn ack_all(deliveries: &[&Self]) -> Result<(), BoxError> {
         let Some(first) = deliveries.first() else {
             return Ok(());
         };
@@ -259,7 +259,7 @@ impl Delivery for SqsDelivery {
         delete_all(&first.shared, &receipts).await
     }
 
-    async fn nak(&self, delay: Duration) -> Result<(), BrokerError> {
+    async fn nak(&self, delay: Duration) -> Result<(), BoxError> {
         // On a FIFO queue the later messages of its group in this receive go back with it,
         // for as long, so that the group comes again in its order.
         if let Some((groups, place)) = &self.groups {
@@ -269,7 +269,7 @@ impl Delivery for SqsDelivery {
         self.set_visibility(delay).await
     }
 
-    async fn dead_letter(&self, reason: &str) -> Result<(), BrokerError> {
+    async fn dead_letter(&self, reason: &str) -> Result<(), BoxError> {
         match &self.shared.dead_letters {
             DeadLetters::Queue { url, fifo } => self.send_to(url, *fifo, reason).await,
             DeadLetters::Redrive(redrive) => {
@@ -286,7 +286,7 @@ impl Delivery for SqsDelivery {
         }
     }
 
-    async fn keep_alive(&self) -> Result<(), BrokerError> {
+    async fn keep_alive(&self) -> Result<(), BoxError> {
         self.set_visibility(self.shared.queue.visibility_timeout)
             .await
     }
@@ -300,7 +300,7 @@ impl Delivery for SqsDelivery {
 
 /// Deletes the messages of `receipts`, ten to a request; the entries SQS failed are tried
 /// again, then reported.
-pub(crate) async fn delete_all(shared: &Shared, receipts: &[&str]) -> Result<(), BrokerError> {
+pub(crate) async fn delete_all(shared: &Shared, receipts: &[&str]) -> Result<(), BoxError> {
     let mut failures = Vec::new();
     for chunk in receipts.chunks(BATCH_LIMIT) {
         let mut left: Vec<&str> = chunk.to_vec();
@@ -372,7 +372,7 @@ async fn change_visibility(
     shared: &Shared,
     receipts: &[String],
     visibility: Duration,
-) -> Result<(), BrokerError> {
+) -> Result<(), BoxError> {
     for chunk in receipts.chunks(BATCH_LIMIT) {
         let entries = chunk
             .iter()

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::types::MessageSystemAttributeName;
-use guestlist_consumer::{BrokerError, Source};
+use guestlist_consumer::{BoxError, Source};
 
 use crate::Error;
 use crate::delivery::SqsDelivery;
@@ -93,7 +93,7 @@ impl SqsSource {
     }
 
     /// Receives up to `max` messages, waiting up to `wait` for the first.
-    async fn receive(&self, max: usize, wait: Duration) -> Result<Vec<SqsDelivery>, BrokerError> {
+    async fn receive(&self, max: usize, wait: Duration) -> Result<Vec<SqsDelivery>, BoxError> {
         let max = max.clamp(1, 10);
         let received = self
             .shared
@@ -230,11 +230,11 @@ impl SqsSourceBuilder {
 impl Source for SqsSource {
     type Delivery = SqsDelivery;
 
-    async fn fetch(&mut self, max: usize) -> Result<Vec<SqsDelivery>, BrokerError> {
+    async fn fetch(&mut self, max: usize) -> Result<Vec<SqsDelivery>, BoxError> {
         self.receive(max, self.wait_time).await
     }
 
-    async fn fetch_ready(&mut self, max: usize) -> Result<Vec<SqsDelivery>, BrokerError> {
+    async fn fetch_ready(&mut self, max: usize) -> Result<Vec<SqsDelivery>, BoxError> {
         if max == 0 {
             return Ok(Vec::new());
         }

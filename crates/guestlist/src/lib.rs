@@ -70,7 +70,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub use guestlist_core::{
-    Attempt, Backoff, Begin, Claim, Completed, Deferral, FailureKind, Fingerprint,
+    Attempt, Backoff, Begin, BoxError, Claim, Completed, Deferral, FailureKind, Fingerprint,
     FingerprintBuilder, HandlerName, IdempotencyKey, InvalidValue, KeyStore, MessageId,
     OrderingKey, Retention, Scope, ScopeUsage, StoredBody, StoredResponse, TableName, Topic,
 };

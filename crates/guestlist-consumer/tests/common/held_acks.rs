@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use guestlist_consumer::{BrokerError, Delivery, Source};
+use guestlist_consumer::{BoxError, Delivery, Source};
 
 /// `S`, with its batches' acknowledgements held forever.
 pub struct HeldAcks<S>(pub S);
@@ -15,11 +15,11 @@ pub struct Held<D>(D);
 impl<S: Source> Source for HeldAcks<S> {
     type Delivery = Held<S::Delivery>;
 
-    async fn fetch(&mut self, max: usize) -> Result<Vec<Held<S::Delivery>>, BrokerError> {
+    async fn fetch(&mut self, max: usize) -> Result<Vec<Held<S::Delivery>>, BoxError> {
         Ok(self.0.fetch(max).await?.into_iter().map(Held).collect())
     }
 
-    async fn fetch_ready(&mut self, max: usize) -> Result<Vec<Held<S::Delivery>>, BrokerError> {
+    async fn fetch_ready(&mut self, max: usize) -> Result<Vec<Held<S::Delivery>>, BoxError> {
         Ok(self
             .0
             .fetch_ready(max)
@@ -43,7 +43,7 @@ impl<S: Source> Source for HeldAcks<S> {
 }
 
 /// Never returns: the consumer stays between its commit and its acknowledgements.
-async fn hang() -> Result<(), BrokerError> {
+async fn hang() -> Result<(), BoxError> {
     std::future::pending().await
 }
 
@@ -64,20 +64,20 @@ impl<D: Delivery> Delivery for Held<D> {
         self.0.delivery_count()
     }
 
-    async fn ack(&self) -> Result<(), BrokerError> {
+    async fn ack(&self) -> Result<(), BoxError> {
         self.0.ack().await
     }
 
-    async fn ack_all(deliveries: &[&Self]) -> Result<(), BrokerError> {
+    async fn ack_all(deliveries: &[&Self]) -> Result<(), BoxError> {
         let _ = deliveries;
         hang().await
     }
 
-    async fn nak(&self, delay: Duration) -> Result<(), BrokerError> {
+    async fn nak(&self, delay: Duration) -> Result<(), BoxError> {
         self.0.nak(delay).await
     }
 
-    async fn dead_letter(&self, reason: &str) -> Result<(), BrokerError> {
+    async fn dead_letter(&self, reason: &str) -> Result<(), BoxError> {
         self.0.dead_letter(reason).await
     }
 
@@ -85,7 +85,7 @@ impl<D: Delivery> Delivery for Held<D> {
         self.0.withdrawn()
     }
 
-    async fn keep_alive(&self) -> Result<(), BrokerError> {
+    async fn keep_alive(&self) -> Result<(), BoxError> {
         self.0.keep_alive().await
     }
 }

@@ -2,7 +2,7 @@
 
 use std::future::Future;
 
-use guestlist_core::FailureKind;
+use guestlist_core::{BoxError, FailureKind};
 
 /// A committed message the relay is publishing, as read from the outbox.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,14 +81,14 @@ pub enum Confirmed {
 #[derive(Debug, thiserror::Error)]
 #[error("{error}")]
 pub struct PublishError {
-    error: Box<dyn std::error::Error + Send + Sync>,
+    error: BoxError,
     kind: FailureKind,
     permanent: bool,
 }
 
 impl PublishError {
     /// The broker refused this message: poison, counted against it.
-    pub fn new(error: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+    pub fn new(error: impl Into<BoxError>) -> Self {
         Self {
             error: error.into(),
             kind: FailureKind::Poison,
@@ -97,7 +97,7 @@ impl PublishError {
     }
 
     /// The broker can never take this message: dead-lettered at once.
-    pub fn unpublishable(error: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+    pub fn unpublishable(error: impl Into<BoxError>) -> Self {
         Self {
             permanent: true,
             ..Self::new(error)
@@ -105,7 +105,7 @@ impl PublishError {
     }
 
     /// The broker or the way to it is down: an outage, counted against no message.
-    pub fn outage(error: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+    pub fn outage(error: impl Into<BoxError>) -> Self {
         Self {
             kind: FailureKind::Outage,
             ..Self::new(error)
