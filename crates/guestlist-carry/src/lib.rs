@@ -32,7 +32,7 @@ mod middleware;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
-use guestlist_core::{Deferral, IdempotencyKey};
+use guestlist_core::{Deferral, HandlerName, IdempotencyKey, MessageId};
 
 #[cfg(feature = "reqwest")]
 pub use middleware::{CarryKey, Step};
@@ -47,32 +47,35 @@ pub async fn scope<F: Future>(parent: impl Into<Arc<str>>, work: F) -> F::Output
     PARENT.scope(parent.into(), work).await
 }
 
+/// Runs `work` as `handler`'s handling of message `id`: the keys it carries are
+/// `handler:id/step`, whichever runtime (the inbox's `process`, a broker consumer) runs it.
+pub async fn scope_message<F: Future>(handler: &HandlerName, id: &MessageId, work: F) -> F::Output {
+    scope(format!("{handler}:{id}"), work).await
+}
+
 /// The identity of the work in progress, if there is one.
 pub fn current() -> Option<Arc<str>> {
     PARENT.try_with(Arc::clone).ok()
 }
 
-/// There is no work in progress to derive a key from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NoKey;
-
-impl std::fmt::Display for NoKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(
-            "no idempotency key to carry: this runs outside a guestlist handler (inbox, consumer or \
-             HTTP layer); wrap the work in guestlist_carry::scope, or pass a key yourself",
-        )
-    }
+/// Why carrying a key failed, with what to do about it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// There is no work in progress to derive a key from.
+    #[error(
+        "no idempotency key to carry: this runs outside a guestlist handler (inbox, consumer or \
+         HTTP layer); wrap the work in guestlist::carry::scope, or pass a key yourself"
+    )]
+    NoKey,
 }
-
-impl std::error::Error for NoKey {}
 
 /// The stable key of downstream step `step` of the work in progress (see
 /// [`IdempotencyKey::derive`]).
-pub fn key_for(step: &str) -> Result<IdempotencyKey, NoKey> {
+pub fn key_for(step: &str) -> Result<IdempotencyKey, Error> {
     current()
         .map(|parent| IdempotencyKey::derive(&parent, step))
-        .ok_or(NoKey)
+        .ok_or(Error::NoKey)
 }
 
 /// Records that the work in progress cannot be done yet, and returns `deferral` for the work to

@@ -180,7 +180,7 @@ impl Middleware for CarryKey {
 struct RefusedWithoutKey {
     method: Method,
     url: String,
-    why: crate::NoKey,
+    why: crate::Error,
 }
 
 impl std::fmt::Display for RefusedWithoutKey {

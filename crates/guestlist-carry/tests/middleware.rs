@@ -138,7 +138,7 @@ async fn an_outbound_mutating_call_without_context_is_refused() {
     let message = err.to_string();
     assert!(message.contains("refusing POST"), "{message}");
     assert!(
-        message.contains("guestlist_carry::scope"),
+        message.contains("guestlist::carry::scope"),
         "it says what to do: {message}"
     );
     assert!(seen.keys.lock().unwrap().is_empty(), "nothing was sent");

@@ -1,6 +1,7 @@
 //! Where a message's id comes from.
 
 use guestlist_core::MessageId;
+use guestlist_core::json_id::{self, JsonId};
 
 use crate::Delivery;
 
@@ -76,20 +77,18 @@ impl IdFrom {
                 .header(name)
                 .ok_or_else(|| Miss::Absent(format!("the message has no {name} header")))?
                 .to_owned(),
-            IdFrom::JsonField(pointer) => {
-                let json: serde_json::Value = serde_json::from_slice(delivery.payload())
-                    .map_err(|err| Miss::Absent(format!("the payload is not JSON ({err}), so it has no {pointer}")))?;
-                match json.pointer(pointer) {
-                    Some(serde_json::Value::String(s)) => s.clone(),
-                    Some(serde_json::Value::Number(n)) => n.to_string(),
-                    None | Some(serde_json::Value::Null) => {
-                        return Err(Miss::Absent(format!("the payload has no string or number at {pointer}")));
-                    }
-                    Some(other) => {
-                        return Err(Miss::Invalid(format!("the payload's {pointer} is {other}, not a string or number")));
-                    }
+            IdFrom::JsonField(pointer) => match json_id::read(delivery.payload(), pointer) {
+                JsonId::Found(text) => text,
+                JsonId::NotJson(err) => {
+                    return Err(Miss::Absent(format!("the payload is not JSON ({err}), so it has no {pointer}")));
                 }
-            }
+                JsonId::NotAnId(kind) => {
+                    return Err(Miss::Invalid(format!("the payload's {pointer} is {kind}, not a string or an integer")));
+                }
+                _ => {
+                    return Err(Miss::Absent(format!("the payload has no string or integer at {pointer}")));
+                }
+            },
             IdFrom::PayloadSha256 => return Ok(MessageId::from_raw_bytes(delivery.payload())),
             IdFrom::FirstOf(places) => return first_found(places, delivery),
         };
@@ -231,7 +230,18 @@ mod tests {
             ..Sent::default()
         };
         let err = json_then_broker().id_of(&object).unwrap_err();
-        assert!(err.contains("not a string or number"), "{err}");
+        assert!(
+            err.contains("is an object, not a string or an integer"),
+            "{err}"
+        );
+        // The HTTP layer's key reader takes the same values: integers, not fractions.
+        let fraction = Sent {
+            payload: br#"{"id": 4.2}"#,
+            broker_id: Some("evt_9f3k"),
+            ..Sent::default()
+        };
+        let err = json_then_broker().id_of(&fraction).unwrap_err();
+        assert!(err.contains("is a fractional number"), "{err}");
     }
 
     #[test]
@@ -241,7 +251,7 @@ mod tests {
             ..Sent::default()
         };
         let err = json_then_broker().id_of(&bare).unwrap_err();
-        assert!(err.contains("no string or number at /id"), "{err}");
+        assert!(err.contains("no string or integer at /id"), "{err}");
         assert!(err.contains("no broker id"), "{err}");
         assert!(IdFrom::first_of([]).id_of(&bare).is_err());
     }

@@ -30,7 +30,7 @@ use crate::Delivery;
 ///     .with_key("order-42");
 /// assert_eq!(message.header("seq"), Some("7"));
 /// assert_eq!(message.key.as_deref(), Some("order-42"));
-/// # Ok::<(), guestlist_core::InvalidValue>(())
+/// # Ok::<(), guestlist_core::Error>(())
 /// ```
 #[derive(Clone)]
 #[non_exhaustive]

@@ -11,7 +11,7 @@ crate::printable::printable_newtype!(
     /// let warehouse = HandlerName::new("warehouse")?;
     /// assert_eq!(warehouse.to_string(), "warehouse");
     /// assert!(HandlerName::new("").is_err());
-    /// # Ok::<(), guestlist_core::InvalidValue>(())
+    /// # Ok::<(), guestlist_core::Error>(())
     /// ```
     HandlerName,
     "handler name"

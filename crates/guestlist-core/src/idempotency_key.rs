@@ -13,7 +13,7 @@ crate::printable::printable_newtype!(
     /// let key = IdempotencyKey::new("8e03978e-40d5-43e8-bc93-6894a57f9324")?;
     /// assert_eq!(key.as_str().len(), 36);
     /// assert!(IdempotencyKey::new("").is_err());
-    /// # Ok::<(), guestlist_core::InvalidValue>(())
+    /// # Ok::<(), guestlist_core::Error>(())
     /// ```
     IdempotencyKey,
     "idempotency key"
@@ -28,7 +28,7 @@ impl IdempotencyKey {
     /// use guestlist_core::IdempotencyKey;
     /// assert_eq!(IdempotencyKey::new("k-1")?.header_value(), "k-1");
     /// assert_eq!(IdempotencyKey::new(r#"a "b"\c"#)?.header_value(), r#""a \"b\"\\c""#);
-    /// # Ok::<(), guestlist_core::InvalidValue>(())
+    /// # Ok::<(), guestlist_core::Error>(())
     /// ```
     pub fn header_value(&self) -> std::borrow::Cow<'_, str> {
         if self

@@ -17,7 +17,7 @@
 //! // An upstream without ids: hash the exact bytes received.
 //! let derived = MessageId::from_raw_bytes(br#"{"order":42}"#);
 //! assert!(derived.as_str().starts_with("sha256:"));
-//! # Ok::<(), guestlist_core::InvalidValue>(())
+//! # Ok::<(), guestlist_core::Error>(())
 //! ```
 //!
 //! The guide tells the whole story, with each part's guarantees and failure tables: see
@@ -28,11 +28,13 @@ mod backoff;
 mod box_error;
 mod claim;
 mod deferral;
+mod error;
 mod failure_kind;
 mod fingerprint;
 mod handler_name;
+pub mod header_lines;
 mod idempotency_key;
-mod invalid_value;
+pub mod json_id;
 mod key_report;
 mod key_store;
 mod message_id;
@@ -48,11 +50,11 @@ pub use backoff::Backoff;
 pub use box_error::BoxError;
 pub use claim::Claim;
 pub use deferral::Deferral;
+pub use error::Error;
 pub use failure_kind::FailureKind;
 pub use fingerprint::{Fingerprint, FingerprintBuilder};
 pub use handler_name::HandlerName;
 pub use idempotency_key::IdempotencyKey;
-pub use invalid_value::InvalidValue;
 pub use key_report::{KeyRecord, KeyState, KeyStats};
 pub use key_store::{Attempt, Begin, Completed, KeyStore, ScopeUsage};
 pub use message_id::MessageId;

@@ -15,7 +15,7 @@ crate::printable::printable_newtype!(
     ///
     /// let err = MessageId::new("x".repeat(312)).unwrap_err();
     /// assert!(err.to_string().contains("312 bytes; the limit is 255"));
-    /// # Ok::<(), guestlist_core::InvalidValue>(())
+    /// # Ok::<(), guestlist_core::Error>(())
     /// ```
     MessageId,
     "message id"
@@ -46,22 +46,19 @@ impl MessageId {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::InvalidValue;
+    use crate::Error;
 
     #[test]
     fn refuses_empty_long_and_non_ascii_ids() {
-        assert_eq!(
-            MessageId::new(""),
-            Err(InvalidValue::Empty { what: "message id" })
-        );
+        assert_eq!(MessageId::new(""), Err(Error::Empty { what: "message id" }));
         assert!(matches!(
             MessageId::new("a".repeat(256)),
-            Err(InvalidValue::TooLong { len: 256, .. })
+            Err(Error::TooLong { len: 256, .. })
         ));
         assert!(MessageId::new("a".repeat(255)).is_ok());
         assert!(matches!(
             MessageId::new("évt"),
-            Err(InvalidValue::NotPrintableAscii {
+            Err(Error::NotPrintableAscii {
                 position: 0,
                 byte: 0xc3,
                 ..
@@ -69,7 +66,7 @@ mod tests {
         ));
         assert!(matches!(
             MessageId::new("evt\n"),
-            Err(InvalidValue::NotPrintableAscii { position: 3, .. })
+            Err(Error::NotPrintableAscii { position: 3, .. })
         ));
     }
 

@@ -9,7 +9,7 @@ crate::printable::printable_newtype!(
     /// use guestlist_core::OrderingKey;
     /// let order = OrderingKey::new("order-42")?;
     /// assert_eq!(order.as_str(), "order-42");
-    /// # Ok::<(), guestlist_core::InvalidValue>(())
+    /// # Ok::<(), guestlist_core::Error>(())
     /// ```
     OrderingKey,
     "ordering key"

@@ -1,17 +1,17 @@
 //! The one rule shared by handler names and message ids: 1 to 255 bytes of printable ASCII.
 
-use crate::InvalidValue;
+use crate::Error;
 
 /// Longest id or name, in bytes; it fits a `VARCHAR(255)` key on every backend.
 pub(crate) const MAX_LEN: usize = 255;
 
 /// Checks `value` against the rule; `what` names the value in the error ("message id").
-pub(crate) fn check(what: &'static str, value: &str) -> Result<(), InvalidValue> {
+pub(crate) fn check(what: &'static str, value: &str) -> Result<(), Error> {
     if value.is_empty() {
-        return Err(InvalidValue::Empty { what });
+        return Err(Error::Empty { what });
     }
     if value.len() > MAX_LEN {
-        return Err(InvalidValue::TooLong {
+        return Err(Error::TooLong {
             what,
             len: value.len(),
         });
@@ -21,7 +21,7 @@ pub(crate) fn check(what: &'static str, value: &str) -> Result<(), InvalidValue>
         .enumerate()
         .find(|(_, b)| !(0x20..=0x7e).contains(b))
     {
-        return Err(InvalidValue::NotPrintableAscii {
+        return Err(Error::NotPrintableAscii {
             what,
             position,
             byte,
@@ -40,7 +40,7 @@ macro_rules! printable_newtype {
 
         impl $name {
             #[doc = concat!("Validates `value` as a ", $what, ": 1 to 255 bytes of printable ASCII.")]
-            pub fn new(value: impl Into<String>) -> Result<Self, $crate::InvalidValue> {
+            pub fn new(value: impl Into<String>) -> Result<Self, $crate::Error> {
                 let value = value.into();
                 $crate::printable::check($what, &value)?;
                 Ok(Self(value))
@@ -58,21 +58,21 @@ macro_rules! printable_newtype {
         }
 
         impl std::str::FromStr for $name {
-            type Err = $crate::InvalidValue;
+            type Err = $crate::Error;
             fn from_str(value: &str) -> Result<Self, Self::Err> {
                 Self::new(value)
             }
         }
 
         impl TryFrom<&str> for $name {
-            type Error = $crate::InvalidValue;
+            type Error = $crate::Error;
             fn try_from(value: &str) -> Result<Self, Self::Error> {
                 Self::new(value)
             }
         }
 
         impl TryFrom<String> for $name {
-            type Error = $crate::InvalidValue;
+            type Error = $crate::Error;
             fn try_from(value: String) -> Result<Self, Self::Error> {
                 Self::new(value)
             }

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::InvalidValue;
+use crate::Error;
 
 /// How long claimed rows live before a purge may delete them.
 ///
@@ -22,7 +22,7 @@ use crate::InvalidValue;
 ///
 /// let err = Retention::new(24 * HOUR, 72 * HOUR).unwrap_err();
 /// assert!(err.to_string().contains("shorter than the redelivery horizon"));
-/// # Ok::<(), guestlist_core::InvalidValue>(())
+/// # Ok::<(), guestlist_core::Error>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Retention(Duration);
@@ -36,12 +36,12 @@ impl Retention {
 
     /// A retention of `keep`, refused if shorter than `horizon`, the longest time after which any
     /// upstream may still redeliver a message.
-    pub fn new(keep: Duration, horizon: Duration) -> Result<Self, InvalidValue> {
+    pub fn new(keep: Duration, horizon: Duration) -> Result<Self, Error> {
         if keep.is_zero() {
-            return Err(InvalidValue::ZeroRetention);
+            return Err(Error::ZeroRetention);
         }
         if keep < horizon {
-            return Err(InvalidValue::RetentionShorterThanHorizon {
+            return Err(Error::RetentionShorterThanHorizon {
                 keep_secs: keep.as_secs(),
                 horizon_secs: horizon.as_secs(),
             });
@@ -70,12 +70,12 @@ mod tests {
     fn refuses_zero_and_shorter_than_horizon() {
         assert_eq!(
             Retention::new(Duration::ZERO, Duration::ZERO),
-            Err(InvalidValue::ZeroRetention)
+            Err(Error::ZeroRetention)
         );
         let hour = Duration::from_secs(3600);
         assert!(matches!(
             Retention::new(hour, 2 * hour),
-            Err(InvalidValue::RetentionShorterThanHorizon {
+            Err(Error::RetentionShorterThanHorizon {
                 keep_secs: 3600,
                 horizon_secs: 7200
             })

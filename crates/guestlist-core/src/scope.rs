@@ -13,7 +13,7 @@ crate::printable::printable_newtype!(
     /// let client = Scope::from_credentials(b"Bearer sk_live_abc");
     /// assert_ne!(tenant, client);
     /// assert!(!client.as_str().contains("sk_live"), "credentials are hashed, never stored");
-    /// # Ok::<(), guestlist_core::InvalidValue>(())
+    /// # Ok::<(), guestlist_core::Error>(())
     /// ```
     Scope,
     "scope"
@@ -30,7 +30,7 @@ impl Scope {
     /// let a = Scope::new("a")?.qualify(&key("b:c"));
     /// let ab = Scope::new("a:b")?.qualify(&key("c"));
     /// assert_eq!((a.as_str(), ab.as_str()), ("1:a:b:c", "3:a:b:c"));
-    /// # Ok::<(), guestlist_core::InvalidValue>(())
+    /// # Ok::<(), guestlist_core::Error>(())
     /// ```
     pub fn qualify(&self, key: &crate::IdempotencyKey) -> String {
         format!("{}:{}:{}", self.0.len(), self.0, key.as_str())

@@ -33,30 +33,18 @@ impl StoredBody {
 }
 
 impl StoredResponse {
-    /// The headers as stored: one `name: value\r\n` line each (values are raw bytes and never
-    /// hold CR or LF, which HTTP forbids in header values).
+    /// The headers as stored, in [`header_lines`](crate::header_lines)' form.
     pub fn encode_headers(&self) -> Vec<u8> {
-        let mut out = Vec::new();
-        for (name, value) in &self.headers {
-            out.extend_from_slice(name.as_bytes());
-            out.extend_from_slice(b": ");
-            out.extend_from_slice(value);
-            out.extend_from_slice(b"\r\n");
-        }
-        out
+        crate::header_lines::encode(
+            self.headers
+                .iter()
+                .map(|(name, value)| (name.as_str(), value)),
+        )
     }
 
     /// Reads headers written by [`StoredResponse::encode_headers`].
     pub fn decode_headers(stored: &[u8]) -> Vec<(String, Vec<u8>)> {
-        stored
-            .split(|&b| b == b'\n')
-            .filter_map(|line| {
-                let line = line.strip_suffix(b"\r")?;
-                let colon = line.windows(2).position(|w| w == b": ")?;
-                let name = std::str::from_utf8(&line[..colon]).ok()?.to_owned();
-                Some((name, line[colon + 2..].to_vec()))
-            })
-            .collect()
+        crate::header_lines::decode(stored)
     }
 }
 

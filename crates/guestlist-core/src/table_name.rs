@@ -1,6 +1,6 @@
 //! Which table holds the guest list.
 
-use crate::InvalidValue;
+use crate::Error;
 
 /// A table name checked to be a plain SQL identifier before it is ever formatted into SQL.
 ///
@@ -12,7 +12,7 @@ use crate::InvalidValue;
 /// use guestlist_core::TableName;
 /// assert_eq!(TableName::new("orders_inbox")?.as_str(), "orders_inbox");
 /// assert!(TableName::new("inbox\"; DROP TABLE orders; --").is_err());
-/// # Ok::<(), guestlist_core::InvalidValue>(())
+/// # Ok::<(), guestlist_core::Error>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct TableName(String);
@@ -22,7 +22,7 @@ impl TableName {
     pub const MAX_LEN: usize = 48;
 
     /// Validates `name` as a plain identifier.
-    pub fn new(name: impl Into<String>) -> Result<Self, InvalidValue> {
+    pub fn new(name: impl Into<String>) -> Result<Self, Error> {
         let name = name.into();
         let mut bytes = name.bytes();
         let first_ok = bytes
@@ -32,7 +32,7 @@ impl TableName {
         if first_ok && rest_ok && name.len() <= Self::MAX_LEN {
             Ok(Self(name))
         } else {
-            Err(InvalidValue::InvalidTableName { name })
+            Err(Error::InvalidTableName { name })
         }
     }
 
@@ -49,8 +49,8 @@ impl std::fmt::Display for TableName {
 }
 
 impl std::str::FromStr for TableName {
-    type Err = InvalidValue;
-    fn from_str(name: &str) -> Result<Self, InvalidValue> {
+    type Err = Error;
+    fn from_str(name: &str) -> Result<Self, Error> {
         Self::new(name)
     }
 }

@@ -9,7 +9,7 @@ crate::printable::printable_newtype!(
     /// let topic = Topic::new("orders.paid")?;
     /// assert_eq!(topic.as_str(), "orders.paid");
     /// assert!(Topic::new("").is_err());
-    /// # Ok::<(), guestlist_core::InvalidValue>(())
+    /// # Ok::<(), guestlist_core::Error>(())
     /// ```
     Topic,
     "topic"

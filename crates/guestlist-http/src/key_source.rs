@@ -1,6 +1,7 @@
 //! Where a request's idempotency key comes from: a header, a field of the body, or the body's
 //! own bytes.
 
+use guestlist_core::json_id::{self, JsonId};
 use guestlist_core::{IdempotencyKey, MessageId};
 use http::{HeaderMap, HeaderName};
 
@@ -69,35 +70,21 @@ impl KeySource {
                 KeyHeader::Key(IdempotencyKey::new(id.as_str()).expect("a SHA-256 id is a key"))
             }
             KeySource::JsonPointer(pointer) => {
-                let value: serde_json::Value = match serde_json::from_slice(body) {
-                    Ok(value) => value,
-                    Err(_) if body.is_empty() => return KeyHeader::Missing,
-                    Err(err) => {
+                let text = match json_id::read(body, pointer) {
+                    JsonId::Found(text) => text,
+                    JsonId::Absent => return KeyHeader::Missing,
+                    JsonId::NotJson(_) if body.is_empty() => return KeyHeader::Missing,
+                    JsonId::NotJson(err) => {
                         return KeyHeader::Malformed(format!(
                             "the body is not JSON ({err}), so it has no key at {pointer}"
                         ));
                     }
-                };
-                let text = match value.pointer(pointer) {
-                    None | Some(serde_json::Value::Null) => return KeyHeader::Missing,
-                    Some(serde_json::Value::String(text)) => text.clone(),
-                    Some(serde_json::Value::Number(number))
-                        if number.is_i64() || number.is_u64() =>
-                    {
-                        number.to_string()
-                    }
-                    Some(other) => {
-                        // Named by its kind, not echoed: it may be a megabyte of JSON.
-                        let kind = match other {
-                            serde_json::Value::Bool(_) => "a boolean",
-                            serde_json::Value::Number(_) => "a fractional number",
-                            serde_json::Value::Array(_) => "an array",
-                            _ => "an object",
-                        };
+                    JsonId::NotAnId(kind) => {
                         return KeyHeader::Malformed(format!(
-                            "the value at {pointer} is {kind}, not a string"
+                            "the value at {pointer} is {kind}, not a string or an integer"
                         ));
                     }
+                    _ => return KeyHeader::Missing,
                 };
                 match IdempotencyKey::new(text) {
                     Ok(key) => KeyHeader::Key(key),

@@ -6,7 +6,7 @@
 pub enum Error {
     /// A value was refused before anything was sent to the database.
     #[error(transparent)]
-    Invalid(#[from] guestlist_core::InvalidValue),
+    Invalid(#[from] guestlist_core::Error),
     /// The guest list's table is not there.
     #[error(
         "table {table} does not exist: create an inbox table with `guestlist migrate --database URL` \

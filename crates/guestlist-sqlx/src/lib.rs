@@ -36,10 +36,13 @@ pub use backend::Backend;
 pub use backend::sqlite::{SQLITE_BUSY_TIMEOUT, sqlite_options};
 pub use error::Error;
 pub use failure::failure_kind;
+/// A value guestlist refuses (`guestlist_core::Error`), named for what it is beside this crate's
+/// own [`Error`], which wraps it as [`Error::Invalid`].
+pub use guestlist_core::Error as InvalidValue;
 pub use guestlist_core::{
     Attempt, Backoff, Begin, Claim, Completed, FailureKind, Fingerprint, HandlerName,
-    IdempotencyKey, InvalidValue, KeyStore, MessageId, OrderingKey, Retention, Scope, StoredBody,
-    StoredResponse, TableName, Topic,
+    IdempotencyKey, KeyStore, MessageId, OrderingKey, Retention, Scope, StoredBody, StoredResponse,
+    TableName, Topic,
 };
 pub use health::Health;
 pub use inbox::{

@@ -69,10 +69,14 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+/// A value guestlist refuses (an id, a name, a table name, a retention), with what to do
+/// instead: `guestlist_core::Error`, named for what it is beside the store's [`Error`], which
+/// wraps it as [`Error::Invalid`].
+pub use guestlist_core::Error as InvalidValue;
 pub use guestlist_core::{
     Attempt, Backoff, Begin, BoxError, Claim, Completed, Deferral, FailureKind, Fingerprint,
-    FingerprintBuilder, HandlerName, IdempotencyKey, InvalidValue, KeyStore, MessageId,
-    OrderingKey, Retention, Scope, ScopeUsage, StoredBody, StoredResponse, TableName, Topic,
+    FingerprintBuilder, HandlerName, IdempotencyKey, KeyStore, MessageId, OrderingKey, Retention,
+    Scope, ScopeUsage, StoredBody, StoredResponse, TableName, Topic,
 };
 pub use guestlist_sqlx::{
     Backend, BatchProcessed, Confirmed, DeadLetter, Deferrals, Enqueued, Error, HandlerRows,

@@ -5,12 +5,12 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use guestlist_core::{Claim, HandlerName, InvalidValue, MessageId, TableName};
+use guestlist_core::{Claim, HandlerName, MessageId, TableName};
 use tracing::Instrument;
 
-use crate::Error;
 use crate::backend::{Backend, InboxSql};
 use crate::retry::RetryPolicy;
+use crate::{Error, InvalidValue};
 
 mod ask;
 mod deferrals;

@@ -155,7 +155,7 @@ impl<DB: Backend> Inbox<DB> {
             }
             Claim::Fresh => {
                 // Outbound calls inside the work derive their keys from this message.
-                let output = guestlist_carry::scope(format!("{handler}:{id}"), work(&mut tx))
+                let output = guestlist_carry::scope_message(handler, id, work(&mut tx))
                     .await
                     .map_err(ProcessError::Handler)?;
                 tx.commit().await.map_err(|err| self.error(err))?;

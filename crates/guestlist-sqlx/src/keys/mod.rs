@@ -96,7 +96,7 @@ impl<DB: Backend> SqlKeyStore<DB> {
     }
 
     /// Keys in the table `name`, refused unless it is a plain identifier.
-    pub fn with_table(pool: Pool<DB>, name: &str) -> Result<Self, guestlist_core::InvalidValue> {
+    pub fn with_table(pool: Pool<DB>, name: &str) -> Result<Self, guestlist_core::Error> {
         Ok(Self::in_table(pool, TableName::new(name)?))
     }
 

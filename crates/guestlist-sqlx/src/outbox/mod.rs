@@ -4,8 +4,9 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use guestlist_core::{InvalidValue, MessageId, Retention, TableName};
+use guestlist_core::{MessageId, Retention, TableName};
 
+use crate::InvalidValue;
 use crate::backend::{Backend, OutboxRow, OutboxSql, RelaySql, TableSql};
 use crate::purge::{Purge, Purgeable, sealed};
 use crate::{Error, keys::new_token};

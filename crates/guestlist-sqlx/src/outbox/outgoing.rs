@@ -63,15 +63,14 @@ impl Outgoing {
         self.id.as_ref()
     }
 
-    /// The headers as stored: one `name: value\r\n` line each, as stored responses keep
-    /// theirs; `None` when there are none.
+    /// The headers as stored ([`guestlist_core::header_lines`]); `None` when there are none.
     pub(crate) fn encoded_headers(&self) -> Option<Vec<u8>> {
         (!self.headers.is_empty()).then(|| {
-            self.headers
-                .iter()
-                .flat_map(|(name, value)| [name.as_str(), ": ", value.as_str(), "\r\n"])
-                .collect::<String>()
-                .into_bytes()
+            guestlist_core::header_lines::encode(
+                self.headers
+                    .iter()
+                    .map(|(name, value)| (name.as_str(), value.as_bytes())),
+            )
         })
     }
 }

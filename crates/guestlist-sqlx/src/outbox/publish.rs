@@ -42,15 +42,11 @@ impl OutboxMessage {
         }
     }
 
-    /// The headers as stored: one `name: value\r\n` line each.
+    /// The headers as stored ([`guestlist_core::header_lines`]).
     pub(crate) fn decode_headers(stored: Option<&[u8]>) -> Vec<(String, String)> {
-        let Some(stored) = stored else {
-            return Vec::new();
-        };
-        String::from_utf8_lossy(stored)
-            .split("\r\n")
-            .filter_map(|line| line.split_once(": "))
-            .map(|(name, value)| (name.to_owned(), value.to_owned()))
+        guestlist_core::header_lines::decode(stored.unwrap_or_default())
+            .into_iter()
+            .map(|(name, value)| (name, String::from_utf8_lossy(&value).into_owned()))
             .collect()
     }
 }

@@ -3,7 +3,7 @@
 /// A value that guestlist refuses, with what was wrong and what to do instead.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
-pub enum InvalidValue {
+pub enum Error {
     /// The id or name is the empty string.
     #[error("{what} is empty; it must be 1 to 255 bytes of printable ASCII")]
     Empty {
