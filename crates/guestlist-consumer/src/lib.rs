@@ -18,20 +18,26 @@
 //! [broker consumers](https://github.com/guestlist-rs/guestlist/blob/main/docs/guide/src/consumers.md)
 //! (or build it locally with `mdbook serve docs/guide`).
 
+mod batch;
 mod consumer;
 mod delivery;
 mod error;
 mod failure;
+mod handled;
 mod handler;
-mod handling;
 mod id_from;
+mod keep_alive;
 mod message;
+mod outage;
+mod runtime;
+mod settle;
 mod shutdown;
 
-pub use consumer::{Consumer, Handled};
+pub use consumer::Consumer;
 pub use delivery::{Delivery, Source};
 pub use error::Error;
 pub use guestlist_core::BoxError;
+pub use handled::Handled;
 pub use handler::Handler;
 pub use id_from::IdFrom;
 pub use message::Message;

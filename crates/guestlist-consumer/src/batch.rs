@@ -7,52 +7,15 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use guestlist_core::{Backoff, Deferral, FailureKind, HandlerName, MessageId, Retention};
-use guestlist_sqlx::{Backend, Health, Inbox, ProcessError, Processed, WorkError, failure_kind};
-use sqlx::Pool;
+use guestlist_core::{Backoff, Deferral, FailureKind, MessageId};
+use guestlist_sqlx::{Backend, ProcessError, Processed, WorkError, failure_kind};
 
-use crate::consumer::Handled;
 use crate::failure::Failure;
+use crate::handled::Handled;
+use crate::outage::{Held, Outage};
+use crate::runtime::Core;
 use crate::shutdown::Stop;
-use crate::{BoxError, Delivery, Handler, IdFrom, Message};
-
-/// What a consumer needs besides its source: the store, the handler and the settings.
-pub(crate) struct Core<DB: Backend, H> {
-    pub(crate) pool: Pool<DB>,
-    pub(crate) inbox: Inbox<DB>,
-    pub(crate) name: HandlerName,
-    pub(crate) id_from: IdFrom,
-    pub(crate) handler: Arc<H>,
-    pub(crate) batch_size: usize,
-    pub(crate) max_deliveries: u32,
-    pub(crate) backoff: (Duration, Duration),
-    pub(crate) handler_timeout: Duration,
-    pub(crate) max_deferral: Duration,
-    pub(crate) keep_alive: bool,
-    pub(crate) retention: Option<Retention>,
-    /// The source's ack wait, read when the consumer starts.
-    pub(crate) ack_wait: Option<Duration>,
-    /// Working, or waiting out an outage of the database.
-    pub(crate) health: Health,
-    /// The pauses between tries while the database is down: first, and longest.
-    pub(crate) outage_backoff: (Duration, Duration),
-}
-
-/// The database is down (unreachable, out of connections, shutting down, its table missing):
-/// what the wait is for. Nothing is counted against a message for it; the deliveries not yet
-/// settled are held, kept alive, and tried again.
-#[derive(Debug)]
-pub(crate) struct Outage(String);
-
-impl Outage {
-    /// The outage `err` is, if it is one; `what` says where it was met.
-    fn of(what: &str, err: &(dyn std::error::Error + 'static)) -> Option<Self> {
-        (failure_kind(err) == FailureKind::Outage).then(|| Outage(format!("{what}: {err}")))
-    }
-}
-
-/// The deliveries an outage left unsettled, to hold and try again.
-type Held<D> = (Outage, Vec<Arc<D>>);
+use crate::{BoxError, Delivery, Handler, Message};
 
 /// The next batch's fetch, run while a batch commits: not yet awaited, or done.
 enum Next<F: Future> {
@@ -139,7 +102,6 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
             if held.is_empty() {
                 break;
             }
-            stop_keep_alive(keep_alive);
             keep_alive = self.keep_alive_while(&held);
             self.health.outage(&outage.0);
             let pause = backoff.next_pause();
@@ -153,7 +115,7 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
                 }
             }
         }
-        stop_keep_alive(keep_alive);
+        drop(keep_alive);
         next.output().await
     }
 
@@ -350,12 +312,13 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
                 // An id twice in one batch runs once.
                 if fresh.contains(&message.id) && ran.insert(message.id.clone()) {
                     // As on its own: outbound calls derive their keys from this message.
-                    let parent = format!("{}:{}", self.name, message.id);
-                    let (ran, deferred) = guestlist_carry::watch_deferral(guestlist_carry::scope(
-                        parent,
-                        self.run_handler(&mut tx, message),
-                    ))
-                    .await;
+                    let (ran, deferred) =
+                        guestlist_carry::watch_deferral(guestlist_carry::scope_message(
+                            &self.name,
+                            &message.id,
+                            self.run_handler(&mut tx, message),
+                        ))
+                        .await;
                     if let Err(failure) = ran {
                         return Err(Stopped::Handler(Carried {
                             at,
@@ -447,220 +410,9 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
         Ok(())
     }
 
-    /// A handler run failed on `message`: a deferral sends it back for its wait; a down
-    /// database (the handler's own query met it) holds it; anything else counts against it.
-    async fn settle_failure<D: Delivery>(
-        &self,
-        delivery: &D,
-        message: &Message,
-        failure: Failure,
-        deferred: Option<Deferral>,
-        handled: &mut Handled,
-    ) -> Result<(), Outage> {
-        if let Some(deferral) = deferred.or_else(|| failure.deferral().cloned()) {
-            return self.defer(delivery, message, &deferral, handled).await;
-        }
-        if let Some(outage) = Outage::of("the database, as the handler met it", &failure) {
-            return Err(outage);
-        }
-        let failed = self.failed_deliveries(delivery, &message.id).await?;
-        handled.failed += 1;
-        self.count("failed", 1);
-        if failed >= self.max_deliveries {
-            let why = format!(
-                "failed on delivery {failed} of {} (deferrals aside): {failure}",
-                self.max_deliveries
-            );
-            self.dead_letter(delivery, &message.id, &why, handled).await;
-        } else {
-            let delay = self.delay(failed);
-            tracing::warn!(handler = %self.name, id = %message.id, error = %failure, ?delay, "handler failed; the message comes back later");
-            if let Err(err) = delivery.nak(delay).await {
-                tracing::warn!(handler = %self.name, error = %err, "cannot hand the message back; the broker redelivers it after its ack wait");
-            }
-        }
-        Ok(())
-    }
-
-    /// A handler said "not yet": the message goes back for the delay it asked, without counting
-    /// as a failure, unless it has been deferred for longer than `max_deferral`.
-    async fn defer<D: Delivery>(
-        &self,
-        delivery: &D,
-        message: &Message,
-        deferral: &Deferral,
-        handled: &mut Handled,
-    ) -> Result<(), Outage> {
-        let deferrals = match self.inbox.defer(&self.pool, &self.name, &message.id).await {
-            Ok(deferrals) => deferrals,
-            Err(err) => {
-                if let Some(outage) = Outage::of("the database, counting a deferral", &err) {
-                    return Err(outage);
-                }
-                // Uncounted, it must not pass for a deferral: back it goes as after a store failure.
-                tracing::warn!(handler = %self.name, id = %message.id, error = %err, "cannot count a deferral; the message comes back later");
-                let _ = delivery.nak(self.backoff.0).await;
-                return Ok(());
-            }
-        };
-        let age = deferrals.age();
-        if age >= self.max_deferral {
-            let why = format!(
-                "deferred {} times over {age:?}, past the consumer's max_deferral of {:?}; the last: {deferral}",
-                deferrals.count, self.max_deferral
-            );
-            self.dead_letter(delivery, &message.id, &why, handled).await;
-            return Ok(());
-        }
-        handled.deferred += 1;
-        self.count("deferred", 1);
-        let delay = deferral
-            .after()
-            .max(Duration::from_millis(100))
-            .min(self.max_deferral - age);
-        tracing::info!(handler = %self.name, id = %message.id, reason = deferral.reason(), ?delay, deferrals = deferrals.count, "not yet; the message comes back later");
-        if let Err(err) = delivery.nak(delay).await {
-            tracing::warn!(handler = %self.name, error = %err, "cannot hand the message back; the broker redelivers it after its ack wait");
-        }
-        Ok(())
-    }
-
-    /// The deliveries of `delivery`'s message so far (this one included) that count against
-    /// it: failures, and runs the consumer died in; not deferrals, nor deliveries withdrawn
-    /// because of another message.
-    async fn failed_deliveries<D: Delivery>(
-        &self,
-        delivery: &D,
-        id: &MessageId,
-    ) -> Result<u32, Outage> {
-        let count = delivery.delivery_count();
-        if count <= 1 {
-            return Ok(count);
-        }
-        match self.inbox.deferrals(&self.pool, &self.name, id).await {
-            Ok(deferrals) => Ok(count
-                .saturating_sub(deferrals.map_or(0, |d| d.count))
-                .max(1)),
-            Err(err) => {
-                if let Some(outage) = Outage::of("the database, reading deferrals", &err) {
-                    return Err(outage);
-                }
-                tracing::warn!(handler = %self.name, id = %id, error = %err, "cannot read the message's deferrals; counting every delivery as a failure");
-                Ok(count)
-            }
-        }
-    }
-
-    /// Whether the inbox already holds `id` for this handler ([`Inbox::holds`]). `false` when
-    /// the database refuses to say for a reason other than an outage.
-    async fn already_handled(&self, id: &MessageId) -> Result<bool, Outage> {
-        match self.inbox.holds(&self.pool, &self.name, id).await {
-            Ok(held) => Ok(held),
-            Err(err) => {
-                if let Some(outage) =
-                    Outage::of("the database, asking whether a message was handled", &err)
-                {
-                    return Err(outage);
-                }
-                tracing::warn!(handler = %self.name, id = %id, error = %err, "cannot tell whether the message was handled; counting its deliveries as failures");
-                Ok(false)
-            }
-        }
-    }
-
-    /// Whether the inbox's tables are there and the database answers ([`Inbox::check`]).
-    pub(crate) async fn probe(&self) -> Result<(), guestlist_sqlx::Error> {
-        self.inbox.check(&self.pool, &self.name).await
-    }
-
-    /// Forgets a handled message's deferrals, if it may have any.
-    async fn forget_deferrals<D: Delivery>(&self, delivery: &D, id: &MessageId) {
-        if delivery.delivery_count() <= 1 {
-            return; // a first delivery was never deferred
-        }
-        if let Err(err) = self
-            .inbox
-            .forget_deferrals(&self.pool, &self.name, id)
-            .await
-        {
-            tracing::warn!(handler = %self.name, id = %id, error = %err, "cannot forget the message's deferrals; its row stays in the deferrals table");
-        }
-    }
-
     /// The handler, on `tx`, within the handler timeout.
     async fn run_handler(&self, tx: &mut DB::Connection, message: &Message) -> Result<(), Failure> {
         timed(self.handler_timeout, self.handler.handle(tx, message)).await
-    }
-
-    fn delay(&self, delivery_count: u32) -> Duration {
-        let (first, max) = self.backoff;
-        first
-            .saturating_mul(2u32.saturating_pow(delivery_count.saturating_sub(1).min(16)))
-            .min(max)
-    }
-
-    async fn ack<D: Delivery>(&self, delivery: &D) {
-        if let Err(err) = delivery.ack().await {
-            // Committed already: the redelivery will be a duplicate, acknowledged then.
-            tracing::warn!(handler = %self.name, error = %err, "acknowledgement failed; the redelivery will be a duplicate");
-        }
-    }
-
-    /// Dead-letters the message `id` and forgets its deferrals.
-    async fn dead_letter<D: Delivery>(
-        &self,
-        delivery: &D,
-        id: &MessageId,
-        why: &str,
-        handled: &mut Handled,
-    ) {
-        tracing::error!(handler = %self.name, id = %id, reason = why, "dead-lettering a message");
-        self.dead_letter_only(delivery, why, handled).await;
-        self.forget_deferrals(delivery, id).await;
-    }
-
-    /// Moves a delivery to the dead-letter place.
-    async fn dead_letter_only<D: Delivery>(&self, delivery: &D, why: &str, handled: &mut Handled) {
-        handled.dead_lettered += 1;
-        self.count("dead_lettered", 1);
-        if let Err(err) = delivery.dead_letter(why).await {
-            tracing::error!(handler = %self.name, error = %err, "cannot dead-letter the message; the broker redelivers it");
-        }
-    }
-
-    /// Keeps `held`'s deliveries alive while they are worked on (or held through an outage),
-    /// where the broker needs it.
-    fn keep_alive_while<D: Delivery>(
-        &self,
-        held: &[Arc<D>],
-    ) -> Option<tokio::task::JoinHandle<()>> {
-        let ack_wait = self.ack_wait?;
-        if !self.keep_alive || held.is_empty() {
-            return None;
-        }
-        let deliveries: Vec<Arc<D>> = held.to_vec();
-        let every = (ack_wait / 3).max(Duration::from_millis(100));
-        Some(tokio::spawn(async move {
-            let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-            loop {
-                ticks.tick().await;
-                for delivery in &deliveries {
-                    let _ = delivery.keep_alive().await;
-                }
-            }
-        }))
-    }
-
-    fn count(&self, outcome: &'static str, n: u64) {
-        metrics::counter!("guestlist_consumer_messages_total", "handler" => self.name.as_str().to_owned(), "outcome" => outcome)
-            .increment(n);
-    }
-}
-
-/// Stops a keep-alive task.
-fn stop_keep_alive(keep_alive: Option<tokio::task::JoinHandle<()>>) {
-    if let Some(keep_alive) = keep_alive {
-        keep_alive.abort();
     }
 }
 

@@ -1,0 +1,192 @@
+//! What becomes of a message that did not go through: a deferral waits as asked, a failure
+//! counts against the message (deferrals and withdrawals aside) until it is dead-lettered, and
+//! a message handled already is a duplicate however often it came.
+
+use std::time::Duration;
+
+use guestlist_core::{Deferral, MessageId};
+use guestlist_sqlx::Backend;
+
+use crate::failure::Failure;
+use crate::handled::Handled;
+use crate::outage::Outage;
+use crate::runtime::Core;
+use crate::{Delivery, Handler, Message};
+
+impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
+    /// A handler run failed on `message`: a deferral sends it back for its wait; a down
+    /// database (the handler's own query met it) holds it; anything else counts against it.
+    pub(crate) async fn settle_failure<D: Delivery>(
+        &self,
+        delivery: &D,
+        message: &Message,
+        failure: Failure,
+        deferred: Option<Deferral>,
+        handled: &mut Handled,
+    ) -> Result<(), Outage> {
+        if let Some(deferral) = deferred.or_else(|| failure.deferral().cloned()) {
+            return self.defer(delivery, message, &deferral, handled).await;
+        }
+        if let Some(outage) = Outage::of("the database, as the handler met it", &failure) {
+            return Err(outage);
+        }
+        let failed = self.failed_deliveries(delivery, &message.id).await?;
+        handled.failed += 1;
+        self.count("failed", 1);
+        if failed >= self.max_deliveries {
+            let why = format!(
+                "failed on delivery {failed} of {} (deferrals aside): {failure}",
+                self.max_deliveries
+            );
+            self.dead_letter(delivery, &message.id, &why, handled).await;
+        } else {
+            let delay = self.delay(failed);
+            tracing::warn!(handler = %self.name, id = %message.id, error = %failure, ?delay, "handler failed; the message comes back later");
+            if let Err(err) = delivery.nak(delay).await {
+                tracing::warn!(handler = %self.name, error = %err, "cannot hand the message back; the broker redelivers it after its ack wait");
+            }
+        }
+        Ok(())
+    }
+
+    /// A handler said "not yet": the message goes back for the delay it asked, without counting
+    /// as a failure, unless it has been deferred for longer than `max_deferral`.
+    async fn defer<D: Delivery>(
+        &self,
+        delivery: &D,
+        message: &Message,
+        deferral: &Deferral,
+        handled: &mut Handled,
+    ) -> Result<(), Outage> {
+        let deferrals = match self.inbox.defer(&self.pool, &self.name, &message.id).await {
+            Ok(deferrals) => deferrals,
+            Err(err) => {
+                if let Some(outage) = Outage::of("the database, counting a deferral", &err) {
+                    return Err(outage);
+                }
+                // Uncounted, it must not pass for a deferral: back it goes as after a store failure.
+                tracing::warn!(handler = %self.name, id = %message.id, error = %err, "cannot count a deferral; the message comes back later");
+                let _ = delivery.nak(self.backoff.0).await;
+                return Ok(());
+            }
+        };
+        let age = deferrals.age();
+        if age >= self.max_deferral {
+            let why = format!(
+                "deferred {} times over {age:?}, past the consumer's max_deferral of {:?}; the last: {deferral}",
+                deferrals.count, self.max_deferral
+            );
+            self.dead_letter(delivery, &message.id, &why, handled).await;
+            return Ok(());
+        }
+        handled.deferred += 1;
+        self.count("deferred", 1);
+        let delay = deferral
+            .after()
+            .max(Duration::from_millis(100))
+            .min(self.max_deferral - age);
+        tracing::info!(handler = %self.name, id = %message.id, reason = deferral.reason(), ?delay, deferrals = deferrals.count, "not yet; the message comes back later");
+        if let Err(err) = delivery.nak(delay).await {
+            tracing::warn!(handler = %self.name, error = %err, "cannot hand the message back; the broker redelivers it after its ack wait");
+        }
+        Ok(())
+    }
+
+    /// The deliveries of `delivery`'s message so far (this one included) that count against
+    /// it: failures, and runs the consumer died in; not deferrals, nor deliveries withdrawn
+    /// because of another message.
+    pub(crate) async fn failed_deliveries<D: Delivery>(
+        &self,
+        delivery: &D,
+        id: &MessageId,
+    ) -> Result<u32, Outage> {
+        let count = delivery.delivery_count();
+        if count <= 1 {
+            return Ok(count);
+        }
+        match self.inbox.deferrals(&self.pool, &self.name, id).await {
+            Ok(deferrals) => Ok(count
+                .saturating_sub(deferrals.map_or(0, |d| d.count))
+                .max(1)),
+            Err(err) => {
+                if let Some(outage) = Outage::of("the database, reading deferrals", &err) {
+                    return Err(outage);
+                }
+                tracing::warn!(handler = %self.name, id = %id, error = %err, "cannot read the message's deferrals; counting every delivery as a failure");
+                Ok(count)
+            }
+        }
+    }
+
+    /// Whether the inbox already holds `id` for this handler ([`Inbox::holds`]). `false` when
+    /// the database refuses to say for a reason other than an outage.
+    pub(crate) async fn already_handled(&self, id: &MessageId) -> Result<bool, Outage> {
+        match self.inbox.holds(&self.pool, &self.name, id).await {
+            Ok(held) => Ok(held),
+            Err(err) => {
+                if let Some(outage) =
+                    Outage::of("the database, asking whether a message was handled", &err)
+                {
+                    return Err(outage);
+                }
+                tracing::warn!(handler = %self.name, id = %id, error = %err, "cannot tell whether the message was handled; counting its deliveries as failures");
+                Ok(false)
+            }
+        }
+    }
+
+    /// Forgets a handled message's deferrals, if it may have any.
+    pub(crate) async fn forget_deferrals<D: Delivery>(&self, delivery: &D, id: &MessageId) {
+        if delivery.delivery_count() <= 1 {
+            return; // a first delivery was never deferred
+        }
+        if let Err(err) = self
+            .inbox
+            .forget_deferrals(&self.pool, &self.name, id)
+            .await
+        {
+            tracing::warn!(handler = %self.name, id = %id, error = %err, "cannot forget the message's deferrals; its row stays in the deferrals table");
+        }
+    }
+
+    fn delay(&self, delivery_count: u32) -> Duration {
+        let (first, max) = self.backoff;
+        first
+            .saturating_mul(2u32.saturating_pow(delivery_count.saturating_sub(1).min(16)))
+            .min(max)
+    }
+
+    pub(crate) async fn ack<D: Delivery>(&self, delivery: &D) {
+        if let Err(err) = delivery.ack().await {
+            // Committed already: the redelivery will be a duplicate, acknowledged then.
+            tracing::warn!(handler = %self.name, error = %err, "acknowledgement failed; the redelivery will be a duplicate");
+        }
+    }
+
+    /// Dead-letters the message `id` and forgets its deferrals.
+    pub(crate) async fn dead_letter<D: Delivery>(
+        &self,
+        delivery: &D,
+        id: &MessageId,
+        why: &str,
+        handled: &mut Handled,
+    ) {
+        tracing::error!(handler = %self.name, id = %id, reason = why, "dead-lettering a message");
+        self.dead_letter_only(delivery, why, handled).await;
+        self.forget_deferrals(delivery, id).await;
+    }
+
+    /// Moves a delivery to the dead-letter place.
+    pub(crate) async fn dead_letter_only<D: Delivery>(
+        &self,
+        delivery: &D,
+        why: &str,
+        handled: &mut Handled,
+    ) {
+        handled.dead_lettered += 1;
+        self.count("dead_lettered", 1);
+        if let Err(err) = delivery.dead_letter(why).await {
+            tracing::error!(handler = %self.name, error = %err, "cannot dead-letter the message; the broker redelivers it");
+        }
+    }
+}
