@@ -45,6 +45,7 @@ mod attempts;
 mod body;
 mod config;
 mod context;
+mod flow;
 mod keep_locked;
 pub mod key_header;
 mod key_source;
@@ -52,8 +53,10 @@ mod layer;
 mod mode;
 mod outcome;
 mod problem;
+mod quota;
 #[cfg(feature = "sql")]
 mod rejection;
+mod replay;
 mod replay_cache;
 mod service;
 #[cfg(feature = "sql")]

@@ -29,16 +29,8 @@ impl IdempotentTxRejection {
     /// The problem this rejection answers with.
     pub(crate) fn problem(&self) -> Problem {
         match self {
-            Self::MissingLayer => Problem::new(
-                http::StatusCode::INTERNAL_SERVER_ERROR,
-                "transaction-unavailable",
-                "No transaction for this handler",
-                self.to_string(),
-            ),
-            Self::StoreUnavailable(_) => Problem::new(
-                http::StatusCode::SERVICE_UNAVAILABLE,
-                "store-unavailable",
-                "The database is unavailable",
+            Self::MissingLayer => Problem::transaction_unavailable(self.to_string()),
+            Self::StoreUnavailable(_) => Problem::store_unavailable(
                 "the server could not begin a transaction; retry with the same key later"
                     .to_owned(),
             )

@@ -1,0 +1,442 @@
+//! One request's way through the layer: its key and scope, the claim, the handler's attempt,
+//! and the stored response or the refusal it ends with.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use guestlist_core::{
+    Attempt, Begin, Completed, Fingerprint, IdempotencyKey, Scope, StoredBody, StoredResponse,
+};
+use http::request::Parts;
+use http::{HeaderValue, Request, Response};
+use http_body::Body as HttpBody;
+use tower_service::Service;
+use tracing::Instrument;
+
+use crate::body::{self, Body, BoxError, Captured};
+use crate::config::Config;
+use crate::context::IdempotencyContext;
+use crate::keep_locked::KeepLocked;
+use crate::key_header::KeyHeader;
+use crate::key_source::{self, KeySource};
+use crate::mode::Mode;
+use crate::outcome::Outcome;
+use crate::problem::Problem;
+use crate::quota::over_quota;
+use crate::replay::replay;
+
+/// One request's way through the layer.
+pub(crate) struct Flow<S, M, ReqBody, ResBody> {
+    pub(crate) inner: S,
+    pub(crate) mode: M,
+    pub(crate) config: Arc<Config>,
+    pub(crate) bodies: PhantomData<fn(ReqBody) -> ResBody>,
+}
+
+/// A keyed request's body: already read (its key was in it), or still to read.
+enum Pending<B> {
+    Read(Bytes),
+    Unread(B),
+}
+
+/// A keyed request's identity.
+struct Keyed {
+    scope: Scope,
+    key: IdempotencyKey,
+}
+
+impl<S, M, ReqBody, ResBody> Flow<S, M, ReqBody, ResBody>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Send + 'static,
+    S::Future: Send,
+    S::Error: Send + 'static,
+    M: Mode,
+    ReqBody: HttpBody + From<Bytes> + Send + 'static,
+    ReqBody::Data: Send,
+    ReqBody::Error: Into<BoxError>,
+    ResBody: HttpBody<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
+{
+    pub(crate) async fn run(self, req: Request<ReqBody>) -> Result<Response<Body>, S::Error> {
+        if !self.config.methods.contains(req.method()) {
+            return self.unkeyed(req).await;
+        }
+        let (parts, body) = req.into_parts();
+        // A key in a header is known before the body: a bad one is refused without reading it.
+        let (key, body) = if self.config.key.in_body() {
+            let bytes = match body::read_keyed(self.config.max_request_body, &parts, body).await {
+                Ok(bytes) => bytes,
+                Err(refusal) => return Ok(refuse(refusal)),
+            };
+            (
+                self.config.key.read(&parts.headers, &bytes),
+                Pending::Read(bytes),
+            )
+        } else {
+            (
+                self.config.key.read(&parts.headers, &[]),
+                Pending::Unread(body),
+            )
+        };
+        let key = match key {
+            KeyHeader::Key(key) => key,
+            KeyHeader::Missing if !self.config.require_key => {
+                let body = match body {
+                    Pending::Read(bytes) => ReqBody::from(bytes),
+                    Pending::Unread(body) => body,
+                };
+                return self.unkeyed(Request::from_parts(parts, body)).await;
+            }
+            KeyHeader::Missing => {
+                return Ok(refuse(Problem::key_required(format!(
+                    "this endpoint needs an idempotency key so that a retry cannot run twice: {}",
+                    self.config.key.how_to_send()
+                ))));
+            }
+            KeyHeader::Malformed(why) => {
+                let how = match &self.config.key {
+                    KeySource::Header(name) => format!(
+                        "send {} as 1 to 255 printable ASCII characters, bare or as a quoted string",
+                        key_source::title(name)
+                    ),
+                    other => other.how_to_send(),
+                };
+                return Ok(refuse(Problem::key_malformed(format!("{why}; {how}"))));
+            }
+        };
+        let Some(scope) = (self.config.scope)(&parts) else {
+            return Ok(refuse(Problem::no_scope(format!(
+                "{}; nothing was run",
+                self.config.scope_hint
+            ))));
+        };
+        let span = tracing::info_span!(
+            "guestlist.idempotency",
+            method = %parts.method,
+            path = parts.uri.path(),
+            key = key.as_str(),
+            attempt = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+        );
+        self.keyed(parts, body, Keyed { scope, key })
+            .instrument(span)
+            .await
+    }
+
+    /// A request without a key: the handler runs (transactional mode still gives it a
+    /// transaction), nothing is stored.
+    async fn unkeyed(mut self, req: Request<ReqBody>) -> Result<Response<Body>, S::Error> {
+        let (mut parts, body) = req.into_parts();
+        let slot = self.mode.open(&mut parts.extensions);
+        let response = self.inner.call(Request::from_parts(parts, body)).await;
+        let keep = response
+            .as_ref()
+            .is_ok_and(|r| !(self.config.release_when)(r.status()));
+        if let Err(err) = self.mode.finish(slot, keep).await {
+            tracing::error!(error = %err, "cannot end the handler's transaction");
+            return Ok(store_unavailable(&self.config));
+        }
+        response.map(|r| r.map(body::boxed))
+    }
+
+    async fn keyed(
+        self,
+        parts: Parts,
+        body: Pending<ReqBody>,
+        keyed: Keyed,
+    ) -> Result<Response<Body>, S::Error> {
+        let bytes = match body {
+            Pending::Read(bytes) => bytes,
+            Pending::Unread(body) => {
+                match body::read_keyed(self.config.max_request_body, &parts, body).await {
+                    Ok(bytes) => bytes,
+                    Err(refusal) => return Ok(refuse(refusal)),
+                }
+            }
+        };
+        // From here on the request is accepted: the claim, the attempt and the stored answer (or
+        // the release) run to their end on a task of their own. A client that hangs up (the
+        // response died in a tunnel) drops only the wait for it; were the claim cancelled after
+        // its commit, or the handler halfway, the key would stay locked for the whole lease
+        // instead of holding the answer its retry should get.
+        let span = tracing::Span::current();
+        let running = self.config.attempts.enter();
+        let accepted = tokio::spawn(
+            async move {
+                let _running = running;
+                self.claim_and_attempt(parts, bytes, keyed).await
+            }
+            .instrument(span),
+        );
+        match accepted.await {
+            Ok(response) => response,
+            Err(panicked) => {
+                tracing::error!(error = %panicked, "the handler panicked; its key stays locked until the lease ends (with the claim on its transaction, it is free now)");
+                Ok(Problem::handler_panicked("the server failed while handling this request; retry with the same key (while it \
+                     stays locked you get 409 with Retry-After)"
+                        .to_owned(),
+                )
+                .into_response())
+            }
+        }
+    }
+
+    /// Claims the key, then runs the attempt that holds it, or answers why it did not run.
+    async fn claim_and_attempt(
+        self,
+        mut parts: Parts,
+        bytes: Bytes,
+        keyed: Keyed,
+    ) -> Result<Response<Body>, S::Error> {
+        let fingerprint = self.fingerprint(&parts, &bytes);
+        let slot = self.mode.open(&mut parts.extensions);
+        let begin = self
+            .mode
+            .begin(
+                &slot,
+                &keyed.scope,
+                &keyed.key,
+                &fingerprint,
+                self.config.lease,
+            )
+            .await;
+        let attempt = match begin {
+            Ok(Begin::Run { attempt }) => attempt,
+            other => {
+                // A claim made on the request's transaction found the key taken: end it.
+                if let Err(err) = self.mode.finish(slot, false).await {
+                    tracing::error!(error = %err, "cannot end the request's transaction");
+                }
+                return Ok(self.not_run(other));
+            }
+        };
+        tracing::Span::current().record("attempt", attempt.number());
+        if let Some(refusal) = over_quota(&self.mode, &self.config, &keyed.scope).await {
+            if let Err(err) = self
+                .mode
+                .release(slot, &keyed.scope, &keyed.key, attempt)
+                .await
+            {
+                tracing::error!(error = %err, "cannot release a key refused for its scope's cap; a retry can take over once its lease ends");
+            }
+            return Ok(refusal);
+        }
+        self.attempt(parts, bytes, slot, keyed, attempt).await
+    }
+
+    /// The answer to a request whose claim did not let it run: a replay, 409, 422, or 503.
+    fn not_run(&self, begin: Result<Begin, BoxError>) -> Response<Body> {
+        match begin {
+            Ok(Begin::Run { .. }) => unreachable!("a claim that runs is no refusal"),
+            Ok(Begin::Replay(stored)) => {
+                Outcome::Replayed.record();
+                replay(stored, self.config.max_stored_body)
+            }
+            Ok(Begin::InFlight { retry_after }) => {
+                Outcome::ConflictInFlight.record();
+                let seconds = retry_after.as_secs_f64().ceil().max(1.0) as u64;
+                Problem::key_in_flight(format!(
+                    "the first request with this key has not finished; retry with the same key \
+                         after {seconds}s to get its result"
+                ))
+                .retry_after(seconds)
+                .into_response()
+            }
+            Ok(Begin::Mismatch) => {
+                Outcome::FingerprintMismatch.record();
+                let name = self.config.key.describe();
+                Problem::key_reused(
+                    self.config.mismatch_status,
+                    format!(
+                        "this key ({name}) was first sent with a different method, path, query or body; \
+                         use a new key for a new request, or resend the original request exactly"
+                    ),
+                )
+                .into_response()
+            }
+            Err(err) => {
+                Outcome::StoreError.record();
+                tracing::error!(error = %err, "the key store failed before the handler ran");
+                store_unavailable(&self.config)
+            }
+        }
+    }
+
+    /// The attempt that holds the key: the handler, then the stored response or the release.
+    async fn attempt(
+        mut self,
+        mut parts: Parts,
+        bytes: Bytes,
+        slot: M::Slot,
+        keyed: Keyed,
+        attempt: Attempt,
+    ) -> Result<Response<Body>, S::Error> {
+        parts.extensions.insert(IdempotencyContext {
+            scope: keyed.scope.clone(),
+            key: keyed.key.clone(),
+            attempt,
+        });
+        // Outbound calls the handler makes derive their keys from this client's key.
+        let parent = keyed.scope.qualify(&keyed.key);
+        let call = self
+            .inner
+            .call(Request::from_parts(parts, ReqBody::from(bytes)));
+        let response = match guestlist_carry::scope(parent, call).await {
+            Ok(response) => response,
+            Err(err) => {
+                release(&self.mode, slot, &keyed, attempt).await;
+                return Err(err);
+            }
+        };
+        if response.extensions().get::<KeepLocked>().is_some() {
+            // The work may have happened: neither stored nor released, the key stays locked
+            // until its lease ends and a retry takes over.
+            Outcome::KeptLocked.record();
+            tracing::warn!(
+                "the handler cannot tell whether its work happened; the key stays locked until the lease ends"
+            );
+            if let Err(err) = self.mode.keep_locked(slot).await {
+                tracing::error!(error = %err, "cannot keep the key locked");
+            }
+            return Ok(response.map(body::boxed));
+        }
+        if (self.config.release_when)(response.status()) {
+            release(&self.mode, slot, &keyed, attempt).await;
+            return Ok(response.map(body::boxed));
+        }
+        self.store(slot, keyed, attempt, response).await
+    }
+
+    /// Stores the handler's response (on its transaction, in transactional mode) and sends it.
+    async fn store(
+        self,
+        slot: M::Slot,
+        keyed: Keyed,
+        attempt: Attempt,
+        response: Response<ResBody>,
+    ) -> Result<Response<Body>, S::Error> {
+        let (parts, body) = response.into_parts();
+        let captured = body::capture(body, self.config.max_stored_body).await;
+        let stored_body = match &captured {
+            Ok(Captured::Whole { bytes, .. }) => StoredBody::Bytes(bytes.to_vec()),
+            Ok(Captured::TooLarge { .. }) => StoredBody::TooLarge,
+            Err(err) if M::TRANSACTIONAL => {
+                tracing::error!(error = %err, "the handler's response body failed; rolling back and releasing the key");
+                release(&self.mode, slot, &keyed, attempt).await;
+                return Ok(Problem::response_broken("the handler's response broke off; nothing was stored, so retry with the same key"
+                        .to_owned(),
+                )
+                .into_response());
+            }
+            Err(err) => {
+                // Plain mode: the handler's work happened and cannot be undone, so the key is not
+                // released; a retry runs it again only once the lease ends.
+                Outcome::KeptLocked.record();
+                tracing::error!(error = %err, "the handler's response body failed; the key stays locked until the lease ends");
+                return Ok(Problem::response_broken("the handler's response broke off after it ran; retry with the same key after the lease"
+                        .to_owned(),
+                )
+                .into_response());
+            }
+        };
+        let send = captured
+            .map(Captured::into_body)
+            .expect("errors returned above");
+        let stored = StoredResponse {
+            status: parts.status.as_u16(),
+            headers: self
+                .config
+                .stored_headers
+                .iter()
+                .flat_map(|name| {
+                    parts
+                        .headers
+                        .get_all(name)
+                        .iter()
+                        .map(move |value| (name.as_str().to_owned(), value.as_bytes().to_vec()))
+                })
+                .collect(),
+            body: stored_body,
+        };
+        match self
+            .mode
+            .complete(slot, &keyed.scope, &keyed.key, attempt, &stored)
+            .await
+        {
+            Ok(Completed::Stored) => {
+                if attempt.is_takeover() {
+                    Outcome::LeaseTakeover.record();
+                } else {
+                    Outcome::Fresh.record();
+                }
+                Ok(Response::from_parts(parts, send))
+            }
+            Ok(Completed::Fenced) if M::TRANSACTIONAL => {
+                Outcome::Fenced.record();
+                tracing::warn!("this attempt's lease was taken over; its writes rolled back");
+                Ok(Problem::attempt_superseded(
+                    "this attempt ran past its lease and a retry with the same key took over; its \
+                     writes were rolled back. Retry with the same key to get the result"
+                        .to_owned(),
+                )
+                .into_response())
+            }
+            Ok(Completed::Fenced) => {
+                Outcome::Fenced.record();
+                tracing::warn!(
+                    "this attempt's lease was taken over while it ran; its response was not stored"
+                );
+                Ok(Response::from_parts(parts, send))
+            }
+            Err(err) if M::TRANSACTIONAL => {
+                Outcome::StoreError.record();
+                tracing::error!(error = %err, "cannot store the response with the handler's writes");
+                // Not released: if the commit went through, the retry replays it; if not, the
+                // retry takes over once the lease ends.
+                Ok(store_unavailable(&self.config))
+            }
+            Err(err) => {
+                Outcome::StoreError.record();
+                tracing::error!(error = %err, "the handler ran but its response could not be stored");
+                Ok(Response::from_parts(parts, send))
+            }
+        }
+    }
+
+    fn fingerprint(&self, parts: &Parts, body: &[u8]) -> Fingerprint {
+        let path_and_query = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
+        let mut builder = Fingerprint::builder(parts.method.as_str(), path_and_query);
+        for name in &self.config.fingerprint_headers {
+            builder = builder.header(
+                name.as_str(),
+                parts.headers.get(name).map(HeaderValue::as_bytes),
+            );
+        }
+        builder.body(body)
+    }
+}
+
+/// Releases the key so that a retry runs again (transactional: after rolling back).
+async fn release<M: Mode>(mode: &M, slot: M::Slot, keyed: &Keyed, attempt: Attempt) {
+    Outcome::Released.record();
+    if let Err(err) = mode.release(slot, &keyed.scope, &keyed.key, attempt).await {
+        tracing::error!(error = %err, "cannot release the key; a retry can take over once its lease ends");
+    }
+}
+
+/// A refusal before the key was looked up: nothing stored.
+pub(crate) fn refuse(problem: Problem) -> Response<Body> {
+    Outcome::Refused.record();
+    problem.into_response()
+}
+
+/// 503: the key store failed; the client retries with the same key.
+fn store_unavailable(config: &Config) -> Response<Body> {
+    let seconds = config.lease.as_secs().max(1);
+    Problem::store_unavailable(format!(
+        "the server could not record this request; retry with the same key after {seconds}s"
+    ))
+    .retry_after(seconds)
+    .into_response()
+}
