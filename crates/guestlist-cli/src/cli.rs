@@ -44,7 +44,7 @@ pub(crate) enum Command {
     Purge(PurgeArgs),
     /// Stand in front of an HTTP service: retries with the same Idempotency-Key get the first
     /// answer, and webhooks are delivered once.
-    Gateway(Box<crate::gateway::settings::GatewayArgs>),
+    Gateway(Box<crate::gateway::args::GatewayArgs>),
     /// Inspect or evict one idempotency key.
     #[command(subcommand)]
     Keys(crate::keys::KeysCommand),

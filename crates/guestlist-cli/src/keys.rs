@@ -7,7 +7,7 @@ use guestlist::redis::RedisKeyStore;
 use guestlist::{Backend, IdempotencyKey, KeyRecord, KeyState, Scope, SqlKeyStore};
 
 use crate::database::{self, with_pool};
-use crate::stats;
+use crate::figures;
 
 /// Where the keys are.
 #[derive(Debug, Args)]
@@ -89,7 +89,7 @@ pub(crate) async fn run(command: KeysCommand) -> anyhow::Result<()> {
     with_pool!(pool, |pool| {
         // Keys stored as keyed hashes are looked up by the raw key, hashed the gateway's way.
         let mut keys = SqlKeyStore::with_table(pool, table)?;
-        if let Some(hashing) = crate::gateway::settings::key_hashing()? {
+        if let Some(hashing) = crate::gateway::parse::key_hashing()? {
             keys = keys.hashing_keys(hashing);
         }
         one_key(&keys, table, &scope, &key, evict, force).await
@@ -99,7 +99,7 @@ pub(crate) async fn run(command: KeysCommand) -> anyhow::Result<()> {
 /// The Redis keys under the prefix `--table` names.
 async fn redis_keys(args: &KeyTableArgs) -> anyhow::Result<RedisKeyStore> {
     anyhow::ensure!(
-        crate::gateway::settings::key_hashing()?.is_none(),
+        crate::gateway::parse::key_hashing()?.is_none(),
         "GUESTLIST_KEY_HASHING_SECRET is set, but Redis stores keys as they are: unset it"
     );
     let keys = database::connect_redis(&args.database).await?;
@@ -208,7 +208,7 @@ pub(crate) async fn print_stats(table: &KeyTableArgs) -> anyhow::Result<()> {
     );
     println!("rows       {}", stats.rows);
     println!("in flight  {}", stats.in_flight);
-    println!("oldest     {}", stats::age(stats.oldest));
-    println!("size       {}", stats::size(stats.bytes, &table.database));
+    println!("oldest     {}", figures::age(stats.oldest));
+    println!("size       {}", figures::size(stats.bytes, &table.database));
     Ok(())
 }

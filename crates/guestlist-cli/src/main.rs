@@ -8,6 +8,7 @@
 mod cli;
 mod database;
 mod demo;
+mod figures;
 mod gateway;
 mod keys;
 mod migrate;
@@ -19,12 +20,17 @@ mod stats;
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 
 use crate::cli::{Cli, Command, LogFormat};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // The gateway's help shows each default from the one table of them.
+    let command = Cli::command().mut_subcommand("gateway", gateway::args::annotate);
+    let cli = match Cli::from_arg_matches(&command.get_matches()) {
+        Ok(cli) => cli,
+        Err(err) => err.exit(),
+    };
     // A server says what it does; a one-off command speaks only of trouble.
     let level = match cli.command {
         Command::Gateway(_) | Command::Relay(_) => "info",

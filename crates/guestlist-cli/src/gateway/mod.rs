@@ -6,8 +6,10 @@
 //! runs, 422 for a key reused with another request. Keys live in SQLite by default, or in
 //! PostgreSQL, MySQL/MariaDB or Redis, which several gateways can share.
 
+pub(crate) mod args;
 mod lingering;
 pub(crate) mod ops;
+pub(crate) mod parse;
 mod proxy;
 mod server;
 pub(crate) mod settings;
@@ -21,8 +23,10 @@ use guestlist::sqlx::{self, Pool};
 use guestlist::{Backend, BatchedKeyStore, KeyStore, Purger, Retention, Scope, SqlKeyStore};
 use tokio::sync::watch;
 
+use self::args::GatewayArgs;
+use self::parse::ScopeFrom;
 use self::proxy::Proxy;
-use self::settings::{GatewayArgs, ScopeFrom, Settings};
+use self::settings::Settings;
 use crate::database::{self, with_pool};
 
 /// Connections the gateway keeps to its key store.

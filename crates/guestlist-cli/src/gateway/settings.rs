@@ -1,142 +1,17 @@
-//! The gateway's settings: flags, then environment variables, then a TOML file, then defaults.
+//! The gateway's settings, checked: flags, then environment variables, then a TOML file, then
+//! defaults, each read into its value.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use axum::http::{HeaderName, Method, StatusCode};
-use clap::Args;
+use axum::http::{Method, StatusCode};
 use guestlist::http::KeySource;
-use serde::Deserialize;
 
-/// `guestlist gateway`'s flags. Every one can also be set by its environment variable or, by
-/// its name, in the TOML file given with `--config`.
-#[derive(Debug, Args, Default)]
-pub(crate) struct GatewayArgs {
-    /// A TOML file of settings named like the flags (listen = "127.0.0.1:8080"); flags and
-    /// environment variables win over it.
-    #[arg(long, env = "GUESTLIST_GATEWAY_CONFIG")]
-    pub(crate) config: Option<PathBuf>,
-    /// Where the gateway listens [default: 127.0.0.1:8080].
-    #[arg(long, env = "GUESTLIST_GATEWAY_LISTEN")]
-    pub(crate) listen: Option<String>,
-    /// The service behind the gateway, e.g. http://127.0.0.1:3000.
-    #[arg(long, env = "GUESTLIST_GATEWAY_UPSTREAM")]
-    pub(crate) upstream: Option<String>,
-    /// postgres://…, mysql://… (or mariadb://…), sqlite:PATH or redis://host:port
-    /// [default: sqlite:guestlist.db].
-    #[arg(long, env = "GUESTLIST_DATABASE_URL")]
-    pub(crate) database: Option<String>,
-    /// The key table; on Redis, the prefix of its keys [default: guestlist_keys].
-    #[arg(long, env = "GUESTLIST_GATEWAY_TABLE")]
-    pub(crate) table: Option<String>,
-    /// Where the key is: header:NAME, json:/pointer (a field of the raw body) or body-sha256
-    /// [default: header:Idempotency-Key].
-    #[arg(long, env = "GUESTLIST_GATEWAY_KEY_FROM")]
-    pub(crate) key_from: Option<String>,
-    /// Whose key it is: authorization (a hash of the Authorization header), header:NAME (its
-    /// value), or none (one namespace for every client) [default: authorization].
-    #[arg(long, env = "GUESTLIST_GATEWAY_SCOPE_FROM")]
-    pub(crate) scope_from: Option<String>,
-    /// Refuse keyed methods without a key (400) instead of passing them through.
-    #[arg(long, env = "GUESTLIST_GATEWAY_REQUIRE_KEY", num_args = 0..=1, default_missing_value = "true")]
-    pub(crate) require_key: Option<bool>,
-    /// The methods whose requests are keyed [default: POST,PATCH].
-    #[arg(long, env = "GUESTLIST_GATEWAY_METHODS")]
-    pub(crate) methods: Option<String>,
-    /// How long a request holds its key before a retry may take over [default: 30s].
-    #[arg(long, env = "GUESTLIST_GATEWAY_LEASE")]
-    pub(crate) lease: Option<String>,
-    /// How long the upstream may take to answer a keyed request; must end 1 s (or half the
-    /// lease, if less) before the lease [default: the lease minus 5 s; half the lease under
-    /// 10 s]. Unkeyed requests are not limited.
-    #[arg(long, env = "GUESTLIST_GATEWAY_UPSTREAM_TIMEOUT")]
-    pub(crate) upstream_timeout: Option<String>,
-    /// How long keys and their responses are kept [default: 24h].
-    #[arg(long, env = "GUESTLIST_GATEWAY_RETENTION")]
-    pub(crate) retention: Option<String>,
-    /// The largest request body on a keyed request, and the largest response stored for replay
-    /// [default: 1MiB].
-    #[arg(long, env = "GUESTLIST_GATEWAY_MAX_BODY")]
-    pub(crate) max_body: Option<String>,
-    /// The status for a key reused with another request: 422, or 400 as Stripe answers
-    /// [default: 422].
-    #[arg(long, env = "GUESTLIST_GATEWAY_MISMATCH_STATUS")]
-    pub(crate) mismatch_status: Option<u16>,
-    /// Where /metrics (Prometheus text) and /healthz listen; off unless set.
-    #[arg(long, env = "GUESTLIST_GATEWAY_METRICS_LISTEN")]
-    pub(crate) metrics_listen: Option<String>,
-    /// Memory for stored responses already replayed once, so that further retries skip the
-    /// database; 0 turns it off [default: 64MiB].
-    #[arg(long, env = "GUESTLIST_GATEWAY_REPLAY_CACHE")]
-    pub(crate) replay_cache: Option<String>,
-    /// How long a response stays in that memory: a key evicted by an operator may still be
-    /// replayed by a gateway for this long [default: 60s].
-    #[arg(long, env = "GUESTLIST_GATEWAY_REPLAY_CACHE_TTL")]
-    pub(crate) replay_cache_ttl: Option<String>,
-    /// How long a client may take to send a request's headers before its connection is closed
-    /// [default: 10s].
-    #[arg(long, env = "GUESTLIST_GATEWAY_HEADER_TIMEOUT")]
-    pub(crate) header_timeout: Option<String>,
-    /// How long a request's body may go without a byte arriving before the request fails
-    /// [default: 30s].
-    #[arg(long, env = "GUESTLIST_GATEWAY_BODY_TIMEOUT")]
-    pub(crate) body_timeout: Option<String>,
-    /// Client connections open at once; further clients wait to be accepted [default: 1024].
-    #[arg(long, env = "GUESTLIST_GATEWAY_MAX_CONNECTIONS")]
-    pub(crate) max_connections: Option<usize>,
-    /// Keys one client (scope) may have in flight at once; past it, 429 [default: no cap].
-    #[arg(long, env = "GUESTLIST_GATEWAY_MAX_IN_FLIGHT_PER_SCOPE")]
-    pub(crate) max_in_flight_per_scope: Option<u64>,
-    /// Keys one client (scope) may hold within --retention; past it, 429 [default: no cap].
-    #[arg(long, env = "GUESTLIST_GATEWAY_MAX_KEYS_PER_SCOPE")]
-    pub(crate) max_keys_per_scope: Option<u64>,
-    /// A file of keys that seal stored response bodies at rest, `id:hex,id:hex` (the first
-    /// seals; `openssl rand -hex 32` makes one); or the keys themselves in
-    /// GUESTLIST_SEALING_KEYS [default: bodies stored as they are].
-    #[arg(long, env = "GUESTLIST_GATEWAY_SEALING_KEYS_FILE")]
-    pub(crate) sealing_keys_file: Option<PathBuf>,
-}
-
-/// The same settings, from the TOML file.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-struct FileSettings {
-    listen: Option<String>,
-    upstream: Option<String>,
-    database: Option<String>,
-    table: Option<String>,
-    key_from: Option<String>,
-    scope_from: Option<String>,
-    require_key: Option<bool>,
-    methods: Option<String>,
-    lease: Option<String>,
-    upstream_timeout: Option<String>,
-    retention: Option<String>,
-    max_body: Option<String>,
-    mismatch_status: Option<u16>,
-    metrics_listen: Option<String>,
-    replay_cache: Option<String>,
-    replay_cache_ttl: Option<String>,
-    header_timeout: Option<String>,
-    body_timeout: Option<String>,
-    max_connections: Option<usize>,
-    max_in_flight_per_scope: Option<u64>,
-    max_keys_per_scope: Option<u64>,
-    sealing_keys_file: Option<PathBuf>,
-}
-
-/// Whose key it is.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum ScopeFrom {
-    /// A hash of the `Authorization` header (the layer's default).
-    Authorization,
-    /// The value of this header (a tenant or API-client id your edge sets).
-    Header(HeaderName),
-    /// One namespace for every client: a webhook endpoint with a single sender.
-    None,
-}
+use super::args::GatewayArgs;
+use super::parse::{
+    ScopeFrom, bytes, duration, key_from, key_hashing, methods, scope_from, sealing,
+};
 
 /// The gateway's settings, checked.
 #[derive(Debug, Clone)]
@@ -167,13 +42,11 @@ pub(crate) struct Settings {
 }
 
 impl Settings {
-    /// Flags and environment (already merged by clap) over the file over the defaults.
+    /// Flags and environment (already merged by clap) over the file over the defaults,
+    /// checked.
     pub(crate) fn resolve(args: GatewayArgs) -> anyhow::Result<Self> {
-        let file = match &args.config {
-            Some(path) => read_file(path)?,
-            None => FileSettings::default(),
-        };
-        let upstream = args.upstream.or(file.upstream).context(
+        let set = args.layered()?;
+        let upstream = set.upstream.context(
             "the gateway needs the service it stands in front of: --upstream http://host:port \
              (or GUESTLIST_GATEWAY_UPSTREAM, or upstream = \"…\" in the --config file)",
         )?;
@@ -183,12 +56,12 @@ impl Settings {
             .with_context(|| {
                 format!("--upstream {upstream:?} is not an http:// or https:// URL")
             })?;
-        let lease = duration("lease", args.lease.or(file.lease), "30s")?;
+        let lease = duration("lease", &defaulted("lease", set.lease)?)?;
         // The lease runs from the claim, the timeout from the send, and the answer is stored
         // after it: leave the attempt a margin to finish inside its lease.
         let margin = Duration::from_secs(1).min(lease / 2);
-        let upstream_timeout = match args.upstream_timeout.or(file.upstream_timeout) {
-            Some(text) => duration("upstream-timeout", Some(text), "")?,
+        let upstream_timeout = match set.upstream_timeout {
+            Some(text) => duration("upstream-timeout", &text)?,
             None if lease >= Duration::from_secs(10) => lease - Duration::from_secs(5),
             None => lease / 2,
         };
@@ -201,13 +74,11 @@ impl Settings {
                 humantime::format_duration(lease)
             );
         }
-        let retention = duration("retention", args.retention.or(file.retention), "24h")?;
-        let replay_cache_ttl = match args.replay_cache_ttl.or(file.replay_cache_ttl) {
-            Some(text) => humantime::parse_duration(&text).with_context(|| {
-                format!("--replay-cache-ttl {text:?} is not a duration like 60s")
-            })?,
-            None => Duration::from_secs(60),
-        };
+        let retention = duration("retention", &defaulted("retention", set.retention)?)?;
+        let replay_cache_ttl = duration(
+            "replay-cache-ttl",
+            &defaulted("replay-cache-ttl", set.replay_cache_ttl)?,
+        )?;
         if replay_cache_ttl > retention {
             bail!(
                 "--replay-cache-ttl ({}) must not exceed --retention ({}): a gateway would replay \
@@ -216,26 +87,13 @@ impl Settings {
                 humantime::format_duration(retention)
             );
         }
-        let header_timeout = duration(
-            "header-timeout",
-            args.header_timeout.or(file.header_timeout),
-            "10s",
-        )?;
-        let body_timeout = duration(
-            "body-timeout",
-            args.body_timeout.or(file.body_timeout),
-            "30s",
-        )?;
-        let max_connections = args
-            .max_connections
-            .or(file.max_connections)
-            .unwrap_or(1024);
+        let max_connections = defaulted("max-connections", set.max_connections)?;
         anyhow::ensure!(
             max_connections > 0,
             "--max-connections must be above zero: it keeps slow clients from holding every \
              connection the gateway may open"
         );
-        let mismatch = args.mismatch_status.or(file.mismatch_status).unwrap_or(422);
+        let mismatch = defaulted("mismatch-status", set.mismatch_status)?;
         let mismatch_status = StatusCode::from_u16(mismatch)
             .ok()
             .filter(StatusCode::is_client_error)
@@ -243,54 +101,38 @@ impl Settings {
                 format!("--mismatch-status {mismatch}: use a 4xx status, 422 or 400")
             })?;
         Ok(Self {
-            listen: args
-                .listen
-                .or(file.listen)
-                .unwrap_or_else(|| "127.0.0.1:8080".to_owned()),
+            listen: defaulted("listen", set.listen)?,
             upstream,
-            database: args
-                .database
-                .or(file.database)
-                .unwrap_or_else(|| "sqlite:guestlist.db".to_owned()),
-            table: args
-                .table
-                .or(file.table)
-                .unwrap_or_else(|| "guestlist_keys".to_owned()),
-            key_from: key_from(args.key_from.or(file.key_from).as_deref())?,
-            scope_from: scope_from(args.scope_from.or(file.scope_from).as_deref())?,
-            require_key: args.require_key.or(file.require_key).unwrap_or(false),
-            methods: methods(
-                args.methods
-                    .or(file.methods)
-                    .as_deref()
-                    .unwrap_or("POST,PATCH"),
-            )?,
+            database: defaulted("database", set.database)?,
+            table: defaulted("table", set.table)?,
+            key_from: key_from(Some(&defaulted("key-from", set.key_from)?))?,
+            scope_from: scope_from(&defaulted("scope-from", set.scope_from)?)?,
+            require_key: defaulted("require-key", set.require_key)?,
+            methods: methods(&defaulted("methods", set.methods)?)?,
             lease,
             upstream_timeout,
             retention,
-            max_body: bytes(
-                "max-body",
-                args.max_body.or(file.max_body).as_deref().unwrap_or("1MiB"),
-            )?,
+            max_body: bytes("max-body", &defaulted("max-body", set.max_body)?)?,
             mismatch_status,
             replay_cache: bytes(
                 "replay-cache",
-                args.replay_cache
-                    .or(file.replay_cache)
-                    .as_deref()
-                    .unwrap_or("64MiB"),
+                &defaulted("replay-cache", set.replay_cache)?,
             )?,
             replay_cache_ttl,
-            header_timeout,
-            body_timeout,
+            header_timeout: duration(
+                "header-timeout",
+                &defaulted("header-timeout", set.header_timeout)?,
+            )?,
+            body_timeout: duration(
+                "body-timeout",
+                &defaulted("body-timeout", set.body_timeout)?,
+            )?,
             max_connections,
-            max_in_flight_per_scope: args
-                .max_in_flight_per_scope
-                .or(file.max_in_flight_per_scope),
-            max_keys_per_scope: args.max_keys_per_scope.or(file.max_keys_per_scope),
-            sealing: sealing(args.sealing_keys_file.or(file.sealing_keys_file))?,
+            max_in_flight_per_scope: set.max_in_flight_per_scope,
+            max_keys_per_scope: set.max_keys_per_scope,
+            sealing: sealing(set.sealing_keys_file)?,
             key_hashing: key_hashing()?,
-            metrics_listen: match args.metrics_listen.or(file.metrics_listen) {
+            metrics_listen: match set.metrics_listen {
                 Some(addr) => Some(addr.parse().with_context(|| {
                     format!("--metrics-listen {addr:?} is not an address like 127.0.0.1:9090")
                 })?),
@@ -300,101 +142,9 @@ impl Settings {
     }
 }
 
-/// The sealing keys: from the file named, else from `GUESTLIST_SEALING_KEYS`, else none. The
-/// keys themselves never go in the settings file, which is often not kept secret.
-fn sealing(file: Option<PathBuf>) -> anyhow::Result<Option<guestlist::Sealing>> {
-    let keys = match file {
-        Some(path) => std::fs::read_to_string(&path)
-            .with_context(|| format!("cannot read the sealing keys in {}", path.display()))?,
-        None => match std::env::var("GUESTLIST_SEALING_KEYS") {
-            Ok(keys) => keys,
-            Err(_) => return Ok(None),
-        },
-    };
-    Ok(Some(guestlist::Sealing::parse(&keys)?))
-}
-
-/// The secret that stores keys as keyed hashes, from `GUESTLIST_KEY_HASHING_SECRET` (never the
-/// settings file), if set.
-pub(crate) fn key_hashing() -> anyhow::Result<Option<guestlist::KeyHashing>> {
-    match std::env::var("GUESTLIST_KEY_HASHING_SECRET") {
-        Ok(secret) => Ok(Some(
-            guestlist::KeyHashing::parse(&secret).context("GUESTLIST_KEY_HASHING_SECRET")?,
-        )),
-        Err(_) => Ok(None),
-    }
-}
-
-fn read_file(path: &Path) -> anyhow::Result<FileSettings> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read the config file {}", path.display()))?;
-    toml::from_str(&text)
-        .with_context(|| format!("the config file {} is not valid", path.display()))
-}
-
-fn duration(name: &str, text: Option<String>, default: &str) -> anyhow::Result<Duration> {
-    let text = text.unwrap_or_else(|| default.to_owned());
-    let value = humantime::parse_duration(&text)
-        .with_context(|| format!("--{name} {text:?} is not a duration like 30s, 5m or 24h"))?;
-    anyhow::ensure!(!value.is_zero(), "--{name} must be longer than zero");
-    Ok(value)
-}
-
-fn bytes(name: &str, text: &str) -> anyhow::Result<usize> {
-    let size: bytesize::ByteSize = text.parse().map_err(|err| {
-        anyhow::anyhow!("--{name} {text:?} is not a size like 1MiB or 64KiB: {err}")
-    })?;
-    usize::try_from(size.as_u64()).with_context(|| format!("--{name} {text:?} is too large"))
-}
-
-/// `header:NAME`, `json:/pointer` or `body-sha256`.
-pub(crate) fn key_from(text: Option<&str>) -> anyhow::Result<KeySource> {
-    let Some(text) = text else {
-        return Ok(KeySource::default());
-    };
-    let refused = || {
-        anyhow::anyhow!(
-            "--key-from {text:?}: use header:NAME (header:Idempotency-Key, \
-             header:X-GitHub-Delivery), json:/pointer (json:/id) or body-sha256"
-        )
-    };
-    if text == "body-sha256" {
-        return Ok(KeySource::BodySha256);
-    }
-    match text.split_once(':') {
-        Some(("header", name)) => Ok(KeySource::Header(
-            HeaderName::try_from(name).map_err(|_| refused())?,
-        )),
-        Some(("json", pointer)) if pointer.starts_with('/') => {
-            Ok(KeySource::JsonPointer(pointer.to_owned()))
-        }
-        _ => Err(refused()),
-    }
-}
-
-/// `authorization`, `header:NAME` or `none`.
-fn scope_from(text: Option<&str>) -> anyhow::Result<ScopeFrom> {
-    match text.unwrap_or("authorization") {
-        "authorization" => Ok(ScopeFrom::Authorization),
-        "none" => Ok(ScopeFrom::None),
-        other => match other.split_once(':') {
-            Some(("header", name)) if HeaderName::try_from(name).is_ok() => {
-                Ok(ScopeFrom::Header(HeaderName::try_from(name)?))
-            }
-            _ => bail!("--scope-from {other:?}: use authorization, header:NAME or none"),
-        },
-    }
-}
-
-fn methods(text: &str) -> anyhow::Result<Vec<Method>> {
-    text.split(',')
-        .map(|m| m.trim().to_ascii_uppercase())
-        .filter(|m| !m.is_empty())
-        .map(|m| {
-            Method::from_bytes(m.as_bytes())
-                .with_context(|| format!("--methods: {m:?} is not a method"))
-        })
-        .collect()
+/// A setting [`DEFAULTS`] gives a value, as the layers left it.
+fn defaulted<T>(name: &str, value: Option<T>) -> anyhow::Result<T> {
+    value.with_context(|| format!("--{name} has no value and no default"))
 }
 
 #[cfg(test)]
@@ -537,21 +287,5 @@ mod tests {
             let err = format!("{:#}", Settings::resolve(bad).unwrap_err());
             assert!(err.contains(says), "{err:?} should say {says:?}");
         }
-    }
-
-    #[test]
-    fn key_sources_parse() {
-        assert_eq!(
-            key_from(Some("body-sha256")).unwrap(),
-            KeySource::BodySha256
-        );
-        assert_eq!(
-            key_from(Some("header:X-GitHub-Delivery")).unwrap(),
-            KeySource::Header(HeaderName::from_static("x-github-delivery"))
-        );
-        assert!(
-            key_from(Some("json:id")).is_err(),
-            "a pointer starts with /"
-        );
     }
 }
