@@ -39,41 +39,41 @@ const DEFAULT_MAX_MESSAGE_SIZE: usize = 16 * 1024 * 1024;
 /// The longest AMQP short string: message ids, routing keys, header names.
 const MAX_SHORT_STRING: usize = 255;
 
+/// Settings for a [`RabbitPublisher`]; [`connect`](Self::connect) opens its channel.
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct RabbitPublisherBuilder {
+    url: String,
+    exchange: String,
+    max_message_size: usize,
+}
+
 impl RabbitPublisher {
-    /// A publisher on `channel`, which is put in confirm mode, to `exchange`.
-    pub async fn new(channel: Channel, exchange: &str) -> Result<Self, Error> {
-        channel
-            .confirm_select(ConfirmSelectOptions::default())
-            .await?;
-        if exchange.len() > MAX_SHORT_STRING {
-            return Err(Error::Config(format!(
-                "exchange name is {} bytes; AMQP names are at most {MAX_SHORT_STRING}",
-                exchange.len()
-            )));
-        }
-        Ok(Self {
-            channel,
-            exchange: exchange.to_owned(),
-            frame_max: DEFAULT_FRAME_MAX,
+    /// Settings for a publisher to the broker at `url`, to the default exchange unless
+    /// [`exchange`](RabbitPublisherBuilder::exchange) says otherwise.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), guestlist_amqp::Error> {
+    /// let publisher = guestlist_amqp::RabbitPublisher::builder("amqp://guest:guest@127.0.0.1:5672/%2f")
+    ///     .exchange("orders")
+    ///     .connect()
+    ///     .await?;
+    /// # let _ = publisher; Ok(()) }
+    /// ```
+    pub fn builder(url: &str) -> RabbitPublisherBuilder {
+        RabbitPublisherBuilder {
+            url: url.to_owned(),
+            exchange: String::new(),
             max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
-        })
-    }
-
-    /// Connects to `url` and publishes to `exchange` (`""` for the default exchange), with the
-    /// frame size the connection negotiated.
-    pub async fn connect(url: &str, exchange: &str) -> Result<Self, Error> {
-        let connection = crate::connect(url).await?;
-        let frame_max = connection.configuration().frame_max();
-        let publisher = Self::new(connection.create_channel().await?, exchange).await?;
-        Ok(publisher.frame_max(frame_max))
-    }
-
-    /// The frame size negotiated with the broker (RabbitMQ's default, 131,072 bytes, unless
-    /// set): a message's properties and headers must fit in one frame.
-    pub fn frame_max(mut self, bytes: u32) -> Self {
-        if bytes > 0 {
-            self.frame_max = bytes;
         }
+    }
+}
+
+impl RabbitPublisherBuilder {
+    /// The exchange messages are published to, with their topic as the routing key (default
+    /// `""`, the default exchange, which routes to the queue the topic names).
+    pub fn exchange(mut self, exchange: &str) -> Self {
+        self.exchange = exchange.to_owned();
         self
     }
 
@@ -84,6 +84,35 @@ impl RabbitPublisher {
         self
     }
 
+    /// Connects and opens a channel in confirm mode; a message's properties must then fit in
+    /// the frame size the connection negotiated.
+    pub async fn connect(self) -> Result<RabbitPublisher, Error> {
+        if self.exchange.len() > MAX_SHORT_STRING {
+            return Err(Error::Config(format!(
+                "exchange name is {} bytes; AMQP names are at most {MAX_SHORT_STRING}",
+                self.exchange.len()
+            )));
+        }
+        let connection = crate::connect(&self.url).await?;
+        let frame_max = connection.configuration().frame_max();
+        let channel = connection.create_channel().await?;
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await?;
+        Ok(RabbitPublisher {
+            channel,
+            exchange: self.exchange,
+            frame_max: if frame_max > 0 {
+                frame_max
+            } else {
+                DEFAULT_FRAME_MAX
+            },
+            max_message_size: self.max_message_size,
+        })
+    }
+}
+
+impl RabbitPublisher {
     /// About the bytes the message's properties take in its header frame (the fixed part, the
     /// message id and the headers table), over-counted a little.
     fn header_frame_bytes(message: &OutboxMessage) -> usize {
@@ -153,7 +182,7 @@ impl RabbitPublisher {
             ))),
             Confirmation::NotRequested => Err(PublishError::outage(
                 "publisher confirms are off on this channel: build the publisher with \
-                 RabbitPublisher::new or connect",
+                 RabbitPublisher::builder",
             )),
         }
     }

@@ -108,28 +108,32 @@ async fn relay<DB: Backend>(
     tracing::info!(table = %args.table, pending = stats.pending, "outbox found");
     match broker(args)? {
         Broker::Nats(url) => {
-            let publisher = JetStreamPublisher::connect(url).await?;
+            let publisher = JetStreamPublisher::builder(url).connect().await?;
             publish(pool, outbox, publisher, args, terminated).await
         }
         Broker::Amqp(url) => {
-            let publisher = RabbitPublisher::connect(url, &args.exchange).await?;
+            let publisher = RabbitPublisher::builder(url)
+                .exchange(&args.exchange)
+                .connect()
+                .await?;
             publish(pool, outbox, publisher, args, terminated).await
         }
         Broker::Kafka(brokers) => {
-            let publisher = KafkaPublisher::connect(brokers)?;
+            let publisher = KafkaPublisher::builder(brokers).connect().await?;
             // librdkafka connects lazily: ask for the cluster's metadata, so that a broker
             // that is not there fails now, with what to check.
             publisher.reachable(BROKER_WAIT).await?;
             publish(pool, outbox, publisher, args, terminated).await
         }
         Broker::Sqs(endpoint) => {
-            let publisher = match endpoint {
+            let builder = match endpoint {
                 Some(endpoint) => {
                     guestlist_sqs::check_endpoint(endpoint)?;
-                    SqsPublisher::new(guestlist_sqs::local_client(endpoint))
+                    SqsPublisher::builder().client(guestlist_sqs::local_client(endpoint))
                 }
-                None => SqsPublisher::connect(None).await,
+                None => SqsPublisher::builder(),
             };
+            let publisher = builder.connect().await?;
             publisher.reachable(BROKER_WAIT).await?;
             publish(pool, outbox, publisher, args, terminated).await
         }

@@ -128,7 +128,9 @@ async fn a_plain_clients_message_id_is_the_id_claimed() {
     inbox.migrate(&db.pool).await.unwrap();
     db.exec("CREATE TABLE picks (event TEXT NOT NULL)".to_owned())
         .await;
-    let source = guestlist_amqp::RabbitSource::connect(&queue.url, &queue.name, 10)
+    let source = guestlist_amqp::RabbitSource::builder(&queue.url, &queue.name)
+        .prefetch(10)
+        .connect()
         .await
         .unwrap();
     let consumer = Consumer::new(
@@ -189,7 +191,9 @@ async fn a_message_id_too_long_for_the_property_is_read_from_its_header() {
         )
         .await;
     queue.publish(b"{}", message_id_only("evt_short")).await;
-    let mut source = guestlist_amqp::RabbitSource::connect(&queue.url, &queue.name, 10)
+    let mut source = guestlist_amqp::RabbitSource::builder(&queue.url, &queue.name)
+        .prefetch(10)
+        .connect()
         .await
         .unwrap();
     let mut deliveries = Vec::new();

@@ -182,7 +182,7 @@ async fn a_queue_with_nowhere_for_poison_is_refused() {
         .unwrap_err()
         .to_string();
     assert!(
-        error.contains("no redrive policy") && error.contains("dead_letter_queue"),
+        error.contains("no redrive policy") && error.contains("SqsSourceBuilder::dead_letter"),
         "{error}"
     );
 }

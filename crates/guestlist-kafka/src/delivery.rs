@@ -11,7 +11,7 @@ use rdkafka::producer::FutureRecord;
 
 use crate::MESSAGE_ID_HEADER;
 use crate::rebalance::commit;
-use crate::source::Shared;
+use crate::shared::Shared;
 
 /// One record of a [`KafkaSource`](crate::KafkaSource). A handler reaches it with
 /// [`Message::delivery`](guestlist_consumer::Message::delivery), for its

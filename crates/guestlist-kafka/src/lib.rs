@@ -34,10 +34,11 @@ mod partitions;
 mod poller;
 mod publisher;
 mod rebalance;
+mod shared;
 mod source;
 
 pub use delivery::KafkaDelivery;
-pub use publisher::KafkaPublisher;
+pub use publisher::{KafkaPublisher, KafkaPublisherBuilder};
 pub use source::{KafkaSource, KafkaSourceBuilder};
 
 /// The header that carries a record's message id: [`KafkaPublisher`] sets it, and
@@ -58,7 +59,7 @@ pub enum Error {
     },
     /// No dead-letter topic was named.
     #[error(
-        "Kafka has no dead-letter place of its own: name a topic with KafkaSourceBuilder::dead_letter_topic (and create it)"
+        "Kafka has no dead-letter place of its own: name a topic with KafkaSourceBuilder::dead_letter (and create it)"
     )]
     NoDeadLetterTopic,
     /// The brokers could not be reached, or refused. librdkafka's error is in the message, and

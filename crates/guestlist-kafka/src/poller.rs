@@ -12,7 +12,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::mpsc;
 
 use crate::partitions::Rewind;
-use crate::source::Shared;
+use crate::shared::Shared;
 
 /// The longest a poll waits: how soon a rewind or a resume is carried out.
 const POLL: Duration = Duration::from_millis(20);

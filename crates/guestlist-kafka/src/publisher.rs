@@ -37,29 +37,62 @@ impl std::fmt::Debug for KafkaPublisher {
     }
 }
 
+/// Settings for a [`KafkaPublisher`]; [`connect`](Self::connect) makes its producer.
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct KafkaPublisherBuilder {
+    brokers: String,
+    options: Vec<(String, String)>,
+}
+
 impl KafkaPublisher {
-    /// An idempotent producer to the brokers `brokers` (`host:port`, comma-separated).
-    pub fn connect(brokers: &str) -> Result<Self, Error> {
-        Self::with_options(brokers, &[])
+    /// Settings for an idempotent producer to the brokers `brokers` (`host:port`,
+    /// comma-separated).
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), guestlist_kafka::Error> {
+    /// let publisher = guestlist_kafka::KafkaPublisher::builder("127.0.0.1:9092")
+    ///     .option("linger.ms", "5")
+    ///     .connect()
+    ///     .await?;
+    /// # let _ = publisher; Ok(()) }
+    /// ```
+    pub fn builder(brokers: &str) -> KafkaPublisherBuilder {
+        KafkaPublisherBuilder {
+            brokers: brokers.to_owned(),
+            options: Vec::new(),
+        }
+    }
+}
+
+impl KafkaPublisherBuilder {
+    /// Sets a librdkafka producer property (`security.protocol`, `linger.ms`, …); idempotence
+    /// cannot be turned off.
+    pub fn option(mut self, key: &str, value: &str) -> Self {
+        self.options.push((key.to_owned(), value.to_owned()));
+        self
     }
 
-    /// [`connect`](Self::connect) with librdkafka producer properties of your own
-    /// (`security.protocol`, `linger.ms`, …); idempotence cannot be turned off.
-    pub fn with_options(brokers: &str, options: &[(String, String)]) -> Result<Self, Error> {
-        let producer = crate::producer_config(brokers, options).create()?;
-        let max_message_bytes = options
+    /// Makes the producer. librdkafka connects lazily: [`KafkaPublisher::reachable`] checks the
+    /// brokers answer.
+    pub async fn connect(self) -> Result<KafkaPublisher, Error> {
+        let producer = crate::producer_config(&self.brokers, &self.options).create()?;
+        let max_message_bytes = self
+            .options
             .iter()
             .rev()
             .find(|(key, _)| key == "message.max.bytes")
             .and_then(|(_, value)| value.parse().ok())
             .unwrap_or(DEFAULT_MESSAGE_MAX_BYTES);
-        Ok(Self {
+        Ok(KafkaPublisher {
             producer,
             max_message_bytes,
-            brokers: brokers.to_owned(),
+            brokers: self.brokers,
         })
     }
+}
 
+impl KafkaPublisher {
     /// Asks the brokers for the cluster's metadata, waiting at most `wait`: librdkafka
     /// connects lazily, so a producer to brokers that are not there would otherwise look
     /// healthy until its first message timed out. A relay checks this at start.

@@ -17,17 +17,7 @@ use crate::delivery::KafkaDelivery;
 use crate::partitions::Partitions;
 use crate::poller::{self, Polled};
 use crate::rebalance::Rebalancing;
-
-/// What the source, its poll thread and its deliveries share.
-pub(crate) struct Shared {
-    pub(crate) consumer: BaseConsumer<Rebalancing>,
-    pub(crate) partitions: Arc<Partitions>,
-    pub(crate) topic: String,
-    pub(crate) dead_letters: FutureProducer,
-    pub(crate) dead_letter_topic: String,
-    /// Whether the broker id is the record's key rather than its `message-id` header.
-    pub(crate) id_in_key: bool,
-}
+use crate::shared::Shared;
 
 /// Records of one Kafka topic, as a member of a consumer group.
 ///
@@ -79,7 +69,7 @@ impl KafkaSource {
     /// ```no_run
     /// # async fn run() -> Result<(), guestlist_kafka::Error> {
     /// let source = guestlist_kafka::KafkaSource::builder("127.0.0.1:9092", "warehouse", "orders")
-    ///     .dead_letter_topic("orders.dead-letters")
+    ///     .dead_letter("orders.dead-letters")
     ///     .option("session.timeout.ms", "10000")
     ///     .connect()
     ///     .await?;
@@ -136,7 +126,7 @@ impl KafkaSource {
 impl KafkaSourceBuilder {
     /// The topic a poison record goes to, with its error in a `guestlist-error` header
     /// (required: Kafka has no dead-letter place of its own). It must exist.
-    pub fn dead_letter_topic(mut self, topic: &str) -> Self {
+    pub fn dead_letter(mut self, topic: &str) -> Self {
         self.dead_letter_topic = Some(topic.to_owned());
         self
     }

@@ -23,15 +23,39 @@ pub struct JetStreamPublisher {
     context: jetstream::Context,
 }
 
+/// Settings for a [`JetStreamPublisher`]; [`connect`](Self::connect) connects it.
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct JetStreamPublisherBuilder {
+    url: String,
+}
+
+impl JetStreamPublisherBuilder {
+    /// Connects to the NATS server.
+    pub async fn connect(self) -> Result<JetStreamPublisher, Error> {
+        Ok(JetStreamPublisher::new(crate::connect(&self.url).await?))
+    }
+}
+
 impl JetStreamPublisher {
-    /// A publisher on an existing JetStream context.
-    pub fn new(context: jetstream::Context) -> Self {
-        Self { context }
+    /// Settings for a publisher to the NATS server at `url`.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), guestlist_nats::Error> {
+    /// let publisher = guestlist_nats::JetStreamPublisher::builder("nats://127.0.0.1:4222")
+    ///     .connect()
+    ///     .await?;
+    /// # let _ = publisher; Ok(()) }
+    /// ```
+    pub fn builder(url: &str) -> JetStreamPublisherBuilder {
+        JetStreamPublisherBuilder {
+            url: url.to_owned(),
+        }
     }
 
-    /// Connects to the NATS server at `url`.
-    pub async fn connect(url: &str) -> Result<Self, Error> {
-        Ok(Self::new(crate::connect(url).await?))
+    /// A publisher on a JetStream context you already have.
+    pub fn new(context: jetstream::Context) -> Self {
+        Self { context }
     }
 
     /// The message's headers as NATS sends them; a header NATS cannot carry (a name with `:`,

@@ -13,7 +13,7 @@ use guestlist_consumer::{BoxError, Delivery};
 use crate::ERROR_ATTRIBUTE;
 use crate::envelope::Envelope;
 use crate::fifo::Groups;
-use crate::source::{DeadLetters, Shared};
+use crate::shared::{DeadLetters, Shared};
 
 /// The most entries SQS takes in one batch request.
 const BATCH_LIMIT: usize = 10;

@@ -39,12 +39,13 @@ mod envelope;
 mod fifo;
 mod publisher;
 mod queue;
+mod shared;
 mod source;
 
 pub use aws_sdk_sqs;
 pub use aws_sdk_sqs::Client;
 pub use delivery::SqsDelivery;
-pub use publisher::SqsPublisher;
+pub use publisher::{SqsPublisher, SqsPublisherBuilder};
 pub use source::{SqsSource, SqsSourceBuilder};
 
 /// The message attribute that carries a message's id: [`SqsPublisher`] sets it, and
@@ -69,7 +70,7 @@ pub enum Error {
     /// Neither a dead-letter queue nor the queue's own redrive policy takes poison messages.
     #[error(
         "SQS queue {queue} has no redrive policy and no dead-letter queue was named: name one with \
-         SqsSourceBuilder::dead_letter_queue, or give the queue a redrive policy"
+         SqsSourceBuilder::dead_letter, or give the queue a redrive policy"
     )]
     NoDeadLetterQueue {
         /// The queue consumed.

@@ -39,21 +39,66 @@ pub struct SqsPublisher {
     urls: Mutex<HashMap<String, String>>,
 }
 
+/// Settings for an [`SqsPublisher`]; [`connect`](Self::connect) makes its client.
+#[derive(Debug, Clone, Default)]
+#[must_use]
+pub struct SqsPublisherBuilder {
+    client: Option<Client>,
+    endpoint_url: Option<String>,
+}
+
 impl SqsPublisher {
-    /// A publisher on `client` (see [`crate::client`] for one from the AWS environment).
-    pub fn new(client: Client) -> Self {
-        Self {
+    /// Settings for a publisher on a client configured from the AWS environment, unless
+    /// [`client`](SqsPublisherBuilder::client) hands one over.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), guestlist_sqs::Error> {
+    /// let publisher = guestlist_sqs::SqsPublisher::builder()
+    ///     .endpoint_url("http://127.0.0.1:5000")
+    ///     .connect()
+    ///     .await?;
+    /// # let _ = publisher; Ok(()) }
+    /// ```
+    pub fn builder() -> SqsPublisherBuilder {
+        SqsPublisherBuilder::default()
+    }
+}
+
+impl SqsPublisherBuilder {
+    /// The client to use, built as you like (`aws_config`, [`crate::local_client`], your own
+    /// HTTP client); by default one is configured from the AWS environment.
+    pub fn client(mut self, client: Client) -> Self {
+        self.client = Some(client);
+        self
+    }
+
+    /// The endpoint of a local SQS server (moto, LocalStack, ElasticMQ): `http://127.0.0.1:5000`.
+    /// `AWS_ENDPOINT_URL` does the same from the environment.
+    pub fn endpoint_url(mut self, url: &str) -> Self {
+        self.endpoint_url = Some(url.to_owned());
+        self
+    }
+
+    /// Makes the client; refuses an endpoint that is no `http://` or `https://` URL.
+    /// [`SqsPublisher::reachable`] checks that SQS answers.
+    pub async fn connect(self) -> Result<SqsPublisher, crate::Error> {
+        let client = match (self.client, self.endpoint_url) {
+            (Some(client), _) => client,
+            (None, endpoint) => {
+                if let Some(endpoint) = &endpoint {
+                    crate::check_endpoint(endpoint)?;
+                }
+                crate::client(endpoint.as_deref()).await
+            }
+        };
+        Ok(SqsPublisher {
             client,
             urls: Mutex::default(),
-        }
+        })
     }
+}
 
-    /// A publisher on a client configured from the AWS environment, at `endpoint_url` when given
-    /// (a local server).
-    pub async fn connect(endpoint_url: Option<&str>) -> Self {
-        Self::new(crate::client(endpoint_url).await)
-    }
-
+impl SqsPublisher {
     /// Lists one queue, waiting at most `wait`, so that an endpoint, a region or credentials
     /// that do not work fail at start, with what to check, not at the first message.
     pub async fn reachable(&self, wait: std::time::Duration) -> Result<(), crate::Error> {

@@ -10,28 +10,8 @@ use guestlist_consumer::{BoxError, Source};
 use crate::Error;
 use crate::delivery::SqsDelivery;
 use crate::fifo::Groups;
-use crate::queue::{Queue, Redrive};
-
-/// Where poison messages go.
-#[derive(Debug)]
-pub(crate) enum DeadLetters {
-    /// Sent to this queue by the consumer, with their error.
-    Queue { url: String, fifo: bool },
-    /// Left to the consumed queue's own redrive policy.
-    Redrive(Redrive),
-}
-
-/// What the source and its deliveries share.
-#[derive(Debug)]
-pub(crate) struct Shared {
-    pub(crate) client: Client,
-    pub(crate) queue: Queue,
-    pub(crate) dead_letters: DeadLetters,
-    /// The message attribute that holds the broker id, instead of the SQS `MessageId`.
-    pub(crate) id_attribute: Option<String>,
-    /// Whether SNS notifications are unwrapped.
-    pub(crate) sns: bool,
-}
+use crate::queue::Queue;
+use crate::shared::{DeadLetters, Shared};
 
 /// Messages of one SQS queue, standard or FIFO.
 ///
@@ -65,7 +45,7 @@ impl SqsSource {
     /// ```no_run
     /// # async fn run() -> Result<(), guestlist_sqs::Error> {
     /// let source = guestlist_sqs::SqsSource::builder("orders")
-    ///     .dead_letter_queue("orders-dead-letters")
+    ///     .dead_letter("orders-dead-letters")
     ///     .connect()
     ///     .await?;
     /// # let _ = source; Ok(()) }
@@ -154,7 +134,7 @@ impl SqsSourceBuilder {
     /// The queue (name or URL) poison messages are sent to, with their error in a
     /// `guestlist-error` attribute. Needed unless the queue has a redrive policy, which then
     /// takes precedence. It must exist.
-    pub fn dead_letter_queue(mut self, queue: &str) -> Self {
+    pub fn dead_letter(mut self, queue: &str) -> Self {
         self.dead_letter_queue = Some(queue.to_owned());
         self
     }

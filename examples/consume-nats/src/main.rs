@@ -19,14 +19,10 @@ async fn main() -> anyhow::Result<()> {
     let pool = PgPool::connect(&url).await?;
     let inbox = Inbox::<sqlx::Postgres>::new();
     inbox.migrate(&pool).await?;
-    let source = JetStreamSource::connect(
-        "nats://127.0.0.1:4222",
-        "ORDERS",
-        "warehouse",
-        std::time::Duration::from_secs(30),
-        "orders.dead",
-    )
-    .await?;
+    let source = JetStreamSource::builder("nats://127.0.0.1:4222", "ORDERS", "warehouse")
+        .dead_letter("orders.dead")
+        .connect()
+        .await?;
     let payments = payments_client();
     let handled = Consumer::new(
         source,

@@ -28,7 +28,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     outbox.enqueue(&mut *tx, &paid).await?;
     tx.commit().await?; // the order and its event, together
 
-    let publisher = KafkaPublisher::connect("127.0.0.1:9092")?;
+    let publisher = KafkaPublisher::builder("127.0.0.1:9092").connect().await?;
     let relayed = Relay::new(outbox, pool, publisher)
         .run(async {
             tokio::signal::ctrl_c().await.ok();

@@ -201,22 +201,22 @@ impl Orders {
         &self,
         ack_wait: Duration,
     ) -> anyhow::Result<guestlist::nats::JetStreamSource> {
-        Ok(guestlist::nats::JetStreamSource::connect(
-            &self.url,
-            &self.name,
-            "warehouse",
-            ack_wait,
-            &self.dead_letters(),
+        Ok(
+            guestlist::nats::JetStreamSource::builder(&self.url, &self.name, "warehouse")
+                .ack_wait(ack_wait)
+                .dead_letter(&self.dead_letters())
+                .connect()
+                .await?,
         )
-        .await?)
     }
 
     /// The consumer's RabbitMQ source, consuming the queue when this returns.
     pub async fn rabbit_source(&self) -> anyhow::Result<guestlist::amqp::RabbitSource> {
         Ok(
-            guestlist::amqp::RabbitSource::connect(&self.url, &self.name, 200)
-                .await?
-                .dead_letter_to("", &self.dead_letters()),
+            guestlist::amqp::RabbitSource::builder(&self.url, &self.name)
+                .dead_letter("", &self.dead_letters())
+                .connect()
+                .await?,
         )
     }
 

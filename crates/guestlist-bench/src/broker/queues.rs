@@ -435,7 +435,7 @@ impl Queue {
             } => AnySource::Sqs(Box::new(
                 guestlist_sqs::SqsSource::builder(url)
                     .client(client.clone())
-                    .dead_letter_queue(dead_letters)
+                    .dead_letter(dead_letters)
                     .wait_time(Duration::from_secs(1))
                     .connect()
                     .await?,
@@ -443,7 +443,7 @@ impl Queue {
             Queue::Kafka { brokers, topic, .. } => {
                 let group = format!("bench-{topic}-{}", std::process::id());
                 let source = guestlist_kafka::KafkaSource::builder(brokers, &group, topic)
-                    .dead_letter_topic(&format!("{topic}.dead"))
+                    .dead_letter(&format!("{topic}.dead"))
                     .connect()
                     .await?;
                 // Timed from the group's assignment, as the other brokers' consumers are
@@ -455,17 +455,16 @@ impl Queue {
                 AnySource::Kafka(Box::new(source))
             }
             Queue::Nats { url, stream, .. } => AnySource::Nats(Box::new(
-                guestlist_nats::JetStreamSource::connect(
-                    url,
-                    stream,
-                    "bench",
-                    Duration::from_secs(30),
-                    "bench.dead",
-                )
-                .await?,
+                guestlist_nats::JetStreamSource::builder(url, stream, "bench")
+                    .dead_letter("bench.dead")
+                    .connect()
+                    .await?,
             )),
             Queue::Rabbit { url, queue, .. } => AnySource::Rabbit(Box::new(
-                guestlist_amqp::RabbitSource::connect(url, queue, prefetch).await?,
+                guestlist_amqp::RabbitSource::builder(url, queue)
+                    .prefetch(prefetch)
+                    .connect()
+                    .await?,
             )),
         })
     }

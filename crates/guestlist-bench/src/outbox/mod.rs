@@ -105,11 +105,11 @@ pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
         let count = if common.quick { 100 } else { 500 };
         let latency = match broker {
             "nats" => {
-                let publisher = JetStreamPublisher::connect(&nats_url).await?;
+                let publisher = JetStreamPublisher::builder(&nats_url).connect().await?;
                 latency::measure(&pool, &outbox, publisher, &queue, count, 100).await?
             }
             _ => {
-                let publisher = RabbitPublisher::connect(&amqp_url, "").await?;
+                let publisher = RabbitPublisher::builder(&amqp_url).connect().await?;
                 latency::measure(&pool, &outbox, publisher, &queue, count, 100).await?
             }
         };
@@ -132,11 +132,11 @@ pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
                 };
                 let (rate, cpu) = match broker {
                     "nats" => {
-                        let publisher = JetStreamPublisher::connect(&nats_url).await?;
+                        let publisher = JetStreamPublisher::builder(&nats_url).connect().await?;
                         measure(figure, &pool, &outbox, publisher, &queue, messages).await?
                     }
                     _ => {
-                        let publisher = RabbitPublisher::connect(&amqp_url, "").await?;
+                        let publisher = RabbitPublisher::builder(&amqp_url).connect().await?;
                         measure(figure, &pool, &outbox, publisher, &queue, messages).await?
                     }
                 };

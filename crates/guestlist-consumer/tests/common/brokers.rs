@@ -248,28 +248,22 @@ impl Broker for Nats {
     }
 
     async fn missing(&self) -> String {
-        guestlist_nats::JetStreamSource::connect(
-            &self.url,
-            "GL_NO_SUCH_STREAM",
-            "warehouse",
-            self.ack_wait,
-            &self.dead_letters,
-        )
-        .await
-        .unwrap_err()
-        .to_string()
+        guestlist_nats::JetStreamSource::builder(&self.url, "GL_NO_SUCH_STREAM", "warehouse")
+            .ack_wait(self.ack_wait)
+            .dead_letter(&self.dead_letters)
+            .connect()
+            .await
+            .unwrap_err()
+            .to_string()
     }
 
     async fn source(&self) -> guestlist_nats::JetStreamSource {
-        guestlist_nats::JetStreamSource::connect(
-            &self.url,
-            &self.stream,
-            "warehouse",
-            self.ack_wait,
-            &self.dead_letters,
-        )
-        .await
-        .expect("bind the consumer")
+        guestlist_nats::JetStreamSource::builder(&self.url, &self.stream, "warehouse")
+            .ack_wait(self.ack_wait)
+            .dead_letter(&self.dead_letters)
+            .connect()
+            .await
+            .expect("bind the consumer")
     }
 
     async fn dead_letter_headers(&self) -> Vec<Vec<(String, String)>> {
@@ -377,7 +371,8 @@ impl Broker for Rabbit {
     }
 
     async fn publisher(&self) -> guestlist_amqp::RabbitPublisher {
-        guestlist_amqp::RabbitPublisher::connect(&self.url, "")
+        guestlist_amqp::RabbitPublisher::builder(&self.url)
+            .connect()
             .await
             .expect("the relay's publisher connects")
     }
@@ -517,17 +512,20 @@ impl Broker for Rabbit {
     }
 
     async fn missing(&self) -> String {
-        guestlist_amqp::RabbitSource::connect(&self.url, "gl.no-such-queue", 10)
+        guestlist_amqp::RabbitSource::builder(&self.url, "gl.no-such-queue")
+            .connect()
             .await
             .unwrap_err()
             .to_string()
     }
 
     async fn source(&self) -> guestlist_amqp::RabbitSource {
-        guestlist_amqp::RabbitSource::connect(&self.url, &self.queue, 100)
+        guestlist_amqp::RabbitSource::builder(&self.url, &self.queue)
+            .prefetch(100)
+            .dead_letter(&self.dead_letters, "")
+            .connect()
             .await
             .expect("consume the queue")
-            .dead_letter_to(&self.dead_letters, "")
     }
 
     async fn dead_letter_headers(&self) -> Vec<Vec<(String, String)>> {

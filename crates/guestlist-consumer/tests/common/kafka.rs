@@ -221,7 +221,10 @@ impl Broker for Kafka {
     }
 
     async fn publisher(&self) -> guestlist_kafka::KafkaPublisher {
-        guestlist_kafka::KafkaPublisher::connect(&self.brokers).expect("the relay's publisher")
+        guestlist_kafka::KafkaPublisher::builder(&self.brokers)
+            .connect()
+            .await
+            .expect("the relay's publisher")
     }
 
     async fn stored(&self) -> Option<usize> {
@@ -277,7 +280,7 @@ impl Broker for Kafka {
 
     async fn missing(&self) -> String {
         guestlist_kafka::KafkaSource::builder(&self.brokers, &self.group, "gl.no-such-topic")
-            .dead_letter_topic(&self.dead_letters)
+            .dead_letter(&self.dead_letters)
             .connect()
             .await
             .unwrap_err()
@@ -286,7 +289,7 @@ impl Broker for Kafka {
 
     async fn source(&self) -> guestlist_kafka::KafkaSource {
         guestlist_kafka::KafkaSource::builder(&self.brokers, &self.group, &self.topic)
-            .dead_letter_topic(&self.dead_letters)
+            .dead_letter(&self.dead_letters)
             // A killed member's partitions move within seconds, not the default 45.
             .option("session.timeout.ms", "6000")
             .option("heartbeat.interval.ms", "500")

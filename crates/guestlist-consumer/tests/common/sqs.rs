@@ -135,7 +135,7 @@ impl<const FIFO: bool> SqsQueue<FIFO> {
         build(
             guestlist_sqs::SqsSource::builder(&self.url)
                 .client(self.client.clone())
-                .dead_letter_queue(&self.dead_letters)
+                .dead_letter(&self.dead_letters)
                 .wait_time(Duration::from_secs(1)),
         )
         .connect()
@@ -301,7 +301,11 @@ impl<const FIFO: bool> Broker for SqsQueue<FIFO> {
     }
 
     async fn publisher(&self) -> guestlist_sqs::SqsPublisher {
-        guestlist_sqs::SqsPublisher::new(self.client.clone())
+        guestlist_sqs::SqsPublisher::builder()
+            .client(self.client.clone())
+            .connect()
+            .await
+            .expect("the relay's publisher")
     }
 
     async fn stored(&self) -> Option<usize> {
@@ -400,7 +404,7 @@ impl<const FIFO: bool> Broker for SqsQueue<FIFO> {
     async fn missing(&self) -> String {
         guestlist_sqs::SqsSource::builder("gl-no-such-queue")
             .client(self.client.clone())
-            .dead_letter_queue(&self.dead_letters)
+            .dead_letter(&self.dead_letters)
             .connect()
             .await
             .unwrap_err()

@@ -46,10 +46,10 @@ async fn main() -> anyhow::Result<()> {
         warehouse::migrate(&pool).await?;
         orders.declare().await?;
         if orders.is_nats() {
-            let publisher = JetStreamPublisher::connect(&args.broker).await?;
+            let publisher = JetStreamPublisher::builder(&args.broker).connect().await?;
             relay(pool, publisher, args.lease).await?;
         } else {
-            let publisher = RabbitPublisher::connect(&args.broker, "").await?;
+            let publisher = RabbitPublisher::builder(&args.broker).connect().await?;
             relay(pool, publisher, args.lease).await?;
         }
     });

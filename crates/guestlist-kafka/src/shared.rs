@@ -1,0 +1,20 @@
+//! What a source, its poll thread and its deliveries share.
+
+use std::sync::Arc;
+
+use rdkafka::consumer::BaseConsumer;
+use rdkafka::producer::FutureProducer;
+
+use crate::partitions::Partitions;
+use crate::rebalance::Rebalancing;
+
+/// What the source, its poll thread and its deliveries share.
+pub(crate) struct Shared {
+    pub(crate) consumer: BaseConsumer<Rebalancing>,
+    pub(crate) partitions: Arc<Partitions>,
+    pub(crate) topic: String,
+    pub(crate) dead_letters: FutureProducer,
+    pub(crate) dead_letter_topic: String,
+    /// Whether the broker id is the record's key rather than its `message-id` header.
+    pub(crate) id_in_key: bool,
+}

@@ -1,0 +1,195 @@
+//! The consumer side: a durable JetStream pull consumer, and the settings that bind it.
+
+use std::time::Duration;
+
+use async_nats::jetstream;
+use async_nats::jetstream::consumer::{AckPolicy, PullConsumer, pull};
+use futures_util::StreamExt;
+use guestlist_consumer::{BoxError, Source};
+
+use crate::{Error, JetStreamDelivery};
+
+/// Deliveries from a durable JetStream pull consumer.
+pub struct JetStreamSource {
+    context: jetstream::Context,
+    consumer: PullConsumer,
+    ack_wait: Duration,
+    horizon: Option<Duration>,
+    dead_letters: String,
+    fetch_wait: Duration,
+    confirmed_acks: bool,
+}
+
+impl std::fmt::Debug for JetStreamSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JetStreamSource")
+            .field("ack_wait", &self.ack_wait)
+            .field("dead_letters", &self.dead_letters)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Settings for a [`JetStreamSource`]; [`connect`](Self::connect) binds it.
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct JetStreamSourceBuilder {
+    url: String,
+    stream: String,
+    durable: String,
+    ack_wait: Duration,
+    dead_letters: Option<String>,
+    fetch_wait: Duration,
+    confirmed_acks: bool,
+}
+
+impl JetStreamSource {
+    /// How long the server waits for an acknowledgement before redelivering, unless set.
+    pub const DEFAULT_ACK_WAIT: Duration = Duration::from_secs(30);
+
+    /// Settings for the durable pull consumer `durable` on `stream`, on the NATS server at
+    /// `url`.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), guestlist_nats::Error> {
+    /// let source = guestlist_nats::JetStreamSource::builder("nats://127.0.0.1:4222", "ORDERS", "warehouse")
+    ///     .dead_letter("ORDERS.dead")
+    ///     .connect()
+    ///     .await?;
+    /// # let _ = source; Ok(()) }
+    /// ```
+    pub fn builder(url: &str, stream: &str, durable: &str) -> JetStreamSourceBuilder {
+        JetStreamSourceBuilder {
+            url: url.to_owned(),
+            stream: stream.to_owned(),
+            durable: durable.to_owned(),
+            ack_wait: Self::DEFAULT_ACK_WAIT,
+            dead_letters: None,
+            fetch_wait: Duration::from_millis(250),
+            confirmed_acks: false,
+        }
+    }
+
+    fn delivery(&self, message: jetstream::Message) -> JetStreamDelivery {
+        let delivered = message.info().map(|info| info.delivered).unwrap_or(1);
+        JetStreamDelivery {
+            message,
+            delivered: u32::try_from(delivered).unwrap_or(u32::MAX),
+            context: self.context.clone(),
+            dead_letters: self.dead_letters.clone(),
+            confirmed_acks: self.confirmed_acks,
+        }
+    }
+}
+
+impl JetStreamSourceBuilder {
+    /// The subject poison messages are published to, with their error in a `Guestlist-Error`
+    /// header (required: some stream should capture it).
+    pub fn dead_letter(mut self, subject: &str) -> Self {
+        self.dead_letters = Some(subject.to_owned());
+        self
+    }
+
+    /// How long the server waits for an acknowledgement before redelivering (default 30 s,
+    /// [`JetStreamSource::DEFAULT_ACK_WAIT`]); set on the durable consumer when it is created.
+    pub fn ack_wait(mut self, wait: Duration) -> Self {
+        self.ack_wait = wait;
+        self
+    }
+
+    /// How long a fetch waits for a first message when none is ready, before it returns empty
+    /// (default 250 ms). A fetch returns as soon as one message is there.
+    pub fn fetch_wait(mut self, wait: Duration) -> Self {
+        self.fetch_wait = wait;
+        self
+    }
+
+    /// Waits for the server to confirm every acknowledgement (a double ack, one round trip per
+    /// message) instead of sending a batch's acks together and flushing once (default off).
+    /// guestlist does not need it: an acknowledgement lost after the commit brings a
+    /// redelivery, which the inbox answers as a duplicate.
+    pub fn confirmed_acks(mut self, on: bool) -> Self {
+        self.confirmed_acks = on;
+        self
+    }
+
+    /// Connects and binds the durable consumer (created if missing, with explicit acks and the
+    /// ack wait); refuses a stream that does not exist and a missing dead-letter subject.
+    pub async fn connect(self) -> Result<JetStreamSource, Error> {
+        let dead_letters = self.dead_letters.ok_or(Error::NoDeadLetterSubject)?;
+        let context = crate::connect(&self.url).await?;
+        let mut handle =
+            context
+                .get_stream(&self.stream)
+                .await
+                .map_err(|_| Error::MissingStream {
+                    stream: self.stream.clone(),
+                })?;
+        let info = handle
+            .info()
+            .await
+            .map_err(|e| Error::JetStream(e.to_string()))?;
+        let max_age = info.config.max_age;
+        let consumer: PullConsumer = handle
+            .get_or_create_consumer(
+                &self.durable,
+                pull::Config {
+                    durable_name: Some(self.durable.clone()),
+                    ack_policy: AckPolicy::Explicit,
+                    ack_wait: self.ack_wait,
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(|e| Error::JetStream(e.to_string()))?;
+        Ok(JetStreamSource {
+            context,
+            consumer,
+            ack_wait: self.ack_wait,
+            horizon: (!max_age.is_zero()).then_some(max_age),
+            dead_letters,
+            fetch_wait: self.fetch_wait,
+            confirmed_acks: self.confirmed_acks,
+        })
+    }
+}
+
+impl Source for JetStreamSource {
+    type Delivery = JetStreamDelivery;
+
+    async fn fetch(&mut self, max: usize) -> Result<Vec<JetStreamDelivery>, BoxError> {
+        let mut deliveries = self.fetch_ready(max).await?;
+        if !deliveries.is_empty() {
+            return Ok(deliveries);
+        }
+        // Nothing ready: wait for the first message, and return it as soon as it comes.
+        let mut first = self
+            .consumer
+            .batch()
+            .max_messages(1)
+            .expires(self.fetch_wait)
+            .messages()
+            .await?;
+        while let Some(message) = first.next().await {
+            deliveries.push(self.delivery(message?));
+        }
+        Ok(deliveries)
+    }
+
+    async fn fetch_ready(&mut self, max: usize) -> Result<Vec<JetStreamDelivery>, BoxError> {
+        // A no-wait pull: the server sends what it has, up to `max`, and ends the request.
+        let mut ready = self.consumer.fetch().max_messages(max).messages().await?;
+        let mut deliveries = Vec::with_capacity(max);
+        while let Some(message) = ready.next().await {
+            deliveries.push(self.delivery(message?));
+        }
+        Ok(deliveries)
+    }
+
+    fn ack_wait(&self) -> Option<Duration> {
+        Some(self.ack_wait)
+    }
+
+    fn redelivery_horizon(&self) -> Option<Duration> {
+        self.horizon
+    }
+}
