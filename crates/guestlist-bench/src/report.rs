@@ -30,6 +30,16 @@ pub(crate) struct Latency {
     pub(crate) p99_ms: f64,
 }
 
+impl Latency {
+    /// The median and the 99th percentile of `latencies` (sorted in place).
+    pub(crate) fn of(latencies: &mut [std::time::Duration]) -> Self {
+        Self {
+            p50_ms: crate::measure::percentile_ms(latencies, 0.5),
+            p99_ms: crate::measure::percentile_ms(latencies, 0.99),
+        }
+    }
+}
+
 /// Every figure of a run, and the ratios between them.
 #[derive(Debug, Default)]
 pub(crate) struct Report {

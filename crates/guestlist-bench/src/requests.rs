@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use crate::measure::{Plan, load, median, percentile_ms};
+use crate::measure::{Plan, load, median};
 use crate::report::{Latency, Row};
 
 /// Concurrent keep-alive connections of the load generator.
@@ -111,9 +111,6 @@ fn row<'a>(
         batch: 1,
         per_sec: median(rates),
         unit: "req/s",
-        latency: Some(Latency {
-            p50_ms: percentile_ms(&mut latencies, 0.5),
-            p99_ms: percentile_ms(&mut latencies, 0.99),
-        }),
+        latency: Some(Latency::of(&mut latencies)),
     }
 }

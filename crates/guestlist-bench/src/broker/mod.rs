@@ -23,6 +23,7 @@
 
 mod latency;
 mod plain;
+mod publish;
 pub(crate) mod queues;
 mod sqs;
 

@@ -19,17 +19,13 @@ use guestlist::{
     Begin, Completed, Fingerprint, IdempotencyKey, Scope, SqlKeyStore, StoredBody, StoredResponse,
 };
 
-use super::preload::{Preload, Shape, in_chunks};
+use super::preload::{BODY_BYTES, CLIENTS, Preload, Shape, in_chunks};
 use crate::measure::{Plan, load, median_of};
 use crate::report::{Report, Row};
 
 const LOADED_TABLE: &str = "bench_scale_keys";
 const EMPTY_TABLE: &str = "bench_scale_keys_empty";
 const WORKERS: usize = 4;
-/// Clients whose scopes the keys are spread over.
-pub(super) const CLIENTS: u64 = 1_000;
-/// The stored body's size, as the HTTP bench's handlers answer.
-pub(super) const BODY_BYTES: usize = 512;
 const LEASE: Duration = Duration::from_secs(30);
 
 /// The figures measured on the loaded and the empty table.
@@ -194,7 +190,7 @@ pub(super) async fn measure<DB: Preload>(
             latency: None,
         });
     }
-    let n = super::scale::rows_label(rows);
+    let n = super::ratios::rows_label(rows);
     for (what, over, under) in [
         ("fresh", Figure::FreshLoaded, Figure::FreshEmpty),
         ("replay", Figure::ReplayLoaded, Figure::ReplayEmpty),

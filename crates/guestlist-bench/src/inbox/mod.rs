@@ -11,6 +11,7 @@
 
 mod key_table;
 mod preload;
+mod ratios;
 mod scale;
 mod workload;
 

@@ -9,8 +9,12 @@ use std::future::Future;
 
 use guestlist::sqlx::{self, Pool};
 
-use super::key_table::{BODY_BYTES, CLIENTS};
 use super::workload::Workload;
+
+/// Clients whose scopes the preloaded keys are spread over.
+pub(super) const CLIENTS: u64 = 1_000;
+/// The stored body's size, as the HTTP bench's handlers answer.
+pub(super) const BODY_BYTES: usize = 512;
 
 /// The shape of the message ids a table is filled with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

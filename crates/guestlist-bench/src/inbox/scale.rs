@@ -20,7 +20,8 @@ use guestlist::sqlx::{self, Pool};
 use guestlist::{HandlerName, Inbox, InboxStats, MessageId, Purged, Retention};
 
 use super::preload::{Preload, Shape, in_chunks};
-use crate::measure::{Load, Plan, load, load_while, median, percentile_ms};
+use super::ratios::{add_ratios, record_bytes};
+use crate::measure::{Load, Plan, load, load_while, median};
 use crate::report::{Latency, Report, Row};
 
 const LOADED_TABLE: &str = "bench_scale_inbox";
@@ -90,17 +91,6 @@ impl Figure {
     }
 }
 
-/// N for ratio names: `10m` for 10,000,000, `500k`, or the number itself.
-pub(super) fn rows_label(rows: u64) -> String {
-    if rows >= 1_000_000 && rows.is_multiple_of(1_000_000) {
-        format!("{}m", rows / 1_000_000)
-    } else if rows >= 1_000 && rows.is_multiple_of(1_000) {
-        format!("{}k", rows / 1_000)
-    } else {
-        rows.to_string()
-    }
-}
-
 /// Runs the whole scale bench on `pool`.
 pub(crate) async fn measure<DB: Preload>(
     pool: &Pool<DB>,
@@ -145,7 +135,7 @@ pub(crate) async fn measure<DB: Preload>(
         drop::<DB>(pool, LOADED_TABLE).await?;
     }
     drop::<DB>(pool, EMPTY_TABLE).await?;
-    add_ratios(report, DB::LABEL, scale.rows, &before);
+    add_ratios(report, DB::LABEL, scale.rows, WORKERS, &before);
     Ok(())
 }
 
@@ -304,17 +294,10 @@ async fn claims<DB: Preload>(
             batch: figure.batch(),
             per_sec: median(mine.iter().map(|(_, r, _)| *r).collect()),
             unit: "msgs/s",
-            latency: Some(latency(&mut latencies)),
+            latency: Some(Latency::of(&mut latencies)),
         });
     }
     Ok(())
-}
-
-fn latency(latencies: &mut [Duration]) -> Latency {
-    Latency {
-        p50_ms: percentile_ms(latencies, 0.5),
-        p99_ms: percentile_ms(latencies, 0.99),
-    }
 }
 
 /// Live claims alone, then during a purge of the oldest day; the purge's rate.
@@ -326,7 +309,7 @@ async fn purge<DB: Preload>(
 ) -> anyhow::Result<u64> {
     let window = plan.each * 4;
     let mut idle = bench.run(Figure::SingleLoaded, window).await?;
-    let idle_latency = latency(&mut idle.latencies);
+    let idle_latency = Latency::of(&mut idle.latencies);
     eprintln!(
         "  claims_idle          {:>9.0} ids/s  p99 {:.2} ms",
         idle.per_sec, idle_latency.p99_ms
@@ -387,7 +370,7 @@ async fn purge<DB: Preload>(
         anyhow::bail!("another purger held {LOADED_TABLE}");
     };
     let rate = deleted as f64 / took.as_secs_f64();
-    let during_latency = latency(&mut during.latencies);
+    let during_latency = Latency::of(&mut during.latencies);
     eprintln!(
         "  purge                deleted {deleted} rows in {:.1} s ({rate:.0} rows/s, batches of {}, pauses of {:?})",
         took.as_secs_f64(),
@@ -438,23 +421,6 @@ async fn bytes_per_row<DB: Preload>(
     Ok(())
 }
 
-/// Records a table's bytes per row, in all and split into table and indexes.
-fn record_bytes(report: &mut Report, backend: &str, label: &str, stats: &InboxStats) {
-    let per_row = |bytes: Option<u64>| bytes.map(|b| b as f64 / stats.rows.max(1) as f64);
-    let size = &stats.size;
-    for (name, value) in [
-        ("bytes_per_row", stats.bytes_per_row()),
-        ("table_bytes_per_row", per_row(size.table_bytes)),
-        ("index_bytes_per_row", per_row(size.index_bytes)),
-    ] {
-        if let Some(value) = value {
-            report
-                .ratios
-                .insert(format!("{name}_{label}_{backend}"), value.round());
-        }
-    }
-}
-
 /// Puts back as many rows as the purge deleted, in the oldest day again, so that the next
 /// `--keep` run finds the same week. (Their place in the table differs from a day's rows that
 /// arrived in time: take final figures from a fresh load.)
@@ -466,43 +432,6 @@ async fn top_up<DB: Preload>(pool: &Pool<DB>, deleted: u64) -> anyhow::Result<()
     DB::exec(pool, format!("{} {LOADED_TABLE}", DB::ANALYZE)).await?;
     eprintln!("  kept {LOADED_TABLE}, {deleted} rows put back, for the next --keep run");
     Ok(())
-}
-
-/// The ratios, named for N: `single_10m_vs_empty_postgres` and the rest.
-fn add_ratios(report: &mut Report, backend: &'static str, rows: u64, loaded: &InboxStats) {
-    let n = rows_label(rows);
-    report.ratio_named(
-        &format!("single_{n}_vs_empty_{backend}"),
-        "single_loaded",
-        "single_empty",
-        backend,
-        WORKERS,
-    );
-    report.ratio_named(
-        &format!("batch100_{n}_vs_empty_{backend}"),
-        "batch100_loaded",
-        "batch100_empty",
-        backend,
-        WORKERS,
-    );
-    let p99 = |name: &str| {
-        report
-            .rows
-            .iter()
-            .find(|r| r.name == name && r.backend == backend)
-            .and_then(|r| r.latency)
-            .map_or(f64::NAN, |l| l.p99_ms)
-    };
-    let (idle, during) = (p99("claims_idle"), p99("claims_during_purge"));
-    report.ratios.insert(
-        format!("idle_p99_vs_purge_p99_{n}_{backend}"),
-        idle / during,
-    );
-    let purge = report.get("purge", backend, 1);
-    report
-        .ratios
-        .insert(format!("purge_rows_per_sec_{n}_{backend}"), purge.round());
-    record_bytes(report, backend, &n, loaded);
 }
 
 /// Drops a bench inbox and the deferrals table `Inbox::migrate` made beside it.

@@ -10,7 +10,6 @@ use guestlist::{MessageId, Outbox, Outgoing, Publish, Relay, Topic};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::broker::queues::Queue;
-use crate::measure::percentile_ms;
 use crate::report::Latency;
 
 /// Commits `count` messages at `per_sec`, each on its own transaction, with a relay running,
@@ -70,10 +69,7 @@ pub(super) async fn measure<P: Publish + 'static>(
     let _ = stop.send(());
     relaying.await??;
     subscriber.abort();
-    Ok(Latency {
-        p50_ms: percentile_ms(&mut latencies, 0.50),
-        p99_ms: percentile_ms(&mut latencies, 0.99),
-    })
+    Ok(Latency::of(&mut latencies))
 }
 
 /// Sends each message's id and arrival time as `queue` delivers it.

@@ -1,0 +1,77 @@
+//! The scale bench's ratios, named for the rows loaded: `single_10m_vs_empty_postgres` and the
+//! rest, and the bytes a row costs.
+
+use guestlist::InboxStats;
+
+use crate::report::Report;
+
+/// N for ratio names: `10m` for 10,000,000, `500k`, or the number itself.
+pub(super) fn rows_label(rows: u64) -> String {
+    if rows >= 1_000_000 && rows.is_multiple_of(1_000_000) {
+        format!("{}m", rows / 1_000_000)
+    } else if rows >= 1_000 && rows.is_multiple_of(1_000) {
+        format!("{}k", rows / 1_000)
+    } else {
+        rows.to_string()
+    }
+}
+
+/// Records a table's bytes per row, in all and split into table and indexes.
+pub(super) fn record_bytes(report: &mut Report, backend: &str, label: &str, stats: &InboxStats) {
+    let per_row = |bytes: Option<u64>| bytes.map(|b| b as f64 / stats.rows.max(1) as f64);
+    let size = &stats.size;
+    for (name, value) in [
+        ("bytes_per_row", stats.bytes_per_row()),
+        ("table_bytes_per_row", per_row(size.table_bytes)),
+        ("index_bytes_per_row", per_row(size.index_bytes)),
+    ] {
+        if let Some(value) = value {
+            report
+                .ratios
+                .insert(format!("{name}_{label}_{backend}"), value.round());
+        }
+    }
+}
+
+/// The ratios, named for N: `single_10m_vs_empty_postgres` and the rest.
+pub(super) fn add_ratios(
+    report: &mut Report,
+    backend: &'static str,
+    rows: u64,
+    workers: usize,
+    loaded: &InboxStats,
+) {
+    let n = rows_label(rows);
+    report.ratio_named(
+        &format!("single_{n}_vs_empty_{backend}"),
+        "single_loaded",
+        "single_empty",
+        backend,
+        workers,
+    );
+    report.ratio_named(
+        &format!("batch100_{n}_vs_empty_{backend}"),
+        "batch100_loaded",
+        "batch100_empty",
+        backend,
+        workers,
+    );
+    let p99 = |name: &str| {
+        report
+            .rows
+            .iter()
+            .find(|r| r.name == name && r.backend == backend)
+            .and_then(|r| r.latency)
+            .map_or(f64::NAN, |l| l.p99_ms)
+    };
+    let (idle, during) = (p99("claims_idle"), p99("claims_during_purge"));
+    report.ratios.insert(
+        format!("idle_p99_vs_purge_p99_{n}_{backend}"),
+        idle / during,
+    );
+    let purge = report.get("purge", backend, 1);
+    report
+        .ratios
+        .insert(format!("purge_rows_per_sec_{n}_{backend}"), purge.round());
+    record_bytes(report, backend, &n, loaded);
+}
