@@ -4,13 +4,9 @@ use std::collections::VecDeque;
 use std::pin::Pin;
 
 use bytes::{Bytes, BytesMut};
-use http::header;
-use http::request::Parts;
 use http_body::{Body as HttpBody, Frame};
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, Limited, StreamBody};
-
-use crate::problem::Problem;
 
 /// The error type of every body this crate builds.
 pub use guestlist_core::BoxError;
@@ -141,30 +137,4 @@ where
     let tail = http_body_util::BodyStream::new(rest.map_err(Into::into));
     use futures_util::StreamExt;
     StreamBody::new(head.chain(tail)).boxed_unsync()
-}
-
-/// Reads a keyed request's body within the limit, or the refusal to send instead.
-pub(crate) async fn read_keyed<B>(limit: usize, parts: &Parts, body: B) -> Result<Bytes, Problem>
-where
-    B: HttpBody + Send,
-    B::Data: Send,
-    B::Error: Into<BoxError>,
-{
-    let declared_too_large = parts
-        .headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
-        .is_some_and(|len| len > limit as u64);
-    let bytes = match declared_too_large {
-        true => Err(ReadError::TooLarge),
-        false => read_request(body, limit).await,
-    };
-    bytes.map_err(|err| match err {
-        ReadError::TooLarge => Problem::body_too_large(format!(
-            "send at most {limit} bytes; nothing was run and the key is still unused"
-        )),
-        ReadError::Broken(err) => Problem::body_unreadable(format!(
-            "the body broke off ({err}); retry with the same key"
-        )),
-    })
 }

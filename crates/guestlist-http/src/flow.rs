@@ -20,6 +20,7 @@ use crate::context::IdempotencyContext;
 use crate::keep_locked::KeepLocked;
 use crate::key_header::KeyHeader;
 use crate::key_source::{self, KeySource};
+use crate::keyed_body;
 use crate::mode::Mode;
 use crate::outcome::Outcome;
 use crate::problem::Problem;
@@ -65,7 +66,7 @@ where
         let (parts, body) = req.into_parts();
         // A key in a header is known before the body: a bad one is refused without reading it.
         let (key, body) = if self.config.key.in_body() {
-            let bytes = match body::read_keyed(self.config.max_request_body, &parts, body).await {
+            let bytes = match keyed_body::read(self.config.max_request_body, &parts, body).await {
                 Ok(bytes) => bytes,
                 Err(refusal) => return Ok(refuse(refusal)),
             };
@@ -149,7 +150,7 @@ where
         let bytes = match body {
             Pending::Read(bytes) => bytes,
             Pending::Unread(body) => {
-                match body::read_keyed(self.config.max_request_body, &parts, body).await {
+                match keyed_body::read(self.config.max_request_body, &parts, body).await {
                     Ok(bytes) => bytes,
                     Err(refusal) => return Ok(refuse(refusal)),
                 }

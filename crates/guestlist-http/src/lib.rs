@@ -49,6 +49,7 @@ mod flow;
 mod keep_locked;
 pub mod key_header;
 mod key_source;
+mod keyed_body;
 mod layer;
 mod mode;
 mod outcome;
