@@ -87,8 +87,8 @@ impl Statements for MySql {
          CAST(TIMESTAMPDIFF(MICROSECOND, MIN(seen_at), UTC_TIMESTAMP(6)) DIV 1000 AS SIGNED) \
          FROM {table} GROUP BY handler ORDER BY handler";
 
-    super::same_everywhere!(MySqlConnection);
-    super::purge_from_the_oldest!(MySqlConnection);
+    super::inbox::same_everywhere!(MySqlConnection);
+    super::inbox::purge_from_the_oldest!(MySqlConnection);
 
     async fn defer<'c>(
         conn: &'c mut MySqlConnection,
@@ -246,5 +246,5 @@ impl KeyStatements for MySql {
         inserted_unless_duplicate(inserted)
     }
 
-    super::keys_same_everywhere!(MySqlConnection);
+    super::keys::keys_same_everywhere!(MySqlConnection);
 }

@@ -42,7 +42,7 @@ impl OutboxStatements for MySql {
         row: OutboxRow<'c>,
     ) -> Result<bool, sqlx::Error> {
         let insert = sqlx::query(AssertSqlSafe(sql.insert.clone()));
-        let inserted = crate::backend::bind_outbox_row!(insert, row)
+        let inserted = crate::backend::outbox::bind_outbox_row!(insert, row)
             .execute(conn)
             .await;
         inserted_unless_duplicate(inserted)

@@ -73,7 +73,7 @@ impl Statements for Postgres {
          (EXTRACT(EPOCH FROM (now() - MIN(seen_at))) * 1000)::bigint \
          FROM {table} GROUP BY handler ORDER BY handler";
 
-    super::same_everywhere!(PgConnection);
+    super::inbox::same_everywhere!(PgConnection);
 
     async fn purge_batch<'c>(
         conn: &'c mut PgConnection,
@@ -91,8 +91,8 @@ impl Statements for Postgres {
                 .await?;
         Ok((deleted.max(0).unsigned_abs(), newest))
     }
-    super::defer_by_upsert_returning!(PgConnection);
-    super::claim_by_rows_affected!(PgConnection);
+    super::inbox::defer_by_upsert_returning!(PgConnection);
+    super::inbox::claim_by_rows_affected!(PgConnection);
 
     async fn claim_batch<'c>(
         conn: &'c mut PgConnection,
@@ -201,6 +201,6 @@ impl KeyStatements for Postgres {
          FROM (VALUES (1)) AS one LEFT JOIN {table} AS k \
          ON k.scope = $1 AND k.idempotency_key = $2";
 
-    super::key_insert_by_rows_affected!(PgConnection);
-    super::keys_same_everywhere!(PgConnection);
+    super::keys::key_insert_by_rows_affected!(PgConnection);
+    super::keys::keys_same_everywhere!(PgConnection);
 }

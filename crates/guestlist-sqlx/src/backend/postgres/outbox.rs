@@ -19,7 +19,7 @@ impl OutboxStatements for Postgres {
          (message_id, topic, ordering_key, seq, headers, payload) \
          VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (message_id) DO NOTHING";
 
-    crate::backend::outbox_with_returning!(PgConnection);
+    crate::backend::outbox::outbox_with_returning!(PgConnection);
 }
 
 impl RelayStatements for Postgres {

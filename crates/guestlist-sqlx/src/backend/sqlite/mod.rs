@@ -100,10 +100,10 @@ impl Statements for Sqlite {
         pool.begin_with("BEGIN IMMEDIATE").await
     }
 
-    super::same_everywhere!(SqliteConnection);
-    super::purge_from_the_oldest!(SqliteConnection);
-    super::defer_by_upsert_returning!(SqliteConnection);
-    super::claim_by_rows_affected!(SqliteConnection);
+    super::inbox::same_everywhere!(SqliteConnection);
+    super::inbox::purge_from_the_oldest!(SqliteConnection);
+    super::inbox::defer_by_upsert_returning!(SqliteConnection);
+    super::inbox::claim_by_rows_affected!(SqliteConnection);
 
     async fn claim_batch<'c>(
         conn: &'c mut SqliteConnection,
@@ -202,6 +202,6 @@ impl KeyStatements for Sqlite {
          (SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()) \
          FROM {table}";
 
-    super::key_insert_by_rows_affected!(SqliteConnection);
-    super::keys_same_everywhere!(SqliteConnection);
+    super::keys::key_insert_by_rows_affected!(SqliteConnection);
+    super::keys::keys_same_everywhere!(SqliteConnection);
 }

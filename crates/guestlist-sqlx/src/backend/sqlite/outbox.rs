@@ -15,7 +15,7 @@ impl OutboxStatements for Sqlite {
          (message_id, topic, ordering_key, seq, headers, payload) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (message_id) DO NOTHING";
 
-    crate::backend::outbox_with_returning!(SqliteConnection);
+    crate::backend::outbox::outbox_with_returning!(SqliteConnection);
 }
 
 impl RelayStatements for Sqlite {

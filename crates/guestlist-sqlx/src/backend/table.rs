@@ -1,0 +1,127 @@
+//! SQL text every guestlist table needs (its name, its DDL, its purge and size), and the DDL
+//! files read into statements.
+
+use std::sync::Arc;
+
+use guestlist_core::TableName;
+
+use super::{Backend, sealed};
+
+/// SQL text every guestlist table needs: its name, its DDL, and its purge.
+#[derive(Debug)]
+#[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
+pub struct TableSql {
+    pub(crate) table: TableName,
+    /// Deletes at most `limit` rows older than a number of seconds (PostgreSQL: and none older
+    /// than a resume point).
+    pub(crate) purge_batch: Arc<str>,
+    /// Counts rows older than a number of seconds.
+    pub(crate) count_older: Arc<str>,
+    /// Reads the table's size: table bytes, index bytes, dead rows, free bytes.
+    pub(crate) size: Arc<str>,
+    /// The DDL, one statement per entry.
+    pub(crate) ddl: Vec<String>,
+}
+
+impl TableSql {
+    /// Formats `DB`'s purge templates for `table`, whose age is in the column `at`, and its DDL
+    /// file, written for the table `default_name`.
+    pub(crate) fn new<DB: sealed::Statements>(
+        table: &TableName,
+        at: &str,
+        ddl: &str,
+        default_name: &str,
+    ) -> Self {
+        let fill = |template: &str| -> Arc<str> {
+            template
+                .replace("{table}", table.as_str())
+                .replace("{at}", at)
+                .into()
+        };
+        Self {
+            table: table.clone(),
+            purge_batch: fill(DB::PURGE_BATCH),
+            count_older: fill(DB::COUNT_OLDER),
+            size: fill(DB::TABLE_SIZE),
+            ddl: ddl_statements(ddl, default_name, table.as_str()),
+        }
+    }
+
+    /// The name of the lock purgers of this table take turns with.
+    pub(crate) fn purge_lock(&self) -> String {
+        format!("guestlist_purge_{}", self.table)
+    }
+
+    /// The name of the lock migrations of this table take turns with.
+    fn migrate_lock(&self) -> String {
+        format!("guestlist_migrate_{}", self.table)
+    }
+
+    /// Runs the table's DDL on `conn`, after any other process migrating it has finished.
+    pub(crate) async fn migrate<DB: Backend>(
+        &self,
+        conn: &mut DB::Connection,
+    ) -> Result<(), sqlx::Error> {
+        DB::migrate(conn, &self.migrate_lock(), &self.ddl).await
+    }
+}
+
+/// A table's size as read: table bytes, index bytes, dead rows, free bytes.
+#[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
+pub type SizeRow = (Option<i64>, Option<i64>, Option<i64>, Option<i64>);
+
+/// Splits a DDL file into statements, dropping `--` comment lines and renaming the table.
+pub(crate) fn ddl_statements(file: &str, default_name: &str, table: &str) -> Vec<String> {
+    let code: String = file
+        .lines()
+        .filter(|line| !line.trim_start().starts_with("--"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    split_statements(&code)
+        .into_iter()
+        .map(str::trim)
+        .filter(|statement| !statement.is_empty())
+        .map(|statement| statement.replace(default_name, table))
+        .collect()
+}
+
+/// `code` cut at each `;` that is not inside a `$$`-quoted body (a PostgreSQL function's).
+pub(crate) fn split_statements(code: &str) -> Vec<&str> {
+    let mut statements = Vec::new();
+    let (mut start, mut quoted) = (0, false);
+    let bytes = code.as_bytes();
+    let mut at = 0;
+    while at < bytes.len() {
+        if code[at..].starts_with("$$") {
+            quoted = !quoted;
+            at += 2;
+            continue;
+        }
+        if bytes[at] == b';' && !quoted {
+            statements.push(&code[start..at]);
+            start = at + 1;
+        }
+        at += 1;
+    }
+    statements.push(&code[start..]);
+    statements
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_statements;
+
+    #[test]
+    fn a_dollar_quoted_body_stays_in_one_statement() {
+        let code = "CREATE TABLE t (a INT);\nCREATE FUNCTION f() RETURNS trigger AS $$\nBEGIN\n    \
+                    PERFORM 1;\n    RETURN NULL;\nEND\n$$;\nDO $$ BEGIN NULL; END $$;";
+        let statements: Vec<&str> = split_statements(code)
+            .into_iter()
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .collect();
+        assert_eq!(statements.len(), 3, "{statements:#?}");
+        assert!(statements[1].contains("PERFORM 1;") && statements[1].ends_with("$$"));
+        assert_eq!(statements[2], "DO $$ BEGIN NULL; END $$");
+    }
+}
