@@ -20,6 +20,7 @@
 mod backend;
 mod error;
 mod failure;
+mod fencing;
 mod health;
 mod inbox;
 mod keys;

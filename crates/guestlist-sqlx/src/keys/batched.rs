@@ -11,7 +11,7 @@ use guestlist_core::{
 };
 use tokio::sync::{mpsc, oneshot};
 
-use crate::keys::{lease_ms, new_token};
+use crate::fencing::{lease_ms, new_token};
 use crate::{Error, SqlKeyStore};
 
 #[cfg(feature = "postgres")]

@@ -13,10 +13,12 @@ use sqlx::Pool;
 use crate::Error;
 use crate::backend::sealed::KeyValues;
 use crate::backend::{Backend, KeyRow, KeysSql, TableSql};
+use crate::fencing::{lease_ms, new_token};
 use crate::purge::{Purge, Purgeable, sealed};
 
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 mod batched;
+mod inspect;
 #[cfg(feature = "postgres")]
 mod locked;
 mod sealing;
@@ -371,96 +373,9 @@ impl<DB: Backend> SqlKeyStore<DB> {
         Ok(gone == 1)
     }
 
-    /// Deletes the key whatever its state (an operator's eviction). `true` when a row went.
-    pub async fn evict(&self, scope: &Scope, key: &IdempotencyKey) -> Result<bool, Error> {
-        let key = &*self.key_at_rest(key);
-        let mut conn = self.pool.acquire().await?;
-        let values = KeyValues::Evict(scope.as_str(), key.as_str());
-        let gone = DB::key_update(&mut conn, &self.sql.evict, values)
-            .await
-            .map_err(|err| self.error(err))?;
-        Ok(gone == 1)
-    }
-
-    /// Reads one key's row for an operator: who holds it, and whether a response is stored.
-    /// `None` when the key is unknown (never used, evicted, or purged).
-    pub async fn inspect(
-        &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-    ) -> Result<Option<KeyRecord>, Error> {
-        let key = &*self.key_at_rest(key);
-        let mut conn = self.pool.acquire().await?;
-        let row = DB::key_select(&mut conn, &self.sql, scope.as_str(), key.as_str())
-            .await
-            .map_err(|err| self.error(err))?;
-        Ok(row.map(|row| {
-            let state = match row.status {
-                Some(status) => KeyState::Stored {
-                    status: u16::try_from(status).unwrap_or(0),
-                    body_bytes: row.body.as_ref().map(Vec::len),
-                },
-                None => match row.lease_left_ms {
-                    Some(left) if left > 0 => KeyState::InFlight {
-                        lease_left: Duration::from_millis(left as u64),
-                    },
-                    _ => KeyState::Abandoned,
-                },
-            };
-            KeyRecord {
-                attempt: u64::try_from(row.attempt).unwrap_or(0),
-                fingerprint: hex::encode(&row.fingerprint),
-                state,
-            }
-        }))
-    }
-
-    /// The table's figures: rows, rows in flight, the oldest row's age, and the size on disk.
-    pub async fn stats(&self) -> Result<KeyStats, Error> {
-        let mut conn = self.pool.acquire().await?;
-        let (rows, in_flight, oldest_ms, bytes) = DB::key_stats(&mut conn, &self.sql)
-            .await
-            .map_err(|err| self.error(err))?;
-        let unsigned = |n: i64| u64::try_from(n).unwrap_or(0);
-        Ok(KeyStats {
-            rows: unsigned(rows),
-            in_flight: unsigned(in_flight),
-            oldest: oldest_ms.map(|ms| Duration::from_millis(unsigned(ms))),
-            bytes: bytes.map(unsigned),
-        })
-    }
-
-    /// What `scope` holds: its keys in flight, and in all (one indexed count on the scope's
-    /// range of the primary key).
-    pub async fn usage(&self, scope: &Scope) -> Result<ScopeUsage, Error> {
-        let mut conn = self.pool.acquire().await?;
-        let (in_flight, keys) = DB::key_usage(&mut conn, &self.sql, scope.as_str())
-            .await
-            .map_err(|err| self.error(err))?;
-        let unsigned = |n: i64| u64::try_from(n).unwrap_or(0);
-        Ok(ScopeUsage {
-            in_flight: unsigned(in_flight),
-            keys: unsigned(keys),
-        })
-    }
-
     pub(crate) fn error(&self, err: sqlx::Error) -> Error {
         Error::from_store::<DB>(self.table(), err)
     }
-}
-
-/// A lease in whole milliseconds, as the statements bind it.
-pub(crate) fn lease_ms(lease: Duration) -> i64 {
-    lease.as_millis().min(i64::MAX as u128) as i64
-}
-
-/// A fresh fencing token from the operating system's random source.
-pub(crate) fn new_token() -> Result<u64, Error> {
-    getrandom::u64().map_err(|err| {
-        Error::Database(sqlx::Error::Protocol(format!(
-            "no randomness for a fencing token: {err}"
-        )))
-    })
 }
 
 /// The replay of a completed row.

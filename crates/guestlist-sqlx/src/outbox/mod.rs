@@ -6,17 +6,21 @@ use std::sync::Arc;
 
 use guestlist_core::{MessageId, Retention, TableName};
 
+use crate::Error;
 use crate::InvalidValue;
 use crate::backend::{Backend, OutboxRow, OutboxSql, RelaySql, TableSql};
+use crate::fencing::new_token;
 use crate::purge::{Purge, Purgeable, sealed};
-use crate::{Error, keys::new_token};
 
 mod dead;
 mod held;
 mod lease;
 mod outgoing;
+mod progress;
+mod publication;
 mod publish;
 mod relay;
+mod round;
 mod settle;
 mod stats;
 mod wake;

@@ -5,13 +5,12 @@ use std::time::{Duration, Instant};
 
 use guestlist_core::Backoff;
 
-use crate::backend::{Backend, PendingRow};
-use crate::outbox::held::HeldKeys;
-use crate::outbox::lease::Lease;
-use crate::outbox::publish::{Confirmed, OutboxMessage, Outcomes, Publish, PublishError};
-use crate::outbox::settle::Settled;
+use crate::backend::Backend;
+use crate::fencing::new_token;
+use crate::outbox::progress::{Progress, Round};
+use crate::outbox::publish::{Publish, PublishError};
 use crate::outbox::{Outbox, Wake};
-use crate::{Error, Health, keys::new_token};
+use crate::{Error, Health};
 
 /// Publishes an [`Outbox`]'s committed messages to a broker, and stamps each one published once
 /// the broker has confirmed it.
@@ -55,17 +54,17 @@ use crate::{Error, Health, keys::new_token};
 /// ```
 #[derive(Debug)]
 pub struct Relay<DB: Backend, P> {
-    outbox: Outbox<DB>,
-    pool: sqlx::Pool<DB>,
-    publisher: P,
-    batch: usize,
-    lease: Duration,
-    poll: Duration,
-    holder: String,
-    backoff: (Duration, Duration),
-    max_attempts: u32,
-    confirm_timeout: Duration,
-    health: Health,
+    pub(super) outbox: Outbox<DB>,
+    pub(super) pool: sqlx::Pool<DB>,
+    pub(super) publisher: P,
+    pub(super) batch: usize,
+    pub(super) lease: Duration,
+    pub(super) poll: Duration,
+    pub(super) holder: String,
+    pub(super) backoff: (Duration, Duration),
+    pub(super) max_attempts: u32,
+    pub(super) confirm_timeout: Duration,
+    pub(super) health: Health,
 }
 
 /// What a relay did until it stopped.
@@ -83,56 +82,6 @@ pub struct Relayed {
     /// Messages moved to the outgoing dead letters (`<table>_dead`): refused for good, or
     /// refused [`max_attempts`](Relay::max_attempts) times.
     pub dead_lettered: u64,
-}
-
-/// Where a relay stands between rounds.
-struct Progress {
-    /// The lease, while this relay holds it.
-    lease: Option<Lease>,
-    /// The batch published last round, to be settled and stamped this round.
-    carried: Option<Published>,
-    /// Keys whose head the broker refused: nothing after the head goes out meanwhile.
-    held: HeldKeys,
-    /// Messages a round takes now: the setting, halved after a round that ran out of time.
-    batch: usize,
-    /// Whether the last round settled a confirmation: the broker answers again.
-    confirmed: bool,
-    /// When a message was last stamped or dead-lettered, or the outbox last found empty.
-    moved_at: Instant,
-    /// When the relay last warned that nothing moves.
-    warned_at: Option<Instant>,
-}
-
-impl Progress {
-    fn new(batch: usize) -> Self {
-        Self {
-            lease: None,
-            carried: None,
-            held: HeldKeys::default(),
-            batch,
-            confirmed: false,
-            moved_at: Instant::now(),
-            warned_at: None,
-        }
-    }
-}
-
-/// A batch the broker has answered for, waiting to be settled and stamped.
-struct Published {
-    rows: Vec<PendingRow>,
-    outcomes: Vec<Option<Result<Confirmed, PublishError>>>,
-}
-
-/// What one round found.
-enum Round {
-    /// A batch went out: there may be more at once.
-    More,
-    /// Nothing more to publish now: wait for a commit, the poll, or a held key's turn.
-    Idle,
-    /// Another relay holds the lease.
-    Standby,
-    /// The broker or the way to it is down: back off as a whole.
-    Outage(PublishError),
 }
 
 impl<DB: Backend, P: Publish> Relay<DB, P> {
@@ -344,360 +293,6 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
         }
     }
 
-    /// One round: the lease; the last round's outcomes settled (stamps, held keys, dead
-    /// letters); the next batch of pending messages (unless `read_more` is false), published
-    /// while the last one's stamps commit.
-    async fn round(
-        &self,
-        progress: &mut Progress,
-        totals: &mut Relayed,
-        read_more: bool,
-    ) -> Result<Round, Error> {
-        let sql = &self.outbox.relay;
-        let lease_ms = i64::try_from(self.lease.as_millis()).unwrap_or(i64::MAX);
-        let lease = match progress.lease.filter(Lease::usable) {
-            Some(lease) => lease,
-            None => {
-                // A batch published under a lease now gone stays pending: it goes again.
-                progress.lease = None;
-                progress.carried = None;
-                progress.held.clear();
-                let asked = Instant::now();
-                let mut conn = self.connection().await?;
-                let taken = DB::relay_take(&mut conn, sql, &self.holder, lease_ms)
-                    .await
-                    .map_err(|e| self.error(e))?;
-                let Some(token) = taken else {
-                    return Ok(Round::Standby);
-                };
-                totals.leases_taken += 1;
-                tracing::info!(table = %self.outbox.table(), holder = %self.holder, token,
-                    "outbox relay took the lease");
-                let lease = Lease::taken(token, self.lease, asked);
-                progress.lease = Some(lease);
-                lease
-            }
-        };
-
-        // What the broker said of the last batch: known already, so that nothing read now is
-        // sent behind a head that just failed.
-        let carried = progress.carried.take();
-        let had_carried = carried.is_some();
-        let (settled, settled_rows) = match carried {
-            Some(carried) => (Settled::sort(&carried.rows, carried.outcomes), carried.rows),
-            None => (Settled::default(), Vec::new()),
-        };
-        progress.confirmed = !settled.confirmed.is_empty();
-        let mut dead = self.hold_or_bury(&settled, &settled_rows, &mut progress.held);
-
-        // An outage publishes nothing more this round: the relay backs off first.
-        let rows = if read_more && settled.outage.is_none() {
-            self.next_batch(progress, &settled, &dead).await?
-        } else {
-            Vec::new()
-        };
-        let (rows, messages) = self.checked(rows, &mut dead, &mut progress.held);
-
-        if !had_carried && dead.is_empty() && rows.is_empty() {
-            self.renew_if_due(progress, lease, lease_ms).await?;
-            if progress.held.is_empty() {
-                progress.moved_at = Instant::now();
-            }
-            return Ok(Round::Idle);
-        }
-
-        // The broker confirms the new batch while the database stamps the last one.
-        let stamp = async {
-            let asked = Instant::now();
-            let mut conn = self.pool.acquire().await?;
-            let mut kept =
-                DB::relay_stamp(&mut conn, sql, lease.token, lease_ms, &settled.stamp).await?;
-            for (row, why) in &dead {
-                if !kept {
-                    break;
-                }
-                kept = DB::relay_bury(&mut conn, sql, lease.token, lease_ms, row.id, why).await?;
-            }
-            Ok::<_, sqlx::Error>((kept, asked))
-        };
-        let (published, stamped) = tokio::join!(self.publish(&messages, lease), stamp);
-        let (kept, asked) = stamped.map_err(|e| self.error(e))?;
-        if !kept {
-            return Ok(self.lost(progress, lease));
-        }
-        if let Some(held) = progress.lease.as_mut() {
-            held.renewed(published.renewed_at.map_or(asked, |at| at.max(asked)));
-        }
-        self.count(&settled, &dead, totals);
-        if !settled.stamp.is_empty() || !dead.is_empty() {
-            progress.moved_at = Instant::now();
-        }
-        if published.lost {
-            return Ok(self.lost(progress, lease));
-        }
-        self.resize(progress, &published);
-        if let Some(err) = settled.outage {
-            return Ok(Round::Outage(err));
-        }
-        if rows.is_empty() {
-            return Ok(Round::Idle);
-        }
-        // More may be waiting; and even less than a batch is stamped at once, the next round.
-        progress.carried = Some(Published {
-            rows,
-            outcomes: published.outcomes,
-        });
-        Ok(Round::More)
-    }
-
-    /// Holds back the keys whose head the broker refused, lets go of those whose head it
-    /// confirmed, and returns the rows to dead-letter now, with why.
-    fn hold_or_bury(
-        &self,
-        settled: &Settled,
-        rows: &[PendingRow],
-        held: &mut HeldKeys,
-    ) -> Vec<(PendingRow, String)> {
-        for &n in &settled.confirmed {
-            held.release(&rows[n]);
-        }
-        let mut dead = Vec::new();
-        for (n, err) in &settled.unpublishable {
-            let row = &rows[*n];
-            held.release(row);
-            dead.push((row.clone(), format!("refused for good: {err}")));
-        }
-        for (n, err) in &settled.refused {
-            let row = &rows[*n];
-            let failures = held.failed(row, err.to_string(), self.backoff);
-            if failures >= self.max_attempts {
-                held.release(row);
-                dead.push((
-                    row.clone(),
-                    format!("refused {failures} times, the last: {err}"),
-                ));
-            } else {
-                tracing::warn!(table = %self.outbox.table(), message_id = %row.message_id,
-                    ordering_key = row.ordering_key.as_deref().unwrap_or(""), topic = %row.topic,
-                    failures, max_attempts = self.max_attempts, error = %err,
-                    "the broker refused a message; its key waits and the rest flow");
-            }
-        }
-        for (row, why) in &dead {
-            tracing::error!(table = %self.outbox.table(), message_id = %row.message_id,
-                ordering_key = row.ordering_key.as_deref().unwrap_or(""), topic = %row.topic,
-                reason = %why,
-                "moving a message to the outgoing dead letters; its key moves on");
-        }
-        dead
-    }
-
-    /// The next batch: the held heads whose turn has come, then the oldest pending rows of
-    /// every key not held back.
-    async fn next_batch(
-        &self,
-        progress: &Progress,
-        settled: &Settled,
-        dead: &[(PendingRow, String)],
-    ) -> Result<Vec<PendingRow>, Error> {
-        let mut rows = progress.held.due(progress.batch);
-        let room = progress.batch.saturating_sub(rows.len());
-        if room == 0 {
-            return Ok(rows);
-        }
-        // Rows about to be stamped or buried are still pending until that commits.
-        let mut exclude = settled.stamp.clone();
-        exclude.extend(dead.iter().map(|(row, _)| row.id));
-        exclude.extend(progress.held.rows());
-        let keys = progress.held.keys();
-        let limit = i64::try_from(room).unwrap_or(i64::MAX);
-        let mut conn = self.connection().await?;
-        let pending = DB::relay_pending(&mut conn, &self.outbox.relay, limit, &exclude, &keys)
-            .await
-            .map_err(|e| self.error(e))?;
-        rows.extend(pending);
-        Ok(rows)
-    }
-
-    /// Splits `rows` into those the broker could take, as messages, and those it never
-    /// could, which join `dead` (their keys move on).
-    fn checked(
-        &self,
-        rows: Vec<PendingRow>,
-        dead: &mut Vec<(PendingRow, String)>,
-        held: &mut HeldKeys,
-    ) -> (Vec<PendingRow>, Vec<OutboxMessage>) {
-        let mut kept = Vec::with_capacity(rows.len());
-        let mut messages = Vec::with_capacity(rows.len());
-        for row in rows {
-            let message = message(&row);
-            match self.publisher.check(&message) {
-                Ok(()) => {
-                    kept.push(row);
-                    messages.push(message);
-                }
-                Err(err) => {
-                    tracing::error!(table = %self.outbox.table(), message_id = %row.message_id,
-                        ordering_key = row.ordering_key.as_deref().unwrap_or(""),
-                        topic = %row.topic, reason = %err,
-                        "moving a message the broker can never take to the outgoing dead letters; its key moves on");
-                    held.release(&row);
-                    dead.push((row, format!("refused for good: {err}")));
-                }
-            }
-        }
-        (kept, messages)
-    }
-
-    /// Halves the batch after a round that ran out of time waiting for confirmations, and
-    /// grows it back after rounds that fit.
-    fn resize(&self, progress: &mut Progress, published: &Publication) {
-        if published.timed_out {
-            let smaller = (progress.batch / 2).max(1);
-            if smaller < progress.batch {
-                tracing::warn!(table = %self.outbox.table(), batch = smaller,
-                    timeout = ?self.confirm_timeout,
-                    "the broker did not confirm a round in time; taking fewer messages a round");
-            }
-            progress.batch = smaller;
-        } else if progress.batch < self.batch && !published.outcomes.is_empty() {
-            progress.batch = (progress.batch * 2).min(self.batch);
-        }
-    }
-
-    /// Warns, once a lease, while nothing moves although messages wait: names the causes.
-    fn warn_if_stuck(&self, progress: &mut Progress, broker_down: bool) {
-        let waited = progress.moved_at.elapsed();
-        let stuck = !progress.held.is_empty() || broker_down || !self.health.is_ready();
-        if !stuck || waited < self.lease {
-            return;
-        }
-        if progress
-            .warned_at
-            .is_some_and(|at| at.elapsed() < self.lease)
-        {
-            return;
-        }
-        progress.warned_at = Some(Instant::now());
-        let mut causes = progress.held.causes();
-        causes.extend(self.health.cause());
-        tracing::warn!(table = %self.outbox.table(), waited = ?waited,
-            held_keys = progress.held.len(), causes = %causes.join("; "),
-            "outbox relay: no message published or dead-lettered for a whole lease");
-    }
-
-    /// Publishes `messages` and waits for their confirmations, up to the confirm timeout,
-    /// renewing the lease while it waits; the outcomes given by then are kept.
-    async fn publish(&self, messages: &[OutboxMessage], lease: Lease) -> Publication {
-        let mut publication = Publication::default();
-        if messages.is_empty() {
-            return publication;
-        }
-        let mut outcomes = Outcomes::with_capacity(messages.len());
-        let renewed = std::sync::Mutex::new(None::<Instant>);
-        let ended = {
-            let publish = self.publisher.publish(messages, &mut outcomes);
-            tokio::select! {
-                () = publish => Ended::Confirmed,
-                () = tokio::time::sleep(self.confirm_timeout) => Ended::TimedOut,
-                () = self.keep_lease(lease, &renewed) => Ended::LeaseLost,
-            }
-        };
-        publication.timed_out = ended == Ended::TimedOut;
-        publication.lost = ended == Ended::LeaseLost;
-        publication.renewed_at = *renewed.lock().unwrap_or_else(|p| p.into_inner());
-        publication.outcomes = outcomes.into_slots(messages.len());
-        publication
-    }
-
-    /// Renews the lease every third of it while a round waits on the broker; returns once it
-    /// is lost (never, while it holds), recording each renewal in `renewed`.
-    async fn keep_lease(&self, lease: Lease, renewed: &std::sync::Mutex<Option<Instant>>) {
-        let lease_ms = i64::try_from(self.lease.as_millis()).unwrap_or(i64::MAX);
-        loop {
-            tokio::time::sleep(self.lease / 3).await;
-            let asked = Instant::now();
-            match self.renew(lease, lease_ms).await {
-                Ok(true) => *renewed.lock().unwrap_or_else(|p| p.into_inner()) = Some(asked),
-                Ok(false) => return,
-                // The database is down: the lease runs out by itself; the stamp will tell.
-                Err(err) => {
-                    tracing::debug!(error = %err, "outbox relay could not renew its lease mid-round")
-                }
-            }
-        }
-    }
-
-    /// Renews an idle relay's lease once a third of it has gone by.
-    async fn renew_if_due(
-        &self,
-        progress: &mut Progress,
-        lease: Lease,
-        lease_ms: i64,
-    ) -> Result<(), Error> {
-        if !lease.due() {
-            return Ok(());
-        }
-        let asked = Instant::now();
-        let kept = self
-            .renew(lease, lease_ms)
-            .await
-            .map_err(|e| self.error(e))?;
-        match progress.lease.as_mut() {
-            Some(held) if kept => held.renewed(asked),
-            _ => {
-                self.lost(progress, lease);
-            }
-        }
-        Ok(())
-    }
-
-    /// Renews `lease` for `lease_ms`; `false` when another relay holds it now.
-    async fn renew(&self, lease: Lease, lease_ms: i64) -> Result<bool, sqlx::Error> {
-        let mut conn = self.pool.acquire().await?;
-        DB::relay_renew(&mut conn, &self.outbox.relay, lease.token, lease_ms).await
-    }
-
-    /// Adds a settled batch to the totals and the metrics.
-    fn count(&self, settled: &Settled, dead: &[(PendingRow, String)], totals: &mut Relayed) {
-        let table = self.outbox.table().to_string();
-        let published = settled.stamp.len() as u64;
-        totals.published += published;
-        totals.duplicates += settled.duplicates;
-        totals.failures += settled.failures;
-        totals.dead_lettered += dead.len() as u64;
-        metrics::counter!("guestlist_outbox_published_total", "table" => table.clone())
-            .increment(published);
-        metrics::counter!("guestlist_outbox_broker_duplicates_total", "table" => table.clone())
-            .increment(settled.duplicates);
-        metrics::counter!("guestlist_outbox_publish_failures_total", "table" => table.clone())
-            .increment(settled.failures);
-        metrics::counter!("guestlist_outbox_dead_lettered_total", "table" => table)
-            .increment(dead.len() as u64);
-    }
-
-    /// Forgets a lease another relay took over, and the keys held under it (the new holder
-    /// finds their heads pending), and logs it.
-    fn lost(&self, progress: &mut Progress, lease: Lease) -> Round {
-        progress.lease = None;
-        progress.held.clear();
-        tracing::warn!(table = %self.outbox.table(), holder = %self.holder, token = lease.token,
-            "outbox relay lost its lease to another relay; standing by");
-        Round::Standby
-    }
-
-    /// Gives the lease up, so that a standing-by relay takes over at once.
-    async fn release(&self, lease: Lease) {
-        let released = async {
-            let mut conn = self.pool.acquire().await?;
-            DB::relay_release(&mut conn, &self.outbox.relay, lease.token).await
-        };
-        if let Err(err) = released.await {
-            tracing::warn!(table = %self.outbox.table(), error = %err,
-                "outbox relay could not give its lease up; it expires on its own");
-        }
-    }
-
     /// Opens the connections the relay uses at once (the round's, the stamp's, the lease's
     /// mid-round renewal, the backlog reader's) before it publishes, so that none is opened
     /// mid-stream: on a busy machine a new connection (TLS, authentication, a server process)
@@ -737,33 +332,13 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
     }
 
     /// A pooled connection, its failure named after the outbox's table.
-    async fn connection(&self) -> Result<sqlx::pool::PoolConnection<DB>, Error> {
+    pub(super) async fn connection(&self) -> Result<sqlx::pool::PoolConnection<DB>, Error> {
         self.pool.acquire().await.map_err(|e| self.error(e))
     }
 
-    fn error(&self, err: sqlx::Error) -> Error {
+    pub(super) fn error(&self, err: sqlx::Error) -> Error {
         Error::from_store::<DB>(self.outbox.table(), err)
     }
-}
-
-/// What a batch's publish came to.
-#[derive(Default)]
-struct Publication {
-    outcomes: Vec<Option<Result<Confirmed, PublishError>>>,
-    /// The confirm timeout ran out first.
-    timed_out: bool,
-    /// The lease was lost while the round waited.
-    lost: bool,
-    /// The last time the lease was renewed while the round waited.
-    renewed_at: Option<Instant>,
-}
-
-/// How the wait for a batch's confirmations ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Ended {
-    Confirmed,
-    TimedOut,
-    LeaseLost,
 }
 
 /// How often the holder reads the backlog for its gauges.
@@ -803,17 +378,5 @@ async fn stopping(shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>) -
         biased;
         () = shutdown.as_mut() => true,
         () = std::future::ready(()) => false,
-    }
-}
-
-/// A pending row as the publisher sees it.
-fn message(row: &PendingRow) -> OutboxMessage {
-    OutboxMessage {
-        message_id: row.message_id.clone(),
-        topic: row.topic.clone(),
-        ordering_key: row.ordering_key.clone(),
-        seq: row.seq,
-        headers: OutboxMessage::decode_headers(row.headers.as_deref()),
-        payload: row.payload.clone(),
     }
 }

@@ -1,0 +1,117 @@
+//! A batch handed to the broker under the lease: its confirmations awaited up to the confirm
+//! timeout while the lease is renewed, and the lease renewed or given up between rounds.
+
+use std::time::Instant;
+
+use crate::Error;
+use crate::backend::Backend;
+use crate::outbox::lease::Lease;
+use crate::outbox::progress::Progress;
+use crate::outbox::publish::{Confirmed, OutboxMessage, Outcomes, Publish, PublishError};
+use crate::outbox::relay::Relay;
+
+/// What a batch's publish came to.
+#[derive(Default)]
+pub(super) struct Publication {
+    pub(super) outcomes: Vec<Option<Result<Confirmed, PublishError>>>,
+    /// The confirm timeout ran out first.
+    pub(super) timed_out: bool,
+    /// The lease was lost while the round waited.
+    pub(super) lost: bool,
+    /// The last time the lease was renewed while the round waited.
+    pub(super) renewed_at: Option<Instant>,
+}
+
+/// How the wait for a batch's confirmations ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    Confirmed,
+    TimedOut,
+    LeaseLost,
+}
+
+impl<DB: Backend, P: Publish> Relay<DB, P> {
+    /// Publishes `messages` and waits for their confirmations, up to the confirm timeout,
+    /// renewing the lease while it waits; the outcomes given by then are kept.
+    pub(super) async fn publish(&self, messages: &[OutboxMessage], lease: Lease) -> Publication {
+        let mut publication = Publication::default();
+        if messages.is_empty() {
+            return publication;
+        }
+        let mut outcomes = Outcomes::with_capacity(messages.len());
+        let renewed = std::sync::Mutex::new(None::<Instant>);
+        let ended = {
+            let publish = self.publisher.publish(messages, &mut outcomes);
+            tokio::select! {
+                () = publish => Ended::Confirmed,
+                () = tokio::time::sleep(self.confirm_timeout) => Ended::TimedOut,
+                () = self.keep_lease(lease, &renewed) => Ended::LeaseLost,
+            }
+        };
+        publication.timed_out = ended == Ended::TimedOut;
+        publication.lost = ended == Ended::LeaseLost;
+        publication.renewed_at = *renewed.lock().unwrap_or_else(|p| p.into_inner());
+        publication.outcomes = outcomes.into_slots(messages.len());
+        publication
+    }
+
+    /// Renews the lease every third of it while a round waits on the broker; returns once it
+    /// is lost (never, while it holds), recording each renewal in `renewed`.
+    async fn keep_lease(&self, lease: Lease, renewed: &std::sync::Mutex<Option<Instant>>) {
+        let lease_ms = i64::try_from(self.lease.as_millis()).unwrap_or(i64::MAX);
+        loop {
+            tokio::time::sleep(self.lease / 3).await;
+            let asked = Instant::now();
+            match self.renew(lease, lease_ms).await {
+                Ok(true) => *renewed.lock().unwrap_or_else(|p| p.into_inner()) = Some(asked),
+                Ok(false) => return,
+                // The database is down: the lease runs out by itself; the stamp will tell.
+                Err(err) => {
+                    tracing::debug!(error = %err, "outbox relay could not renew its lease mid-round")
+                }
+            }
+        }
+    }
+
+    /// Renews an idle relay's lease once a third of it has gone by.
+    pub(super) async fn renew_if_due(
+        &self,
+        progress: &mut Progress,
+        lease: Lease,
+        lease_ms: i64,
+    ) -> Result<(), Error> {
+        if !lease.due() {
+            return Ok(());
+        }
+        let asked = Instant::now();
+        let kept = self
+            .renew(lease, lease_ms)
+            .await
+            .map_err(|e| self.error(e))?;
+        match progress.lease.as_mut() {
+            Some(held) if kept => held.renewed(asked),
+            _ => {
+                self.lost(progress, lease);
+            }
+        }
+        Ok(())
+    }
+
+    /// Renews `lease` for `lease_ms`; `false` when another relay holds it now.
+    async fn renew(&self, lease: Lease, lease_ms: i64) -> Result<bool, sqlx::Error> {
+        let mut conn = self.pool.acquire().await?;
+        DB::relay_renew(&mut conn, &self.outbox.relay, lease.token, lease_ms).await
+    }
+
+    /// Gives the lease up, so that a standing-by relay takes over at once.
+    pub(super) async fn release(&self, lease: Lease) {
+        let released = async {
+            let mut conn = self.pool.acquire().await?;
+            DB::relay_release(&mut conn, &self.outbox.relay, lease.token).await
+        };
+        if let Err(err) = released.await {
+            tracing::warn!(table = %self.outbox.table(), error = %err,
+                "outbox relay could not give its lease up; it expires on its own");
+        }
+    }
+}

@@ -1,0 +1,298 @@
+//! One round of a relay: the lease, the last batch's outcomes settled (stamps, held keys, dead
+//! letters), and the next batch read and sent while those stamps commit.
+
+use std::time::Instant;
+
+use crate::Error;
+use crate::backend::{Backend, PendingRow};
+use crate::outbox::held::HeldKeys;
+use crate::outbox::lease::Lease;
+use crate::outbox::progress::{Progress, Published, Round};
+use crate::outbox::publication::Publication;
+use crate::outbox::publish::{OutboxMessage, Publish};
+use crate::outbox::relay::{Relay, Relayed};
+use crate::outbox::settle::Settled;
+
+impl<DB: Backend, P: Publish> Relay<DB, P> {
+    /// One round: the lease; the last round's outcomes settled (stamps, held keys, dead
+    /// letters); the next batch of pending messages (unless `read_more` is false), published
+    /// while the last one's stamps commit.
+    pub(super) async fn round(
+        &self,
+        progress: &mut Progress,
+        totals: &mut Relayed,
+        read_more: bool,
+    ) -> Result<Round, Error> {
+        let sql = &self.outbox.relay;
+        let lease_ms = i64::try_from(self.lease.as_millis()).unwrap_or(i64::MAX);
+        let lease = match progress.lease.filter(Lease::usable) {
+            Some(lease) => lease,
+            None => {
+                // A batch published under a lease now gone stays pending: it goes again.
+                progress.lease = None;
+                progress.carried = None;
+                progress.held.clear();
+                let asked = Instant::now();
+                let mut conn = self.connection().await?;
+                let taken = DB::relay_take(&mut conn, sql, &self.holder, lease_ms)
+                    .await
+                    .map_err(|e| self.error(e))?;
+                let Some(token) = taken else {
+                    return Ok(Round::Standby);
+                };
+                totals.leases_taken += 1;
+                tracing::info!(table = %self.outbox.table(), holder = %self.holder, token,
+                    "outbox relay took the lease");
+                let lease = Lease::taken(token, self.lease, asked);
+                progress.lease = Some(lease);
+                lease
+            }
+        };
+
+        // What the broker said of the last batch: known already, so that nothing read now is
+        // sent behind a head that just failed.
+        let carried = progress.carried.take();
+        let had_carried = carried.is_some();
+        let (settled, settled_rows) = match carried {
+            Some(carried) => (Settled::sort(&carried.rows, carried.outcomes), carried.rows),
+            None => (Settled::default(), Vec::new()),
+        };
+        progress.confirmed = !settled.confirmed.is_empty();
+        let mut dead = self.hold_or_bury(&settled, &settled_rows, &mut progress.held);
+
+        // An outage publishes nothing more this round: the relay backs off first.
+        let rows = if read_more && settled.outage.is_none() {
+            self.next_batch(progress, &settled, &dead).await?
+        } else {
+            Vec::new()
+        };
+        let (rows, messages) = self.checked(rows, &mut dead, &mut progress.held);
+
+        if !had_carried && dead.is_empty() && rows.is_empty() {
+            self.renew_if_due(progress, lease, lease_ms).await?;
+            if progress.held.is_empty() {
+                progress.moved_at = Instant::now();
+            }
+            return Ok(Round::Idle);
+        }
+
+        // The broker confirms the new batch while the database stamps the last one.
+        let stamp = async {
+            let asked = Instant::now();
+            let mut conn = self.pool.acquire().await?;
+            let mut kept =
+                DB::relay_stamp(&mut conn, sql, lease.token, lease_ms, &settled.stamp).await?;
+            for (row, why) in &dead {
+                if !kept {
+                    break;
+                }
+                kept = DB::relay_bury(&mut conn, sql, lease.token, lease_ms, row.id, why).await?;
+            }
+            Ok::<_, sqlx::Error>((kept, asked))
+        };
+        let (published, stamped) = tokio::join!(self.publish(&messages, lease), stamp);
+        let (kept, asked) = stamped.map_err(|e| self.error(e))?;
+        if !kept {
+            return Ok(self.lost(progress, lease));
+        }
+        if let Some(held) = progress.lease.as_mut() {
+            held.renewed(published.renewed_at.map_or(asked, |at| at.max(asked)));
+        }
+        self.count(&settled, &dead, totals);
+        if !settled.stamp.is_empty() || !dead.is_empty() {
+            progress.moved_at = Instant::now();
+        }
+        if published.lost {
+            return Ok(self.lost(progress, lease));
+        }
+        self.resize(progress, &published);
+        if let Some(err) = settled.outage {
+            return Ok(Round::Outage(err));
+        }
+        if rows.is_empty() {
+            return Ok(Round::Idle);
+        }
+        // More may be waiting; and even less than a batch is stamped at once, the next round.
+        progress.carried = Some(Published {
+            rows,
+            outcomes: published.outcomes,
+        });
+        Ok(Round::More)
+    }
+
+    /// Holds back the keys whose head the broker refused, lets go of those whose head it
+    /// confirmed, and returns the rows to dead-letter now, with why.
+    fn hold_or_bury(
+        &self,
+        settled: &Settled,
+        rows: &[PendingRow],
+        held: &mut HeldKeys,
+    ) -> Vec<(PendingRow, String)> {
+        for &n in &settled.confirmed {
+            held.release(&rows[n]);
+        }
+        let mut dead = Vec::new();
+        for (n, err) in &settled.unpublishable {
+            let row = &rows[*n];
+            held.release(row);
+            dead.push((row.clone(), format!("refused for good: {err}")));
+        }
+        for (n, err) in &settled.refused {
+            let row = &rows[*n];
+            let failures = held.failed(row, err.to_string(), self.backoff);
+            if failures >= self.max_attempts {
+                held.release(row);
+                dead.push((
+                    row.clone(),
+                    format!("refused {failures} times, the last: {err}"),
+                ));
+            } else {
+                tracing::warn!(table = %self.outbox.table(), message_id = %row.message_id,
+                    ordering_key = row.ordering_key.as_deref().unwrap_or(""), topic = %row.topic,
+                    failures, max_attempts = self.max_attempts, error = %err,
+                    "the broker refused a message; its key waits and the rest flow");
+            }
+        }
+        for (row, why) in &dead {
+            tracing::error!(table = %self.outbox.table(), message_id = %row.message_id,
+                ordering_key = row.ordering_key.as_deref().unwrap_or(""), topic = %row.topic,
+                reason = %why,
+                "moving a message to the outgoing dead letters; its key moves on");
+        }
+        dead
+    }
+
+    /// The next batch: the held heads whose turn has come, then the oldest pending rows of
+    /// every key not held back.
+    async fn next_batch(
+        &self,
+        progress: &Progress,
+        settled: &Settled,
+        dead: &[(PendingRow, String)],
+    ) -> Result<Vec<PendingRow>, Error> {
+        let mut rows = progress.held.due(progress.batch);
+        let room = progress.batch.saturating_sub(rows.len());
+        if room == 0 {
+            return Ok(rows);
+        }
+        // Rows about to be stamped or buried are still pending until that commits.
+        let mut exclude = settled.stamp.clone();
+        exclude.extend(dead.iter().map(|(row, _)| row.id));
+        exclude.extend(progress.held.rows());
+        let keys = progress.held.keys();
+        let limit = i64::try_from(room).unwrap_or(i64::MAX);
+        let mut conn = self.connection().await?;
+        let pending = DB::relay_pending(&mut conn, &self.outbox.relay, limit, &exclude, &keys)
+            .await
+            .map_err(|e| self.error(e))?;
+        rows.extend(pending);
+        Ok(rows)
+    }
+
+    /// Splits `rows` into those the broker could take, as messages, and those it never
+    /// could, which join `dead` (their keys move on).
+    fn checked(
+        &self,
+        rows: Vec<PendingRow>,
+        dead: &mut Vec<(PendingRow, String)>,
+        held: &mut HeldKeys,
+    ) -> (Vec<PendingRow>, Vec<OutboxMessage>) {
+        let mut kept = Vec::with_capacity(rows.len());
+        let mut messages = Vec::with_capacity(rows.len());
+        for row in rows {
+            let message = message(&row);
+            match self.publisher.check(&message) {
+                Ok(()) => {
+                    kept.push(row);
+                    messages.push(message);
+                }
+                Err(err) => {
+                    tracing::error!(table = %self.outbox.table(), message_id = %row.message_id,
+                        ordering_key = row.ordering_key.as_deref().unwrap_or(""),
+                        topic = %row.topic, reason = %err,
+                        "moving a message the broker can never take to the outgoing dead letters; its key moves on");
+                    held.release(&row);
+                    dead.push((row, format!("refused for good: {err}")));
+                }
+            }
+        }
+        (kept, messages)
+    }
+
+    /// Halves the batch after a round that ran out of time waiting for confirmations, and
+    /// grows it back after rounds that fit.
+    fn resize(&self, progress: &mut Progress, published: &Publication) {
+        if published.timed_out {
+            let smaller = (progress.batch / 2).max(1);
+            if smaller < progress.batch {
+                tracing::warn!(table = %self.outbox.table(), batch = smaller,
+                    timeout = ?self.confirm_timeout,
+                    "the broker did not confirm a round in time; taking fewer messages a round");
+            }
+            progress.batch = smaller;
+        } else if progress.batch < self.batch && !published.outcomes.is_empty() {
+            progress.batch = (progress.batch * 2).min(self.batch);
+        }
+    }
+
+    /// Warns, once a lease, while nothing moves although messages wait: names the causes.
+    pub(super) fn warn_if_stuck(&self, progress: &mut Progress, broker_down: bool) {
+        let waited = progress.moved_at.elapsed();
+        let stuck = !progress.held.is_empty() || broker_down || !self.health.is_ready();
+        if !stuck || waited < self.lease {
+            return;
+        }
+        if progress
+            .warned_at
+            .is_some_and(|at| at.elapsed() < self.lease)
+        {
+            return;
+        }
+        progress.warned_at = Some(Instant::now());
+        let mut causes = progress.held.causes();
+        causes.extend(self.health.cause());
+        tracing::warn!(table = %self.outbox.table(), waited = ?waited,
+            held_keys = progress.held.len(), causes = %causes.join("; "),
+            "outbox relay: no message published or dead-lettered for a whole lease");
+    }
+
+    /// Adds a settled batch to the totals and the metrics.
+    fn count(&self, settled: &Settled, dead: &[(PendingRow, String)], totals: &mut Relayed) {
+        let table = self.outbox.table().to_string();
+        let published = settled.stamp.len() as u64;
+        totals.published += published;
+        totals.duplicates += settled.duplicates;
+        totals.failures += settled.failures;
+        totals.dead_lettered += dead.len() as u64;
+        metrics::counter!("guestlist_outbox_published_total", "table" => table.clone())
+            .increment(published);
+        metrics::counter!("guestlist_outbox_broker_duplicates_total", "table" => table.clone())
+            .increment(settled.duplicates);
+        metrics::counter!("guestlist_outbox_publish_failures_total", "table" => table.clone())
+            .increment(settled.failures);
+        metrics::counter!("guestlist_outbox_dead_lettered_total", "table" => table)
+            .increment(dead.len() as u64);
+    }
+
+    /// Forgets a lease another relay took over, and the keys held under it (the new holder
+    /// finds their heads pending), and logs it.
+    pub(super) fn lost(&self, progress: &mut Progress, lease: Lease) -> Round {
+        progress.lease = None;
+        progress.held.clear();
+        tracing::warn!(table = %self.outbox.table(), holder = %self.holder, token = lease.token,
+            "outbox relay lost its lease to another relay; standing by");
+        Round::Standby
+    }
+}
+
+/// A pending row as the publisher sees it.
+fn message(row: &PendingRow) -> OutboxMessage {
+    OutboxMessage {
+        message_id: row.message_id.clone(),
+        topic: row.topic.clone(),
+        ordering_key: row.ordering_key.clone(),
+        seq: row.seq,
+        headers: OutboxMessage::decode_headers(row.headers.as_deref()),
+        payload: row.payload.clone(),
+    }
+}
