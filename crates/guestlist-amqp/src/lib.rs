@@ -27,6 +27,7 @@ use lapin::{BasicProperties, Connection, ConnectionProperties};
 
 mod delivery;
 mod publisher;
+mod returns;
 mod source;
 
 pub use delivery::RabbitDelivery;

@@ -3,9 +3,10 @@
 use guestlist_sqlx::{Confirmed, OutboxMessage, Outcomes, Publish, PublishError};
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
-use lapin::{BasicProperties, Channel, Confirmation};
+use lapin::{BasicProperties, Channel};
 
 use crate::Error;
+use crate::returns::{Confirms, Verdict};
 
 /// Publishes the outbox's messages to RabbitMQ for a [`guestlist_sqlx::Relay`], with publisher
 /// confirms.
@@ -155,32 +156,27 @@ impl RabbitPublisher {
             .with_headers(headers)
     }
 
+    /// The outcome of `message`, from what RabbitMQ said of it.
     fn confirmed(
         &self,
         message: &OutboxMessage,
-        confirmation: Confirmation,
+        verdict: Verdict,
     ) -> Result<Confirmed, PublishError> {
-        match confirmation {
-            Confirmation::Ack(None) => Ok(Confirmed::New),
-            Confirmation::Ack(Some(returned)) | Confirmation::Nack(Some(returned)) => {
-                // No queue takes it now; one may be bound later, so it is retried, not dead
-                // on the first try.
-                Err(PublishError::new(format!(
-                    "RabbitMQ routed {} nowhere ({} {}): bind a queue to exchange '{}' \
-                     with routing key '{}'",
-                    message.message_id,
-                    returned.reply_code,
-                    returned.reply_text,
-                    self.exchange,
-                    message.topic
-                )))
-            }
-            Confirmation::Nack(None) => Err(PublishError::new(format!(
+        match verdict {
+            Verdict::Acked => Ok(Confirmed::New),
+            // No queue takes it now; one may be bound later, so it is retried, not dead on the
+            // first try.
+            Verdict::Returned(code, text) => Err(PublishError::new(format!(
+                "RabbitMQ routed {} nowhere ({code} {text}): bind a queue to exchange '{}' \
+                 with routing key '{}'",
+                message.message_id, self.exchange, message.topic
+            ))),
+            Verdict::Nacked => Err(PublishError::new(format!(
                 "RabbitMQ refused {} (a negative publisher confirm): check the broker's logs \
                  and limits",
                 message.message_id
             ))),
-            Confirmation::NotRequested => Err(PublishError::outage(
+            Verdict::NotRequested => Err(PublishError::outage(
                 "publisher confirms are off on this channel: build the publisher with \
                  RabbitPublisher::builder",
             )),
@@ -253,10 +249,29 @@ impl Publish for RabbitPublisher {
             };
             pending.push((message, Some(sent)));
         }
-        for (message, sent) in pending {
-            let confirmation = match sent {
-                Some(Ok(confirm)) => confirm.await,
-                Some(Err(err)) => Err(err),
+        let mut failed = Vec::with_capacity(pending.len());
+        let mut confirms = Vec::with_capacity(pending.len());
+        for (_, sent) in pending.iter_mut() {
+            match sent.take() {
+                Some(Ok(confirm)) => {
+                    confirms.push(Some(confirm));
+                    failed.push(None);
+                }
+                Some(Err(err)) => {
+                    confirms.push(None);
+                    failed.push(Some(err));
+                }
+                None => {
+                    confirms.push(None);
+                    failed.push(None);
+                }
+            }
+        }
+        let mut confirms = Confirms::new(confirms);
+        for (n, (message, _)) in pending.iter().enumerate() {
+            let verdict = match failed[n].take() {
+                Some(err) => Err(err),
+                None if confirms.sent(n) => confirms.verdict(n, &message.message_id).await,
                 None => {
                     outcomes.push(Err(PublishError::unpublishable(
                         "its id or topic is over AMQP's 255 bytes",
@@ -264,8 +279,8 @@ impl Publish for RabbitPublisher {
                     continue;
                 }
             };
-            outcomes.push(match confirmation {
-                Ok(confirmation) => self.confirmed(message, confirmation),
+            outcomes.push(match verdict {
+                Ok(verdict) => self.confirmed(message, verdict),
                 // The channel or the connection failed: the broker, not the message.
                 Err(err) => Err(PublishError::outage(err)),
             });

@@ -6,3 +6,46 @@ mod common;
 relay_suite!(qpg, common::brokers::Rabbit, sqlx::Postgres);
 relay_suite!(qlite, common::brokers::Rabbit, sqlx::Sqlite);
 relay_suite!(qmy, common::brokers::Rabbit, sqlx::MySql);
+
+use common::brokers::{Broker, Rabbit};
+use guestlist_sqlx::{OutboxMessage, Outcomes, Publish};
+
+/// One pipelined batch of 400, every other message to a routing key no queue is bound to, five
+/// times over: RabbitMQ confirms them with `multiple` acks, and lapin hands the returned
+/// messages to those acks' confirmations in no particular order. Each message's outcome must be
+/// its own: the 200 routed nowhere refused, the 200 others confirmed, and the queue holding
+/// exactly those.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_returned_message_is_told_by_its_own_id_in_a_pipelined_batch() {
+    let rabbit = Rabbit::open("qrt_returned_by_id", std::time::Duration::from_secs(30)).await;
+    let publisher = rabbit.publisher().await;
+    let nowhere = rabbit.nowhere("qrt_returned_by_id");
+    for round in 0..5 {
+        let messages: Vec<OutboxMessage> = (0..400)
+            .map(|n| {
+                let topic = if n % 2 == 0 {
+                    rabbit.topic()
+                } else {
+                    nowhere.clone()
+                };
+                OutboxMessage::new(format!("evt_{round}_{n}"), topic, b"{}".to_vec())
+            })
+            .collect();
+        let mut outcomes = Outcomes::with_capacity(messages.len());
+        publisher.publish(&messages, &mut outcomes).await;
+        let results = outcomes.into_results(messages.len());
+        let misread: Vec<String> = results
+            .iter()
+            .zip(&messages)
+            .enumerate()
+            .filter(|(n, (result, _))| result.is_ok() != (n % 2 == 0))
+            .map(|(_, (result, message))| format!("{} {result:?}", message.message_id))
+            .collect();
+        assert!(
+            misread.is_empty(),
+            "round {round}: outcomes paired with the wrong messages: {misread:?}"
+        );
+    }
+    let received = rabbit.received().await;
+    assert_eq!(received.len(), 1_000, "the 1,000 routable, once each");
+}
