@@ -20,7 +20,7 @@ use crate::returns::{Confirms, Verdict};
 /// is counted against it and retried, then dead-lettered by the relay. A batch is sent without
 /// waiting between messages; the confirms are awaited together. Before sending, each message
 /// is checked against what AMQP and the broker can carry ([`Publish::check`]: 255-byte short
-/// strings, the negotiated frame size, [`max_message_size`](Self::max_message_size)).
+/// strings, the negotiated frame size, [`max_message_size`](RabbitPublisherBuilder::max_message_size)).
 ///
 /// lapin logs each message RabbitMQ returns at WARN, with its headers and its body: filter
 /// `lapin=error` in your subscriber (`guestlist relay` does unless told otherwise), since bodies

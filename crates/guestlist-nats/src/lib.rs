@@ -3,7 +3,7 @@
 //! [`JetStreamSource`] pulls from a durable consumer with explicit acknowledgement: each fetch
 //! takes what the stream has ready, up to the batch limit, and waits only while nothing is. A
 //! committed batch is acknowledged with pipelined acks and one flush (one round trip for the
-//! batch; [`JetStreamSource::confirmed_acks`] waits for the server to confirm each instead).
+//! batch; [`JetStreamSourceBuilder::confirmed_acks`] waits for the server to confirm each instead).
 //! Deliveries hand messages back with a delayed NAK, keep long handlers alive with in-progress
 //! acks, and dead-letter by publishing the message with its error to a dead-letter subject, then
 //! terminating it.

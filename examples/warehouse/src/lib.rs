@@ -9,7 +9,7 @@
 //!
 //! Run `payments`, then `warehouse`, then publish with `order-paid`, all binaries of this crate
 //! (the crate's README walks through it); its tests play the crash. Each service says where it
-//! listens once it is [ready](ready): tables there, listener bound, consumer attached.
+//! listens once it is [ready]: tables there, listener bound, consumer attached.
 
 pub mod broker;
 pub mod db;
