@@ -224,7 +224,9 @@ impl Publish for RabbitPublisher {
             mandatory: true,
             ..BasicPublishOptions::default()
         };
-        let mut pending = Vec::with_capacity(messages.len());
+        // Each message's confirmation to wait for, or the outcome it already has.
+        let mut confirms = Vec::with_capacity(messages.len());
+        let mut settled = Vec::with_capacity(messages.len());
         for message in messages {
             let sent = match (
                 ShortString::try_new(message.message_id.as_str()),
@@ -243,47 +245,35 @@ impl Publish for RabbitPublisher {
                 }
                 // Checked before sending (Publish::check); never a panic if not.
                 _ => {
-                    pending.push((message, None));
+                    confirms.push(None);
+                    settled.push(Some(Err(PublishError::unpublishable(
+                        "its id or topic is over AMQP's 255 bytes",
+                    ))));
                     continue;
                 }
             };
-            pending.push((message, Some(sent)));
-        }
-        let mut failed = Vec::with_capacity(pending.len());
-        let mut confirms = Vec::with_capacity(pending.len());
-        for (_, sent) in pending.iter_mut() {
-            match sent.take() {
-                Some(Ok(confirm)) => {
+            match sent {
+                Ok(confirm) => {
                     confirms.push(Some(confirm));
-                    failed.push(None);
+                    settled.push(None);
                 }
-                Some(Err(err)) => {
+                // The channel or the connection failed: the broker, not the message.
+                Err(err) => {
                     confirms.push(None);
-                    failed.push(Some(err));
-                }
-                None => {
-                    confirms.push(None);
-                    failed.push(None);
+                    settled.push(Some(Err(PublishError::outage(err))));
                 }
             }
         }
         let mut confirms = Confirms::new(confirms);
-        for (n, (message, _)) in pending.iter().enumerate() {
-            let verdict = match failed[n].take() {
-                Some(err) => Err(err),
-                None if confirms.sent(n) => confirms.verdict(n, &message.message_id).await,
-                None => {
-                    outcomes.push(Err(PublishError::unpublishable(
-                        "its id or topic is over AMQP's 255 bytes",
-                    )));
-                    continue;
-                }
+        for (n, message) in messages.iter().enumerate() {
+            let outcome = match settled[n].take() {
+                Some(outcome) => outcome,
+                None => match confirms.verdict(n, &message.message_id).await {
+                    Ok(verdict) => self.confirmed(message, verdict),
+                    Err(err) => Err(PublishError::outage(err)),
+                },
             };
-            outcomes.push(match verdict {
-                Ok(verdict) => self.confirmed(message, verdict),
-                // The channel or the connection failed: the broker, not the message.
-                Err(err) => Err(PublishError::outage(err)),
-            });
+            outcomes.push(outcome);
         }
     }
 }

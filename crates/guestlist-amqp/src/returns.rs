@@ -9,7 +9,7 @@
 //! each from whichever confirmation carries it, and a message counts as returned when its own
 //! id was returned.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use futures_util::FutureExt;
 use lapin::Confirmation;
@@ -36,8 +36,8 @@ pub(crate) struct Confirms {
     resolved: Vec<Option<lapin::Result<Confirmation>>>,
     /// The returned messages seen so far, by id: reply code and text.
     returned: HashMap<String, (u16, String)>,
-    /// Messages whose confirmation carried a returned message without an id.
-    returned_unnamed: HashSet<usize>,
+    /// Returned messages without an id, by the message whose confirmation carried them.
+    returned_unnamed: HashMap<usize, (u16, String)>,
 }
 
 impl Confirms {
@@ -48,13 +48,8 @@ impl Confirms {
             pending,
             resolved: std::iter::repeat_with(|| None).take(count).collect(),
             returned: HashMap::new(),
-            returned_unnamed: HashSet::new(),
+            returned_unnamed: HashMap::new(),
         }
-    }
-
-    /// Whether message `n` was sent (its confirmation awaited or already in hand).
-    pub(crate) fn sent(&self, n: usize) -> bool {
-        self.pending[n].is_some() || self.resolved[n].is_some()
     }
 
     /// Waits for message `n`'s confirmation (its id `id`) and says what RabbitMQ did with it.
@@ -79,11 +74,10 @@ impl Confirms {
         let confirmation = self.resolved[n]
             .take()
             .unwrap_or(Ok(Confirmation::NotRequested))?;
-        let returned = self.returned.remove(id).or_else(|| {
-            self.returned_unnamed
-                .remove(&n)
-                .then(|| (312, "NO_ROUTE".to_owned()))
-        });
+        let returned = self
+            .returned
+            .remove(id)
+            .or_else(|| self.returned_unnamed.remove(&n));
         Ok(match (confirmation, returned) {
             (_, Some((code, text))) => Verdict::Returned(code, text),
             (Confirmation::Ack(_), None) => Verdict::Acked,
@@ -118,7 +112,7 @@ impl Confirms {
                 self.returned.insert(id.to_string(), reply);
             }
             None => {
-                self.returned_unnamed.insert(n);
+                self.returned_unnamed.insert(n, reply);
             }
         }
     }

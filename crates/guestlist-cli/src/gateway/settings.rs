@@ -56,7 +56,7 @@ impl Settings {
             .with_context(|| {
                 format!("--upstream {upstream:?} is not an http:// or https:// URL")
             })?;
-        let lease = duration("lease", &defaulted("lease", set.lease)?)?;
+        let lease = defaulted_duration("lease", set.lease)?;
         // The lease runs from the claim, the timeout from the send, and the answer is stored
         // after it: leave the attempt a margin to finish inside its lease.
         let margin = Duration::from_secs(1).min(lease / 2);
@@ -74,11 +74,8 @@ impl Settings {
                 humantime::format_duration(lease)
             );
         }
-        let retention = duration("retention", &defaulted("retention", set.retention)?)?;
-        let replay_cache_ttl = duration(
-            "replay-cache-ttl",
-            &defaulted("replay-cache-ttl", set.replay_cache_ttl)?,
-        )?;
+        let retention = defaulted_duration("retention", set.retention)?;
+        let replay_cache_ttl = defaulted_duration("replay-cache-ttl", set.replay_cache_ttl)?;
         if replay_cache_ttl > retention {
             bail!(
                 "--replay-cache-ttl ({}) must not exceed --retention ({}): a gateway would replay \
@@ -112,21 +109,12 @@ impl Settings {
             lease,
             upstream_timeout,
             retention,
-            max_body: bytes("max-body", &defaulted("max-body", set.max_body)?)?,
+            max_body: defaulted_bytes("max-body", set.max_body)?,
             mismatch_status,
-            replay_cache: bytes(
-                "replay-cache",
-                &defaulted("replay-cache", set.replay_cache)?,
-            )?,
+            replay_cache: defaulted_bytes("replay-cache", set.replay_cache)?,
             replay_cache_ttl,
-            header_timeout: duration(
-                "header-timeout",
-                &defaulted("header-timeout", set.header_timeout)?,
-            )?,
-            body_timeout: duration(
-                "body-timeout",
-                &defaulted("body-timeout", set.body_timeout)?,
-            )?,
+            header_timeout: defaulted_duration("header-timeout", set.header_timeout)?,
+            body_timeout: defaulted_duration("body-timeout", set.body_timeout)?,
             max_connections,
             max_in_flight_per_scope: set.max_in_flight_per_scope,
             max_keys_per_scope: set.max_keys_per_scope,
@@ -140,6 +128,16 @@ impl Settings {
             },
         })
     }
+}
+
+/// A duration setting [`DEFAULTS`] gives a value, read.
+fn defaulted_duration(name: &str, value: Option<String>) -> anyhow::Result<Duration> {
+    duration(name, &defaulted(name, value)?)
+}
+
+/// A size setting [`DEFAULTS`] gives a value, read.
+fn defaulted_bytes(name: &str, value: Option<String>) -> anyhow::Result<usize> {
+    bytes(name, &defaulted(name, value)?)
 }
 
 /// A setting [`DEFAULTS`] gives a value, as the layers left it.
