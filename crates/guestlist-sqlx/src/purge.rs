@@ -8,6 +8,7 @@ use guestlist_core::Retention;
 use sqlx::Pool;
 use sqlx::pool::PoolConnection;
 
+use crate::backend::table::CountOlder;
 use crate::backend::{Backend, TableSql};
 use crate::{Error, Inbox};
 
@@ -113,9 +114,11 @@ impl<'a, DB: Backend> Purge<'a, DB> {
     /// Counts the rows the purge would delete now.
     pub async fn count(&self, pool: &Pool<DB>) -> Result<u64, Error> {
         let mut conn = pool.acquire().await?;
-        DB::count_older(&mut conn, self.table, self.older_than_secs())
+        let older_than_secs = self.older_than_secs();
+        let (count,) = DB::fetch_one(&mut conn, self.table, CountOlder { older_than_secs })
             .await
-            .map_err(|err| self.error(err))
+            .map_err(|err| self.error(err))?;
+        Ok(count.max(0) as u64)
     }
 
     /// Deletes every row older than the retention.

@@ -1,5 +1,6 @@
 //! How much room a guestlist table takes, as its database reports it.
 
+use crate::backend::table::Size;
 use crate::backend::{Backend, TableSql};
 
 /// A table's size at one moment. Each figure is `None` where the database does not report it.
@@ -31,7 +32,8 @@ impl TableSize {
         conn: &mut DB::Connection,
         table: &TableSql,
     ) -> Result<Self, sqlx::Error> {
-        let (table_bytes, index_bytes, dead_rows, free_bytes) = DB::table_size(conn, table).await?;
+        let (table_bytes, index_bytes, dead_rows, free_bytes) =
+            DB::fetch_one(conn, table, Size).await?;
         let unsigned = |n: Option<i64>| n.map(|n| u64::try_from(n).unwrap_or(0));
         Ok(Self {
             table_bytes: unsigned(table_bytes),

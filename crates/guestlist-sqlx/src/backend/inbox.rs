@@ -1,10 +1,10 @@
-//! The inbox's SQL: its statements, formatted once per table, and the code every backend runs
-//! the same way for them.
+//! The inbox's SQL: its text, formatted once per table, and its statements as typed values.
 
 use std::sync::Arc;
 
 use guestlist_core::TableName;
 
+use super::statement::{Args, Bound, Codec, Statement};
 use super::{TableSql, sealed};
 
 /// SQL text for one inbox table, formatted once when the [`crate::Inbox`] is built.
@@ -52,138 +52,84 @@ impl InboxSql {
 #[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
 pub type HandlerRow = (String, i64, Option<i64>);
 
-/// The statements every backend runs the same way, bound the same way; only the connection
-/// type differs.
-#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
-macro_rules! same_everywhere {
-    ($conn:ty) => {
-        async fn deferrals<'c>(
-            conn: &'c mut $conn,
-            sql: &'c InboxSql,
-            handler: &'c str,
-            id: &'c str,
-        ) -> Result<Option<(i64, i64)>, sqlx::Error> {
-            sqlx::query_as(sqlx::AssertSqlSafe(sql.deferrals.clone()))
-                .bind(handler)
-                .bind(id)
-                .fetch_optional(conn)
-                .await
-        }
-
-        async fn forget_deferrals<'c>(
-            conn: &'c mut $conn,
-            sql: &'c InboxSql,
-            handler: &'c str,
-            id: &'c str,
-        ) -> Result<(), sqlx::Error> {
-            sqlx::query(sqlx::AssertSqlSafe(sql.forget_deferrals.clone()))
-                .bind(handler)
-                .bind(id)
-                .execute(conn)
-                .await
-                .map(drop)
-        }
-
-        async fn count_older<'c>(
-            conn: &'c mut $conn,
-            sql: &'c TableSql,
-            older_than_secs: i64,
-        ) -> Result<u64, sqlx::Error> {
-            let count: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(sql.count_older.clone()))
-                .bind(older_than_secs)
-                .fetch_one(conn)
-                .await?;
-            Ok(count.max(0) as u64)
-        }
-
-        async fn table_size<'c>(
-            conn: &'c mut $conn,
-            sql: &'c TableSql,
-        ) -> Result<super::SizeRow, sqlx::Error> {
-            sqlx::query_as(sqlx::AssertSqlSafe(sql.size.clone()))
-                .fetch_one(conn)
-                .await
-        }
-
-        async fn inbox_handlers<'c>(
-            conn: &'c mut $conn,
-            sql: &'c InboxSql,
-        ) -> Result<Vec<super::HandlerRow>, sqlx::Error> {
-            sqlx::query_as(sqlx::AssertSqlSafe(sql.handlers.clone()))
-                .fetch_all(conn)
-                .await
-        }
-    };
+/// Inserts one claim: handler, id.
+pub(crate) struct Claim<'a> {
+    pub(crate) handler: &'a str,
+    pub(crate) id: &'a str,
 }
-#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
-pub(crate) use same_everywhere;
 
-/// A purge batch that starts from the oldest row each time: where a delete leaves nothing
-/// behind in the index for the next batch to step over (SQLite), or until measured otherwise
-/// (MySQL). It reports no place to resume from.
-#[cfg(any(feature = "sqlite", feature = "mysql"))]
-macro_rules! purge_from_the_oldest {
-    ($conn:ty) => {
-        async fn purge_batch<'c>(
-            conn: &'c mut $conn,
-            sql: &'c TableSql,
-            older_than_secs: i64,
-            limit: i64,
-            _after_micros: Option<i64>,
-        ) -> Result<(u64, Option<i64>), sqlx::Error> {
-            let done = sqlx::query(sqlx::AssertSqlSafe(sql.purge_batch.clone()))
-                .bind(older_than_secs)
-                .bind(limit)
-                .execute(conn)
-                .await?;
-            Ok((done.rows_affected(), None))
-        }
-    };
+impl Statement for Claim<'_> {
+    type Sql = InboxSql;
+    type Row = ();
+    fn text(sql: &InboxSql) -> &Arc<str> {
+        &sql.claim
+    }
+    fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB> {
+        query.arg(self.handler).arg(self.id)
+    }
 }
-#[cfg(any(feature = "sqlite", feature = "mysql"))]
-pub(crate) use purge_from_the_oldest;
 
-/// A claim that reads "fresh" from one row affected by `INSERT … ON CONFLICT DO NOTHING`.
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
-macro_rules! claim_by_rows_affected {
-    ($conn:ty) => {
-        async fn claim<'c>(
-            conn: &'c mut $conn,
-            sql: &'c InboxSql,
-            handler: &'c str,
-            id: &'c str,
-        ) -> Result<bool, sqlx::Error> {
-            let done = sqlx::query(sqlx::AssertSqlSafe(sql.claim.clone()))
-                .bind(handler)
-                .bind(id)
-                .execute(conn)
-                .await?;
-            Ok(done.rows_affected() == 1)
-        }
-    };
+/// Counts one deferral of a message: handler, id, now in Unix milliseconds. Where the database
+/// returns from an upsert, the row reads the deferrals so far and the first one's time.
+#[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
+pub struct Defer<'a> {
+    pub(crate) handler: &'a str,
+    pub(crate) id: &'a str,
+    pub(crate) now_ms: i64,
 }
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
-pub(crate) use claim_by_rows_affected;
 
-/// A deferral counted by an upsert that returns the row (`ON CONFLICT … DO UPDATE … RETURNING`).
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
-macro_rules! defer_by_upsert_returning {
-    ($conn:ty) => {
-        async fn defer<'c>(
-            conn: &'c mut $conn,
-            sql: &'c InboxSql,
-            handler: &'c str,
-            id: &'c str,
-            now_ms: i64,
-        ) -> Result<(i64, i64), sqlx::Error> {
-            sqlx::query_as(sqlx::AssertSqlSafe(sql.defer.clone()))
-                .bind(handler)
-                .bind(id)
-                .bind(now_ms)
-                .fetch_one(conn)
-                .await
-        }
-    };
+impl Statement for Defer<'_> {
+    type Sql = InboxSql;
+    type Row = (i64, i64);
+    fn text(sql: &InboxSql) -> &Arc<str> {
+        &sql.defer
+    }
+    fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB> {
+        query.arg(self.handler).arg(self.id).arg(self.now_ms)
+    }
 }
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
-pub(crate) use defer_by_upsert_returning;
+
+/// A message's deferrals and the first one's time: handler, id.
+pub(crate) struct Deferrals<'a> {
+    pub(crate) handler: &'a str,
+    pub(crate) id: &'a str,
+}
+
+impl Statement for Deferrals<'_> {
+    type Sql = InboxSql;
+    type Row = (i64, i64);
+    fn text(sql: &InboxSql) -> &Arc<str> {
+        &sql.deferrals
+    }
+    fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB> {
+        query.arg(self.handler).arg(self.id)
+    }
+}
+
+/// Forgets a message's deferrals: handler, id.
+pub(crate) struct ForgetDeferrals<'a>(pub(crate) Deferrals<'a>);
+
+impl Statement for ForgetDeferrals<'_> {
+    type Sql = InboxSql;
+    type Row = ();
+    fn text(sql: &InboxSql) -> &Arc<str> {
+        &sql.forget_deferrals
+    }
+    fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB> {
+        self.0.bind(query)
+    }
+}
+
+/// Each handler's rows and its oldest row's age, in the handlers' order.
+pub(crate) struct Handlers;
+
+impl Statement for Handlers {
+    type Sql = InboxSql;
+    type Row = HandlerRow;
+    fn text(sql: &InboxSql) -> &Arc<str> {
+        &sql.handlers
+    }
+    fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB> {
+        query
+    }
+}

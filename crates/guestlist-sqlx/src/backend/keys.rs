@@ -1,10 +1,11 @@
-//! The idempotency-key table's SQL: its statements, formatted once per table, and the code the
-//! backends share for them.
+//! The idempotency-key table's SQL: its text, formatted once per table, and its statements as
+//! typed values.
 
 use std::sync::Arc;
 
 use guestlist_core::TableName;
 
+use super::statement::{Args, Bound, Codec, Columns, Statement};
 use super::{TableSql, sealed};
 
 /// SQL text for one idempotency-key table, formatted once when the store is built.
@@ -77,122 +78,169 @@ pub struct KeyRow {
 #[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
 pub type KeyStatsRow = (i64, i64, Option<i64>, Option<i64>);
 
-/// A key insert that reads "new" from one row affected by `INSERT … ON CONFLICT DO NOTHING`.
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
-macro_rules! key_insert_by_rows_affected {
-    ($conn:ty) => {
-        async fn key_insert<'c>(
-            conn: &'c mut $conn,
-            sql: &'c KeysSql,
-            scope: &'c str,
-            key: &'c str,
-            fingerprint: &'c [u8],
-            token: i64,
-            lease_ms: i64,
-        ) -> Result<bool, sqlx::Error> {
-            let done = sqlx::query(sqlx::AssertSqlSafe(sql.insert.clone()))
-                .bind(scope)
-                .bind(key)
-                .bind(fingerprint)
-                .bind(token)
-                .bind(lease_ms)
-                .execute(conn)
-                .await?;
-            Ok(done.rows_affected() == 1)
-        }
-    };
+impl Columns for KeyRow {
+    fn read<DB: Codec>(row: &DB::Row) -> Result<Self, sqlx::Error> {
+        Ok(Self {
+            fingerprint: DB::get(row, 0)?,
+            status: DB::get(row, 1)?,
+            headers: DB::get(row, 2)?,
+            body: DB::get(row, 3)?,
+            attempt: DB::get(row, 4)?,
+            token: DB::get(row, 5)?,
+            lease_left_ms: DB::get(row, 6)?,
+        })
+    }
 }
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
-pub(crate) use key_insert_by_rows_affected;
 
-/// The key statements every backend binds and reads the same way.
-#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
-macro_rules! keys_same_everywhere {
-    ($conn:ty) => {
-        async fn key_select<'c>(
-            conn: &'c mut $conn,
-            sql: &'c KeysSql,
-            scope: &'c str,
-            key: &'c str,
-        ) -> Result<Option<super::KeyRow>, sqlx::Error> {
-            type Columns = (
-                Vec<u8>,
-                Option<i32>,
-                Option<Vec<u8>>,
-                Option<Vec<u8>>,
-                i64,
-                i64,
-                Option<i64>,
-            );
-            let row: Option<Columns> = sqlx::query_as(sqlx::AssertSqlSafe(sql.select.clone()))
-                .bind(scope)
-                .bind(key)
-                .fetch_optional(conn)
-                .await?;
-            Ok(row.map(
-                |(fingerprint, status, headers, body, attempt, token, lease_left_ms)| {
-                    super::KeyRow {
-                        fingerprint,
-                        status,
-                        headers,
-                        body,
-                        attempt,
-                        token,
-                        lease_left_ms,
-                    }
-                },
-            ))
-        }
-
-        async fn key_stats<'c>(
-            conn: &'c mut $conn,
-            sql: &'c KeysSql,
-        ) -> Result<super::KeyStatsRow, sqlx::Error> {
-            sqlx::query_as(sqlx::AssertSqlSafe(sql.stats.clone()))
-                .fetch_one(conn)
-                .await
-        }
-
-        async fn key_usage<'c>(
-            conn: &'c mut $conn,
-            sql: &'c KeysSql,
-            scope: &'c str,
-        ) -> Result<(i64, i64), sqlx::Error> {
-            sqlx::query_as(sqlx::AssertSqlSafe(sql.usage.clone()))
-                .bind(scope)
-                .fetch_one(conn)
-                .await
-        }
-
-        async fn key_update<'c>(
-            conn: &'c mut $conn,
-            statement: &'c std::sync::Arc<str>,
-            values: super::sealed::KeyValues<'c>,
-        ) -> Result<u64, sqlx::Error> {
-            use super::sealed::KeyValues;
-            let query = sqlx::query(sqlx::AssertSqlSafe(statement.clone()));
-            let query = match values {
-                KeyValues::TakeOver(token, lease_ms, scope, key, held) => query
-                    .bind(token)
-                    .bind(lease_ms)
-                    .bind(scope)
-                    .bind(key)
-                    .bind(held),
-                KeyValues::Complete(status, headers, body, scope, key, attempt) => query
-                    .bind(status)
-                    .bind(headers)
-                    .bind(body)
-                    .bind(scope)
-                    .bind(key)
-                    .bind(attempt),
-                KeyValues::Release(scope, key, attempt) => {
-                    query.bind(scope).bind(key).bind(attempt)
-                }
-                KeyValues::Evict(scope, key) => query.bind(scope).bind(key),
-            };
-            Ok(query.execute(conn).await?.rows_affected())
-        }
-    };
+/// A key: its scope and the key itself, the two columns every key statement finds it by.
+#[derive(Clone, Copy)]
+#[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
+pub struct Key<'a> {
+    pub(crate) scope: &'a str,
+    pub(crate) key: &'a str,
 }
-#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
-pub(crate) use keys_same_everywhere;
+
+impl Key<'_> {
+    fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB> {
+        query.arg(self.scope).arg(self.key)
+    }
+}
+
+/// Inserts an in-flight key with a lease: the key, its fingerprint, the attempt's token and the
+/// lease in milliseconds.
+#[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
+pub struct Insert<'a> {
+    pub(crate) key: Key<'a>,
+    pub(crate) fingerprint: &'a [u8],
+    pub(crate) token: i64,
+    pub(crate) lease_ms: i64,
+}
+
+impl Statement for Insert<'_> {
+    type Sql = KeysSql;
+    type Row = ();
+    fn text(sql: &KeysSql) -> &Arc<str> {
+        &sql.insert
+    }
+    fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB> {
+        let query = self.key.bind(query).arg(self.fingerprint);
+        query.arg(self.token).arg(self.lease_ms)
+    }
+}
+
+/// Reads a key's row.
+pub(crate) struct Select<'a>(pub(crate) Key<'a>);
+
+impl Statement for Select<'_> {
+    type Sql = KeysSql;
+    type Row = KeyRow;
+    fn text(sql: &KeysSql) -> &Arc<str> {
+        &sql.select
+    }
+    fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB> {
+        self.0.bind(query)
+    }
+}
+
+/// Takes over an expired lease: the new token and lease, the key, and the token read, which
+/// must still hold it (compare-and-set).
+pub(crate) struct TakeOver<'a> {
+    pub(crate) token: i64,
+    pub(crate) lease_ms: i64,
+    pub(crate) key: Key<'a>,
+    pub(crate) held: i64,
+}
+
+impl Statement for TakeOver<'_> {
+    type Sql = KeysSql;
+    type Row = ();
+    fn text(sql: &KeysSql) -> &Arc<str> {
+        &sql.take_over
+    }
+    fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB> {
+        let query = query.arg(self.token).arg(self.lease_ms);
+        self.key.bind(query).arg(self.held)
+    }
+}
+
+/// Stores a response if the attempt with `token` still holds the key.
+pub(crate) struct Complete<'a> {
+    pub(crate) status: i32,
+    pub(crate) headers: &'a [u8],
+    pub(crate) body: Option<&'a [u8]>,
+    pub(crate) key: Key<'a>,
+    pub(crate) token: i64,
+}
+
+impl Statement for Complete<'_> {
+    type Sql = KeysSql;
+    type Row = ();
+    fn text(sql: &KeysSql) -> &Arc<str> {
+        &sql.complete
+    }
+    fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB> {
+        let query = query.arg(self.status).arg(self.headers).arg(self.body);
+        self.key.bind(query).arg(self.token)
+    }
+}
+
+/// Deletes an in-flight key if the attempt with `token` still holds it.
+pub(crate) struct Release<'a> {
+    pub(crate) key: Key<'a>,
+    pub(crate) token: i64,
+}
+
+impl Statement for Release<'_> {
+    type Sql = KeysSql;
+    type Row = ();
+    fn text(sql: &KeysSql) -> &Arc<str> {
+        &sql.release
+    }
+    fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB> {
+        self.key.bind(query).arg(self.token)
+    }
+}
+
+/// Deletes a key whatever its state: an operator's eviction.
+pub(crate) struct Evict<'a>(pub(crate) Key<'a>);
+
+impl Statement for Evict<'_> {
+    type Sql = KeysSql;
+    type Row = ();
+    fn text(sql: &KeysSql) -> &Arc<str> {
+        &sql.evict
+    }
+    fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB> {
+        self.0.bind(query)
+    }
+}
+
+/// One scope's keys in flight, and in all.
+pub(crate) struct Usage<'a> {
+    pub(crate) scope: &'a str,
+}
+
+impl Statement for Usage<'_> {
+    type Sql = KeysSql;
+    type Row = (i64, i64);
+    fn text(sql: &KeysSql) -> &Arc<str> {
+        &sql.usage
+    }
+    fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB> {
+        query.arg(self.scope)
+    }
+}
+
+/// The table's figures, for operators.
+pub(crate) struct Stats;
+
+impl Statement for Stats {
+    type Sql = KeysSql;
+    type Row = KeyStatsRow;
+    fn text(sql: &KeysSql) -> &Arc<str> {
+        &sql.stats
+    }
+    fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB> {
+        query
+    }
+}

@@ -5,10 +5,10 @@
 //! inbox itself is written once, generically.
 
 use std::future::Future;
-use std::sync::Arc;
 
 pub(crate) use relay::{PendingRow, RelaySql};
 use sqlx::{Database, Pool, Transaction};
+pub(crate) use statement::Codec;
 
 /// A database guestlist can keep its guest list in: [`sqlx::Postgres`], [`sqlx::Sqlite`] or
 /// [`sqlx::MySql`], each behind the feature of the same name.
@@ -68,12 +68,14 @@ macro_rules! backend {
                 done.rows_affected()
             }
         }
+
+        $crate::backend::statement::codec!($db);
     };
 }
 
 mod classify;
-mod inbox;
-mod keys;
+pub(crate) mod inbox;
+pub(crate) mod keys;
 #[cfg(feature = "mysql")]
 mod mysql;
 mod outbox;
@@ -82,20 +84,21 @@ mod postgres;
 pub(crate) mod relay;
 #[cfg(feature = "sqlite")]
 pub(crate) mod sqlite;
-mod table;
+mod statement;
+pub(crate) mod table;
 
 pub(crate) use classify::{
     driver_error, is_retryable, is_retryable_db, is_retryable_driver_error, is_unavailable,
 };
 // Named by the sealed traits, so `pub`; unreachable outside the crate.
 #[allow(unreachable_pub)]
-pub use inbox::{HandlerRow, InboxSql};
+pub use inbox::InboxSql;
 #[allow(unreachable_pub)]
-pub use keys::{KeyRow, KeyStatsRow, KeysSql};
+pub use keys::{KeyRow, KeysSql};
 #[allow(unreachable_pub)]
 pub use outbox::{OutboxRow, OutboxSql};
 #[allow(unreachable_pub)]
-pub use table::{SizeRow, TableSql};
+pub use table::TableSql;
 
 /// The sealed per-database halves of the inbox, the key store and the outbox: implemented in
 /// this crate for the three backends only.
@@ -104,7 +107,7 @@ pub(crate) mod sealed {
 
     /// The per-database half of the inbox. Sealed: implemented here for the three backends only.
     #[allow(unreachable_pub)]
-    pub trait Statements: Database {
+    pub trait Statements: Codec {
         /// The backend's name in logs, metrics and errors.
         const BACKEND: &'static str;
         /// The DDL file for the inbox table.
@@ -142,13 +145,23 @@ pub(crate) mod sealed {
             pool.begin()
         }
 
+        /// `true` when a claim's insert added its row: one row changed. A database that reports
+        /// a duplicate as an error instead (MySQL, where `INSERT IGNORE` would hide other errors)
+        /// says so here.
+        fn inserted(changed: Result<u64, sqlx::Error>) -> Result<bool, sqlx::Error> {
+            Ok(changed? == 1)
+        }
+
         /// Inserts one claim; `true` when this transaction inserted the row.
         fn claim<'c>(
             conn: &'c mut Self::Connection,
             sql: &'c InboxSql,
             handler: &'c str,
             id: &'c str,
-        ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send + 'c;
+        ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send + 'c {
+            let claim = Self::run(conn, sql, inbox::Claim { handler, id });
+            async move { Self::inserted(claim.await) }
+        }
 
         /// Inserts claims for `ids`, sorted and distinct; returns the ones this transaction inserted.
         fn claim_batch<'c>(
@@ -159,61 +172,38 @@ pub(crate) mod sealed {
         ) -> impl Future<Output = Result<Vec<String>, sqlx::Error>> + Send + 'c;
 
         /// Counts one deferral of a message; returns its deferrals so far and the first one's
-        /// time (Unix milliseconds), `now_ms` when this is the first.
+        /// time (Unix milliseconds), `now_ms` when this is the first. Written for an upsert
+        /// that returns the row (`ON CONFLICT … DO UPDATE … RETURNING`).
         fn defer<'c>(
             conn: &'c mut Self::Connection,
             sql: &'c InboxSql,
-            handler: &'c str,
-            id: &'c str,
-            now_ms: i64,
-        ) -> impl Future<Output = Result<(i64, i64), sqlx::Error>> + Send + 'c;
-
-        /// A message's deferrals and the first one's time, if it has any.
-        fn deferrals<'c>(
-            conn: &'c mut Self::Connection,
-            sql: &'c InboxSql,
-            handler: &'c str,
-            id: &'c str,
-        ) -> impl Future<Output = Result<Option<(i64, i64)>, sqlx::Error>> + Send + 'c;
-
-        /// Forgets a message's deferrals.
-        fn forget_deferrals<'c>(
-            conn: &'c mut Self::Connection,
-            sql: &'c InboxSql,
-            handler: &'c str,
-            id: &'c str,
-        ) -> impl Future<Output = Result<(), sqlx::Error>> + Send + 'c;
+            defer: inbox::Defer<'c>,
+        ) -> impl Future<Output = Result<(i64, i64), sqlx::Error>> + Send + 'c {
+            let now_ms = defer.now_ms;
+            let row = Self::fetch_first(conn, sql, defer);
+            async move { Ok(row.await?.unwrap_or((1, now_ms))) }
+        }
 
         /// Deletes at most `limit` rows older than `older_than_secs`, oldest first, and none
         /// older than `after_micros` (Unix microseconds) when given. Returns how many went and,
         /// where the backend resumes batches, the newest deleted row's time to pass as
-        /// `after_micros` next.
+        /// `after_micros` next. Written for the backends that start from the oldest row each
+        /// time: where a delete leaves nothing behind in the index for the next batch to step
+        /// over (SQLite), or until measured otherwise (MySQL).
         fn purge_batch<'c>(
             conn: &'c mut Self::Connection,
             sql: &'c TableSql,
             older_than_secs: i64,
             limit: i64,
-            after_micros: Option<i64>,
-        ) -> impl Future<Output = Result<(u64, Option<i64>), sqlx::Error>> + Send + 'c;
-
-        /// Counts rows older than `older_than_secs`.
-        fn count_older<'c>(
-            conn: &'c mut Self::Connection,
-            sql: &'c TableSql,
-            older_than_secs: i64,
-        ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send + 'c;
-
-        /// Reads [`TableSql::size`].
-        fn table_size<'c>(
-            conn: &'c mut Self::Connection,
-            sql: &'c TableSql,
-        ) -> impl Future<Output = Result<SizeRow, sqlx::Error>> + Send + 'c;
-
-        /// Reads [`InboxSql::handlers`].
-        fn inbox_handlers<'c>(
-            conn: &'c mut Self::Connection,
-            sql: &'c InboxSql,
-        ) -> impl Future<Output = Result<Vec<HandlerRow>, sqlx::Error>> + Send + 'c;
+            _after_micros: Option<i64>,
+        ) -> impl Future<Output = Result<(u64, Option<i64>), sqlx::Error>> + Send + 'c {
+            let purge = table::PurgeOldest {
+                older_than_secs,
+                limit,
+            };
+            let deleted = Self::run(conn, sql, purge);
+            async move { Ok((deleted.await?, None)) }
+        }
 
         /// Runs `ddl` holding the lock named `lock`, so that processes migrating at once take
         /// turns: concurrent `CREATE … IF NOT EXISTS` can still collide in the catalog.
@@ -305,54 +295,10 @@ pub(crate) mod sealed {
         fn key_insert<'c>(
             conn: &'c mut Self::Connection,
             sql: &'c KeysSql,
-            scope: &'c str,
-            key: &'c str,
-            fingerprint: &'c [u8],
-            token: i64,
-            lease_ms: i64,
-        ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send + 'c;
-
-        /// Reads a key's row.
-        fn key_select<'c>(
-            conn: &'c mut Self::Connection,
-            sql: &'c KeysSql,
-            scope: &'c str,
-            key: &'c str,
-        ) -> impl Future<Output = Result<Option<KeyRow>, sqlx::Error>> + Send + 'c;
-
-        /// Reads the table's figures.
-        fn key_stats<'c>(
-            conn: &'c mut Self::Connection,
-            sql: &'c KeysSql,
-        ) -> impl Future<Output = Result<KeyStatsRow, sqlx::Error>> + Send + 'c;
-
-        /// Counts one scope's keys in flight, and in all.
-        fn key_usage<'c>(
-            conn: &'c mut Self::Connection,
-            sql: &'c KeysSql,
-            scope: &'c str,
-        ) -> impl Future<Output = Result<(i64, i64), sqlx::Error>> + Send + 'c;
-
-        /// Runs a statement that binds, in order, the given values and reports rows affected:
-        /// take-over, complete, release and evict share it.
-        fn key_update<'c>(
-            conn: &'c mut Self::Connection,
-            statement: &'c Arc<str>,
-            values: KeyValues<'c>,
-        ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send + 'c;
-    }
-
-    /// The values [`KeyStatements::key_update`] binds, in the order the statement names them.
-    #[derive(Debug)]
-    #[allow(unreachable_pub)]
-    pub enum KeyValues<'a> {
-        /// New token, lease (ms), scope, key, the token read.
-        TakeOver(i64, i64, &'a str, &'a str, i64),
-        /// Status, headers, body, scope, key, token.
-        Complete(i32, &'a [u8], Option<&'a [u8]>, &'a str, &'a str, i64),
-        /// Scope, key, token.
-        Release(&'a str, &'a str, i64),
-        /// Scope, key.
-        Evict(&'a str, &'a str),
+            insert: keys::Insert<'c>,
+        ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send + 'c {
+            let insert = Self::run(conn, sql, insert);
+            async move { Self::inserted(insert.await) }
+        }
     }
 }

@@ -14,6 +14,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use guestlist_core::{HandlerName, MessageId};
 
+use crate::backend::inbox::{Defer, Deferrals as DeferralsOf, ForgetDeferrals};
 use crate::{Backend, Error, Inbox};
 
 /// How often a message has been deferred (or withdrawn because of another message), and since
@@ -55,7 +56,12 @@ impl<DB: Backend> Inbox<DB> {
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
         let mut conn = pool.acquire().await?;
-        let row = DB::defer(&mut conn, &self.sql, handler.as_str(), id.as_str(), now_ms)
+        let defer = Defer {
+            handler: handler.as_str(),
+            id: id.as_str(),
+            now_ms,
+        };
+        let row = DB::defer(&mut conn, &self.sql, defer)
             .await
             .map_err(|err| self.error(err))?;
         Ok(Deferrals::from_row(row))
@@ -83,7 +89,7 @@ impl<DB: Backend> Inbox<DB> {
         id: &MessageId,
     ) -> Result<Option<Deferrals>, Error> {
         let mut conn = pool.acquire().await?;
-        let row = DB::deferrals(&mut conn, &self.sql, handler.as_str(), id.as_str())
+        let row = DB::fetch_first(&mut conn, &*self.sql, statement(handler, id))
             .await
             .map_err(|err| self.error(err))?;
         Ok(row.map(Deferrals::from_row))
@@ -97,8 +103,18 @@ impl<DB: Backend> Inbox<DB> {
         id: &MessageId,
     ) -> Result<(), Error> {
         let mut conn = pool.acquire().await?;
-        DB::forget_deferrals(&mut conn, &self.sql, handler.as_str(), id.as_str())
+        let forget = ForgetDeferrals(statement(handler, id));
+        DB::run(&mut conn, &*self.sql, forget)
             .await
+            .map(drop)
             .map_err(|err| self.error(err))
+    }
+}
+
+/// The statement that reads message `id`'s deferrals for `handler`.
+fn statement<'a>(handler: &'a HandlerName, id: &'a MessageId) -> DeferralsOf<'a> {
+    DeferralsOf {
+        handler: handler.as_str(),
+        id: id.as_str(),
     }
 }

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::backend::Backend;
+use crate::backend::inbox::Handlers;
 use crate::table_size::TableSize;
 use crate::{Error, Inbox};
 
@@ -50,7 +51,7 @@ impl<DB: Backend> Inbox<DB> {
     pub async fn stats(&self, pool: &sqlx::Pool<DB>) -> Result<InboxStats, Error> {
         let read = async {
             let mut conn = pool.acquire().await?;
-            let handlers = DB::inbox_handlers(&mut conn, &self.sql).await?;
+            let handlers = DB::fetch(&mut conn, &*self.sql, Handlers).await?;
             let size = TableSize::read::<DB>(&mut conn, &self.sql.common).await?;
             Ok::<_, sqlx::Error>((handlers, size))
         };

@@ -8,15 +8,18 @@ use guestlist_core::{IdempotencyKey, KeyRecord, KeyState, KeyStats, Scope, Scope
 use super::SqlKeyStore;
 use crate::Error;
 use crate::backend::Backend;
-use crate::backend::sealed::KeyValues;
+use crate::backend::keys::{Evict, Key, Select, Stats, Usage};
 
 impl<DB: Backend> SqlKeyStore<DB> {
     /// Deletes the key whatever its state (an operator's eviction). `true` when a row went.
     pub async fn evict(&self, scope: &Scope, key: &IdempotencyKey) -> Result<bool, Error> {
         let key = &*self.key_at_rest(key);
         let mut conn = self.pool.acquire().await?;
-        let values = KeyValues::Evict(scope.as_str(), key.as_str());
-        let gone = DB::key_update(&mut conn, &self.sql.evict, values)
+        let evict = Evict(Key {
+            scope: scope.as_str(),
+            key: key.as_str(),
+        });
+        let gone = DB::run(&mut conn, &*self.sql, evict)
             .await
             .map_err(|err| self.error(err))?;
         Ok(gone == 1)
@@ -31,7 +34,11 @@ impl<DB: Backend> SqlKeyStore<DB> {
     ) -> Result<Option<KeyRecord>, Error> {
         let key = &*self.key_at_rest(key);
         let mut conn = self.pool.acquire().await?;
-        let row = DB::key_select(&mut conn, &self.sql, scope.as_str(), key.as_str())
+        let select = Select(Key {
+            scope: scope.as_str(),
+            key: key.as_str(),
+        });
+        let row = DB::fetch_first(&mut conn, &*self.sql, select)
             .await
             .map_err(|err| self.error(err))?;
         Ok(row.map(|row| {
@@ -58,7 +65,7 @@ impl<DB: Backend> SqlKeyStore<DB> {
     /// The table's figures: rows, rows in flight, the oldest row's age, and the size on disk.
     pub async fn stats(&self) -> Result<KeyStats, Error> {
         let mut conn = self.pool.acquire().await?;
-        let (rows, in_flight, oldest_ms, bytes) = DB::key_stats(&mut conn, &self.sql)
+        let (rows, in_flight, oldest_ms, bytes) = DB::fetch_one(&mut conn, &*self.sql, Stats)
             .await
             .map_err(|err| self.error(err))?;
         let unsigned = |n: i64| u64::try_from(n).unwrap_or(0);
@@ -74,9 +81,15 @@ impl<DB: Backend> SqlKeyStore<DB> {
     /// range of the primary key).
     pub async fn usage(&self, scope: &Scope) -> Result<ScopeUsage, Error> {
         let mut conn = self.pool.acquire().await?;
-        let (in_flight, keys) = DB::key_usage(&mut conn, &self.sql, scope.as_str())
-            .await
-            .map_err(|err| self.error(err))?;
+        let (in_flight, keys) = DB::fetch_one(
+            &mut conn,
+            &*self.sql,
+            Usage {
+                scope: scope.as_str(),
+            },
+        )
+        .await
+        .map_err(|err| self.error(err))?;
         let unsigned = |n: i64| u64::try_from(n).unwrap_or(0);
         Ok(ScopeUsage {
             in_flight: unsigned(in_flight),

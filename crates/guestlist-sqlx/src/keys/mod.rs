@@ -11,7 +11,7 @@ use guestlist_core::{
 use sqlx::Pool;
 
 use crate::Error;
-use crate::backend::sealed::KeyValues;
+use crate::backend::keys::{Complete, Insert, Key, Release, Select, TakeOver};
 use crate::backend::{Backend, KeyRow, KeysSql, TableSql};
 use crate::fencing::{lease_ms, new_token};
 use crate::purge::{Purge, Purgeable, sealed};
@@ -216,17 +216,18 @@ impl<DB: Backend> SqlKeyStore<DB> {
         }
         for _ in 0..BEGIN_ROUNDS {
             let token = new_token()?;
-            let inserted = DB::key_insert(
-                &mut conn,
-                &self.sql,
-                scope.as_str(),
-                key.as_str(),
-                fingerprint.as_bytes(),
-                token as i64,
+            let insert = Insert {
+                key: Key {
+                    scope: scope.as_str(),
+                    key: key.as_str(),
+                },
+                fingerprint: fingerprint.as_bytes(),
+                token: token as i64,
                 lease_ms,
-            )
-            .await
-            .map_err(|err| self.error(err))?;
+            };
+            let inserted = DB::key_insert(&mut conn, &self.sql, insert)
+                .await
+                .map_err(|err| self.error(err))?;
             if inserted {
                 return Ok(Begin::Run {
                     attempt: Attempt::new(1, token),
@@ -256,7 +257,11 @@ impl<DB: Backend> SqlKeyStore<DB> {
         fingerprint: &Fingerprint,
         take_over: Option<i64>,
     ) -> Result<Option<Begin>, Error> {
-        let row = DB::key_select(conn, &self.sql, scope.as_str(), key.as_str())
+        let select = Select(Key {
+            scope: scope.as_str(),
+            key: key.as_str(),
+        });
+        let row = DB::fetch_first(conn, &*self.sql, select)
             .await
             .map_err(|err| self.error(err))?;
         self.settle_row(conn, scope, key, fingerprint, row, take_over)
@@ -296,8 +301,13 @@ impl<DB: Backend> SqlKeyStore<DB> {
             }));
         };
         let token = new_token()?;
-        let values = KeyValues::TakeOver(token as i64, lease_ms, scope, key, row.token);
-        if DB::key_update(conn, &self.sql.take_over, values).await? != 1 {
+        let take_over = TakeOver {
+            token: token as i64,
+            lease_ms,
+            key: Key { scope, key },
+            held: row.token,
+        };
+        if DB::run(conn, &*self.sql, take_over).await? != 1 {
             return Ok(None);
         }
         let number = u32::try_from(row.attempt + 1).unwrap_or(u32::MAX);
@@ -325,15 +335,17 @@ impl<DB: Backend> SqlKeyStore<DB> {
         let key = &*self.key_at_rest(key);
         let headers = response.encode_headers();
         let body = self.body_at_rest(scope, key, response.body.stored_bytes())?;
-        let values = KeyValues::Complete(
-            i32::from(response.status),
-            &headers,
-            body.as_deref(),
-            scope.as_str(),
-            key.as_str(),
-            attempt.token() as i64,
-        );
-        let stored = DB::key_update(conn, &self.sql.complete, values)
+        let complete = Complete {
+            status: i32::from(response.status),
+            headers: &headers,
+            body: body.as_deref(),
+            key: Key {
+                scope: scope.as_str(),
+                key: key.as_str(),
+            },
+            token: attempt.token() as i64,
+        };
+        let stored = DB::run(conn, &*self.sql, complete)
             .await
             .map_err(|err| self.error(err))?;
         Ok(if stored == 1 {
@@ -366,8 +378,14 @@ impl<DB: Backend> SqlKeyStore<DB> {
     ) -> Result<bool, Error> {
         let key = &*self.key_at_rest(key);
         let mut conn = self.pool.acquire().await?;
-        let values = KeyValues::Release(scope.as_str(), key.as_str(), attempt.token() as i64);
-        let gone = DB::key_update(&mut conn, &self.sql.release, values)
+        let release = Release {
+            key: Key {
+                scope: scope.as_str(),
+                key: key.as_str(),
+            },
+            token: attempt.token() as i64,
+        };
+        let gone = DB::run(&mut conn, &*self.sql, release)
             .await
             .map_err(|err| self.error(err))?;
         Ok(gone == 1)

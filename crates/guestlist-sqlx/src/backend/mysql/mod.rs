@@ -11,8 +11,9 @@ use sqlx::error::DatabaseError;
 use sqlx::mysql::{MySqlConnection, MySqlDatabaseError};
 use sqlx::{AssertSqlSafe, MySql};
 
+use super::inbox::{Defer, Deferrals};
 use super::sealed::{KeyStatements, Statements};
-use super::{InboxSql, KeysSql, TableSql};
+use super::{Codec, InboxSql};
 
 const ER_DUP_ENTRY: u16 = 1062;
 const ER_LOCK_WAIT_TIMEOUT: u16 = 1205;
@@ -87,40 +88,20 @@ impl Statements for MySql {
          CAST(TIMESTAMPDIFF(MICROSECOND, MIN(seen_at), UTC_TIMESTAMP(6)) DIV 1000 AS SIGNED) \
          FROM {table} GROUP BY handler ORDER BY handler";
 
-    super::inbox::same_everywhere!(MySqlConnection);
-    super::inbox::purge_from_the_oldest!(MySqlConnection);
+    fn inserted(changed: Result<u64, sqlx::Error>) -> Result<bool, sqlx::Error> {
+        inserted_unless_duplicate(changed)
+    }
 
     async fn defer<'c>(
         conn: &'c mut MySqlConnection,
         sql: &'c InboxSql,
-        handler: &'c str,
-        id: &'c str,
-        now_ms: i64,
+        defer: Defer<'c>,
     ) -> Result<(i64, i64), sqlx::Error> {
-        sqlx::query(AssertSqlSafe(sql.defer.clone()))
-            .bind(handler)
-            .bind(id)
-            .bind(now_ms)
-            .execute(&mut *conn)
-            .await?;
+        let (handler, id, now_ms) = (defer.handler, defer.id, defer.now_ms);
+        Self::run(&mut *conn, sql, defer).await?;
         // Two consumers deferring the message at once each count one; both then read the sum.
-        Ok(Self::deferrals(conn, sql, handler, id)
-            .await?
-            .unwrap_or((1, now_ms)))
-    }
-
-    async fn claim<'c>(
-        conn: &'c mut MySqlConnection,
-        sql: &'c InboxSql,
-        handler: &'c str,
-        id: &'c str,
-    ) -> Result<bool, sqlx::Error> {
-        let inserted = sqlx::query(AssertSqlSafe(sql.claim.clone()))
-            .bind(handler)
-            .bind(id)
-            .execute(conn)
-            .await;
-        inserted_unless_duplicate(inserted)
+        let deferrals = Self::fetch_first(conn, sql, Deferrals { handler, id });
+        Ok(deferrals.await?.unwrap_or((1, now_ms)))
     }
 
     async fn claim_batch<'c>(
@@ -225,26 +206,4 @@ impl KeyStatements for MySql {
          (SELECT CAST(data_length + index_length AS SIGNED) FROM information_schema.tables \
           WHERE table_schema = DATABASE() AND table_name = '{table}') \
          FROM {table}";
-
-    async fn key_insert<'c>(
-        conn: &'c mut MySqlConnection,
-        sql: &'c KeysSql,
-        scope: &'c str,
-        key: &'c str,
-        fingerprint: &'c [u8],
-        token: i64,
-        lease_ms: i64,
-    ) -> Result<bool, sqlx::Error> {
-        let inserted = sqlx::query(AssertSqlSafe(sql.insert.clone()))
-            .bind(scope)
-            .bind(key)
-            .bind(fingerprint)
-            .bind(token)
-            .bind(lease_ms)
-            .execute(conn)
-            .await;
-        inserted_unless_duplicate(inserted)
-    }
-
-    super::keys::keys_same_everywhere!(MySqlConnection);
 }

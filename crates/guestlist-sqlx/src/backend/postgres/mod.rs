@@ -5,7 +5,7 @@ use sqlx::postgres::{PgConnection, PgDatabaseError};
 use sqlx::{AssertSqlSafe, Postgres};
 
 use super::sealed::{KeyStatements, Statements};
-use super::{InboxSql, KeysSql, TableSql};
+use super::{InboxSql, TableSql};
 
 /// SQLSTATEs after which the whole transaction may be run again.
 const SERIALIZATION_FAILURE: &str = "40001";
@@ -73,8 +73,6 @@ impl Statements for Postgres {
          (EXTRACT(EPOCH FROM (now() - MIN(seen_at))) * 1000)::bigint \
          FROM {table} GROUP BY handler ORDER BY handler";
 
-    super::inbox::same_everywhere!(PgConnection);
-
     async fn purge_batch<'c>(
         conn: &'c mut PgConnection,
         sql: &'c TableSql,
@@ -91,8 +89,6 @@ impl Statements for Postgres {
                 .await?;
         Ok((deleted.max(0).unsigned_abs(), newest))
     }
-    super::inbox::defer_by_upsert_returning!(PgConnection);
-    super::inbox::claim_by_rows_affected!(PgConnection);
 
     async fn claim_batch<'c>(
         conn: &'c mut PgConnection,
@@ -200,7 +196,4 @@ impl KeyStatements for Postgres {
          (EXTRACT(EPOCH FROM (k.locked_until - now())) * 1000)::bigint \
          FROM (VALUES (1)) AS one LEFT JOIN {table} AS k \
          ON k.scope = $1 AND k.idempotency_key = $2";
-
-    super::keys::key_insert_by_rows_affected!(PgConnection);
-    super::keys::keys_same_everywhere!(PgConnection);
 }

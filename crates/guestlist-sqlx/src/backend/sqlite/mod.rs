@@ -10,8 +10,8 @@ use sqlx::sqlite::{
 };
 use sqlx::{AssertSqlSafe, Connection, Pool, Sqlite, Transaction};
 
+use super::InboxSql;
 use super::sealed::{KeyStatements, Statements};
-use super::{InboxSql, KeysSql, TableSql};
 
 /// SQLite's primary result codes after which the transaction may be run again.
 const SQLITE_BUSY: i32 = 5;
@@ -99,11 +99,6 @@ impl Statements for Sqlite {
         // SQLITE_BUSY_SNAPSHOT when it later writes, and no busy timeout helps with that.
         pool.begin_with("BEGIN IMMEDIATE").await
     }
-
-    super::inbox::same_everywhere!(SqliteConnection);
-    super::inbox::purge_from_the_oldest!(SqliteConnection);
-    super::inbox::defer_by_upsert_returning!(SqliteConnection);
-    super::inbox::claim_by_rows_affected!(SqliteConnection);
 
     async fn claim_batch<'c>(
         conn: &'c mut SqliteConnection,
@@ -201,7 +196,4 @@ impl KeyStatements for Sqlite {
          CAST(round((julianday('now') - julianday(MIN(created_at))) * 86400000.0) AS INTEGER), \
          (SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()) \
          FROM {table}";
-
-    super::keys::key_insert_by_rows_affected!(SqliteConnection);
-    super::keys::keys_same_everywhere!(SqliteConnection);
 }

@@ -8,7 +8,9 @@ use sqlx::Sqlite;
 
 use super::{ClaimItem, CompleteItem, sealed::WriteRound};
 use crate::SqlKeyStore;
-use crate::backend::sealed::{KeyStatements, KeyValues, Statements};
+use crate::backend::Codec;
+use crate::backend::keys::{Complete, Insert, Key};
+use crate::backend::sealed::{KeyStatements, Statements};
 
 impl WriteRound for Sqlite {
     async fn write_round(
@@ -20,30 +22,32 @@ impl WriteRound for Sqlite {
         let mut tx = <Sqlite as Statements>::begin(store.pool()).await?;
         let mut written = HashSet::with_capacity(claims.len() + completes.len());
         for c in claims {
-            let inserted = Sqlite::key_insert(
-                &mut tx,
-                &store.sql,
-                &c.scope,
-                &c.key,
-                &c.fingerprint,
-                c.token,
-                c.lease_ms,
-            )
-            .await?;
+            let insert = Insert {
+                key: Key {
+                    scope: &c.scope,
+                    key: &c.key,
+                },
+                fingerprint: &c.fingerprint,
+                token: c.token,
+                lease_ms: c.lease_ms,
+            };
+            let inserted = Sqlite::key_insert(&mut tx, &store.sql, insert).await?;
             if inserted {
                 written.insert(c.token);
             }
         }
         for c in completes {
-            let values = KeyValues::Complete(
-                c.status,
-                &c.headers,
-                c.body.as_deref(),
-                &c.scope,
-                &c.key,
-                c.token,
-            );
-            if Sqlite::key_update(&mut tx, &store.sql.complete, values).await? == 1 {
+            let complete = Complete {
+                status: c.status,
+                headers: &c.headers,
+                body: c.body.as_deref(),
+                key: Key {
+                    scope: &c.scope,
+                    key: &c.key,
+                },
+                token: c.token,
+            };
+            if Sqlite::run(&mut tx, &*store.sql, complete).await? == 1 {
                 written.insert(c.token);
             }
         }

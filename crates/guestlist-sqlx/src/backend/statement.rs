@@ -1,0 +1,284 @@
+//! A statement as one typed value: the text it runs and the values it binds, in order, so the
+//! code that runs it is written once for every database.
+//!
+//! sqlx binds and reads a value only where the compiler can see that the database encodes its
+//! type, which generic code can say only with a bound per type at every function. [`Codec`] says
+//! it once: each database implements its few methods on its concrete types, and generic code
+//! binds with [`Args::arg`] and reads with [`Codec::get`] under the bound `DB: Codec` alone.
+
+// Named by the sealed traits, so `pub`; unreachable outside the crate.
+#![allow(unreachable_pub)]
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use sqlx::Database;
+use sqlx::query::Query;
+
+/// A query with its values bound so far.
+pub type Bound<'q, DB> = Query<'q, DB, <DB as Database>::Arguments>;
+
+/// One statement: which text of a table's SQL it runs, and its values in the order the text
+/// names them.
+pub trait Statement: Send {
+    /// Where the statement's text is: the SQL formatted for one table.
+    type Sql: Sync;
+    /// What one row it returns reads as (`()` for a statement that returns none).
+    type Row: Columns;
+
+    /// The statement's text in `sql`.
+    fn text(sql: &Self::Sql) -> &Arc<str>;
+
+    /// Binds the statement's values onto `query`, in order.
+    fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB>;
+}
+
+/// A value a statement binds: the few types guestlist's tables hold.
+pub trait Value: Send {
+    /// Binds `self` onto `query`.
+    fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB>;
+}
+
+/// A column a statement reads back.
+pub trait Column: Sized + Send {
+    /// Reads column `index` of `row`.
+    fn get<DB: Codec>(row: &DB::Row, index: usize) -> Result<Self, sqlx::Error>;
+}
+
+/// A row a statement reads back, column by column.
+pub trait Columns: Sized + Send {
+    /// Reads `row`.
+    fn read<DB: Codec>(row: &DB::Row) -> Result<Self, sqlx::Error>;
+}
+
+/// Implements [`Columns`] for tuples of [`Column`]s, read in order.
+macro_rules! columns {
+    ($(($($ty:ident $index:tt),*)),* $(,)?) => {$(
+        impl<$($ty: Column),*> Columns for ($($ty,)*) {
+            #[allow(unused_variables)] // the empty tuple reads nothing
+            fn read<DB: Codec>(row: &DB::Row) -> Result<Self, sqlx::Error> {
+                Ok(($(DB::get::<$ty>(row, $index)?,)*))
+            }
+        }
+    )*};
+}
+
+columns!((), (A 0), (A 0, B 1), (A 0, B 1, C 2), (A 0, B 1, C 2, D 3));
+
+/// Binds a [`Value`] onto a query, as sqlx's `bind` does for a concrete database.
+pub trait Args {
+    /// `self` with `value` bound next.
+    fn arg(self, value: impl Value) -> Self;
+}
+
+impl<DB: Codec> Args for Bound<'_, DB> {
+    fn arg(self, value: impl Value) -> Self {
+        value.bind(self)
+    }
+}
+
+/// Implements [`Value`] for a type through the [`Codec`] method that binds it.
+macro_rules! value {
+    ($($ty:ty => $bind:ident),* $(,)?) => {$(
+        impl Value for $ty {
+            fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB> {
+                DB::$bind(query, self)
+            }
+        }
+    )*};
+}
+
+value!(i64 => bind_i64, i32 => bind_i32, &str => bind_str, &[u8] => bind_bytes,
+    Option<&[u8]> => bind_opt_bytes, String => bind_string);
+
+/// Implements [`Column`] for a type through the [`Codec`] method that reads it.
+macro_rules! column {
+    ($($ty:ty => $get:ident),* $(,)?) => {$(
+        impl Column for $ty {
+            fn get<DB: Codec>(row: &DB::Row, index: usize) -> Result<Self, sqlx::Error> {
+                DB::$get(row, index)
+            }
+        }
+    )*};
+}
+
+column!(i64 => get_i64, Option<i64> => get_opt_i64, Option<i32> => get_opt_i32,
+    Vec<u8> => get_bytes, Option<Vec<u8>> => get_opt_bytes, String => get_string);
+
+/// What a database binds, reads and runs, on its concrete types: the one place the bounds sqlx
+/// needs are met, so that statements run generically. Sealed: implemented by `backend!`.
+pub trait Codec: Database {
+    /// Binds an integer.
+    fn bind_i64<'q>(query: Bound<'q, Self>, value: i64) -> Bound<'q, Self>;
+    /// Binds a small integer (an HTTP status).
+    fn bind_i32<'q>(query: Bound<'q, Self>, value: i32) -> Bound<'q, Self>;
+    /// Binds text.
+    fn bind_str<'q>(query: Bound<'q, Self>, value: &str) -> Bound<'q, Self>;
+    /// Binds owned text.
+    fn bind_string<'q>(query: Bound<'q, Self>, value: String) -> Bound<'q, Self>;
+    /// Binds bytes.
+    fn bind_bytes<'q>(query: Bound<'q, Self>, value: &[u8]) -> Bound<'q, Self>;
+    /// Binds bytes or `NULL`.
+    fn bind_opt_bytes<'q>(query: Bound<'q, Self>, value: Option<&[u8]>) -> Bound<'q, Self>;
+
+    /// Reads an integer.
+    fn get_i64(row: &Self::Row, index: usize) -> Result<i64, sqlx::Error>;
+    /// Reads an integer or `NULL`.
+    fn get_opt_i64(row: &Self::Row, index: usize) -> Result<Option<i64>, sqlx::Error>;
+    /// Reads a small integer or `NULL`.
+    fn get_opt_i32(row: &Self::Row, index: usize) -> Result<Option<i32>, sqlx::Error>;
+    /// Reads bytes.
+    fn get_bytes(row: &Self::Row, index: usize) -> Result<Vec<u8>, sqlx::Error>;
+    /// Reads bytes or `NULL`.
+    fn get_opt_bytes(row: &Self::Row, index: usize) -> Result<Option<Vec<u8>>, sqlx::Error>;
+    /// Reads text.
+    fn get_string(row: &Self::Row, index: usize) -> Result<String, sqlx::Error>;
+
+    /// Runs `query`; the rows it changed.
+    fn run_query<'c>(
+        conn: &'c mut Self::Connection,
+        query: Bound<'c, Self>,
+    ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send + 'c;
+
+    /// Runs `query`; every row it returns.
+    fn fetch_query<'c>(
+        conn: &'c mut Self::Connection,
+        query: Bound<'c, Self>,
+    ) -> impl Future<Output = Result<Vec<Self::Row>, sqlx::Error>> + Send + 'c;
+
+    /// Reads column `index` of `row`.
+    fn get<T: Column>(row: &Self::Row, index: usize) -> Result<T, sqlx::Error> {
+        T::get::<Self>(row, index)
+    }
+
+    /// Runs `statement` with the text in `sql`; the rows it changed.
+    fn run<'c, S: Statement>(
+        conn: &'c mut Self::Connection,
+        sql: &S::Sql,
+        statement: S,
+    ) -> Pending<'c, u64> {
+        Box::pin(Self::run_query(
+            conn,
+            statement.bind(prepared(S::text(sql))),
+        ))
+    }
+
+    /// Runs `statement` with the text in `sql`; every row it returns.
+    fn fetch<'c, S: Statement>(
+        conn: &'c mut Self::Connection,
+        sql: &S::Sql,
+        statement: S,
+    ) -> Pending<'c, Vec<S::Row>>
+    where
+        S::Row: 'c,
+    {
+        let rows = Self::fetch_query(conn, statement.bind(prepared(S::text(sql))));
+        Box::pin(async move { rows.await?.iter().map(S::Row::read::<Self>).collect() })
+    }
+
+    /// Runs `statement` with the text in `sql`; the first row it returns, if any.
+    fn fetch_first<'c, S: Statement>(
+        conn: &'c mut Self::Connection,
+        sql: &S::Sql,
+        statement: S,
+    ) -> Pending<'c, Option<S::Row>>
+    where
+        S::Row: 'c,
+    {
+        let rows = Self::fetch_query(conn, statement.bind(prepared(S::text(sql))));
+        Box::pin(async move { rows.await?.first().map(S::Row::read::<Self>).transpose() })
+    }
+
+    /// Runs `statement` with the text in `sql`; the row it returns, which must be there (an
+    /// aggregate's).
+    fn fetch_one<'c, S: Statement>(
+        conn: &'c mut Self::Connection,
+        sql: &S::Sql,
+        statement: S,
+    ) -> Pending<'c, S::Row>
+    where
+        S::Row: 'c,
+    {
+        let row = Self::fetch_first(conn, sql, statement);
+        Box::pin(async move { row.await?.ok_or(sqlx::Error::RowNotFound) })
+    }
+}
+
+/// A statement's run, boxed: its type names neither the statement nor its borrows, so the
+/// futures that await it stay `Send` for every lifetime (a generic future would not).
+pub type Pending<'c, T> = Pin<Box<dyn Future<Output = Result<T, sqlx::Error>> + Send + 'c>>;
+
+/// A query of a table's formatted text, kept as a prepared statement.
+fn prepared<'q, DB: Database>(text: &Arc<str>) -> Bound<'q, DB> {
+    sqlx::query(sqlx::AssertSqlSafe(text.clone()))
+}
+
+/// Implements [`Codec`] for a database on its concrete types.
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+macro_rules! codec {
+    ($db:ty) => {
+        const _: () = {
+            use $crate::backend::statement::Bound;
+
+            impl $crate::backend::statement::Codec for $db {
+                fn bind_i64<'q>(query: Bound<'q, Self>, value: i64) -> Bound<'q, Self> {
+                    query.bind(value)
+                }
+                fn bind_i32<'q>(query: Bound<'q, Self>, value: i32) -> Bound<'q, Self> {
+                    query.bind(value)
+                }
+                fn bind_str<'q>(query: Bound<'q, Self>, value: &str) -> Bound<'q, Self> {
+                    query.bind(value)
+                }
+                fn bind_string<'q>(query: Bound<'q, Self>, value: String) -> Bound<'q, Self> {
+                    query.bind(value)
+                }
+                fn bind_bytes<'q>(query: Bound<'q, Self>, value: &[u8]) -> Bound<'q, Self> {
+                    query.bind(value)
+                }
+                fn bind_opt_bytes<'q>(
+                    query: Bound<'q, Self>,
+                    value: Option<&[u8]>,
+                ) -> Bound<'q, Self> {
+                    query.bind(value)
+                }
+                fn get_i64(row: &Self::Row, index: usize) -> Result<i64, sqlx::Error> {
+                    sqlx::Row::try_get(row, index)
+                }
+                fn get_opt_i64(row: &Self::Row, index: usize) -> Result<Option<i64>, sqlx::Error> {
+                    sqlx::Row::try_get(row, index)
+                }
+                fn get_opt_i32(row: &Self::Row, index: usize) -> Result<Option<i32>, sqlx::Error> {
+                    sqlx::Row::try_get(row, index)
+                }
+                fn get_bytes(row: &Self::Row, index: usize) -> Result<Vec<u8>, sqlx::Error> {
+                    sqlx::Row::try_get(row, index)
+                }
+                fn get_opt_bytes(
+                    row: &Self::Row,
+                    index: usize,
+                ) -> Result<Option<Vec<u8>>, sqlx::Error> {
+                    sqlx::Row::try_get(row, index)
+                }
+                fn get_string(row: &Self::Row, index: usize) -> Result<String, sqlx::Error> {
+                    sqlx::Row::try_get(row, index)
+                }
+                async fn run_query<'c>(
+                    conn: &'c mut Self::Connection,
+                    query: Bound<'c, Self>,
+                ) -> Result<u64, sqlx::Error> {
+                    Ok(query.execute(conn).await?.rows_affected())
+                }
+                async fn fetch_query<'c>(
+                    conn: &'c mut Self::Connection,
+                    query: Bound<'c, Self>,
+                ) -> Result<Vec<Self::Row>, sqlx::Error> {
+                    query.fetch_all(conn).await
+                }
+            }
+        };
+    };
+}
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+pub(crate) use codec;
