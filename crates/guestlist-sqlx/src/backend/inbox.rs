@@ -61,7 +61,7 @@ pub(crate) struct Claim<'a> {
 impl Statement for Claim<'_> {
     type Sql = InboxSql;
     type Row = ();
-    fn text(sql: &InboxSql) -> &Arc<str> {
+    fn text<'s>(&self, sql: &'s InboxSql) -> &'s Arc<str> {
         &sql.claim
     }
     fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB> {
@@ -81,7 +81,7 @@ pub struct Defer<'a> {
 impl Statement for Defer<'_> {
     type Sql = InboxSql;
     type Row = (i64, i64);
-    fn text(sql: &InboxSql) -> &Arc<str> {
+    fn text<'s>(&self, sql: &'s InboxSql) -> &'s Arc<str> {
         &sql.defer
     }
     fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB> {
@@ -98,7 +98,7 @@ pub(crate) struct Deferrals<'a> {
 impl Statement for Deferrals<'_> {
     type Sql = InboxSql;
     type Row = (i64, i64);
-    fn text(sql: &InboxSql) -> &Arc<str> {
+    fn text<'s>(&self, sql: &'s InboxSql) -> &'s Arc<str> {
         &sql.deferrals
     }
     fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB> {
@@ -112,7 +112,7 @@ pub(crate) struct ForgetDeferrals<'a>(pub(crate) Deferrals<'a>);
 impl Statement for ForgetDeferrals<'_> {
     type Sql = InboxSql;
     type Row = ();
-    fn text(sql: &InboxSql) -> &Arc<str> {
+    fn text<'s>(&self, sql: &'s InboxSql) -> &'s Arc<str> {
         &sql.forget_deferrals
     }
     fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB> {
@@ -126,7 +126,7 @@ pub(crate) struct Handlers;
 impl Statement for Handlers {
     type Sql = InboxSql;
     type Row = HandlerRow;
-    fn text(sql: &InboxSql) -> &Arc<str> {
+    fn text<'s>(&self, sql: &'s InboxSql) -> &'s Arc<str> {
         &sql.handlers
     }
     fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB> {

@@ -119,7 +119,7 @@ pub struct Insert<'a> {
 impl Statement for Insert<'_> {
     type Sql = KeysSql;
     type Row = ();
-    fn text(sql: &KeysSql) -> &Arc<str> {
+    fn text<'s>(&self, sql: &'s KeysSql) -> &'s Arc<str> {
         &sql.insert
     }
     fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB> {
@@ -134,7 +134,7 @@ pub(crate) struct Select<'a>(pub(crate) Key<'a>);
 impl Statement for Select<'_> {
     type Sql = KeysSql;
     type Row = KeyRow;
-    fn text(sql: &KeysSql) -> &Arc<str> {
+    fn text<'s>(&self, sql: &'s KeysSql) -> &'s Arc<str> {
         &sql.select
     }
     fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB> {
@@ -154,7 +154,7 @@ pub(crate) struct TakeOver<'a> {
 impl Statement for TakeOver<'_> {
     type Sql = KeysSql;
     type Row = ();
-    fn text(sql: &KeysSql) -> &Arc<str> {
+    fn text<'s>(&self, sql: &'s KeysSql) -> &'s Arc<str> {
         &sql.take_over
     }
     fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB> {
@@ -175,7 +175,7 @@ pub(crate) struct Complete<'a> {
 impl Statement for Complete<'_> {
     type Sql = KeysSql;
     type Row = ();
-    fn text(sql: &KeysSql) -> &Arc<str> {
+    fn text<'s>(&self, sql: &'s KeysSql) -> &'s Arc<str> {
         &sql.complete
     }
     fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB> {
@@ -193,7 +193,7 @@ pub(crate) struct Release<'a> {
 impl Statement for Release<'_> {
     type Sql = KeysSql;
     type Row = ();
-    fn text(sql: &KeysSql) -> &Arc<str> {
+    fn text<'s>(&self, sql: &'s KeysSql) -> &'s Arc<str> {
         &sql.release
     }
     fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB> {
@@ -207,7 +207,7 @@ pub(crate) struct Evict<'a>(pub(crate) Key<'a>);
 impl Statement for Evict<'_> {
     type Sql = KeysSql;
     type Row = ();
-    fn text(sql: &KeysSql) -> &Arc<str> {
+    fn text<'s>(&self, sql: &'s KeysSql) -> &'s Arc<str> {
         &sql.evict
     }
     fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB> {
@@ -223,7 +223,7 @@ pub(crate) struct Usage<'a> {
 impl Statement for Usage<'_> {
     type Sql = KeysSql;
     type Row = (i64, i64);
-    fn text(sql: &KeysSql) -> &Arc<str> {
+    fn text<'s>(&self, sql: &'s KeysSql) -> &'s Arc<str> {
         &sql.usage
     }
     fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB> {
@@ -237,7 +237,7 @@ pub(crate) struct Stats;
 impl Statement for Stats {
     type Sql = KeysSql;
     type Row = KeyStatsRow;
-    fn text(sql: &KeysSql) -> &Arc<str> {
+    fn text<'s>(&self, sql: &'s KeysSql) -> &'s Arc<str> {
         &sql.stats
     }
     fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB> {

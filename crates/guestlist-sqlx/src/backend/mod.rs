@@ -9,6 +9,7 @@ use std::future::Future;
 pub(crate) use relay::{PendingRow, RelaySql};
 use sqlx::{Database, Pool, Transaction};
 pub(crate) use statement::Codec;
+use statement::Plain;
 
 /// A database guestlist can keep its guest list in: [`sqlx::Postgres`], [`sqlx::Sqlite`] or
 /// [`sqlx::MySql`], each behind the feature of the same name.
@@ -78,7 +79,7 @@ pub(crate) mod inbox;
 pub(crate) mod keys;
 #[cfg(feature = "mysql")]
 mod mysql;
-mod outbox;
+pub(crate) mod outbox;
 #[cfg(feature = "postgres")]
 mod postgres;
 pub(crate) mod relay;
@@ -249,19 +250,29 @@ pub(crate) mod sealed {
         /// Template of [`OutboxSql::insert`].
         const OUTBOX_INSERT: &'static str;
 
-        /// Takes `key`'s next seq, locking its row until the transaction ends.
+        /// Takes `key`'s next seq, locking its row until the transaction ends. Written for an
+        /// upsert that returns it.
         fn outbox_next_seq<'c>(
             conn: &'c mut Self::Connection,
             sql: &'c OutboxSql,
             key: &'c str,
-        ) -> impl Future<Output = Result<i64, sqlx::Error>> + Send + 'c;
+        ) -> impl Future<Output = Result<i64, sqlx::Error>> + Send + 'c {
+            let seq = Self::fetch_one(conn, sql, Plain::reading(outbox::next_seq, (key,)));
+            async move {
+                let (seq,): (i64,) = seq.await?;
+                Ok(seq)
+            }
+        }
 
         /// Inserts a message unless its id is there; `true` when new.
         fn outbox_insert<'c>(
             conn: &'c mut Self::Connection,
             sql: &'c OutboxSql,
             row: OutboxRow<'c>,
-        ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send + 'c;
+        ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send + 'c {
+            let insert = Self::run(conn, sql, row);
+            async move { Self::inserted(insert.await) }
+        }
     }
 
     #[allow(unreachable_pub)]

@@ -1,10 +1,10 @@
-//! The outbox's SQL: its statements, formatted once per table, the row an insert binds, and the
-//! code the backends share for it.
+//! The outbox's SQL: its text, formatted once per table, and the row an insert binds.
 
 use std::sync::Arc;
 
 use guestlist_core::TableName;
 
+use super::statement::{Args, Bound, Codec, Statement};
 use super::{TableSql, sealed};
 
 /// SQL text for one outbox table, formatted once when the [`crate::Outbox`] is built.
@@ -53,51 +53,22 @@ pub struct OutboxRow<'a> {
     pub(crate) payload: &'a [u8],
 }
 
-/// `$query` with an outgoing message's columns bound, in the order the inserts name them.
-#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
-macro_rules! bind_outbox_row {
-    ($query:expr, $row:expr) => {{
-        let row = $row;
-        $query
-            .bind(row.message_id)
-            .bind(row.topic)
-            .bind(row.ordering_key)
-            .bind(row.seq)
-            .bind(row.headers)
-            .bind(row.payload)
-    }};
+impl Statement for OutboxRow<'_> {
+    type Sql = OutboxSql;
+    type Row = ();
+    fn text<'s>(&self, sql: &'s OutboxSql) -> &'s Arc<str> {
+        &sql.insert
+    }
+    fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB> {
+        let query = query
+            .arg(self.message_id)
+            .arg(self.topic)
+            .arg(self.ordering_key);
+        query.arg(self.seq).arg(self.headers).arg(self.payload)
+    }
 }
-#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
-pub(crate) use bind_outbox_row;
 
-/// The outbox's statements where an upsert returns the key's seq and a duplicate id inserts
-/// nothing; only the connection type differs.
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
-macro_rules! outbox_with_returning {
-    ($conn:ty) => {
-        async fn outbox_next_seq<'c>(
-            conn: &'c mut $conn,
-            sql: &'c $crate::backend::OutboxSql,
-            key: &'c str,
-        ) -> Result<i64, sqlx::Error> {
-            sqlx::query_scalar(sqlx::AssertSqlSafe(sql.next_seq.clone()))
-                .bind(key)
-                .fetch_one(conn)
-                .await
-        }
-
-        async fn outbox_insert<'c>(
-            conn: &'c mut $conn,
-            sql: &'c $crate::backend::OutboxSql,
-            row: $crate::backend::OutboxRow<'c>,
-        ) -> Result<bool, sqlx::Error> {
-            let insert = sqlx::query(sqlx::AssertSqlSafe(sql.insert.clone()));
-            let done = $crate::backend::outbox::bind_outbox_row!(insert, row)
-                .execute(conn)
-                .await?;
-            Ok(done.rows_affected() == 1)
-        }
-    };
+/// Where the seq upsert's text is: key.
+pub(crate) fn next_seq(sql: &OutboxSql) -> &Arc<str> {
+    &sql.next_seq
 }
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
-pub(crate) use outbox_with_returning;

@@ -10,6 +10,7 @@
 #![allow(unreachable_pub)]
 
 use std::future::Future;
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -28,7 +29,7 @@ pub trait Statement: Send {
     type Row: Columns;
 
     /// The statement's text in `sql`.
-    fn text(sql: &Self::Sql) -> &Arc<str>;
+    fn text<'s>(&self, sql: &'s Self::Sql) -> &'s Arc<str>;
 
     /// Binds the statement's values onto `query`, in order.
     fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB>;
@@ -64,7 +65,8 @@ macro_rules! columns {
     )*};
 }
 
-columns!((), (A 0), (A 0, B 1), (A 0, B 1, C 2), (A 0, B 1, C 2, D 3));
+columns!((), (A 0), (A 0, B 1), (A 0, B 1, C 2), (A 0, B 1, C 2, D 3),
+    (A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7));
 
 /// Binds a [`Value`] onto a query, as sqlx's `bind` does for a concrete database.
 pub trait Args {
@@ -89,8 +91,66 @@ macro_rules! value {
     )*};
 }
 
-value!(i64 => bind_i64, i32 => bind_i32, &str => bind_str, &[u8] => bind_bytes,
-    Option<&[u8]> => bind_opt_bytes, String => bind_string);
+value!(i64 => bind_i64, i32 => bind_i32, &str => bind_str, Option<&str> => bind_opt_str,
+    &[u8] => bind_bytes, Option<&[u8]> => bind_opt_bytes, String => bind_string);
+
+/// Values bound in order: a tuple of [`Value`]s.
+pub trait Values: Send {
+    /// Binds each value onto `query`, in order.
+    fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB>;
+}
+
+/// Implements [`Values`] for tuples of [`Value`]s.
+macro_rules! values {
+    ($(($($ty:ident $index:tt),*)),* $(,)?) => {$(
+        impl<$($ty: Value),*> Values for ($($ty,)*) {
+            #[allow(unused_variables)] // the empty tuple binds nothing
+            fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB> {
+                $(let query = self.$index.bind(query);)*
+                query
+            }
+        }
+    )*};
+}
+
+values!((), (A 0), (A 0, B 1));
+
+/// A statement given by where its text is and the values it binds, for those whose values
+/// need no names: `Plain::new(|sql: &RelaySql| &sql.release, (token,))`.
+pub struct Plain<S, V, R = ()> {
+    text: fn(&S) -> &Arc<str>,
+    values: V,
+    row: PhantomData<fn() -> R>,
+}
+
+impl<S, V> Plain<S, V> {
+    /// The statement at `text` binding `values`, whose rows are not read.
+    pub(crate) fn new(text: fn(&S) -> &Arc<str>, values: V) -> Self {
+        Self::reading(text, values)
+    }
+}
+
+impl<S, V, R> Plain<S, V, R> {
+    /// The statement at `text` binding `values`, whose rows read as `R`.
+    pub(crate) fn reading(text: fn(&S) -> &Arc<str>, values: V) -> Self {
+        Self {
+            text,
+            values,
+            row: PhantomData,
+        }
+    }
+}
+
+impl<S: Sync, V: Values, R: Columns> Statement for Plain<S, V, R> {
+    type Sql = S;
+    type Row = R;
+    fn text<'s>(&self, sql: &'s S) -> &'s Arc<str> {
+        (self.text)(sql)
+    }
+    fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB> {
+        self.values.bind(query)
+    }
+}
 
 /// Implements [`Column`] for a type through the [`Codec`] method that reads it.
 macro_rules! column {
@@ -104,15 +164,18 @@ macro_rules! column {
 }
 
 column!(i64 => get_i64, Option<i64> => get_opt_i64, Option<i32> => get_opt_i32,
-    Vec<u8> => get_bytes, Option<Vec<u8>> => get_opt_bytes, String => get_string);
+    Vec<u8> => get_bytes, Option<Vec<u8>> => get_opt_bytes, String => get_string,
+    Option<String> => get_opt_string);
 
 /// What a database binds, reads and runs, on its concrete types: the one place the bounds sqlx
 /// needs are met, so that statements run generically. Sealed: implemented by `backend!`.
-pub trait Codec: Database {
+pub trait Codec: Database + sqlx::database::HasStatementCache {
     /// Binds an integer.
     fn bind_i64<'q>(query: Bound<'q, Self>, value: i64) -> Bound<'q, Self>;
     /// Binds a small integer (an HTTP status).
     fn bind_i32<'q>(query: Bound<'q, Self>, value: i32) -> Bound<'q, Self>;
+    /// Binds text or `NULL`.
+    fn bind_opt_str<'q>(query: Bound<'q, Self>, value: Option<&str>) -> Bound<'q, Self>;
     /// Binds text.
     fn bind_str<'q>(query: Bound<'q, Self>, value: &str) -> Bound<'q, Self>;
     /// Binds owned text.
@@ -132,6 +195,8 @@ pub trait Codec: Database {
     fn get_bytes(row: &Self::Row, index: usize) -> Result<Vec<u8>, sqlx::Error>;
     /// Reads bytes or `NULL`.
     fn get_opt_bytes(row: &Self::Row, index: usize) -> Result<Option<Vec<u8>>, sqlx::Error>;
+    /// Reads text or `NULL`.
+    fn get_opt_string(row: &Self::Row, index: usize) -> Result<Option<String>, sqlx::Error>;
     /// Reads text.
     fn get_string(row: &Self::Row, index: usize) -> Result<String, sqlx::Error>;
 
@@ -158,10 +223,10 @@ pub trait Codec: Database {
         sql: &S::Sql,
         statement: S,
     ) -> Pending<'c, u64> {
-        Box::pin(Self::run_query(
-            conn,
-            statement.bind(prepared(S::text(sql))),
-        ))
+        Box::pin(Self::run_query(conn, {
+            let text = statement.text(sql);
+            statement.bind(prepared(text))
+        }))
     }
 
     /// Runs `statement` with the text in `sql`; every row it returns.
@@ -173,7 +238,10 @@ pub trait Codec: Database {
     where
         S::Row: 'c,
     {
-        let rows = Self::fetch_query(conn, statement.bind(prepared(S::text(sql))));
+        let rows = Self::fetch_query(conn, {
+            let text = statement.text(sql);
+            statement.bind(prepared(text))
+        });
         Box::pin(async move { rows.await?.iter().map(S::Row::read::<Self>).collect() })
     }
 
@@ -186,7 +254,10 @@ pub trait Codec: Database {
     where
         S::Row: 'c,
     {
-        let rows = Self::fetch_query(conn, statement.bind(prepared(S::text(sql))));
+        let rows = Self::fetch_query(conn, {
+            let text = statement.text(sql);
+            statement.bind(prepared(text))
+        });
         Box::pin(async move { rows.await?.first().map(S::Row::read::<Self>).transpose() })
     }
 
@@ -218,67 +289,56 @@ fn prepared<'q, DB: Database>(text: &Arc<str>) -> Bound<'q, DB> {
 #[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
 macro_rules! codec {
     ($db:ty) => {
-        const _: () = {
-            use $crate::backend::statement::Bound;
+        impl $crate::backend::statement::Codec for $db {
+            $crate::backend::statement::binds!(bind_i64: i64, bind_i32: i32, bind_str: &str,
+                bind_opt_str: Option<&str>, bind_string: String, bind_bytes: &[u8],
+                bind_opt_bytes: Option<&[u8]>);
+            $crate::backend::statement::gets!(get_i64: i64, get_opt_i64: Option<i64>,
+                get_opt_i32: Option<i32>, get_bytes: Vec<u8>, get_opt_bytes: Option<Vec<u8>>,
+                get_string: String, get_opt_string: Option<String>);
 
-            impl $crate::backend::statement::Codec for $db {
-                fn bind_i64<'q>(query: Bound<'q, Self>, value: i64) -> Bound<'q, Self> {
-                    query.bind(value)
-                }
-                fn bind_i32<'q>(query: Bound<'q, Self>, value: i32) -> Bound<'q, Self> {
-                    query.bind(value)
-                }
-                fn bind_str<'q>(query: Bound<'q, Self>, value: &str) -> Bound<'q, Self> {
-                    query.bind(value)
-                }
-                fn bind_string<'q>(query: Bound<'q, Self>, value: String) -> Bound<'q, Self> {
-                    query.bind(value)
-                }
-                fn bind_bytes<'q>(query: Bound<'q, Self>, value: &[u8]) -> Bound<'q, Self> {
-                    query.bind(value)
-                }
-                fn bind_opt_bytes<'q>(
-                    query: Bound<'q, Self>,
-                    value: Option<&[u8]>,
-                ) -> Bound<'q, Self> {
-                    query.bind(value)
-                }
-                fn get_i64(row: &Self::Row, index: usize) -> Result<i64, sqlx::Error> {
-                    sqlx::Row::try_get(row, index)
-                }
-                fn get_opt_i64(row: &Self::Row, index: usize) -> Result<Option<i64>, sqlx::Error> {
-                    sqlx::Row::try_get(row, index)
-                }
-                fn get_opt_i32(row: &Self::Row, index: usize) -> Result<Option<i32>, sqlx::Error> {
-                    sqlx::Row::try_get(row, index)
-                }
-                fn get_bytes(row: &Self::Row, index: usize) -> Result<Vec<u8>, sqlx::Error> {
-                    sqlx::Row::try_get(row, index)
-                }
-                fn get_opt_bytes(
-                    row: &Self::Row,
-                    index: usize,
-                ) -> Result<Option<Vec<u8>>, sqlx::Error> {
-                    sqlx::Row::try_get(row, index)
-                }
-                fn get_string(row: &Self::Row, index: usize) -> Result<String, sqlx::Error> {
-                    sqlx::Row::try_get(row, index)
-                }
-                async fn run_query<'c>(
-                    conn: &'c mut Self::Connection,
-                    query: Bound<'c, Self>,
-                ) -> Result<u64, sqlx::Error> {
-                    Ok(query.execute(conn).await?.rows_affected())
-                }
-                async fn fetch_query<'c>(
-                    conn: &'c mut Self::Connection,
-                    query: Bound<'c, Self>,
-                ) -> Result<Vec<Self::Row>, sqlx::Error> {
-                    query.fetch_all(conn).await
-                }
+            async fn run_query<'c>(
+                conn: &'c mut Self::Connection,
+                query: $crate::backend::statement::Bound<'c, Self>,
+            ) -> Result<u64, sqlx::Error> {
+                Ok(query.execute(conn).await?.rows_affected())
             }
-        };
+
+            async fn fetch_query<'c>(
+                conn: &'c mut Self::Connection,
+                query: $crate::backend::statement::Bound<'c, Self>,
+            ) -> Result<Vec<Self::Row>, sqlx::Error> {
+                query.fetch_all(conn).await
+            }
+        }
     };
 }
 #[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
 pub(crate) use codec;
+
+/// [`Codec`]'s binds, each sqlx's `bind` on the concrete database.
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+macro_rules! binds {
+    ($($name:ident: $ty:ty),* $(,)?) => {$(
+        fn $name<'q>(
+            query: $crate::backend::statement::Bound<'q, Self>,
+            value: $ty,
+        ) -> $crate::backend::statement::Bound<'q, Self> {
+            query.bind(value)
+        }
+    )*};
+}
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+pub(crate) use binds;
+
+/// [`Codec`]'s reads, each sqlx's `try_get` on the concrete database.
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+macro_rules! gets {
+    ($($name:ident: $ty:ty),* $(,)?) => {$(
+        fn $name(row: &Self::Row, index: usize) -> Result<$ty, sqlx::Error> {
+            sqlx::Row::try_get(row, index)
+        }
+    )*};
+}
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+pub(crate) use gets;

@@ -79,7 +79,7 @@ pub(crate) struct CountOlder {
 impl Statement for CountOlder {
     type Sql = TableSql;
     type Row = (i64,);
-    fn text(sql: &TableSql) -> &Arc<str> {
+    fn text<'s>(&self, sql: &'s TableSql) -> &'s Arc<str> {
         &sql.count_older
     }
     fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB> {
@@ -93,7 +93,7 @@ pub(crate) struct Size;
 impl Statement for Size {
     type Sql = TableSql;
     type Row = SizeRow;
-    fn text(sql: &TableSql) -> &Arc<str> {
+    fn text<'s>(&self, sql: &'s TableSql) -> &'s Arc<str> {
         &sql.size
     }
     fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB> {
@@ -111,7 +111,7 @@ pub(crate) struct PurgeOldest {
 impl Statement for PurgeOldest {
     type Sql = TableSql;
     type Row = ();
-    fn text(sql: &TableSql) -> &Arc<str> {
+    fn text<'s>(&self, sql: &'s TableSql) -> &'s Arc<str> {
         &sql.purge_batch
     }
     fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB> {

@@ -2,12 +2,13 @@
 //! `INSERT`'s duplicate-key error (see the module above for why).
 
 use sqlx::mysql::MySqlConnection;
-use sqlx::{AssertSqlSafe, Connection, MySql};
+use sqlx::{Connection, MySql};
 
-use super::inserted_unless_duplicate;
-use crate::backend::relay::RelayStatements;
+use crate::backend::outbox::next_seq;
+use crate::backend::relay::{RelayStatements, take};
 use crate::backend::sealed::OutboxStatements;
-use crate::backend::{OutboxRow, OutboxSql, RelaySql};
+use crate::backend::statement::Plain;
+use crate::backend::{Codec, OutboxSql, RelaySql};
 
 impl OutboxStatements for MySql {
     const OUTBOX_DDL: &'static str = include_str!("../../../sql/mysql/outbox.sql");
@@ -26,26 +27,10 @@ impl OutboxStatements for MySql {
         sql: &'c OutboxSql,
         key: &'c str,
     ) -> Result<i64, sqlx::Error> {
-        sqlx::query(AssertSqlSafe(sql.next_seq.clone()))
-            .bind(key)
-            .execute(&mut *conn)
-            .await?;
-        sqlx::query_scalar(AssertSqlSafe(sql.read_seq.clone()))
-            .bind(key)
-            .fetch_one(conn)
-            .await
-    }
-
-    async fn outbox_insert<'c>(
-        conn: &'c mut MySqlConnection,
-        sql: &'c OutboxSql,
-        row: OutboxRow<'c>,
-    ) -> Result<bool, sqlx::Error> {
-        let insert = sqlx::query(AssertSqlSafe(sql.insert.clone()));
-        let inserted = crate::backend::outbox::bind_outbox_row!(insert, row)
-            .execute(conn)
-            .await;
-        inserted_unless_duplicate(inserted)
+        Self::run(&mut *conn, sql, Plain::new(next_seq, (key,))).await?;
+        let read = Plain::reading(|sql: &OutboxSql| &sql.read_seq, (key,));
+        let (seq,): (i64,) = Self::fetch_one(conn, sql, read).await?;
+        Ok(seq)
     }
 }
 
@@ -103,21 +88,12 @@ impl RelayStatements for MySql {
     ) -> Result<Option<i64>, sqlx::Error> {
         // The update locks the lease's row until the token is read.
         let mut tx = conn.begin().await?;
-        let taken = sqlx::query(AssertSqlSafe(sql.take.clone()))
-            .bind(holder)
-            .bind(lease_ms)
-            .execute(&mut *tx)
-            .await?;
-        if taken.rows_affected() != 1 {
+        if Self::run(&mut tx, sql, Plain::new(take, (holder, lease_ms))).await? != 1 {
             return Ok(None);
         }
-        let token = sqlx::query_scalar(AssertSqlSafe(sql.read_token.clone()))
-            .fetch_one(&mut *tx)
-            .await?;
+        let read = Plain::reading(|sql: &RelaySql| &sql.read_token, ());
+        let (token,): (i64,) = Self::fetch_one(&mut tx, sql, read).await?;
         tx.commit().await?;
         Ok(Some(token))
     }
-
-    crate::backend::relay::relay_with_literal_lists!(MySqlConnection, MySql);
-    crate::backend::relay::relay_same_everywhere!(MySqlConnection, MySql);
 }

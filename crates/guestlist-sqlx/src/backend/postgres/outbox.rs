@@ -3,9 +3,11 @@
 use sqlx::postgres::{PgConnection, PgListener};
 use sqlx::{AssertSqlSafe, Postgres};
 
+use crate::backend::Codec;
 use crate::backend::RelaySql;
-use crate::backend::relay::{PendingRow, RelayStatements, pending_rows};
+use crate::backend::relay::{PendingRow, RelayStatements};
 use crate::backend::sealed::OutboxStatements;
+use crate::backend::statement::Columns;
 use crate::outbox::Wake;
 
 impl OutboxStatements for Postgres {
@@ -18,8 +20,6 @@ impl OutboxStatements for Postgres {
     const OUTBOX_INSERT: &'static str = "INSERT INTO {table} \
          (message_id, topic, ordering_key, seq, headers, payload) \
          VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (message_id) DO NOTHING";
-
-    crate::backend::outbox::outbox_with_returning!(PgConnection);
 }
 
 impl RelayStatements for Postgres {
@@ -65,8 +65,6 @@ impl RelayStatements for Postgres {
          THEN (EXTRACT(EPOCH FROM (lease_until - now())) * 1000)::bigint END \
          FROM {table}_relay WHERE shard = 0";
 
-    crate::backend::relay::relay_take_returning!(PgConnection);
-
     async fn relay_pending<'c>(
         conn: &'c mut PgConnection,
         sql: &'c RelaySql,
@@ -74,13 +72,12 @@ impl RelayStatements for Postgres {
         exclude: &'c [i64],
         held: &'c [String],
     ) -> Result<Vec<PendingRow>, sqlx::Error> {
-        let columns = sqlx::query_as(AssertSqlSafe(sql.pending.clone()))
+        let pending = sqlx::query(AssertSqlSafe(sql.pending.clone()))
             .bind(limit)
             .bind(exclude)
-            .bind(held)
-            .fetch_all(conn)
-            .await?;
-        Ok(pending_rows(columns))
+            .bind(held);
+        let rows = Self::fetch_query(conn, pending).await?;
+        rows.iter().map(PendingRow::read::<Self>).collect()
     }
 
     async fn relay_stamp<'c>(
@@ -97,8 +94,6 @@ impl RelayStatements for Postgres {
             .fetch_one(conn)
             .await
     }
-
-    crate::backend::relay::relay_same_everywhere!(PgConnection, Postgres);
 
     async fn listen<'p>(pool: &'p sqlx::PgPool, channel: &'p str) -> Result<Wake, sqlx::Error> {
         let mut listener = PgListener::connect_with(pool).await?;

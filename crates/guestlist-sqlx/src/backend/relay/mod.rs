@@ -8,14 +8,11 @@ use guestlist_core::TableName;
 
 use super::sealed::OutboxStatements;
 
+use super::statement::{Codec, Columns, Plain};
+
 mod shared;
 
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
-pub(crate) use shared::relay_take_returning;
-#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
-pub(crate) use shared::{bury_in_transaction, relay_same_everywhere};
-#[cfg(any(feature = "sqlite", feature = "mysql"))]
-pub(crate) use shared::{pending_excluding, relay_with_literal_lists, stamp_in_transaction};
+pub(crate) use shared::{dead_drop, renew, take};
 
 /// SQL text for one outbox's relay, formatted once when the [`crate::Relay`] is built.
 #[derive(Debug)]
@@ -112,34 +109,18 @@ impl PendingRow {
     }
 }
 
-/// A pending row's columns, in the order the statements name them.
-pub(crate) type PendingColumns = (
-    i64,
-    String,
-    String,
-    Option<String>,
-    i64,
-    Option<Vec<u8>>,
-    Vec<u8>,
-);
-
-impl From<PendingColumns> for PendingRow {
-    fn from((id, message_id, topic, ordering_key, seq, headers, payload): PendingColumns) -> Self {
-        Self {
-            id,
-            message_id,
-            topic,
-            ordering_key,
-            seq,
-            headers,
-            payload,
-        }
+impl Columns for PendingRow {
+    fn read<DB: Codec>(row: &DB::Row) -> Result<Self, sqlx::Error> {
+        Ok(Self {
+            id: DB::get(row, 0)?,
+            message_id: DB::get(row, 1)?,
+            topic: DB::get(row, 2)?,
+            ordering_key: DB::get(row, 3)?,
+            seq: DB::get(row, 4)?,
+            headers: DB::get(row, 5)?,
+            payload: DB::get(row, 6)?,
+        })
     }
-}
-
-/// Reads pending rows' columns into rows.
-pub(crate) fn pending_rows(columns: Vec<PendingColumns>) -> Vec<PendingRow> {
-    columns.into_iter().map(PendingRow::from).collect()
 }
 
 /// The outbox's figures as read: rows, pending, oldest pending age (ms), size (bytes).
@@ -203,13 +184,16 @@ pub trait RelayStatements: OutboxStatements {
     const RELAY_LEASE: &'static str;
 
     /// Takes the lease for `holder` if it has expired: the new token, or `None` while another
-    /// relay holds it.
+    /// relay holds it. Written for an update that returns the token.
     fn relay_take<'c>(
         conn: &'c mut Self::Connection,
         sql: &'c RelaySql,
         holder: &'c str,
         lease_ms: i64,
-    ) -> impl Future<Output = Result<Option<i64>, sqlx::Error>> + Send + 'c;
+    ) -> impl Future<Output = Result<Option<i64>, sqlx::Error>> + Send + 'c {
+        let taken = Self::fetch_first(conn, sql, Plain::reading(take, (holder, lease_ms)));
+        async move { Ok(taken.await?.map(|(token,)| token)) }
+    }
 
     /// Extends the lease if `token` still holds it: `true` when held.
     fn relay_renew<'c>(
@@ -217,24 +201,37 @@ pub trait RelayStatements: OutboxStatements {
         sql: &'c RelaySql,
         token: i64,
         lease_ms: i64,
-    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send + 'c;
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send + 'c {
+        let renewed = Self::run(conn, sql, Plain::new(renew, (lease_ms, token)));
+        async move { Ok(renewed.await? == 1) }
+    }
 
     /// Gives the lease up so that a standing-by relay takes it at once.
     fn relay_release<'c>(
         conn: &'c mut Self::Connection,
         sql: &'c RelaySql,
         token: i64,
-    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send + 'c;
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send + 'c {
+        let released = Self::run(
+            conn,
+            sql,
+            Plain::new(|sql: &RelaySql| &sql.release, (token,)),
+        );
+        async move { released.await.map(drop) }
+    }
 
     /// The oldest `limit` pending rows, oldest first, leaving out the rows `exclude` (in
-    /// flight) and every row of the ordering keys `held` (their head failed).
+    /// flight) and every row of the ordering keys `held` (their head failed). Written for the
+    /// databases that cannot bind a list: the lists go into the text.
     fn relay_pending<'c>(
         conn: &'c mut Self::Connection,
         sql: &'c RelaySql,
         limit: i64,
         exclude: &'c [i64],
         held: &'c [String],
-    ) -> impl Future<Output = Result<Vec<PendingRow>, sqlx::Error>> + Send + 'c;
+    ) -> impl Future<Output = Result<Vec<PendingRow>, sqlx::Error>> + Send + 'c {
+        shared::pending_excluding::<Self>(conn, sql, limit, exclude, held)
+    }
 
     /// Moves the pending row `id` to the outgoing dead letters with `reason`, if `token`
     /// still holds the lease (renewing it): `false` (and nothing moved) when it was lost.
@@ -245,24 +242,35 @@ pub trait RelayStatements: OutboxStatements {
         lease_ms: i64,
         id: i64,
         reason: &'c str,
-    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send + 'c;
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send + 'c {
+        shared::bury_in_transaction::<Self>(conn, sql, token, lease_ms, id, reason)
+    }
 
     /// Renews the lease and, if `token` still holds it, stamps the rows `ids` as published,
-    /// atomically: `false` (and nothing stamped) when the lease was lost.
+    /// atomically: `false` (and nothing stamped) when the lease was lost. Written for the
+    /// databases whose statements cannot do both in one: a transaction of its own.
     fn relay_stamp<'c>(
         conn: &'c mut Self::Connection,
         sql: &'c RelaySql,
         token: i64,
         lease_ms: i64,
         ids: &'c [i64],
-    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send + 'c;
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send + 'c {
+        shared::stamp_in_transaction::<Self>(conn, sql, token, lease_ms, ids)
+    }
 
     /// The oldest `limit` dead letters.
     fn dead_list<'c>(
         conn: &'c mut Self::Connection,
         sql: &'c RelaySql,
         limit: i64,
-    ) -> impl Future<Output = Result<Vec<DeadRow>, sqlx::Error>> + Send + 'c;
+    ) -> impl Future<Output = Result<Vec<DeadRow>, sqlx::Error>> + Send + 'c {
+        Self::fetch(
+            conn,
+            sql,
+            Plain::reading(|sql: &RelaySql| &sql.dead_list, (limit,)),
+        )
+    }
 
     /// Puts the dead letter `id` back in the outbox (a new pending row, published after what is
     /// pending now) and deletes it: `false` when there is no such dead letter.
@@ -270,38 +278,59 @@ pub trait RelayStatements: OutboxStatements {
         conn: &'c mut Self::Connection,
         sql: &'c RelaySql,
         id: i64,
-    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send + 'c;
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send + 'c {
+        shared::retry_in_transaction::<Self>(conn, sql, id)
+    }
 
     /// Deletes the dead letter `id`: `false` when there is none.
     fn dead_drop<'c>(
         conn: &'c mut Self::Connection,
         sql: &'c RelaySql,
         id: i64,
-    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send + 'c;
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send + 'c {
+        let dropped = Self::run(conn, sql, Plain::new(dead_drop, (id,)));
+        async move { Ok(dropped.await? == 1) }
+    }
 
     /// How many dead letters there are.
     fn dead_count<'c>(
         conn: &'c mut Self::Connection,
         sql: &'c RelaySql,
-    ) -> impl Future<Output = Result<i64, sqlx::Error>> + Send + 'c;
+    ) -> impl Future<Output = Result<i64, sqlx::Error>> + Send + 'c {
+        let count = Self::fetch_one(
+            conn,
+            sql,
+            Plain::reading(|sql: &RelaySql| &sql.dead_count, ()),
+        );
+        async move {
+            let (count,): (i64,) = count.await?;
+            Ok(count)
+        }
+    }
 
     /// Pending rows and the oldest one's age (ms).
     fn outbox_backlog<'c>(
         conn: &'c mut Self::Connection,
         sql: &'c RelaySql,
-    ) -> impl Future<Output = Result<(i64, Option<i64>), sqlx::Error>> + Send + 'c;
+    ) -> impl Future<Output = Result<(i64, Option<i64>), sqlx::Error>> + Send + 'c {
+        Self::fetch_one(conn, sql, Plain::reading(|sql: &RelaySql| &sql.backlog, ()))
+    }
 
     /// The outbox's figures for operators.
     fn outbox_stats<'c>(
         conn: &'c mut Self::Connection,
         sql: &'c RelaySql,
-    ) -> impl Future<Output = Result<OutboxStatsRow, sqlx::Error>> + Send + 'c;
+    ) -> impl Future<Output = Result<OutboxStatsRow, sqlx::Error>> + Send + 'c {
+        Self::fetch_one(conn, sql, Plain::reading(|sql: &RelaySql| &sql.stats, ()))
+    }
 
     /// The lease as it stands.
     fn relay_lease<'c>(
         conn: &'c mut Self::Connection,
         sql: &'c RelaySql,
-    ) -> impl Future<Output = Result<LeaseRow, sqlx::Error>> + Send + 'c;
+    ) -> impl Future<Output = Result<LeaseRow, sqlx::Error>> + Send + 'c {
+        Self::fetch_one(conn, sql, Plain::reading(|sql: &RelaySql| &sql.lease, ()))
+    }
 
     /// Something that wakes the relay when messages commit: a `LISTEN` on PostgreSQL, nothing
     /// elsewhere (the relay polls).

@@ -1,14 +1,30 @@
-//! The relay's code the backends share: the statements for those that cannot bind a list,
-//! the stamp and the burial on one transaction under the lease, and the per-database methods
-//! written once for every connection type.
+//! The relay's code the backends share: where the statements used twice find their text, the
+//! pending rows and the stamp for the databases that cannot bind a list, and the moves that
+//! renew the lease on the same transaction.
 
-#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
-use super::RelaySql;
-#[cfg(any(feature = "sqlite", feature = "mysql"))]
-use super::{PendingColumns, PendingRow, pending_rows};
+use std::sync::Arc;
+
+use sqlx::{AssertSqlSafe, Connection};
+
+use super::{PendingRow, RelaySql, RelayStatements};
+use crate::backend::statement::{Args, Codec, Columns, Plain};
+
+/// The lease's take: holder, lease (ms).
+pub(crate) fn take(sql: &RelaySql) -> &Arc<str> {
+    &sql.take
+}
+
+/// The lease's renewal: lease (ms), token.
+pub(crate) fn renew(sql: &RelaySql) -> &Arc<str> {
+    &sql.renew
+}
+
+/// A dead letter's deletion: its id.
+pub(crate) fn dead_drop(sql: &RelaySql) -> &Arc<str> {
+    &sql.dead_drop
+}
 
 /// `ids` as a literal SQL list: plain integers, formatted here, so nothing to escape.
-#[cfg(any(feature = "sqlite", feature = "mysql"))]
 fn id_list(ids: &[i64]) -> String {
     let list = ids.iter().map(i64::to_string).collect::<Vec<_>>();
     format!("({})", list.join(","))
@@ -16,19 +32,13 @@ fn id_list(ids: &[i64]) -> String {
 
 /// The pending rows for the backends that cannot bind a list: the ids to leave out go into the
 /// text, which is then not kept as a prepared statement (every list differs).
-#[cfg(any(feature = "sqlite", feature = "mysql"))]
-pub(crate) async fn pending_excluding<DB>(
+pub(crate) async fn pending_excluding<DB: RelayStatements>(
     conn: &mut DB::Connection,
     sql: &RelaySql,
     limit: i64,
     exclude: &[i64],
     held: &[String],
-) -> Result<Vec<PendingRow>, sqlx::Error>
-where
-    DB: crate::backend::Backend + sqlx::database::HasStatementCache,
-    for<'q> i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
-    for<'r> PendingColumns: sqlx::FromRow<'r, DB::Row>,
-{
+) -> Result<Vec<PendingRow>, sqlx::Error> {
     let mut exclusion = String::new();
     if !exclude.is_empty() {
         exclusion.push_str(&format!(" AND id NOT IN {}", id_list(exclude)));
@@ -46,42 +56,30 @@ where
         ));
     }
     let text = sql.pending.replace("{exclude}", &exclusion);
-    let columns: Vec<PendingColumns> = sqlx::query_as(sqlx::AssertSqlSafe(text))
-        .persistent(exclusion.is_empty())
-        .bind(limit)
-        .fetch_all(DB::executor(conn))
-        .await?;
-    Ok(pending_rows(columns))
+    let query = sqlx::query(AssertSqlSafe(text)).persistent(exclusion.is_empty());
+    let rows = DB::fetch_query(conn, query.arg(limit)).await?;
+    rows.iter().map(PendingRow::read::<DB>).collect()
 }
 
 /// Stamps `ids` on a transaction after renewing the lease, for the backends whose statements
 /// cannot do both in one: the stamp's text ends where the literal id list goes.
-#[cfg(any(feature = "sqlite", feature = "mysql"))]
-pub(crate) async fn stamp_in_transaction<DB>(
+pub(crate) async fn stamp_in_transaction<DB: RelayStatements>(
     conn: &mut DB::Connection,
     sql: &RelaySql,
     token: i64,
     lease_ms: i64,
     ids: &[i64],
-) -> Result<bool, sqlx::Error>
-where
-    DB: crate::backend::Backend + sqlx::database::HasStatementCache,
-    for<'q> i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
-{
-    use sqlx::Connection;
+) -> Result<bool, sqlx::Error> {
     let mut tx = conn.begin().await?;
     if !renewed_on::<DB>(&mut tx, sql, token, lease_ms).await? {
         return Ok(false);
     }
     if !ids.is_empty() {
-        let list = ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
         // Plain integers, formatted here: nothing to escape, and not kept as a prepared
         // statement since every batch's list differs.
-        let stamp = format!("{}({list})", sql.stamp);
-        sqlx::query(sqlx::AssertSqlSafe(stamp))
-            .persistent(false)
-            .execute(DB::executor(&mut tx))
-            .await?;
+        let stamp = format!("{}{}", sql.stamp, id_list(ids));
+        let query = sqlx::query(AssertSqlSafe(stamp)).persistent(false);
+        DB::run_query(&mut tx, query).await?;
     }
     tx.commit().await?;
     Ok(true)
@@ -89,235 +87,50 @@ where
 
 /// Renews the lease on `tx` if `token` still holds it: what fences a stamp or a dead letter's
 /// move on the same transaction.
-#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
-async fn renewed_on<DB>(
+async fn renewed_on<DB: Codec>(
     tx: &mut DB::Connection,
     sql: &RelaySql,
     token: i64,
     lease_ms: i64,
-) -> Result<bool, sqlx::Error>
-where
-    DB: crate::backend::Backend + sqlx::database::HasStatementCache,
-    for<'q> i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
-{
-    let renewed = sqlx::query(sqlx::AssertSqlSafe(sql.renew.clone()))
-        .bind(lease_ms)
-        .bind(token)
-        .execute(DB::executor(tx))
-        .await?;
-    Ok(DB::rows_affected(&renewed) == 1)
+) -> Result<bool, sqlx::Error> {
+    Ok(DB::run(tx, sql, Plain::new(renew, (lease_ms, token))).await? == 1)
 }
 
 /// Moves the row `id` to the dead letters on a transaction after renewing the lease: the lease
 /// fences the move as it fences a stamp.
-#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
-pub(crate) async fn bury_in_transaction<DB>(
+pub(crate) async fn bury_in_transaction<DB: Codec>(
     conn: &mut DB::Connection,
     sql: &RelaySql,
     token: i64,
     lease_ms: i64,
     id: i64,
     reason: &str,
-) -> Result<bool, sqlx::Error>
-where
-    DB: crate::backend::Backend + sqlx::database::HasStatementCache,
-    for<'q> i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
-    for<'q> &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
-{
-    use sqlx::Connection;
+) -> Result<bool, sqlx::Error> {
     let mut tx = conn.begin().await?;
     if !renewed_on::<DB>(&mut tx, sql, token, lease_ms).await? {
         return Ok(false);
     }
-    sqlx::query(sqlx::AssertSqlSafe(sql.bury.clone()))
-        .bind(reason)
-        .bind(id)
-        .execute(DB::executor(&mut tx))
-        .await?;
-    sqlx::query(sqlx::AssertSqlSafe(sql.unpend.clone()))
-        .bind(id)
-        .execute(DB::executor(&mut tx))
-        .await?;
+    let bury = Plain::new(|sql: &RelaySql| &sql.bury, (reason, id));
+    DB::run(&mut tx, sql, bury).await?;
+    let unpend = Plain::new(|sql: &RelaySql| &sql.unpend, (id,));
+    DB::run(&mut tx, sql, unpend).await?;
     tx.commit().await?;
     Ok(true)
 }
 
-/// The relay's statements every backend runs the same way; only the connection type differs.
-#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
-macro_rules! relay_same_everywhere {
-    ($conn:ty, $db:ty) => {
-        async fn relay_bury<'c>(
-            conn: &'c mut $conn,
-            sql: &'c $crate::backend::relay::RelaySql,
-            token: i64,
-            lease_ms: i64,
-            id: i64,
-            reason: &'c str,
-        ) -> Result<bool, sqlx::Error> {
-            $crate::backend::relay::bury_in_transaction::<$db>(
-                conn, sql, token, lease_ms, id, reason,
-            )
-            .await
-        }
-
-        async fn relay_renew<'c>(
-            conn: &'c mut $conn,
-            sql: &'c $crate::backend::relay::RelaySql,
-            token: i64,
-            lease_ms: i64,
-        ) -> Result<bool, sqlx::Error> {
-            let done = sqlx::query(sqlx::AssertSqlSafe(sql.renew.clone()))
-                .bind(lease_ms)
-                .bind(token)
-                .execute(conn)
-                .await?;
-            Ok(done.rows_affected() == 1)
-        }
-
-        async fn relay_release<'c>(
-            conn: &'c mut $conn,
-            sql: &'c $crate::backend::relay::RelaySql,
-            token: i64,
-        ) -> Result<(), sqlx::Error> {
-            sqlx::query(sqlx::AssertSqlSafe(sql.release.clone()))
-                .bind(token)
-                .execute(conn)
-                .await?;
-            Ok(())
-        }
-
-        async fn dead_list<'c>(
-            conn: &'c mut $conn,
-            sql: &'c $crate::backend::relay::RelaySql,
-            limit: i64,
-        ) -> Result<Vec<$crate::backend::relay::DeadRow>, sqlx::Error> {
-            sqlx::query_as(sqlx::AssertSqlSafe(sql.dead_list.clone()))
-                .bind(limit)
-                .fetch_all(conn)
-                .await
-        }
-
-        async fn dead_retry<'c>(
-            conn: &'c mut $conn,
-            sql: &'c $crate::backend::relay::RelaySql,
-            id: i64,
-        ) -> Result<bool, sqlx::Error> {
-            use sqlx::Connection;
-            let mut tx = conn.begin().await?;
-            let back = sqlx::query(sqlx::AssertSqlSafe(sql.dead_retry.clone()))
-                .bind(id)
-                .execute(&mut *tx)
-                .await?;
-            if back.rows_affected() == 0 {
-                return Ok(false);
-            }
-            sqlx::query(sqlx::AssertSqlSafe(sql.dead_drop.clone()))
-                .bind(id)
-                .execute(&mut *tx)
-                .await?;
-            tx.commit().await?;
-            Ok(true)
-        }
-
-        async fn dead_drop<'c>(
-            conn: &'c mut $conn,
-            sql: &'c $crate::backend::relay::RelaySql,
-            id: i64,
-        ) -> Result<bool, sqlx::Error> {
-            let done = sqlx::query(sqlx::AssertSqlSafe(sql.dead_drop.clone()))
-                .bind(id)
-                .execute(conn)
-                .await?;
-            Ok(done.rows_affected() == 1)
-        }
-
-        async fn dead_count<'c>(
-            conn: &'c mut $conn,
-            sql: &'c $crate::backend::relay::RelaySql,
-        ) -> Result<i64, sqlx::Error> {
-            sqlx::query_scalar(sqlx::AssertSqlSafe(sql.dead_count.clone()))
-                .fetch_one(conn)
-                .await
-        }
-
-        async fn outbox_backlog<'c>(
-            conn: &'c mut $conn,
-            sql: &'c $crate::backend::relay::RelaySql,
-        ) -> Result<(i64, Option<i64>), sqlx::Error> {
-            sqlx::query_as(sqlx::AssertSqlSafe(sql.backlog.clone()))
-                .fetch_one(conn)
-                .await
-        }
-
-        async fn outbox_stats<'c>(
-            conn: &'c mut $conn,
-            sql: &'c $crate::backend::relay::RelaySql,
-        ) -> Result<$crate::backend::relay::OutboxStatsRow, sqlx::Error> {
-            sqlx::query_as(sqlx::AssertSqlSafe(sql.stats.clone()))
-                .fetch_one(conn)
-                .await
-        }
-
-        async fn relay_lease<'c>(
-            conn: &'c mut $conn,
-            sql: &'c $crate::backend::relay::RelaySql,
-        ) -> Result<$crate::backend::relay::LeaseRow, sqlx::Error> {
-            sqlx::query_as(sqlx::AssertSqlSafe(sql.lease.clone()))
-                .fetch_one(conn)
-                .await
-        }
-    };
+/// Puts the dead letter `id` back in the outbox and deletes it, on one transaction: `false`
+/// when there is no such dead letter.
+pub(crate) async fn retry_in_transaction<DB: Codec>(
+    conn: &mut DB::Connection,
+    sql: &RelaySql,
+    id: i64,
+) -> Result<bool, sqlx::Error> {
+    let mut tx = conn.begin().await?;
+    let retry = Plain::new(|sql: &RelaySql| &sql.dead_retry, (id,));
+    if DB::run(&mut tx, sql, retry).await? == 0 {
+        return Ok(false);
+    }
+    DB::run(&mut tx, sql, Plain::new(dead_drop, (id,))).await?;
+    tx.commit().await?;
+    Ok(true)
 }
-#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
-pub(crate) use relay_same_everywhere;
-
-/// The relay's lease take where the update returns the new token (PostgreSQL, SQLite).
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
-macro_rules! relay_take_returning {
-    ($conn:ty) => {
-        async fn relay_take<'c>(
-            conn: &'c mut $conn,
-            sql: &'c $crate::backend::relay::RelaySql,
-            holder: &'c str,
-            lease_ms: i64,
-        ) -> Result<Option<i64>, sqlx::Error> {
-            sqlx::query_scalar(sqlx::AssertSqlSafe(sql.take.clone()))
-                .bind(holder)
-                .bind(lease_ms)
-                .fetch_optional(conn)
-                .await
-        }
-    };
-}
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
-pub(crate) use relay_take_returning;
-
-/// The relay's read and stamp where a list of ids cannot be bound (SQLite, MySQL): the lists go
-/// into the text, and the stamp renews the lease on a transaction of its own.
-#[cfg(any(feature = "sqlite", feature = "mysql"))]
-macro_rules! relay_with_literal_lists {
-    ($conn:ty, $db:ty) => {
-        async fn relay_pending<'c>(
-            conn: &'c mut $conn,
-            sql: &'c $crate::backend::relay::RelaySql,
-            limit: i64,
-            exclude: &'c [i64],
-            held: &'c [String],
-        ) -> Result<Vec<$crate::backend::relay::PendingRow>, sqlx::Error> {
-            $crate::backend::relay::pending_excluding::<$db>(conn, sql, limit, exclude, held).await
-        }
-
-        async fn relay_stamp<'c>(
-            conn: &'c mut $conn,
-            sql: &'c $crate::backend::relay::RelaySql,
-            token: i64,
-            lease_ms: i64,
-            ids: &'c [i64],
-        ) -> Result<bool, sqlx::Error> {
-            $crate::backend::relay::stamp_in_transaction::<$db>(conn, sql, token, lease_ms, ids)
-                .await
-        }
-    };
-}
-#[cfg(any(feature = "sqlite", feature = "mysql"))]
-pub(crate) use relay_with_literal_lists;

@@ -1,7 +1,6 @@
 //! SQLite's outbox statements.
 
 use sqlx::Sqlite;
-use sqlx::sqlite::SqliteConnection;
 
 use crate::backend::relay::RelayStatements;
 use crate::backend::sealed::OutboxStatements;
@@ -14,8 +13,6 @@ impl OutboxStatements for Sqlite {
     const OUTBOX_INSERT: &'static str = "INSERT INTO {table} \
          (message_id, topic, ordering_key, seq, headers, payload) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (message_id) DO NOTHING";
-
-    crate::backend::outbox::outbox_with_returning!(SqliteConnection);
 }
 
 impl RelayStatements for Sqlite {
@@ -59,8 +56,4 @@ impl RelayStatements for Sqlite {
     const RELAY_LEASE: &'static str = "SELECT token, holder, CASE WHEN lease_until = '' \
          THEN NULL ELSE CAST(round((julianday(lease_until) - julianday('now')) * 86400000.0) \
          AS INTEGER) END FROM {table}_relay WHERE shard = 0";
-
-    crate::backend::relay::relay_take_returning!(SqliteConnection);
-    crate::backend::relay::relay_with_literal_lists!(SqliteConnection, Sqlite);
-    crate::backend::relay::relay_same_everywhere!(SqliteConnection, Sqlite);
 }
