@@ -16,20 +16,8 @@ pub(crate) struct Load {
 }
 
 /// Runs `workers` copies of `step` back to back until `duration` has passed; each call to
-/// `step(worker, iteration)` returns how many messages it handled. Returns messages per second.
-pub(crate) async fn throughput<F, Fut>(
-    workers: usize,
-    duration: Duration,
-    step: F,
-) -> anyhow::Result<f64>
-where
-    F: Fn(usize, u64) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = anyhow::Result<u64>> + Send,
-{
-    Ok(load(workers, duration, step).await?.per_sec)
-}
-
-/// [`throughput`], keeping every call's latency too.
+/// `step(worker, iteration)` returns how many messages it handled. Returns messages per second
+/// and every call's latency.
 pub(crate) async fn load<F, Fut>(
     workers: usize,
     duration: Duration,

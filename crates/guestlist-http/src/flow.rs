@@ -10,11 +10,10 @@ use guestlist_core::{
 };
 use http::request::Parts;
 use http::{HeaderValue, Request, Response};
-use http_body::Body as HttpBody;
-use tower_service::Service;
 use tracing::Instrument;
 
 use crate::body::{self, Body, BoxError, Captured};
+use crate::bounds::{Handler, RequestBody, ResponseBody};
 use crate::config::Config;
 use crate::context::IdempotencyContext;
 use crate::keep_locked::KeepLocked;
@@ -49,15 +48,10 @@ struct Keyed {
 
 impl<S, M, ReqBody, ResBody> Flow<S, M, ReqBody, ResBody>
 where
-    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Send + 'static,
-    S::Future: Send,
-    S::Error: Send + 'static,
+    S: Handler<ReqBody, ResBody>,
     M: Mode,
-    ReqBody: HttpBody + From<Bytes> + Send + 'static,
-    ReqBody::Data: Send,
-    ReqBody::Error: Into<BoxError>,
-    ResBody: HttpBody<Data = Bytes> + Send + 'static,
-    ResBody::Error: Into<BoxError>,
+    ReqBody: RequestBody,
+    ResBody: ResponseBody,
 {
     pub(crate) async fn run(self, req: Request<ReqBody>) -> Result<Response<Body>, S::Error> {
         if !self.config.methods.contains(req.method()) {

@@ -43,6 +43,7 @@
 
 mod attempts;
 mod body;
+mod bounds;
 mod config;
 mod context;
 mod flow;
@@ -65,6 +66,7 @@ mod transactional;
 
 pub use attempts::Attempts;
 pub use body::{Body, BoxError};
+pub use bounds::{Handler, RequestBody, ResponseBody};
 pub use config::scope_of_credentials;
 pub use context::IdempotencyContext;
 pub use keep_locked::KeepLocked;

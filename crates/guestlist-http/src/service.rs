@@ -4,13 +4,12 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use bytes::Bytes;
 use futures_core::future::BoxFuture;
 use http::{Request, Response};
-use http_body::Body as HttpBody;
 use tower_service::Service;
 
-use crate::body::{Body, BoxError};
+use crate::body::Body;
+use crate::bounds::{Handler, RequestBody, ResponseBody};
 use crate::config::Config;
 use crate::flow::Flow;
 use crate::mode::Mode;
@@ -42,15 +41,11 @@ impl<S, M> Idempotency<S, M> {
 
 impl<S, M, ReqBody, ResBody> Service<Request<ReqBody>> for Idempotency<S, M>
 where
-    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
-    S::Future: Send,
-    S::Error: Send + 'static,
+    // The response named here too: it is what ties `ResBody` to `S`.
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Handler<ReqBody, ResBody> + Clone,
     M: Mode,
-    ReqBody: HttpBody + From<Bytes> + Send + 'static,
-    ReqBody::Data: Send,
-    ReqBody::Error: Into<BoxError>,
-    ResBody: HttpBody<Data = Bytes> + Send + 'static,
-    ResBody::Error: Into<BoxError>,
+    ReqBody: RequestBody,
+    ResBody: ResponseBody,
 {
     type Response = Response<Body>;
     type Error = S::Error;

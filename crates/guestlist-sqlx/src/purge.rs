@@ -8,7 +8,7 @@ use guestlist_core::Retention;
 use sqlx::Pool;
 use sqlx::pool::PoolConnection;
 
-use crate::backend::table::CountOlder;
+use crate::backend::statement::Plain;
 use crate::backend::{Backend, TableSql};
 use crate::{Error, Inbox};
 
@@ -115,7 +115,8 @@ impl<'a, DB: Backend> Purge<'a, DB> {
     pub async fn count(&self, pool: &Pool<DB>) -> Result<u64, Error> {
         let mut conn = pool.acquire().await?;
         let older_than_secs = self.older_than_secs();
-        let (count,) = DB::fetch_one(&mut conn, self.table, CountOlder { older_than_secs })
+        let count_older = Plain::reading(|sql: &TableSql| &sql.count_older, (older_than_secs,));
+        let (count,): (i64,) = DB::fetch_one(&mut conn, self.table, count_older)
             .await
             .map_err(|err| self.error(err))?;
         Ok(count.max(0) as u64)

@@ -1,6 +1,7 @@
 //! How much room a guestlist table takes, as its database reports it.
 
-use crate::backend::table::Size;
+use crate::backend::statement::Plain;
+use crate::backend::table::SizeRow;
 use crate::backend::{Backend, TableSql};
 
 /// A table's size at one moment. Each figure is `None` where the database does not report it.
@@ -32,8 +33,9 @@ impl TableSize {
         conn: &mut DB::Connection,
         table: &TableSql,
     ) -> Result<Self, sqlx::Error> {
+        let size: Plain<TableSql, (), SizeRow> = Plain::reading(|sql| &sql.size, ());
         let (table_bytes, index_bytes, dead_rows, free_bytes) =
-            DB::fetch_one(conn, table, Size).await?;
+            DB::fetch_one(conn, table, size).await?;
         let unsigned = |n: Option<i64>| n.map(|n| u64::try_from(n).unwrap_or(0));
         Ok(Self {
             table_bytes: unsigned(table_bytes),

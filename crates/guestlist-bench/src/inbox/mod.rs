@@ -24,7 +24,7 @@ use guestlist::{HandlerName, Inbox, MessageId};
 
 use self::workload::{HAND_TABLE, INBOX_TABLE, ORDERS, ORDERS_TABLE, PICKS_TABLE, Workload};
 use crate::InboxArgs;
-use crate::measure::{Plan, median_of, throughput};
+use crate::measure::{Plan, load, median_of};
 use crate::report::{Report, Row};
 
 const WORKERS: [usize; 2] = [1, 16];
@@ -238,11 +238,11 @@ impl<DB: Workload> Bench<DB> {
         if figure == Figure::Duplicate {
             self.claim_duplicates(workers, round).await?;
         }
-        throughput(workers, each, move |worker, n| {
+        let run = load(workers, each, move |worker, n| {
             let bench = self.clone();
             async move { bench.step(figure, round, worker, n).await }
-        })
-        .await
+        });
+        Ok(run.await?.per_sec)
     }
 
     /// Claims the ids the duplicate path will see again.

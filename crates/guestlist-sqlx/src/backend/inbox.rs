@@ -52,23 +52,6 @@ impl InboxSql {
 #[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
 pub type HandlerRow = (String, i64, Option<i64>);
 
-/// Inserts one claim: handler, id.
-pub(crate) struct Claim<'a> {
-    pub(crate) handler: &'a str,
-    pub(crate) id: &'a str,
-}
-
-impl Statement for Claim<'_> {
-    type Sql = InboxSql;
-    type Row = ();
-    fn text<'s>(&self, sql: &'s InboxSql) -> &'s Arc<str> {
-        &sql.claim
-    }
-    fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB> {
-        query.arg(self.handler).arg(self.id)
-    }
-}
-
 /// Counts one deferral of a message: handler, id, now in Unix milliseconds. Where the database
 /// returns from an upsert, the row reads the deferrals so far and the first one's time.
 #[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
@@ -89,47 +72,7 @@ impl Statement for Defer<'_> {
     }
 }
 
-/// A message's deferrals and the first one's time: handler, id.
-pub(crate) struct Deferrals<'a> {
-    pub(crate) handler: &'a str,
-    pub(crate) id: &'a str,
-}
-
-impl Statement for Deferrals<'_> {
-    type Sql = InboxSql;
-    type Row = (i64, i64);
-    fn text<'s>(&self, sql: &'s InboxSql) -> &'s Arc<str> {
-        &sql.deferrals
-    }
-    fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB> {
-        query.arg(self.handler).arg(self.id)
-    }
-}
-
-/// Forgets a message's deferrals: handler, id.
-pub(crate) struct ForgetDeferrals<'a>(pub(crate) Deferrals<'a>);
-
-impl Statement for ForgetDeferrals<'_> {
-    type Sql = InboxSql;
-    type Row = ();
-    fn text<'s>(&self, sql: &'s InboxSql) -> &'s Arc<str> {
-        &sql.forget_deferrals
-    }
-    fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB> {
-        self.0.bind(query)
-    }
-}
-
-/// Each handler's rows and its oldest row's age, in the handlers' order.
-pub(crate) struct Handlers;
-
-impl Statement for Handlers {
-    type Sql = InboxSql;
-    type Row = HandlerRow;
-    fn text<'s>(&self, sql: &'s InboxSql) -> &'s Arc<str> {
-        &sql.handlers
-    }
-    fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB> {
-        query
-    }
+/// Where the deferral read's text is: handler, id; reads the count and the first one's time.
+pub(crate) fn deferrals(sql: &InboxSql) -> &Arc<str> {
+    &sql.deferrals
 }

@@ -214,33 +214,3 @@ impl Statement for Evict<'_> {
         self.0.bind(query)
     }
 }
-
-/// One scope's keys in flight, and in all.
-pub(crate) struct Usage<'a> {
-    pub(crate) scope: &'a str,
-}
-
-impl Statement for Usage<'_> {
-    type Sql = KeysSql;
-    type Row = (i64, i64);
-    fn text<'s>(&self, sql: &'s KeysSql) -> &'s Arc<str> {
-        &sql.usage
-    }
-    fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB> {
-        query.arg(self.scope)
-    }
-}
-
-/// The table's figures, for operators.
-pub(crate) struct Stats;
-
-impl Statement for Stats {
-    type Sql = KeysSql;
-    type Row = KeyStatsRow;
-    fn text<'s>(&self, sql: &'s KeysSql) -> &'s Arc<str> {
-        &sql.stats
-    }
-    fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB> {
-        query
-    }
-}

@@ -9,7 +9,7 @@ use std::future::Future;
 pub(crate) use relay::{PendingRow, RelaySql};
 use sqlx::{Database, Pool, Transaction};
 pub(crate) use statement::Codec;
-use statement::Plain;
+use statement::{Args, Bound, Plain, prepared};
 
 /// A database guestlist can keep its guest list in: [`sqlx::Postgres`], [`sqlx::Sqlite`] or
 /// [`sqlx::MySql`], each behind the feature of the same name.
@@ -85,7 +85,7 @@ mod postgres;
 pub(crate) mod relay;
 #[cfg(feature = "sqlite")]
 pub(crate) mod sqlite;
-mod statement;
+pub(crate) mod statement;
 pub(crate) mod table;
 
 pub(crate) use classify::{
@@ -160,17 +160,35 @@ pub(crate) mod sealed {
             handler: &'c str,
             id: &'c str,
         ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send + 'c {
-            let claim = Self::run(conn, sql, inbox::Claim { handler, id });
+            let claim = Plain::new(|sql: &InboxSql| &sql.claim, (handler, id));
+            let claim = Self::run(conn, sql, claim);
             async move { Self::inserted(claim.await) }
         }
 
-        /// Inserts claims for `ids`, sorted and distinct; returns the ones this transaction inserted.
+        /// Binds a batch's ids as one value: an array, or JSON text. Unused by a database that
+        /// claims a batch one id at a time.
+        fn bind_ids<'q>(
+            query: Bound<'q, Self>,
+            ids: &[&str],
+        ) -> Result<Bound<'q, Self>, sqlx::Error> {
+            let _ = ids;
+            Ok(query)
+        }
+
+        /// Inserts claims for `ids`, sorted and distinct; returns the ones this transaction
+        /// inserted. Written for one statement that inserts them all and returns the new ids.
         fn claim_batch<'c>(
             conn: &'c mut Self::Connection,
             sql: &'c InboxSql,
             handler: &'c str,
             ids: &'c [&'c str],
-        ) -> impl Future<Output = Result<Vec<String>, sqlx::Error>> + Send + 'c;
+        ) -> impl Future<Output = Result<Vec<String>, sqlx::Error>> + Send + 'c {
+            async move {
+                let query = Self::bind_ids(prepared(&sql.claim_batch).arg(handler), ids)?;
+                let rows = Self::fetch_query(conn, query).await?;
+                rows.iter().map(|row| Self::get_string(row, 0)).collect()
+            }
+        }
 
         /// Counts one deferral of a message; returns its deferrals so far and the first one's
         /// time (Unix milliseconds), `now_ms` when this is the first. Written for an upsert
@@ -198,10 +216,7 @@ pub(crate) mod sealed {
             limit: i64,
             _after_micros: Option<i64>,
         ) -> impl Future<Output = Result<(u64, Option<i64>), sqlx::Error>> + Send + 'c {
-            let purge = table::PurgeOldest {
-                older_than_secs,
-                limit,
-            };
+            let purge = Plain::new(|sql: &TableSql| &sql.purge_batch, (older_than_secs, limit));
             let deleted = Self::run(conn, sql, purge);
             async move { Ok((deleted.await?, None)) }
         }

@@ -33,6 +33,15 @@ pub trait Statement: Send {
 
     /// Binds the statement's values onto `query`, in order.
     fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB>;
+
+    /// The statement's query: its text in `sql`, prepared, with its values bound.
+    fn query<'q, DB: Codec>(self, sql: &Self::Sql) -> Bound<'q, DB>
+    where
+        Self: Sized,
+    {
+        let text = self.text(sql);
+        self.bind(prepared(text))
+    }
 }
 
 /// A value a statement binds: the few types guestlist's tables hold.
@@ -223,10 +232,7 @@ pub trait Codec: Database + sqlx::database::HasStatementCache {
         sql: &S::Sql,
         statement: S,
     ) -> Pending<'c, u64> {
-        Box::pin(Self::run_query(conn, {
-            let text = statement.text(sql);
-            statement.bind(prepared(text))
-        }))
+        Box::pin(Self::run_query(conn, statement.query(sql)))
     }
 
     /// Runs `statement` with the text in `sql`; every row it returns.
@@ -238,10 +244,7 @@ pub trait Codec: Database + sqlx::database::HasStatementCache {
     where
         S::Row: 'c,
     {
-        let rows = Self::fetch_query(conn, {
-            let text = statement.text(sql);
-            statement.bind(prepared(text))
-        });
+        let rows = Self::fetch_query(conn, statement.query(sql));
         Box::pin(async move { rows.await?.iter().map(S::Row::read::<Self>).collect() })
     }
 
@@ -254,10 +257,7 @@ pub trait Codec: Database + sqlx::database::HasStatementCache {
     where
         S::Row: 'c,
     {
-        let rows = Self::fetch_query(conn, {
-            let text = statement.text(sql);
-            statement.bind(prepared(text))
-        });
+        let rows = Self::fetch_query(conn, statement.query(sql));
         Box::pin(async move { rows.await?.first().map(S::Row::read::<Self>).transpose() })
     }
 
@@ -281,7 +281,7 @@ pub trait Codec: Database + sqlx::database::HasStatementCache {
 pub type Pending<'c, T> = Pin<Box<dyn Future<Output = Result<T, sqlx::Error>> + Send + 'c>>;
 
 /// A query of a table's formatted text, kept as a prepared statement.
-fn prepared<'q, DB: Database>(text: &Arc<str>) -> Bound<'q, DB> {
+pub(crate) fn prepared<'q, DB: Database>(text: &Arc<str>) -> Bound<'q, DB> {
     sqlx::query(sqlx::AssertSqlSafe(text.clone()))
 }
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use guestlist_core::TableName;
 
-use super::statement::{Args, Bound, Codec, Statement};
+use super::statement::Codec;
 use super::{Backend, sealed};
 
 /// SQL text every guestlist table needs: its name, its DDL, and its purge.
@@ -67,57 +67,20 @@ impl TableSql {
     }
 }
 
+/// Runs each DDL statement in turn on `conn`, stopping at the first that fails.
+pub(crate) async fn run_ddl<DB: Codec>(
+    conn: &mut DB::Connection,
+    ddl: &[String],
+) -> Result<(), sqlx::Error> {
+    for statement in ddl {
+        DB::run_query(conn, sqlx::query(sqlx::AssertSqlSafe(statement.as_str()))).await?;
+    }
+    Ok(())
+}
+
 /// A table's size as read: table bytes, index bytes, dead rows, free bytes.
 #[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
 pub type SizeRow = (Option<i64>, Option<i64>, Option<i64>, Option<i64>);
-
-/// Counts rows older than a number of seconds.
-pub(crate) struct CountOlder {
-    pub(crate) older_than_secs: i64,
-}
-
-impl Statement for CountOlder {
-    type Sql = TableSql;
-    type Row = (i64,);
-    fn text<'s>(&self, sql: &'s TableSql) -> &'s Arc<str> {
-        &sql.count_older
-    }
-    fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB> {
-        query.arg(self.older_than_secs)
-    }
-}
-
-/// Reads the table's size.
-pub(crate) struct Size;
-
-impl Statement for Size {
-    type Sql = TableSql;
-    type Row = SizeRow;
-    fn text<'s>(&self, sql: &'s TableSql) -> &'s Arc<str> {
-        &sql.size
-    }
-    fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB> {
-        query
-    }
-}
-
-/// Deletes at most `limit` rows older than a number of seconds, oldest first, starting from the
-/// oldest row each time (the purge text of the backends that do not resume).
-pub(crate) struct PurgeOldest {
-    pub(crate) older_than_secs: i64,
-    pub(crate) limit: i64,
-}
-
-impl Statement for PurgeOldest {
-    type Sql = TableSql;
-    type Row = ();
-    fn text<'s>(&self, sql: &'s TableSql) -> &'s Arc<str> {
-        &sql.purge_batch
-    }
-    fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB> {
-        query.arg(self.older_than_secs).arg(self.limit)
-    }
-}
 
 /// Splits a DDL file into statements, dropping `--` comment lines and renaming the table.
 pub(crate) fn ddl_statements(file: &str, default_name: &str, table: &str) -> Vec<String> {

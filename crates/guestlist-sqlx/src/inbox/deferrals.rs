@@ -14,7 +14,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use guestlist_core::{HandlerName, MessageId};
 
-use crate::backend::inbox::{Defer, Deferrals as DeferralsOf, ForgetDeferrals};
+use crate::backend::InboxSql;
+use crate::backend::inbox::{Defer, deferrals};
+use crate::backend::statement::Plain;
 use crate::{Backend, Error, Inbox};
 
 /// How often a message has been deferred (or withdrawn because of another message), and since
@@ -89,7 +91,8 @@ impl<DB: Backend> Inbox<DB> {
         id: &MessageId,
     ) -> Result<Option<Deferrals>, Error> {
         let mut conn = pool.acquire().await?;
-        let row = DB::fetch_first(&mut conn, &*self.sql, statement(handler, id))
+        let read = Plain::reading(deferrals, (handler.as_str(), id.as_str()));
+        let row = DB::fetch_first(&mut conn, &*self.sql, read)
             .await
             .map_err(|err| self.error(err))?;
         Ok(row.map(Deferrals::from_row))
@@ -103,18 +106,13 @@ impl<DB: Backend> Inbox<DB> {
         id: &MessageId,
     ) -> Result<(), Error> {
         let mut conn = pool.acquire().await?;
-        let forget = ForgetDeferrals(statement(handler, id));
+        let forget = Plain::new(
+            |sql: &InboxSql| &sql.forget_deferrals,
+            (handler.as_str(), id.as_str()),
+        );
         DB::run(&mut conn, &*self.sql, forget)
             .await
             .map(drop)
             .map_err(|err| self.error(err))
-    }
-}
-
-/// The statement that reads message `id`'s deferrals for `handler`.
-fn statement<'a>(handler: &'a HandlerName, id: &'a MessageId) -> DeferralsOf<'a> {
-    DeferralsOf {
-        handler: handler.as_str(),
-        id: id.as_str(),
     }
 }

@@ -3,7 +3,9 @@
 use std::time::Duration;
 
 use crate::backend::Backend;
-use crate::backend::inbox::Handlers;
+use crate::backend::InboxSql;
+use crate::backend::inbox::HandlerRow;
+use crate::backend::statement::Plain;
 use crate::table_size::TableSize;
 use crate::{Error, Inbox};
 
@@ -51,7 +53,7 @@ impl<DB: Backend> Inbox<DB> {
     pub async fn stats(&self, pool: &sqlx::Pool<DB>) -> Result<InboxStats, Error> {
         let read = async {
             let mut conn = pool.acquire().await?;
-            let handlers = DB::fetch(&mut conn, &*self.sql, Handlers).await?;
+            let handlers = DB::fetch(&mut conn, &*self.sql, handlers()).await?;
             let size = TableSize::read::<DB>(&mut conn, &self.sql.common).await?;
             Ok::<_, sqlx::Error>((handlers, size))
         };
@@ -73,4 +75,10 @@ impl<DB: Backend> Inbox<DB> {
             size,
         })
     }
+}
+
+/// The statement that reads each handler's rows and its oldest row's age, in the handlers'
+/// order.
+fn handlers() -> Plain<InboxSql, (), HandlerRow> {
+    Plain::reading(|sql: &InboxSql| &sql.handlers, ())
 }

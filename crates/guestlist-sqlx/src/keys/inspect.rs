@@ -8,7 +8,10 @@ use guestlist_core::{IdempotencyKey, KeyRecord, KeyState, KeyStats, Scope, Scope
 use super::SqlKeyStore;
 use crate::Error;
 use crate::backend::Backend;
-use crate::backend::keys::{Evict, Key, Select, Stats, Usage};
+use crate::backend::KeysSql;
+use crate::backend::keys::KeyStatsRow;
+use crate::backend::keys::{Evict, Key, Select};
+use crate::backend::statement::Plain;
 
 impl<DB: Backend> SqlKeyStore<DB> {
     /// Deletes the key whatever its state (an operator's eviction). `true` when a row went.
@@ -65,9 +68,11 @@ impl<DB: Backend> SqlKeyStore<DB> {
     /// The table's figures: rows, rows in flight, the oldest row's age, and the size on disk.
     pub async fn stats(&self) -> Result<KeyStats, Error> {
         let mut conn = self.pool.acquire().await?;
-        let (rows, in_flight, oldest_ms, bytes) = DB::fetch_one(&mut conn, &*self.sql, Stats)
-            .await
-            .map_err(|err| self.error(err))?;
+        let stats = Plain::reading(|sql: &KeysSql| &sql.stats, ());
+        let (rows, in_flight, oldest_ms, bytes): KeyStatsRow =
+            DB::fetch_one(&mut conn, &*self.sql, stats)
+                .await
+                .map_err(|err| self.error(err))?;
         let unsigned = |n: i64| u64::try_from(n).unwrap_or(0);
         Ok(KeyStats {
             rows: unsigned(rows),
@@ -81,15 +86,10 @@ impl<DB: Backend> SqlKeyStore<DB> {
     /// range of the primary key).
     pub async fn usage(&self, scope: &Scope) -> Result<ScopeUsage, Error> {
         let mut conn = self.pool.acquire().await?;
-        let (in_flight, keys) = DB::fetch_one(
-            &mut conn,
-            &*self.sql,
-            Usage {
-                scope: scope.as_str(),
-            },
-        )
-        .await
-        .map_err(|err| self.error(err))?;
+        let usage = Plain::reading(|sql: &KeysSql| &sql.usage, (scope.as_str(),));
+        let (in_flight, keys): (i64, i64) = DB::fetch_one(&mut conn, &*self.sql, usage)
+            .await
+            .map_err(|err| self.error(err))?;
         let unsigned = |n: i64| u64::try_from(n).unwrap_or(0);
         Ok(ScopeUsage {
             in_flight: unsigned(in_flight),

@@ -7,12 +7,14 @@
 //! with `ER_DUP_ENTRY`, which InnoDB rolls back alone, leaving the caller's transaction intact;
 //! every other error still reaches the caller.
 
+use sqlx::MySql;
 use sqlx::error::DatabaseError;
 use sqlx::mysql::{MySqlConnection, MySqlDatabaseError};
-use sqlx::{AssertSqlSafe, MySql};
 
-use super::inbox::{Defer, Deferrals};
+use super::inbox::{Defer, deferrals};
 use super::sealed::{KeyStatements, Statements};
+use super::statement::Plain;
+use super::table::run_ddl;
 use super::{Codec, InboxSql};
 
 const ER_DUP_ENTRY: u16 = 1062;
@@ -100,7 +102,8 @@ impl Statements for MySql {
         let (handler, id, now_ms) = (defer.handler, defer.id, defer.now_ms);
         Self::run(&mut *conn, sql, defer).await?;
         // Two consumers deferring the message at once each count one; both then read the sum.
-        let deferrals = Self::fetch_first(conn, sql, Deferrals { handler, id });
+        let read = Plain::reading(deferrals, (handler, id));
+        let deferrals = Self::fetch_first(conn, sql, read);
         Ok(deferrals.await?.unwrap_or((1, now_ms)))
     }
 
@@ -139,16 +142,7 @@ impl Statements for MySql {
                 "another migration held the lock {lock} for {MIGRATE_WAIT_SECS}s; run the migration again"
             )));
         }
-        let mut result = Ok(());
-        for statement in ddl {
-            result = sqlx::query(AssertSqlSafe(statement.as_str()))
-                .execute(&mut *conn)
-                .await
-                .map(drop);
-            if result.is_err() {
-                break;
-            }
-        }
+        let result = run_ddl::<MySql>(&mut *conn, ddl).await;
         Self::unlock(conn, lock).await?;
         result
     }

@@ -4,8 +4,10 @@ use sqlx::error::DatabaseError;
 use sqlx::postgres::{PgConnection, PgDatabaseError};
 use sqlx::{AssertSqlSafe, Postgres};
 
+use super::TableSql;
 use super::sealed::{KeyStatements, Statements};
-use super::{InboxSql, TableSql};
+use super::statement::Bound;
+use super::table::run_ddl;
 
 /// SQLSTATEs after which the whole transaction may be run again.
 const SERIALIZATION_FAILURE: &str = "40001";
@@ -90,17 +92,11 @@ impl Statements for Postgres {
         Ok((deleted.max(0).unsigned_abs(), newest))
     }
 
-    async fn claim_batch<'c>(
-        conn: &'c mut PgConnection,
-        sql: &'c InboxSql,
-        handler: &'c str,
-        ids: &'c [&'c str],
-    ) -> Result<Vec<String>, sqlx::Error> {
-        sqlx::query_scalar(AssertSqlSafe(sql.claim_batch.clone()))
-            .bind(handler)
-            .bind(ids)
-            .fetch_all(conn)
-            .await
+    fn bind_ids<'q>(
+        query: Bound<'q, Postgres>,
+        ids: &[&str],
+    ) -> Result<Bound<'q, Postgres>, sqlx::Error> {
+        Ok(query.bind(ids))
     }
 
     async fn migrate<'c>(
@@ -117,11 +113,7 @@ impl Statements for Postgres {
         .bind(lock)
         .execute(&mut *tx)
         .await?;
-        for statement in ddl {
-            sqlx::query(AssertSqlSafe(statement.as_str()))
-                .execute(&mut *tx)
-                .await?;
-        }
+        run_ddl::<Postgres>(&mut tx, ddl).await?;
         tx.commit().await
     }
 

@@ -8,10 +8,11 @@ use sqlx::error::DatabaseError;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteError, SqliteJournalMode, SqliteSynchronous,
 };
-use sqlx::{AssertSqlSafe, Connection, Pool, Sqlite, Transaction};
+use sqlx::{Connection, Pool, Sqlite, Transaction};
 
-use super::InboxSql;
 use super::sealed::{KeyStatements, Statements};
+use super::statement::Bound;
+use super::table::run_ddl;
 
 /// SQLite's primary result codes after which the transaction may be run again.
 const SQLITE_BUSY: i32 = 5;
@@ -100,18 +101,12 @@ impl Statements for Sqlite {
         pool.begin_with("BEGIN IMMEDIATE").await
     }
 
-    async fn claim_batch<'c>(
-        conn: &'c mut SqliteConnection,
-        sql: &'c InboxSql,
-        handler: &'c str,
-        ids: &'c [&'c str],
-    ) -> Result<Vec<String>, sqlx::Error> {
+    fn bind_ids<'q>(
+        query: Bound<'q, Sqlite>,
+        ids: &[&str],
+    ) -> Result<Bound<'q, Sqlite>, sqlx::Error> {
         let ids = serde_json::to_string(ids).map_err(|e| sqlx::Error::Encode(Box::new(e)))?;
-        sqlx::query_scalar(AssertSqlSafe(sql.claim_batch.clone()))
-            .bind(handler)
-            .bind(ids)
-            .fetch_all(conn)
-            .await
+        Ok(query.bind(ids))
     }
 
     async fn migrate<'c>(
@@ -121,11 +116,7 @@ impl Statements for Sqlite {
     ) -> Result<(), sqlx::Error> {
         // One file, one writer: the write lock taken up front is the turn.
         let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
-        for statement in ddl {
-            sqlx::query(AssertSqlSafe(statement.as_str()))
-                .execute(&mut *tx)
-                .await?;
-        }
+        run_ddl::<Sqlite>(&mut tx, ddl).await?;
         tx.commit().await
     }
 
