@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::database::DatabaseUrl;
+
 /// Exactly-once processing off the shelf: the guest list of handled message ids.
 ///
 /// Create the tables (migrate), put idempotency keys in front of any HTTP service (gateway),
@@ -70,13 +72,8 @@ pub(crate) enum Command {
 /// Where the guest list lives.
 #[derive(Debug, Args)]
 pub(crate) struct DatabaseArgs {
-    /// postgres://…, mysql://… (or mariadb://…), or sqlite:PATH.
-    #[arg(
-        long,
-        env = "GUESTLIST_DATABASE_URL",
-        default_value = "sqlite:guestlist.db"
-    )]
-    pub(crate) database: String,
+    #[command(flatten)]
+    pub(crate) database: DatabaseUrl,
     /// The inbox table.
     #[arg(long, default_value = "guestlist_inbox")]
     pub(crate) table: String,

@@ -1,7 +1,33 @@
 //! From a URL to a pool of the right kind.
 
+use std::ops::Deref;
+
 use anyhow::bail;
+use clap::Args;
 use guestlist::sqlx::{self, MySqlPool, PgPool, SqlitePool};
+
+/// The database a command works on: `--database`, or `GUESTLIST_DATABASE_URL`; a SQLite file
+/// by default. Reads as the URL.
+#[derive(Debug, Args)]
+pub(crate) struct DatabaseUrl {
+    /// postgres://…, mysql://… (or mariadb://…), or sqlite:PATH.
+    #[arg(
+        id = "database",
+        long = "database",
+        value_name = "DATABASE",
+        env = "GUESTLIST_DATABASE_URL",
+        default_value = "sqlite:guestlist.db"
+    )]
+    url: String,
+}
+
+impl Deref for DatabaseUrl {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.url
+    }
+}
 
 /// A pool on whichever database the URL named.
 #[derive(Clone)]

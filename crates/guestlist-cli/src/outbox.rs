@@ -4,7 +4,7 @@
 use clap::{Args, Subcommand};
 use guestlist::{Backend, Outbox};
 
-use crate::database::{self, with_pool};
+use crate::database::{self, DatabaseUrl, with_pool};
 
 /// The outbox's commands.
 #[derive(Debug, Subcommand)]
@@ -28,13 +28,8 @@ pub(crate) enum DeadCommand {
 /// Where the outbox is.
 #[derive(Debug, Args)]
 pub(crate) struct OutboxTableArgs {
-    /// postgres://…, mysql://… (or mariadb://…), or sqlite:PATH.
-    #[arg(
-        long,
-        env = "GUESTLIST_DATABASE_URL",
-        default_value = "sqlite:guestlist.db"
-    )]
-    database: String,
+    #[command(flatten)]
+    database: DatabaseUrl,
     /// The outbox table; its dead letters are in `<table>_dead`.
     #[arg(long, default_value = "guestlist_outbox")]
     outbox_table: String,

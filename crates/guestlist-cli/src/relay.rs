@@ -12,19 +12,14 @@ use guestlist_kafka::KafkaPublisher;
 use guestlist_nats::JetStreamPublisher;
 use guestlist_sqs::SqsPublisher;
 
-use crate::database::{self, with_pool};
+use crate::database::{self, DatabaseUrl, with_pool};
 use crate::signal::Terminated;
 
 #[derive(Debug, Args)]
 #[command(group(clap::ArgGroup::new("broker").required(true).args(["nats", "amqp", "kafka", "sqs"])))]
 pub(crate) struct RelayArgs {
-    /// postgres://…, mysql://… (or mariadb://…), or sqlite:PATH.
-    #[arg(
-        long,
-        env = "GUESTLIST_DATABASE_URL",
-        default_value = "sqlite:guestlist.db"
-    )]
-    database: String,
+    #[command(flatten)]
+    database: DatabaseUrl,
     /// The outbox table (create it with `guestlist migrate --outbox`).
     #[arg(
         long = "outbox-table",

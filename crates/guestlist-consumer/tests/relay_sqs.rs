@@ -21,19 +21,7 @@ macro_rules! fifo_relay_suite {
                 a_relay_that_lost_its_lease_stamps_nothing,
                 a_message_no_queue_takes_stays_pending_and_shows_in_the_metrics,
             );
-            $crate::relay_suite!(@refusals $m, common::sqs::SqsFifo, $db;
-                a_refused_message_holds_back_its_own_key_and_the_rest_go_out_once,
-                a_message_never_taken_is_dead_lettered_and_the_rest_go_out_once,
-                a_round_that_outlasts_its_lease_stamps_what_was_confirmed,
-                a_refused_messages_retries_back_off_doubling,
-            );
-
-            /// Not a test on its own: the relay the SIGKILL and SIGSTOP tests hold mid-batch.
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            #[ignore = "child process of the relay tests"]
-            async fn held_relay() {
-                common::relay::held_relay::<common::sqs::SqsFifo, $db>().await;
-            }
+            $crate::relay_suite!(@every_broker $m, common::sqs::SqsFifo, $db);
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn a_relay_keeps_each_keys_order_on_a_fifo_queue() {

@@ -118,19 +118,7 @@ macro_rules! relay_suite {
                 two_relays_one_killed_again_and_again_keep_each_keys_order,
                 a_message_no_queue_takes_stays_pending_and_shows_in_the_metrics,
             );
-            $crate::relay_suite!(@refusals $m, $broker, $db;
-                a_refused_message_holds_back_its_own_key_and_the_rest_go_out_once,
-                a_message_never_taken_is_dead_lettered_and_the_rest_go_out_once,
-                a_round_that_outlasts_its_lease_stamps_what_was_confirmed,
-                a_refused_messages_retries_back_off_doubling,
-            );
-
-            /// Not a test on its own: the relay the SIGKILL and SIGSTOP tests hold mid-batch.
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            #[ignore = "child process of the relay tests"]
-            async fn held_relay() {
-                common::relay::held_relay::<$broker, $db>().await;
-            }
+            $crate::relay_suite!(@every_broker $m, $broker, $db);
 
             /// Not a test on its own: the relays the chaos test runs and kills.
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -147,7 +135,24 @@ macro_rules! relay_suite {
                 common::relay::$name::<$broker, $db>(concat!(stringify!($m), "_", stringify!($name))).await;
             }
         )*
-    };    (@refusals $m:ident, $broker:ty, $db:ty; $($name:ident),* $(,)?) => {
+    };
+    // The refusals and the held relay, which every broker's suite runs as they are.
+    (@every_broker $m:ident, $broker:ty, $db:ty) => {
+        $crate::relay_suite!(@refusals $m, $broker, $db;
+            a_refused_message_holds_back_its_own_key_and_the_rest_go_out_once,
+            a_message_never_taken_is_dead_lettered_and_the_rest_go_out_once,
+            a_round_that_outlasts_its_lease_stamps_what_was_confirmed,
+            a_refused_messages_retries_back_off_doubling,
+        );
+
+        /// Not a test on its own: the relay the SIGKILL and SIGSTOP tests hold mid-batch.
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        #[ignore = "child process of the relay tests"]
+        async fn held_relay() {
+            common::relay::held_relay::<$broker, $db>().await;
+        }
+    };
+    (@refusals $m:ident, $broker:ty, $db:ty; $($name:ident),* $(,)?) => {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $name() {

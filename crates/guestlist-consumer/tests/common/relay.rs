@@ -89,6 +89,14 @@ impl<B: Broker, DB: Fixture> Line<B, DB> {
         self.outbox.stats(&self.rig.db.pool).await.unwrap().pending
     }
 
+    /// The oldest `limit` outgoing dead letters.
+    pub async fn dead_letters(&self, limit: u32) -> Vec<guestlist_sqlx::DeadLetter> {
+        self.outbox
+            .dead_letters(&self.rig.db.pool, limit)
+            .await
+            .unwrap()
+    }
+
     /// Runs the consumer until `events` distinct events have their effect and the queue is
     /// drained.
     pub async fn consume(&self, events: i64) -> Handled {
@@ -529,11 +537,7 @@ pub async fn a_message_no_queue_takes_stays_pending_and_shows_in_the_metrics<
         // No such topic can ever exist: both go to the dead letters at once, with why.
         let relayed = relay.drain().await.unwrap().unwrap();
         assert_eq!((relayed.published, relayed.dead_lettered), (0, 2));
-        let dead = line
-            .outbox
-            .dead_letters(&line.rig.db.pool, 10)
-            .await
-            .unwrap();
+        let dead = line.dead_letters(10).await;
         assert!(
             dead[0].reason.contains(B::MISSING_TOPIC_ADVICE),
             "{}",

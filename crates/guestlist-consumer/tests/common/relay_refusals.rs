@@ -181,11 +181,7 @@ pub async fn a_refused_message_holds_back_its_own_key_and_the_rest_go_out_once<
         "{}: nothing was published twice",
         B::LABEL
     );
-    let dead = line
-        .outbox
-        .dead_letters(&line.rig.db.pool, 100)
-        .await
-        .unwrap();
+    let dead = line.dead_letters(100).await;
     assert_eq!(dead.len(), 32, "{}: the head and the 31 lost", B::LABEL);
     for letter in &dead {
         assert!(
@@ -274,11 +270,7 @@ pub async fn a_message_never_taken_is_dead_lettered_and_the_rest_go_out_once<
     }
     assert_eq!(relayed.dead_lettered, 1, "{}: {relayed:?}", B::LABEL);
     assert_eq!(relayed.published as usize, others + 2, "{}", B::LABEL);
-    let dead = line
-        .outbox
-        .dead_letters(&line.rig.db.pool, 10)
-        .await
-        .unwrap();
+    let dead = line.dead_letters(10).await;
     assert_eq!(dead.len(), 1);
     assert!(
         dead[0].reason.starts_with("refused for good"),
@@ -307,11 +299,7 @@ pub async fn a_message_never_taken_is_dead_lettered_and_the_rest_go_out_once<
     assert_eq!(line.pending().await, 1);
     let again = relay.drain().await.unwrap().unwrap();
     assert_eq!((again.published, again.dead_lettered), (0, 1));
-    let dead = line
-        .outbox
-        .dead_letters(&line.rig.db.pool, 10)
-        .await
-        .unwrap();
+    let dead = line.dead_letters(10).await;
     assert!(
         line.outbox
             .drop_dead(&line.rig.db.pool, dead[0].id)

@@ -138,3 +138,21 @@ pub fn handler(name: &str) -> HandlerName {
 pub fn id(value: &str) -> MessageId {
     MessageId::new(value).expect("a valid message id")
 }
+
+pub const HOUR: Duration = Duration::from_secs(3600);
+
+pub const DAY: Duration = Duration::from_secs(24 * 3600);
+
+/// A week, declared against Stripe's 72-hour horizon.
+pub fn week() -> Retention {
+    Retention::new(7 * DAY, 72 * HOUR).expect("a week covers 72 hours")
+}
+
+/// Delivers `event` to `handler` once, with the pick work; `true` when the work ran.
+pub async fn deliver<DB: Fixture>(h: &Harness<DB>, handler: &HandlerName, event: &MessageId) -> bool {
+    h.inbox
+        .process(&h.pool, handler, event, h.pick(event))
+        .await
+        .expect("process")
+        .ran()
+}
