@@ -80,18 +80,7 @@ impl IdempotencyLayer<crate::Transactional<sqlx::Postgres>> {
     /// The lock numbers share PostgreSQL's advisory-lock space with the application's own
     /// (`pg_try_advisory_xact_lock` on a 64-bit hash of table, scope and key).
     pub fn claim_in_transaction(mut self) -> Self {
-        self.mode.claim_on_tx = Some(crate::transactional::ClaimOnTx {
-            claim: |store, tx, claimed| {
-                Box::pin(store.begin_locked(
-                    tx,
-                    claimed.scope,
-                    claimed.key,
-                    claimed.fingerprint,
-                    claimed.lease,
-                ))
-            },
-            keep_locked: |store, tx| Box::pin(store.keep_locked(tx)),
-        });
+        self.mode.claim_on_tx = true;
         self
     }
 }

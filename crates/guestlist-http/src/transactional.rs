@@ -3,7 +3,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_core::future::BoxFuture;
 use guestlist_core::{
     Attempt, Begin, Completed, Fingerprint, IdempotencyKey, Scope, ScopeUsage, StoredResponse,
 };
@@ -25,53 +24,16 @@ use crate::mode::{Mode, sealed};
 /// writes it on the handler's transaction instead, guarded by an advisory lock.
 pub struct Transactional<DB: Backend> {
     pub(crate) store: SqlKeyStore<DB>,
-    /// The claim on the request's transaction, where the database offers one.
-    pub(crate) claim_on_tx: Option<ClaimOnTx<DB>>,
+    /// Whether the claim is written on the request's transaction
+    /// ([`SqlKeyStore::begin_locked`]), where the database offers it.
+    pub(crate) claim_on_tx: bool,
 }
-
-/// A claim written on the request's transaction (PostgreSQL's advisory-locked claim), and how
-/// to keep it while undoing the handler's writes.
-pub(crate) struct ClaimOnTx<DB: Backend> {
-    pub(crate) claim: ClaimFn<DB>,
-    pub(crate) keep_locked: KeepLockedFn<DB>,
-}
-
-/// What a store answers, later.
-type StoreFuture<'a, T> = BoxFuture<'a, Result<T, guestlist_sqlx::Error>>;
-
-/// Claims a key on the request's transaction.
-pub(crate) type ClaimFn<DB> = for<'a> fn(
-    &'a SqlKeyStore<DB>,
-    &'a mut <DB as sqlx::Database>::Connection,
-    Claimed<'a>,
-) -> StoreFuture<'a, Begin>;
-
-/// Undoes the handler's writes, keeps the claim, and commits.
-pub(crate) type KeepLockedFn<DB> =
-    for<'a> fn(&'a SqlKeyStore<DB>, Transaction<'static, DB>) -> StoreFuture<'a, ()>;
-
-/// The key a claim on the transaction is for.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Claimed<'a> {
-    pub(crate) scope: &'a Scope,
-    pub(crate) key: &'a IdempotencyKey,
-    pub(crate) fingerprint: &'a Fingerprint,
-    pub(crate) lease: Duration,
-}
-
-impl<DB: Backend> Clone for ClaimOnTx<DB> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-
-impl<DB: Backend> Copy for ClaimOnTx<DB> {}
 
 impl<DB: Backend> Transactional<DB> {
     pub(crate) fn new(store: SqlKeyStore<DB>) -> Self {
         Self {
             store,
-            claim_on_tx: None,
+            claim_on_tx: false,
         }
     }
 }
@@ -89,7 +51,7 @@ impl<DB: Backend> std::fmt::Debug for Transactional<DB> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Transactional")
             .field("store", &self.store)
-            .field("claim_in_transaction", &self.claim_on_tx.is_some())
+            .field("claim_in_transaction", &self.claim_on_tx)
             .finish()
     }
 }
@@ -207,17 +169,14 @@ impl<DB: Backend> Mode for Transactional<DB> {
         fingerprint: &Fingerprint,
         lease: Duration,
     ) -> Result<Begin, BoxError> {
-        let Some(claim_on_tx) = self.claim_on_tx else {
+        if !self.claim_on_tx {
             return Ok(self.store.begin(scope, key, fingerprint, lease).await?);
-        };
+        }
         let mut tx = slot.take().await?;
-        let claimed = Claimed {
-            scope,
-            key,
-            fingerprint,
-            lease,
-        };
-        Ok((claim_on_tx.claim)(&self.store, &mut tx, claimed).await?)
+        let begin = self
+            .store
+            .begin_locked(&mut tx, scope, key, fingerprint, lease);
+        Ok(begin.await?)
     }
 
     fn open(&self, extensions: &mut Extensions) -> TxSlot<DB> {
@@ -273,7 +232,7 @@ impl<DB: Backend> Mode for Transactional<DB> {
         };
         // A transaction the handler still holds never commits: the key is free either way.
         // A claim on the transaction went with its rollback (or goes when the handler lets go).
-        if self.claim_on_tx.is_none() {
+        if !self.claim_on_tx {
             self.store.release(scope, key, attempt).await?;
         }
         held
@@ -290,7 +249,7 @@ impl<DB: Backend> Mode for Transactional<DB> {
 
     async fn usage(&self, scope: &Scope) -> Result<Option<ScopeUsage>, BoxError> {
         let mut usage = self.store.usage(scope).await?;
-        if self.claim_on_tx.is_some() {
+        if self.claim_on_tx {
             // This request's claim is on its own transaction, not yet visible to the count.
             usage.in_flight += 1;
             usage.keys += 1;
@@ -301,7 +260,7 @@ impl<DB: Backend> Mode for Transactional<DB> {
     async fn keep_locked(&self, slot: TxSlot<DB>) -> Result<(), BoxError> {
         match (self.claim_on_tx, slot.reclaim()?) {
             // The claim is on the transaction: undo the writes after it and commit it alone.
-            (Some(on_tx), Some(tx)) => (on_tx.keep_locked)(&self.store, tx).await?,
+            (true, Some(tx)) => self.store.keep_locked(tx).await?,
             // The claim committed on its own and stays until its lease ends.
             (_, Some(tx)) => tx.rollback().await?,
             (_, None) => {}

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use guestlist_core::TableName;
 
 use super::statement::{Args, Bound, Codec, Statement};
+use super::table::filler;
 use super::{TableSql, sealed};
 
 /// SQL text for one inbox table, formatted once when the [`crate::Inbox`] is built.
@@ -29,8 +30,7 @@ pub struct InboxSql {
 
 impl InboxSql {
     pub(crate) fn new<DB: sealed::Statements>(table: &TableName) -> Self {
-        let fill =
-            |template: &str| -> Arc<str> { template.replace("{table}", table.as_str()).into() };
+        let fill = filler(table);
         Self {
             common: Arc::new(TableSql::new::<DB>(
                 table,

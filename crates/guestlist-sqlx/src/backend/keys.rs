@@ -3,9 +3,10 @@
 
 use std::sync::Arc;
 
-use guestlist_core::TableName;
+use guestlist_core::{IdempotencyKey, Scope, TableName};
 
 use super::statement::{Args, Bound, Codec, Columns, Statement};
+use super::table::filler;
 use super::{TableSql, sealed};
 
 /// SQL text for one idempotency-key table, formatted once when the store is built.
@@ -29,16 +30,14 @@ pub struct KeysSql {
     pub(crate) stats: Arc<str>,
     /// One scope's keys in flight and in all: scope.
     pub(crate) usage: Arc<str>,
-    /// Claims a key on the caller's transaction behind an advisory lock (PostgreSQL only;
-    /// empty elsewhere).
-    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    /// Claims a key on the caller's transaction behind a transaction-scoped lock (PostgreSQL's
+    /// advisory lock; empty where the database has none).
     pub(crate) claim_locked: Arc<str>,
 }
 
 impl KeysSql {
     pub(crate) fn new<DB: sealed::KeyStatements>(table: &TableName) -> Self {
-        let fill =
-            |template: &str| -> Arc<str> { template.replace("{table}", table.as_str()).into() };
+        let fill = filler(table);
         Self {
             common: Arc::new(TableSql::new::<DB>(
                 table,
@@ -100,7 +99,15 @@ pub struct Key<'a> {
     pub(crate) key: &'a str,
 }
 
-impl Key<'_> {
+impl<'a> Key<'a> {
+    /// The key `key` in `scope`, as stored.
+    pub(crate) fn of(scope: &'a Scope, key: &'a IdempotencyKey) -> Self {
+        Self {
+            scope: scope.as_str(),
+            key: key.as_str(),
+        }
+    }
+
     fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB> {
         query.arg(self.scope).arg(self.key)
     }
@@ -108,6 +115,7 @@ impl Key<'_> {
 
 /// Inserts an in-flight key with a lease: the key, its fingerprint, the attempt's token and the
 /// lease in milliseconds.
+#[derive(Clone, Copy)]
 #[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
 pub struct Insert<'a> {
     pub(crate) key: Key<'a>,
@@ -164,7 +172,9 @@ impl Statement for TakeOver<'_> {
 }
 
 /// Stores a response if the attempt with `token` still holds the key.
-pub(crate) struct Complete<'a> {
+#[derive(Clone, Copy)]
+#[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
+pub struct Complete<'a> {
     pub(crate) status: i32,
     pub(crate) headers: &'a [u8],
     pub(crate) body: Option<&'a [u8]>,
@@ -213,4 +223,65 @@ impl Statement for Evict<'_> {
     fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB> {
         self.0.bind(query)
     }
+}
+
+/// Claims a key on the caller's transaction behind a transaction-scoped lock, with the same
+/// values as an [`Insert`]: reads a [`LockedClaim`].
+pub(crate) struct ClaimLocked<'a>(pub(crate) Insert<'a>);
+
+impl Statement for ClaimLocked<'_> {
+    type Sql = KeysSql;
+    type Row = LockedClaim;
+    fn text<'s>(&self, sql: &'s KeysSql) -> &'s Arc<str> {
+        &sql.claim_locked
+    }
+    fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB> {
+        self.0.bind(query)
+    }
+}
+
+/// What a locked claim answers: whether it holds the key's lock, whether it inserted the row,
+/// and the key's row as the statement began (`None` when there was none).
+pub(crate) struct LockedClaim {
+    pub(crate) held: bool,
+    pub(crate) inserted: bool,
+    pub(crate) row: Option<KeyRow>,
+}
+
+impl Columns for LockedClaim {
+    fn read<DB: Codec>(row: &DB::Row) -> Result<Self, sqlx::Error> {
+        let fingerprint: Option<Vec<u8>> = DB::get(row, 2)?;
+        let found = match fingerprint {
+            None => None,
+            Some(fingerprint) => Some(KeyRow {
+                fingerprint,
+                status: DB::get(row, 3)?,
+                headers: DB::get(row, 4)?,
+                body: DB::get(row, 5)?,
+                attempt: DB::get::<Option<i64>>(row, 6)?.unwrap_or(0),
+                token: DB::get::<Option<i64>>(row, 7)?.unwrap_or(0),
+                lease_left_ms: DB::get(row, 8)?,
+            }),
+        };
+        Ok(Self {
+            held: DB::get(row, 0)?,
+            inserted: DB::get(row, 1)?,
+            row: found,
+        })
+    }
+}
+
+/// How a database writes one round of [`crate::BatchedKeyStore`]. Sealed: implemented for
+/// PostgreSQL (one statement) and SQLite (one transaction from one writer).
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+#[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
+pub trait WriteRound: super::Backend {
+    /// Writes the claims (distinct keys, in key order) and the stored responses in one
+    /// commit; the tokens of the rows inserted and of the rows completed.
+    fn write_round<'a>(
+        pool: &'a sqlx::Pool<Self>,
+        sql: &'a KeysSql,
+        claims: &'a [Insert<'a>],
+        completes: &'a [Complete<'a>],
+    ) -> impl std::future::Future<Output = Result<std::collections::HashSet<i64>, sqlx::Error>> + Send + 'a;
 }

@@ -9,7 +9,10 @@ use std::future::Future;
 pub(crate) use relay::{PendingRow, RelaySql};
 use sqlx::{Database, Pool, Transaction};
 pub(crate) use statement::Codec;
+// Named by the sealed traits, so `pub`; unreachable outside the crate.
 use statement::{Args, Bound, Plain, prepared};
+#[allow(unreachable_pub)]
+pub use wake::Wake;
 
 /// A database guestlist can keep its guest list in: [`sqlx::Postgres`], [`sqlx::Sqlite`] or
 /// [`sqlx::MySql`], each behind the feature of the same name.
@@ -87,6 +90,7 @@ pub(crate) mod relay;
 pub(crate) mod sqlite;
 pub(crate) mod statement;
 pub(crate) mod table;
+mod wake;
 
 pub(crate) use classify::{
     driver_error, is_retryable, is_retryable_db, is_retryable_driver_error, is_unavailable,
@@ -313,8 +317,9 @@ pub(crate) mod sealed {
         /// Template of [`KeysSql::usage`]: one scope's keys in flight, and in all.
         const KEY_USAGE: &'static str;
         /// Template of [`KeysSql::claim_locked`]: scope, key, fingerprint, token, lease in
-        /// milliseconds; reads (lock held, row inserted). Empty where the database has no
-        /// transaction-scoped lock to try.
+        /// milliseconds; reads (lock held, row inserted, the key's row). Empty where the
+        /// database has no transaction-scoped lock to try: its claims cannot be written on the
+        /// handler's transaction ([`crate::SqlKeyStore::claims_on_transaction`]).
         const KEY_CLAIM_LOCKED: &'static str = "";
 
         /// Inserts an in-flight key; `true` when new.

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use guestlist_core::TableName;
 
 use super::statement::{Args, Bound, Codec, Statement};
+use super::table::filler;
 use super::{TableSql, sealed};
 
 /// SQL text for one outbox table, formatted once when the [`crate::Outbox`] is built.
@@ -25,8 +26,7 @@ pub struct OutboxSql {
 
 impl OutboxSql {
     pub(crate) fn new<DB: sealed::OutboxStatements>(table: &TableName) -> Self {
-        let fill =
-            |template: &str| -> Arc<str> { template.replace("{table}", table.as_str()).into() };
+        let fill = filler(table);
         Self {
             common: Arc::new(TableSql::new::<DB>(
                 table,

@@ -174,7 +174,7 @@ macro_rules! column {
 
 column!(i64 => get_i64, Option<i64> => get_opt_i64, Option<i32> => get_opt_i32,
     Vec<u8> => get_bytes, Option<Vec<u8>> => get_opt_bytes, String => get_string,
-    Option<String> => get_opt_string);
+    Option<String> => get_opt_string, bool => get_bool);
 
 /// What a database binds, reads and runs, on its concrete types: the one place the bounds sqlx
 /// needs are met, so that statements run generically. Sealed: implemented by `backend!`.
@@ -204,6 +204,8 @@ pub trait Codec: Database + sqlx::database::HasStatementCache {
     fn get_bytes(row: &Self::Row, index: usize) -> Result<Vec<u8>, sqlx::Error>;
     /// Reads bytes or `NULL`.
     fn get_opt_bytes(row: &Self::Row, index: usize) -> Result<Option<Vec<u8>>, sqlx::Error>;
+    /// Reads a boolean.
+    fn get_bool(row: &Self::Row, index: usize) -> Result<bool, sqlx::Error>;
     /// Reads text or `NULL`.
     fn get_opt_string(row: &Self::Row, index: usize) -> Result<Option<String>, sqlx::Error>;
     /// Reads text.
@@ -295,7 +297,7 @@ macro_rules! codec {
                 bind_opt_bytes: Option<&[u8]>);
             $crate::backend::statement::gets!(get_i64: i64, get_opt_i64: Option<i64>,
                 get_opt_i32: Option<i32>, get_bytes: Vec<u8>, get_opt_bytes: Option<Vec<u8>>,
-                get_string: String, get_opt_string: Option<String>);
+                get_string: String, get_opt_string: Option<String>, get_bool: bool);
 
             async fn run_query<'c>(
                 conn: &'c mut Self::Connection,

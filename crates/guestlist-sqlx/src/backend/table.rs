@@ -67,6 +67,11 @@ impl TableSql {
     }
 }
 
+/// Formats templates for `table`: each `{table}` becomes its name.
+pub(crate) fn filler(table: &TableName) -> impl Fn(&str) -> Arc<str> + '_ {
+    move |template| template.replace("{table}", table.as_str()).into()
+}
+
 /// Runs each DDL statement in turn on `conn`, stopping at the first that fails.
 pub(crate) async fn run_ddl<DB: Codec>(
     conn: &mut DB::Connection,

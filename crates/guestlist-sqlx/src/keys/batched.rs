@@ -1,7 +1,6 @@
 //! Plain mode with the claims and stored responses of concurrent requests written together, in
 //! rounds: one commit for many requests, and one writer.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,35 +10,15 @@ use guestlist_core::{
 };
 use tokio::sync::{mpsc, oneshot};
 
+use crate::backend::keys::{Complete, Insert, Key, WriteRound};
 use crate::fencing::{lease_ms, new_token};
 use crate::{Error, SqlKeyStore};
 
-#[cfg(feature = "postgres")]
-mod postgres;
-#[cfg(feature = "sqlite")]
-mod sqlite;
-
 /// A database whose key writes [`BatchedKeyStore`] gathers into rounds: PostgreSQL (one
 /// statement per round) and SQLite (one transaction per round, from one writer).
-pub trait BatchBackend: sealed::WriteRound {}
+pub trait BatchBackend: WriteRound {}
 
-impl<DB: sealed::WriteRound> BatchBackend for DB {}
-
-pub(crate) mod sealed {
-    use super::{ClaimItem, CompleteItem, HashSet, SqlKeyStore};
-
-    /// How a database writes one round. Sealed: implemented here for PostgreSQL and SQLite.
-    #[allow(unreachable_pub)]
-    pub trait WriteRound: crate::Backend {
-        /// Writes the claims (distinct keys, in key order) and the stored responses in one
-        /// commit; the tokens of the rows inserted and of the rows completed.
-        fn write_round<'a>(
-            store: &'a SqlKeyStore<Self>,
-            claims: &'a [ClaimItem],
-            completes: &'a [CompleteItem],
-        ) -> impl Future<Output = Result<HashSet<i64>, sqlx::Error>> + Send + 'a;
-    }
-}
+impl<DB: WriteRound> BatchBackend for DB {}
 
 /// Most requests one statement carries.
 const MAX_BATCH: usize = 512;
@@ -109,8 +88,7 @@ enum Item {
 
 /// A claim of a new key.
 #[derive(Debug)]
-#[allow(unreachable_pub)] // named by the sealed trait, unreachable outside the crate
-pub struct ClaimItem {
+struct ClaimItem {
     scope: String,
     key: String,
     fingerprint: Vec<u8>,
@@ -121,8 +99,7 @@ pub struct ClaimItem {
 
 /// An attempt's stored response.
 #[derive(Debug)]
-#[allow(unreachable_pub)] // named by the sealed trait, unreachable outside the crate
-pub struct CompleteItem {
+struct CompleteItem {
     scope: String,
     key: String,
     token: i64,
@@ -130,6 +107,37 @@ pub struct CompleteItem {
     headers: Vec<u8>,
     body: Option<Vec<u8>>,
     reply: Reply,
+}
+
+impl ClaimItem {
+    /// The claim's insert.
+    fn insert(&self) -> Insert<'_> {
+        Insert {
+            key: Key {
+                scope: &self.scope,
+                key: &self.key,
+            },
+            fingerprint: &self.fingerprint,
+            token: self.token,
+            lease_ms: self.lease_ms,
+        }
+    }
+}
+
+impl CompleteItem {
+    /// The response's store.
+    fn complete(&self) -> Complete<'_> {
+        Complete {
+            status: self.status,
+            headers: &self.headers,
+            body: self.body.as_deref(),
+            key: Key {
+                scope: &self.scope,
+                key: &self.key,
+            },
+            token: self.token,
+        }
+    }
 }
 
 impl<DB: BatchBackend> BatchedKeyStore<DB> {
@@ -202,7 +210,9 @@ async fn round<DB: BatchBackend>(store: &SqlKeyStore<DB>, batch: Vec<Item>) {
             _ => unique.push(claim),
         }
     }
-    let written = DB::write_round(store, &unique, &completes)
+    let inserts: Vec<Insert<'_>> = unique.iter().map(ClaimItem::insert).collect();
+    let stored: Vec<Complete<'_>> = completes.iter().map(CompleteItem::complete).collect();
+    let written = DB::write_round(store.pool(), &store.sql, &inserts, &stored)
         .await
         .map_err(|err| Arc::new(store.error(err)));
     let outcome = |token: i64| written.as_ref().map(|tokens| tokens.contains(&token));

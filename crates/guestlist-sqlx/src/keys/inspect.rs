@@ -18,10 +18,7 @@ impl<DB: Backend> SqlKeyStore<DB> {
     pub async fn evict(&self, scope: &Scope, key: &IdempotencyKey) -> Result<bool, Error> {
         let key = &*self.key_at_rest(key);
         let mut conn = self.pool.acquire().await?;
-        let evict = Evict(Key {
-            scope: scope.as_str(),
-            key: key.as_str(),
-        });
+        let evict = Evict(Key::of(scope, key));
         let gone = DB::run(&mut conn, &*self.sql, evict)
             .await
             .map_err(|err| self.error(err))?;
@@ -37,10 +34,7 @@ impl<DB: Backend> SqlKeyStore<DB> {
     ) -> Result<Option<KeyRecord>, Error> {
         let key = &*self.key_at_rest(key);
         let mut conn = self.pool.acquire().await?;
-        let select = Select(Key {
-            scope: scope.as_str(),
-            key: key.as_str(),
-        });
+        let select = Select(Key::of(scope, key));
         let row = DB::fetch_first(&mut conn, &*self.sql, select)
             .await
             .map_err(|err| self.error(err))?;

@@ -1,56 +1,39 @@
-//! PostgreSQL's claim on the handler's own transaction: one commit per request.
+//! The claim on the handler's own transaction: one commit per request, where the database has
+//! a transaction-scoped lock to try (PostgreSQL's advisory lock; see
+//! [`SqlKeyStore::claims_on_transaction`]).
 
 use std::time::Duration;
 
 use guestlist_core::{Attempt, Begin, Fingerprint, IdempotencyKey, Scope};
-use sqlx::{PgConnection, Postgres};
+use sqlx::Transaction;
 
-use crate::Error;
 use crate::SqlKeyStore;
-use crate::backend::KeyRow;
+use crate::backend::Backend;
+use crate::backend::keys::{ClaimLocked, Insert, Key};
 use crate::keys::{BEGIN_ROUNDS, lease_ms, new_token};
+use crate::{Error, backend};
 
 /// Marks the claim after one that runs ([`SqlKeyStore::begin_locked`]), and undoes what came
 /// after it ([`SqlKeyStore::keep_locked`]).
 const SAVE_CLAIM: &str = "SAVEPOINT guestlist_claimed";
 const BACK_TO_CLAIM: &str = "ROLLBACK TO SAVEPOINT guestlist_claimed";
 
-/// What the locked claim answers: whether it holds the key's lock, whether it inserted the
-/// row, and the key's row as the statement began (all `NULL` when there was none).
-type ClaimColumns = (
-    bool,
-    bool,
-    Option<Vec<u8>>,
-    Option<i32>,
-    Option<Vec<u8>>,
-    Option<Vec<u8>>,
-    Option<i64>,
-    Option<i64>,
-    Option<i64>,
-);
-
-/// The claim's answer as (held, inserted, the row it read).
-fn split(claim: ClaimColumns) -> (bool, bool, Option<KeyRow>) {
-    let (held, inserted, fingerprint, status, headers, body, attempt, token, lease_left_ms) = claim;
-    let row = fingerprint.map(|fingerprint| KeyRow {
-        fingerprint,
-        status,
-        headers,
-        body,
-        attempt: attempt.unwrap_or(0),
-        token: token.unwrap_or(0),
-        lease_left_ms,
-    });
-    (held, inserted, row)
-}
-
 /// What a retry is told to wait when the key's lock is held: the attempt holding it is running
 /// now, and its lease says nothing about when it ends.
 const LOCK_HELD_RETRY: Duration = Duration::from_secs(1);
 
-impl SqlKeyStore<Postgres> {
+impl<DB: Backend> SqlKeyStore<DB> {
+    /// Whether this database can write a claim on the handler's own transaction
+    /// ([`SqlKeyStore::begin_locked`]): PostgreSQL can (a transaction-scoped advisory lock
+    /// stands in for the committed claim); SQLite and MySQL cannot.
+    pub fn claims_on_transaction() -> bool {
+        !<DB as backend::sealed::KeyStatements>::KEY_CLAIM_LOCKED.is_empty()
+    }
+
     /// Claims `key` in `scope` on the handler's own transaction `tx`, so that the claim, the
-    /// handler's writes and the stored response commit once, together (PostgreSQL only).
+    /// handler's writes and the stored response commit once, together. Only where
+    /// [`SqlKeyStore::claims_on_transaction`] (PostgreSQL); elsewhere it refuses, sending
+    /// nothing.
     ///
     /// The claim first tries a transaction-scoped advisory lock on `(scope, key)`: a concurrent
     /// retry that finds it held gets [`Begin::InFlight`] at once instead of queueing behind the
@@ -69,39 +52,47 @@ impl SqlKeyStore<Postgres> {
     /// with this very statement.
     pub async fn begin_locked(
         &self,
-        tx: &mut PgConnection,
+        tx: &mut DB::Connection,
         scope: &Scope,
         key: &IdempotencyKey,
         fingerprint: &Fingerprint,
         lease: Duration,
     ) -> Result<Begin, Error> {
+        if !Self::claims_on_transaction() {
+            return Err(Error::Database(sqlx::Error::Configuration(
+                format!(
+                    "{} has no transaction-scoped lock to claim a key on the handler's \
+                     transaction; claim it with SqlKeyStore::begin (committed first) instead",
+                    DB::BACKEND
+                )
+                .into(),
+            )));
+        }
         let key = &*self.key_at_rest(key);
         let lease_ms = lease_ms(lease);
         for _ in 0..BEGIN_ROUNDS {
             let token = new_token()?;
-            let claim: ClaimColumns =
-                sqlx::query_as(sqlx::AssertSqlSafe(self.sql.claim_locked.clone()))
-                    .bind(scope.as_str())
-                    .bind(key.as_str())
-                    .bind(fingerprint.as_bytes())
-                    .bind(token as i64)
-                    .bind(lease_ms)
-                    .fetch_one(&mut *tx)
-                    .await
-                    .map_err(|err| self.error(err))?;
-            let (held, inserted, row) = split(claim);
-            if !held {
+            let claim = ClaimLocked(Insert {
+                key: Key::of(scope, key),
+                fingerprint: fingerprint.as_bytes(),
+                token: token as i64,
+                lease_ms,
+            });
+            let claim = DB::fetch_one(tx, &*self.sql, claim)
+                .await
+                .map_err(|err| self.error(err))?;
+            if !claim.held {
                 // The holder may be an attempt running now, or a retry reading a stored
                 // response: a stored response is replayed, anything else is in flight.
                 let found = self
-                    .settle_row(tx, scope, key, fingerprint, row, None)
+                    .settle_row(tx, scope, key, fingerprint, claim.row, None)
                     .await?;
                 return Ok(found.unwrap_or(Begin::InFlight {
                     retry_after: LOCK_HELD_RETRY,
                 }));
             }
-            let begin = match row {
-                _ if inserted => Some(Begin::Run {
+            let begin = match claim.row {
+                _ if claim.inserted => Some(Begin::Run {
                     attempt: Attempt::new(1, token),
                 }),
                 // Committed after the statement began: read it now.
@@ -116,7 +107,7 @@ impl SqlKeyStore<Postgres> {
             };
             if let Some(begin) = begin {
                 if matches!(begin, Begin::Run { .. }) {
-                    sqlx::query(SAVE_CLAIM).execute(&mut *tx).await?;
+                    DB::run_query(tx, sqlx::query(SAVE_CLAIM)).await?;
                 }
                 return Ok(begin);
             }
@@ -128,11 +119,8 @@ impl SqlKeyStore<Postgres> {
     /// outside the database (a call that timed out): rolls back the handler's writes to the
     /// claim's savepoint and commits the claim alone, so that the key stays locked until its
     /// lease ends. The lock is never let go in between: no retry can slip in.
-    pub async fn keep_locked(
-        &self,
-        mut tx: sqlx::Transaction<'static, Postgres>,
-    ) -> Result<(), Error> {
-        sqlx::query(BACK_TO_CLAIM).execute(&mut *tx).await?;
+    pub async fn keep_locked(&self, mut tx: Transaction<'static, DB>) -> Result<(), Error> {
+        DB::run_query(&mut tx, sqlx::query(BACK_TO_CLAIM)).await?;
         tx.commit().await?;
         Ok(())
     }

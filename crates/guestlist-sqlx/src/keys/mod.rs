@@ -19,7 +19,6 @@ use crate::purge::{Purge, Purgeable, sealed};
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 mod batched;
 mod inspect;
-#[cfg(feature = "postgres")]
 mod locked;
 mod sealing;
 
@@ -217,10 +216,7 @@ impl<DB: Backend> SqlKeyStore<DB> {
         for _ in 0..BEGIN_ROUNDS {
             let token = new_token()?;
             let insert = Insert {
-                key: Key {
-                    scope: scope.as_str(),
-                    key: key.as_str(),
-                },
+                key: Key::of(scope, key),
                 fingerprint: fingerprint.as_bytes(),
                 token: token as i64,
                 lease_ms,
@@ -257,10 +253,7 @@ impl<DB: Backend> SqlKeyStore<DB> {
         fingerprint: &Fingerprint,
         take_over: Option<i64>,
     ) -> Result<Option<Begin>, Error> {
-        let select = Select(Key {
-            scope: scope.as_str(),
-            key: key.as_str(),
-        });
+        let select = Select(Key::of(scope, key));
         let row = DB::fetch_first(conn, &*self.sql, select)
             .await
             .map_err(|err| self.error(err))?;
@@ -339,10 +332,7 @@ impl<DB: Backend> SqlKeyStore<DB> {
             status: i32::from(response.status),
             headers: &headers,
             body: body.as_deref(),
-            key: Key {
-                scope: scope.as_str(),
-                key: key.as_str(),
-            },
+            key: Key::of(scope, key),
             token: attempt.token() as i64,
         };
         let stored = DB::run(conn, &*self.sql, complete)
@@ -379,10 +369,7 @@ impl<DB: Backend> SqlKeyStore<DB> {
         let key = &*self.key_at_rest(key);
         let mut conn = self.pool.acquire().await?;
         let release = Release {
-            key: Key {
-                scope: scope.as_str(),
-                key: key.as_str(),
-            },
+            key: Key::of(scope, key),
             token: attempt.token() as i64,
         };
         let gone = DB::run(&mut conn, &*self.sql, release)

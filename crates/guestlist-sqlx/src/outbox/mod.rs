@@ -23,14 +23,12 @@ mod relay;
 mod round;
 mod settle;
 mod stats;
-mod wake;
 
 pub use dead::DeadLetter;
 pub use outgoing::Outgoing;
 pub use publish::{Confirmed, OutboxMessage, Outcomes, Publish, PublishError};
 pub use relay::{Relay, Relayed};
 pub use stats::{OutboxStats, RelayLease};
-pub(crate) use wake::Wake;
 
 /// The default table name.
 const DEFAULT_TABLE: &str = "guestlist_outbox";

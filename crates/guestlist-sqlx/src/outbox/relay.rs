@@ -6,10 +6,11 @@ use std::time::{Duration, Instant};
 use guestlist_core::Backoff;
 
 use crate::backend::Backend;
+use crate::backend::Wake;
 use crate::fencing::new_token;
+use crate::outbox::Outbox;
 use crate::outbox::progress::{Progress, Round};
 use crate::outbox::publish::{Publish, PublishError};
-use crate::outbox::{Outbox, Wake};
 use crate::{Error, Health};
 
 /// Publishes an [`Outbox`]'s committed messages to a broker, and stamps each one published once

@@ -27,6 +27,7 @@ pub(super) fn is_retryable(err: &dyn DatabaseError) -> Option<bool> {
 const LOCK_KEY: &str = "hashtextextended(current_schema() || '.' || $1, 0)";
 
 mod outbox;
+mod rounds;
 
 backend!(Postgres, PgConnection);
 

@@ -5,10 +5,10 @@ use sqlx::{AssertSqlSafe, Postgres};
 
 use crate::backend::Codec;
 use crate::backend::RelaySql;
+use crate::backend::Wake;
 use crate::backend::relay::{PendingRow, RelayStatements};
 use crate::backend::sealed::OutboxStatements;
 use crate::backend::statement::Columns;
-use crate::outbox::Wake;
 
 impl OutboxStatements for Postgres {
     const OUTBOX_DDL: &'static str = include_str!("../../../sql/postgres/outbox.sql");

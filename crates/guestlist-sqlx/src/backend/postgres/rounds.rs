@@ -3,10 +3,10 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use sqlx::Postgres;
+use sqlx::{Pool, Postgres};
 
-use super::{ClaimItem, CompleteItem, sealed::WriteRound};
-use crate::SqlKeyStore;
+use crate::backend::KeysSql;
+use crate::backend::keys::{Complete, Insert, WriteRound};
 
 /// One round: the claims of new keys (scope, key, fingerprint, token, lease in milliseconds)
 /// and the stored responses of attempts (scope, key, token, status, headers, body), in one
@@ -30,48 +30,29 @@ const ROUND: &str = "WITH claimed AS (\
 
 impl WriteRound for Postgres {
     async fn write_round(
-        store: &SqlKeyStore<Self>,
-        claims: &[ClaimItem],
-        completes: &[CompleteItem],
+        pool: &Pool<Self>,
+        sql: &KeysSql,
+        claims: &[Insert<'_>],
+        completes: &[Complete<'_>],
     ) -> Result<HashSet<i64>, sqlx::Error> {
-        let sql: Arc<str> = ROUND.replace("{table}", store.table().as_str()).into();
+        let sql: Arc<str> = ROUND.replace("{table}", sql.common.table.as_str()).into();
         let tokens = sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(sql))
-            .bind(claims.iter().map(|c| c.scope.as_str()).collect::<Vec<_>>())
-            .bind(claims.iter().map(|c| c.key.as_str()).collect::<Vec<_>>())
-            .bind(
-                claims
-                    .iter()
-                    .map(|c| c.fingerprint.as_slice())
-                    .collect::<Vec<_>>(),
-            )
+            .bind(claims.iter().map(|c| c.key.scope).collect::<Vec<_>>())
+            .bind(claims.iter().map(|c| c.key.key).collect::<Vec<_>>())
+            .bind(claims.iter().map(|c| c.fingerprint).collect::<Vec<_>>())
             .bind(claims.iter().map(|c| c.token).collect::<Vec<_>>())
             .bind(claims.iter().map(|c| c.lease_ms).collect::<Vec<_>>())
-            .bind(
-                completes
-                    .iter()
-                    .map(|c| c.scope.as_str())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(completes.iter().map(|c| c.key.as_str()).collect::<Vec<_>>())
+            .bind(completes.iter().map(|c| c.key.scope).collect::<Vec<_>>())
+            .bind(completes.iter().map(|c| c.key.key).collect::<Vec<_>>())
             .bind(completes.iter().map(|c| c.token).collect::<Vec<_>>())
             .bind(completes.iter().map(|c| c.status).collect::<Vec<_>>())
-            .bind(
-                completes
-                    .iter()
-                    .map(|c| c.headers.as_slice())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                completes
-                    .iter()
-                    .map(|c| c.body.as_deref())
-                    .collect::<Vec<_>>(),
-            )
+            .bind(completes.iter().map(|c| c.headers).collect::<Vec<_>>())
+            .bind(completes.iter().map(|c| c.body).collect::<Vec<_>>())
             // Planned for each round, with the table as it is now: a plan cached while the table
             // was small joins the answers by scanning the whole table, and every round then
             // slows down as the table grows (a quarter of the speed at 50,000 keys).
             .persistent(false)
-            .fetch_all(store.pool())
+            .fetch_all(pool)
             .await?;
         Ok(tokens.into_iter().collect())
     }

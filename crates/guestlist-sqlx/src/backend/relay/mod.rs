@@ -7,6 +7,7 @@ use std::sync::Arc;
 use guestlist_core::TableName;
 
 use super::sealed::OutboxStatements;
+use super::table::filler;
 
 use super::statement::{Codec, Columns, Plain};
 
@@ -58,8 +59,7 @@ pub struct RelaySql {
 
 impl RelaySql {
     pub(crate) fn new<DB: RelayStatements>(table: &TableName) -> Self {
-        let fill =
-            |template: &str| -> Arc<str> { template.replace("{table}", table.as_str()).into() };
+        let fill = filler(table);
         Self {
             take: fill(DB::RELAY_TAKE),
             read_token: fill(DB::RELAY_READ_TOKEN),
@@ -337,8 +337,8 @@ pub trait RelayStatements: OutboxStatements {
     fn listen<'p>(
         pool: &'p sqlx::Pool<Self>,
         channel: &'p str,
-    ) -> impl Future<Output = Result<crate::outbox::Wake, sqlx::Error>> + Send + 'p {
+    ) -> impl Future<Output = Result<crate::backend::Wake, sqlx::Error>> + Send + 'p {
         let _ = (pool, channel);
-        async { Ok(crate::outbox::Wake::polling()) }
+        async { Ok(crate::backend::Wake::polling()) }
     }
 }

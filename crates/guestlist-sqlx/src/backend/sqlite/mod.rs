@@ -53,6 +53,7 @@ pub(super) fn is_retryable(err: &dyn DatabaseError) -> Option<bool> {
 }
 
 mod outbox;
+mod rounds;
 
 backend!(Sqlite, SqliteConnection);
 
