@@ -2,5 +2,5 @@
 
 mod common;
 
-inbox_suite!(guestlist::sqlx::MySql);
-outbox_suite!(guestlist::sqlx::MySql);
+inbox_suite!(guestlist_sqlx::sqlx::MySql);
+outbox_suite!(guestlist_sqlx::sqlx::MySql);

@@ -2,15 +2,15 @@
 
 mod common;
 
-inbox_suite!(guestlist::sqlx::Postgres);
-outbox_suite!(guestlist::sqlx::Postgres);
+inbox_suite!(guestlist_sqlx::sqlx::Postgres);
+outbox_suite!(guestlist_sqlx::sqlx::Postgres);
 
 /// The table `migrate` makes is laid out for a life of inserts and one kind of delete: ids
 /// compared byte for byte whatever the server's locale, the `seen_at` index's pages filled
 /// whole (the time only grows), and a vacuum after each day's purge instead of every fifth.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_inbox_table_is_laid_out_for_inserts_then_purges() {
-    let h = common::harness::Harness::<guestlist::sqlx::Postgres>::new("pg_layout").await;
+    let h = common::harness::Harness::<guestlist_sqlx::sqlx::Postgres>::new("pg_layout").await;
     let table = h.inbox.table().to_string();
     for (relation, option) in [
         (table.clone(), "autovacuum_vacuum_scale_factor=0.02"),

@@ -2,5 +2,5 @@
 
 mod common;
 
-inbox_suite!(guestlist::sqlx::Sqlite);
-outbox_suite!(guestlist::sqlx::Sqlite);
+inbox_suite!(guestlist_sqlx::sqlx::Sqlite);
+outbox_suite!(guestlist_sqlx::sqlx::Sqlite);

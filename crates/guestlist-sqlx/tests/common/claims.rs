@@ -3,21 +3,17 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use guestlist::sqlx::{self, Connection};
-use guestlist::{
-    Begin, Claim, Error, Fingerprint, HandlerName, IdempotencyKey, Inbox, MessageId, ProcessError,
-    Processed, Purged, Purger, Retention, Schema, Scope, SqlKeyStore, StoredBody, StoredResponse,
-};
+use guestlist_sqlx::sqlx::{self, Connection};
+use guestlist_sqlx::{Claim, Error, MessageId, ProcessError, Processed};
 use tokio::sync::Barrier;
 
 use super::harness::{Harness, handler, id};
 use guestlist_testkit::metrics::{counters, recorder, sum};
 use guestlist_testkit::{Fixture, short_tag};
 
-use super::harness::{DAY, HOUR, deliver, week};
+use super::harness::deliver;
 
 pub async fn five_deliveries_five_acks_one_pick_task<DB: Fixture>(name: &str) {
     let h = Harness::<DB>::new(name).await;

@@ -1,8 +1,10 @@
 //! One test's own tables on a real database: an inbox, an `orders` table and a `pick_tasks`
 //! table, named after the test so that tests running at once never share rows.
 
-use guestlist::sqlx::{self, Pool};
-use guestlist::{HandlerName, Inbox, MessageId};
+use guestlist_sqlx::sqlx::{self, Pool};
+use std::time::Duration;
+
+use guestlist_sqlx::{HandlerName, Inbox, MessageId, Retention};
 
 use guestlist_testkit::{Database, Fixture, short_tag};
 
@@ -149,7 +151,11 @@ pub fn week() -> Retention {
 }
 
 /// Delivers `event` to `handler` once, with the pick work; `true` when the work ran.
-pub async fn deliver<DB: Fixture>(h: &Harness<DB>, handler: &HandlerName, event: &MessageId) -> bool {
+pub async fn deliver<DB: Fixture>(
+    h: &Harness<DB>,
+    handler: &HandlerName,
+    event: &MessageId,
+) -> bool {
     h.inbox
         .process(&h.pool, handler, event, h.pick(event))
         .await

@@ -4,15 +4,19 @@
 #![allow(dead_code)] // each test binary uses the parts its backend needs
 #![allow(unreachable_pub)] // a test crate has no public API
 
+pub mod claims;
 pub mod harness;
 pub mod outbox;
-pub mod suite;
+pub mod retention;
+pub mod retries;
+pub mod schema;
 
-/// Generates one `#[tokio::test]` per story in [`suite`] for the backend `$db`.
+/// Generates one `#[tokio::test]` per story in [`claims`], [`retention`], [`schema`] and
+/// [`retries`] for the backend `$db`.
 #[macro_export]
 macro_rules! inbox_suite {
     ($db:ty) => {
-        $crate::inbox_suite!(@tests $db;
+        $crate::inbox_suite!(@tests claims, $db;
             five_deliveries_five_acks_one_pick_task,
             a_second_event_id_makes_a_second_pick_task,
             each_handler_runs_once_per_event,
@@ -22,28 +26,34 @@ macro_rules! inbox_suite {
             sigkill_after_work_before_commit_redelivery_runs_once,
             batch_counts_repeats_once_and_skips_seen_ids,
             overlapping_batches_in_opposite_orders_never_deadlock,
+            a_holder_that_rolls_back_lets_exactly_one_waiter_run,
+            a_claim_outside_a_transaction_is_refused,
+            the_work_carries_its_message_key_downstream,
+        );
+        $crate::inbox_suite!(@tests retention, $db;
             purge_removes_only_rows_older_than_retention,
             a_row_written_old_during_a_purge_is_purged_too,
             claims_succeed_while_a_million_rows_are_purged,
             purger_task_purges_in_the_background,
             stats_count_each_handlers_rows_and_the_oldest,
+            claims_and_purged_rows_are_counted_in_metrics,
+            a_cancelled_purge_releases_its_lock,
+            a_retention_shorter_than_the_horizon_is_refused_at_start_up,
+            old_idempotency_keys_are_purged_and_young_ones_stay,
+        );
+        $crate::inbox_suite!(@tests schema, $db;
             bad_ids_and_table_names_get_errors_that_say_what_to_do,
             ids_compare_byte_for_byte,
             a_narrow_column_errors_instead_of_truncating,
             a_missing_table_says_to_migrate,
             concurrent_migrations_all_succeed,
             an_applications_schema_steps_take_turns,
-            claims_and_purged_rows_are_counted_in_metrics,
-            a_cancelled_purge_releases_its_lock,
-            a_holder_that_rolls_back_lets_exactly_one_waiter_run,
-            a_claim_outside_a_transaction_is_refused,
+        );
+        $crate::inbox_suite!(@tests retries, $db;
             a_deadlock_in_the_work_is_retried,
             a_bare_claim_in_a_transaction_is_retried_after_a_deadlock,
             generic_work_runs_on_every_database,
             sixteen_writers_on_deferred_transactions_are_told_what_to_call,
-            a_retention_shorter_than_the_horizon_is_refused_at_start_up,
-            old_idempotency_keys_are_purged_and_young_ones_stay,
-            the_work_carries_its_message_key_downstream,
         );
 
         /// Not a test on its own: the child process that `sigkill_after_work_before_commit…`
@@ -51,14 +61,14 @@ macro_rules! inbox_suite {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         #[ignore = "child process of sigkill_after_work_before_commit_redelivery_runs_once"]
         async fn sigkill_child() {
-            common::suite::sigkill_child::<$db>().await;
+            common::claims::sigkill_child::<$db>().await;
         }
     };
-    (@tests $db:ty; $($name:ident),* $(,)?) => {
+    (@tests $module:ident, $db:ty; $($name:ident),* $(,)?) => {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $name() {
-                common::suite::$name::<$db>(stringify!($name)).await;
+                common::$module::$name::<$db>(stringify!($name)).await;
             }
         )*
     };

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use guestlist::{Error, MessageId, OrderingKey, Outbox, Outgoing, Purged, Retention, Topic};
+use guestlist_sqlx::{Error, MessageId, OrderingKey, Outbox, Outgoing, Purged, Retention, Topic};
 use guestlist_testkit::{Database, Fixture, short_tag};
 
 /// A test's database and its own outbox table.

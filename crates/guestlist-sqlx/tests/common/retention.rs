@@ -1,21 +1,18 @@
 //! Retention: what the purge deletes and keeps, while claims go on, and what operators count. Each counts effects, not calls.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use guestlist::sqlx::{self, Connection};
-use guestlist::{
-    Begin, Claim, Error, Fingerprint, HandlerName, IdempotencyKey, Inbox, MessageId, ProcessError,
-    Processed, Purged, Purger, Retention, Schema, Scope, SqlKeyStore, StoredBody, StoredResponse,
+use guestlist_sqlx::sqlx;
+use guestlist_sqlx::{
+    Begin, Fingerprint, IdempotencyKey, Purged, Purger, Retention, Scope, SqlKeyStore, StoredBody,
+    StoredResponse,
 };
-use tokio::sync::Barrier;
 
 use super::harness::{Harness, handler, id};
+use guestlist_testkit::Fixture;
 use guestlist_testkit::metrics::{counters, recorder, sum};
-use guestlist_testkit::{Fixture, short_tag};
 
 use super::harness::{DAY, HOUR, deliver, week};
 

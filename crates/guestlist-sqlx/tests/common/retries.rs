@@ -1,23 +1,16 @@
 //! Work the database asks to run again (deadlocks, a busy SQLite), and the application's own SQL written once. Each counts effects, not calls.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use guestlist::sqlx::{self, Connection};
-use guestlist::{
-    Begin, Claim, Error, Fingerprint, HandlerName, IdempotencyKey, Inbox, MessageId, ProcessError,
-    Processed, Purged, Purger, Retention, Schema, Scope, SqlKeyStore, StoredBody, StoredResponse,
-};
+use guestlist_sqlx::sqlx;
+use guestlist_sqlx::{Claim, Error};
 use tokio::sync::Barrier;
 
 use super::harness::{Harness, handler, id};
+use guestlist_testkit::Fixture;
 use guestlist_testkit::metrics::{counters, recorder, sum};
-use guestlist_testkit::{Fixture, short_tag};
-
-use super::harness::{DAY, HOUR, deliver, week};
 
 /// A `thiserror` enum of the kind applications write, wrapping sqlx's error.
 #[derive(Debug, thiserror::Error)]
@@ -66,7 +59,7 @@ pub async fn a_deadlock_in_the_work_is_retried<DB: Fixture>(name: &str) {
 /// Two handlers update orders 1 and 2 in opposite orders, meeting in the middle on their first
 /// attempt: the database must break the deadlock, and process() must run the loser again, with
 /// the work's errors wrapped by `wrap`.
-async fn deadlock_story<DB: Fixture, E: guestlist::WorkError>(
+async fn deadlock_story<DB: Fixture, E: guestlist_sqlx::WorkError>(
     h: &Arc<Harness<DB>>,
     style: &str,
     wrap: fn(sqlx::Error) -> E,
@@ -159,7 +152,7 @@ pub async fn a_bare_claim_in_a_transaction_is_retried_after_a_deadlock<DB: Fixtu
 }
 
 /// The application's own SQL, written once for every database with the bound guestlist exports.
-async fn record_pick<DB: guestlist::Backend>(
+async fn record_pick<DB: guestlist_sqlx::Backend>(
     tx: &mut DB::Connection,
     table: &str,
     event: String,

@@ -1,23 +1,14 @@
 //! The tables and the values put in them: names and ids refused with what to do, migrations that take turns. Each counts effects, not calls.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
 
-use guestlist::sqlx::{self, Connection};
-use guestlist::{
-    Begin, Claim, Error, Fingerprint, HandlerName, IdempotencyKey, Inbox, MessageId, ProcessError,
-    Processed, Purged, Purger, Retention, Schema, Scope, SqlKeyStore, StoredBody, StoredResponse,
-};
+use guestlist_sqlx::{Claim, Error, HandlerName, Inbox, MessageId, Schema};
 use tokio::sync::Barrier;
 
 use super::harness::{Harness, handler, id};
-use guestlist_testkit::metrics::{counters, recorder, sum};
-use guestlist_testkit::{Fixture, short_tag};
+use guestlist_testkit::Fixture;
 
-use super::harness::{DAY, HOUR, deliver, week};
+use super::harness::deliver;
 
 pub async fn bad_ids_and_table_names_get_errors_that_say_what_to_do<DB: Fixture>(name: &str) {
     let h = Harness::<DB>::new(name).await;
