@@ -5,17 +5,16 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use guestlist_core::{
-    Attempt, Begin, Completed, Fingerprint, IdempotencyKey, Scope, StoredBody, StoredResponse,
-};
+use guestlist_core::{Begin, Completed, Fingerprint, StoredBody, StoredResponse};
 use http::request::Parts;
 use http::{HeaderValue, Request, Response};
 use tracing::Instrument;
 
-use crate::body::{self, Body, BoxError, Captured};
+use crate::body::{self, Body, Captured};
 use crate::bounds::{Handler, RequestBody, ResponseBody};
 use crate::config::Config;
 use crate::context::IdempotencyContext;
+use crate::held::{Held, Keyed, NotRun};
 use crate::keep_locked::KeepLocked;
 use crate::key_header::KeyHeader;
 use crate::key_source::{self, KeySource};
@@ -38,12 +37,6 @@ pub(crate) struct Flow<S, M, ReqBody, ResBody> {
 enum Pending<B> {
     Read(Bytes),
     Unread(B),
-}
-
-/// A keyed request's identity.
-struct Keyed {
-    scope: Scope,
-    key: IdempotencyKey,
 }
 
 impl<S, M, ReqBody, ResBody> Flow<S, M, ReqBody, ResBody>
@@ -186,42 +179,21 @@ where
     ) -> Result<Response<Body>, S::Error> {
         let fingerprint = self.fingerprint(&parts, &bytes);
         let slot = self.mode.open(&mut parts.extensions);
-        let begin = self
-            .mode
-            .begin(
-                &slot,
-                &keyed.scope,
-                &keyed.key,
-                &fingerprint,
-                self.config.lease,
-            )
-            .await;
-        let attempt = match begin {
-            Ok(Begin::Run { attempt }) => attempt,
-            other => {
-                // A claim made on the request's transaction found the key taken: end it.
-                if let Err(err) = self.mode.finish(slot, false).await {
-                    tracing::error!(error = %err, "cannot end the request's transaction");
-                }
-                return Ok(self.not_run(other));
-            }
+        let lease = self.config.lease;
+        let held = match Held::claim(&self.mode, slot, keyed, &fingerprint, lease).await {
+            Ok(held) => held,
+            Err(not_run) => return Ok(self.not_run(not_run)),
         };
-        tracing::Span::current().record("attempt", attempt.number());
-        if let Some(refusal) = over_quota(&self.mode, &self.config, &keyed.scope).await {
-            if let Err(err) = self
-                .mode
-                .release(slot, &keyed.scope, &keyed.key, attempt)
-                .await
-            {
-                tracing::error!(error = %err, "cannot release a key refused for its scope's cap; a retry can take over once its lease ends");
-            }
+        tracing::Span::current().record("attempt", held.attempt().number());
+        if let Some(refusal) = over_quota(&self.mode, &self.config, &held.keyed().scope).await {
+            held.give_back(&self.mode).await;
             return Ok(refusal);
         }
-        self.attempt(parts, bytes, slot, keyed, attempt).await
+        self.attempt(parts, bytes, held).await
     }
 
     /// The answer to a request whose claim did not let it run: a replay, 409, 422, or 503.
-    fn not_run(&self, begin: Result<Begin, BoxError>) -> Response<Body> {
+    fn not_run(&self, begin: NotRun) -> Response<Body> {
         match begin {
             Ok(Begin::Run { .. }) => unreachable!("a claim that runs is no refusal"),
             Ok(Begin::Replay(stored)) => {
@@ -263,14 +235,13 @@ where
         mut self,
         mut parts: Parts,
         bytes: Bytes,
-        slot: M::Slot,
-        keyed: Keyed,
-        attempt: Attempt,
+        held: Held<M>,
     ) -> Result<Response<Body>, S::Error> {
+        let keyed = held.keyed();
         parts.extensions.insert(IdempotencyContext {
             scope: keyed.scope.clone(),
             key: keyed.key.clone(),
-            attempt,
+            attempt: held.attempt(),
         });
         // Outbound calls the handler makes derive their keys from this client's key.
         let parent = keyed.scope.qualify(&keyed.key);
@@ -280,7 +251,7 @@ where
         let response = match guestlist_carry::scope(parent, call).await {
             Ok(response) => response,
             Err(err) => {
-                release(&self.mode, slot, &keyed, attempt).await;
+                held.release(&self.mode).await;
                 return Err(err);
             }
         };
@@ -291,24 +262,20 @@ where
             tracing::warn!(
                 "the handler cannot tell whether its work happened; the key stays locked until the lease ends"
             );
-            if let Err(err) = self.mode.keep_locked(slot).await {
-                tracing::error!(error = %err, "cannot keep the key locked");
-            }
+            held.keep_locked(&self.mode).await;
             return Ok(response.map(body::boxed));
         }
         if (self.config.release_when)(response.status()) {
-            release(&self.mode, slot, &keyed, attempt).await;
+            held.release(&self.mode).await;
             return Ok(response.map(body::boxed));
         }
-        self.store(slot, keyed, attempt, response).await
+        self.store(held, response).await
     }
 
     /// Stores the handler's response (on its transaction, in transactional mode) and sends it.
     async fn store(
         self,
-        slot: M::Slot,
-        keyed: Keyed,
-        attempt: Attempt,
+        held: Held<M>,
         response: Response<ResBody>,
     ) -> Result<Response<Body>, S::Error> {
         let (parts, body) = response.into_parts();
@@ -318,7 +285,7 @@ where
             Ok(Captured::TooLarge { .. }) => StoredBody::TooLarge,
             Err(err) if M::TRANSACTIONAL => {
                 tracing::error!(error = %err, "the handler's response body failed; rolling back and releasing the key");
-                release(&self.mode, slot, &keyed, attempt).await;
+                held.release(&self.mode).await;
                 return Ok(Problem::response_broken("the handler's response broke off; nothing was stored, so retry with the same key"
                         .to_owned(),
                 )
@@ -354,13 +321,10 @@ where
                 .collect(),
             body: stored_body,
         };
-        match self
-            .mode
-            .complete(slot, &keyed.scope, &keyed.key, attempt, &stored)
-            .await
-        {
+        let takeover = held.attempt().is_takeover();
+        match held.complete(&self.mode, &stored).await {
             Ok(Completed::Stored) => {
-                if attempt.is_takeover() {
+                if takeover {
                     Outcome::LeaseTakeover.record();
                 } else {
                     Outcome::Fresh.record();
@@ -409,14 +373,6 @@ where
             );
         }
         builder.body(body)
-    }
-}
-
-/// Releases the key so that a retry runs again (transactional: after rolling back).
-async fn release<M: Mode>(mode: &M, slot: M::Slot, keyed: &Keyed, attempt: Attempt) {
-    Outcome::Released.record();
-    if let Err(err) = mode.release(slot, &keyed.scope, &keyed.key, attempt).await {
-        tracing::error!(error = %err, "cannot release the key; a retry can take over once its lease ends");
     }
 }
 

@@ -47,6 +47,7 @@ mod bounds;
 mod config;
 mod context;
 mod flow;
+mod held;
 mod keep_locked;
 pub mod key_header;
 mod key_source;
