@@ -1,6 +1,6 @@
 //! The outbox relay's publisher on RabbitMQ: pipelined publishes, one publisher confirm each.
 
-use guestlist_sqlx::{Confirmed, OutboxMessage, Outcomes, Publish, PublishError};
+use guestlist_core::{Confirmed, OutboxMessage, Outcomes, Publish, PublishError};
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Channel};
@@ -8,8 +8,8 @@ use lapin::{BasicProperties, Channel};
 use crate::Error;
 use crate::returns::{Confirms, Verdict};
 
-/// Publishes the outbox's messages to RabbitMQ for a [`guestlist_sqlx::Relay`], with publisher
-/// confirms.
+/// Publishes the outbox's messages to RabbitMQ for the outbox's relay (`guestlist_sqlx::Relay`),
+/// with publisher confirms.
 ///
 /// Each message goes to the exchange given at connection (`""`, the default exchange, routes
 /// to the queue named by the topic) with the topic as its routing key, persistent, with the

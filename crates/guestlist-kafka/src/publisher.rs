@@ -1,14 +1,14 @@
 //! The outbox relay's publisher on Kafka: the idempotent producer, the ordering key as the
 //! record key, the message id in a header.
 
-use guestlist_sqlx::{Confirmed, OutboxMessage, Outcomes, Publish, PublishError};
+use guestlist_core::{Confirmed, OutboxMessage, Outcomes, Publish, PublishError};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
 use crate::{Error, MESSAGE_ID_HEADER};
 
-/// Publishes the outbox's messages to Kafka for a [`guestlist_sqlx::Relay`].
+/// Publishes the outbox's messages to Kafka for the outbox's relay (`guestlist_sqlx::Relay`).
 ///
 /// Each message goes to the topic named by its topic, keyed by its ordering key (so that a
 /// key's messages share a partition and keep their order), with its id in the `message-id`

@@ -4,11 +4,11 @@ use std::str::FromStr;
 
 use async_nats::jetstream::{self, context::PublishErrorKind};
 use async_nats::{HeaderMap, HeaderName, HeaderValue};
-use guestlist_sqlx::{Confirmed, OutboxMessage, Outcomes, Publish, PublishError};
+use guestlist_core::{Confirmed, OutboxMessage, Outcomes, Publish, PublishError};
 
 use crate::Error;
 
-/// Publishes the outbox's messages to JetStream for a [`guestlist_sqlx::Relay`].
+/// Publishes the outbox's messages to JetStream for the outbox's relay (`guestlist_sqlx::Relay`).
 ///
 /// Each message goes to the subject named by its topic with `Nats-Msg-Id` set to its id, so
 /// that the stream's duplicate window drops a relay's repeat (the publish ack says

@@ -6,7 +6,7 @@ use std::sync::Mutex;
 
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
-use guestlist_sqlx::{Confirmed, OutboxMessage, Outcomes, Publish, PublishError};
+use guestlist_core::{Confirmed, OutboxMessage, Outcomes, Publish, PublishError};
 use sha2::{Digest, Sha256};
 
 use crate::delivery::text;
@@ -18,7 +18,7 @@ const ATTRIBUTE_LIMIT: usize = 10;
 /// The largest message SQS takes: its body and its attributes' names, types and values.
 const MAX_MESSAGE_BYTES: usize = 262_144;
 
-/// Publishes the outbox's messages to SQS for a [`guestlist_sqlx::Relay`].
+/// Publishes the outbox's messages to SQS for the outbox's relay (`guestlist_sqlx::Relay`).
 ///
 /// A message's topic names its queue (a name, looked up once, or a URL). Each message carries
 /// its id in the `message-id` attribute ([`MESSAGE_ID_ATTRIBUTE`]: consume with

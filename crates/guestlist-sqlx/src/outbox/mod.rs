@@ -15,18 +15,17 @@ use crate::purge::{Purge, Purgeable, sealed};
 mod dead;
 mod held;
 mod lease;
-mod outgoing;
 mod progress;
 mod publication;
-mod publish;
 mod relay;
 mod round;
 mod settle;
 mod stats;
 
 pub use dead::DeadLetter;
-pub use outgoing::Outgoing;
-pub use publish::{Confirmed, OutboxMessage, Outcomes, Publish, PublishError};
+// Hold no SQL: they live in guestlist-core, beside the consumer side's types, and are named here
+// too, where the outbox and its relay use them.
+pub use guestlist_core::{Confirmed, OutboxMessage, Outcomes, Outgoing, Publish, PublishError};
 pub use relay::{Relay, Relayed};
 pub use stats::{OutboxStats, RelayLease};
 
@@ -166,25 +165,25 @@ impl<DB: Backend> Outbox<DB> {
         message: &Outgoing,
     ) -> Result<Enqueued, Error> {
         crate::inbox::require_transaction::<DB>(conn)?;
-        let message_id = match &message.id {
+        let message_id = match message.message_id() {
             Some(id) => id.clone(),
             None => new_message_id()?,
         };
-        let ordering_key = message.ordering_key.as_ref().map(|key| key.as_str());
+        let ordering_key = message.key().map(|key| key.as_str());
         let seq = match ordering_key {
             Some(key) => DB::outbox_next_seq(conn, &self.sql, key)
                 .await
                 .map_err(|err| self.error(err))?,
             None => 0,
         };
-        let headers = message.encoded_headers();
+        let headers = message.stored_headers();
         let row = OutboxRow {
             message_id: message_id.as_str(),
-            topic: message.topic.as_str(),
+            topic: message.topic().as_str(),
             ordering_key,
             seq,
             headers: headers.as_deref(),
-            payload: &message.payload,
+            payload: message.payload(),
         };
         let added = DB::outbox_insert(conn, &self.sql, row)
             .await

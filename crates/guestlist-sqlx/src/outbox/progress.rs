@@ -5,7 +5,7 @@ use std::time::Instant;
 use crate::backend::PendingRow;
 use crate::outbox::held::HeldKeys;
 use crate::outbox::lease::Lease;
-use crate::outbox::publish::{Confirmed, PublishError};
+use guestlist_core::{Confirmed, PublishError};
 
 /// Where a relay stands between rounds.
 pub(super) struct Progress {

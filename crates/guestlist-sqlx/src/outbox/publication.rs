@@ -7,8 +7,8 @@ use crate::Error;
 use crate::backend::Backend;
 use crate::outbox::lease::Lease;
 use crate::outbox::progress::Progress;
-use crate::outbox::publish::{Confirmed, OutboxMessage, Outcomes, Publish, PublishError};
 use crate::outbox::relay::Relay;
+use guestlist_core::{Confirmed, OutboxMessage, Outcomes, Publish, PublishError};
 
 /// What a batch's publish came to.
 #[derive(Default)]

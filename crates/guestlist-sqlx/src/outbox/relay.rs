@@ -10,8 +10,8 @@ use crate::backend::Wake;
 use crate::fencing::new_token;
 use crate::outbox::Outbox;
 use crate::outbox::progress::{Progress, Round};
-use crate::outbox::publish::{Publish, PublishError};
 use crate::{Error, Health};
+use guestlist_core::{Publish, PublishError};
 
 /// Publishes an [`Outbox`]'s committed messages to a broker, and stamps each one published once
 /// the broker has confirmed it.

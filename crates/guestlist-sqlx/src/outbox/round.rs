@@ -9,9 +9,9 @@ use crate::outbox::held::HeldKeys;
 use crate::outbox::lease::Lease;
 use crate::outbox::progress::{Progress, Published, Round};
 use crate::outbox::publication::Publication;
-use crate::outbox::publish::{OutboxMessage, Publish};
 use crate::outbox::relay::{Relay, Relayed};
 use crate::outbox::settle::Settled;
+use guestlist_core::{OutboxMessage, Publish};
 
 impl<DB: Backend, P: Publish> Relay<DB, P> {
     /// One round: the lease; the last round's outcomes settled (stamps, held keys, dead
@@ -287,12 +287,13 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
 
 /// A pending row as the publisher sees it.
 fn message(row: &PendingRow) -> OutboxMessage {
-    OutboxMessage {
-        message_id: row.message_id.clone(),
-        topic: row.topic.clone(),
-        ordering_key: row.ordering_key.clone(),
-        seq: row.seq,
-        headers: OutboxMessage::decode_headers(row.headers.as_deref()),
-        payload: row.payload.clone(),
-    }
+    let mut message = OutboxMessage::new(
+        row.message_id.clone(),
+        row.topic.clone(),
+        row.payload.clone(),
+    );
+    message.ordering_key = row.ordering_key.clone();
+    message.seq = row.seq;
+    message.headers = OutboxMessage::decode_headers(row.headers.as_deref());
+    message
 }

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use guestlist_core::FailureKind;
 
 use crate::backend::PendingRow;
-use crate::outbox::publish::{Confirmed, PublishError};
+use guestlist_core::{Confirmed, PublishError};
 
 /// What a batch's outcomes say, row by row (indices into the batch's rows).
 #[derive(Debug, Default)]

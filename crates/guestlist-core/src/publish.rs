@@ -2,7 +2,7 @@
 
 use std::future::Future;
 
-use guestlist_core::{BoxError, FailureKind};
+use crate::{BoxError, FailureKind};
 
 /// A committed message the relay is publishing, as read from the outbox.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,9 +42,10 @@ impl OutboxMessage {
         }
     }
 
-    /// The headers as stored ([`guestlist_core::header_lines`]).
-    pub(crate) fn decode_headers(stored: Option<&[u8]>) -> Vec<(String, String)> {
-        guestlist_core::header_lines::decode(stored.unwrap_or_default())
+    /// Headers as the outbox stores them ([`crate::header_lines`]), read as text (bytes that are
+    /// no UTF-8 become U+FFFD).
+    pub fn decode_headers(stored: Option<&[u8]>) -> Vec<(String, String)> {
+        crate::header_lines::decode(stored.unwrap_or_default())
             .into_iter()
             .map(|(name, value)| (name, String::from_utf8_lossy(&value).into_owned()))
             .collect()
@@ -68,7 +69,7 @@ pub enum Confirmed {
 /// - [`PublishError::new`]: the broker refused this message ([`FailureKind::Poison`]): no queue
 ///   or stream takes its topic, a negative confirm. Counted against the message; its ordering
 ///   key waits, backing off, while the rest flow; at the relay's
-///   [`max_attempts`](crate::Relay::max_attempts) it moves to the outgoing dead letters.
+///   `max_attempts` (guestlist-sqlx's `Relay::max_attempts`) it moves to the outgoing dead letters.
 /// - [`PublishError::unpublishable`]: the broker can never take it (too large, an id or key it
 ///   cannot carry): dead-lettered at once, never sent.
 /// - [`PublishError::outage`]: the broker or the network is down, or the confirmation did not
@@ -173,8 +174,9 @@ impl Outcomes {
             .collect()
     }
 
-    /// One entry per message of a batch of `n`: `None` where no outcome came.
-    pub(crate) fn into_slots(mut self, n: usize) -> Vec<Option<Result<Confirmed, PublishError>>> {
+    /// One entry per message of a batch of `n`: `None` where no outcome came (the relay's
+    /// view, which tells a refusal from a confirmation that never arrived).
+    pub fn into_slots(mut self, n: usize) -> Vec<Option<Result<Confirmed, PublishError>>> {
         self.list.resize_with(n, || None);
         self.list
     }

@@ -1,18 +1,18 @@
 //! An outgoing message, as a producer enqueues it.
 
-use guestlist_core::{MessageId, OrderingKey, Topic};
+use crate::{MessageId, OrderingKey, Topic};
 
 /// A message for the outbox: where it goes, what it says, and optionally its id, its ordering
 /// key and headers.
 ///
 /// ```
-/// use guestlist_sqlx::{MessageId, OrderingKey, Outgoing, Topic};
+/// use guestlist_core::{MessageId, OrderingKey, Outgoing, Topic};
 /// let paid = Outgoing::new(Topic::new("orders.paid")?, br#"{"order":42}"#.to_vec())
 ///     .id(MessageId::new("evt_order42_paid")?)
 ///     .ordering_key(OrderingKey::new("order-42")?)
 ///     .header("content-type", "application/json");
 /// assert_eq!(paid.message_id().map(MessageId::as_str), Some("evt_order42_paid"));
-/// # Ok::<(), guestlist_sqlx::InvalidValue>(())
+/// # Ok::<(), guestlist_core::Error>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outgoing {
@@ -63,10 +63,26 @@ impl Outgoing {
         self.id.as_ref()
     }
 
-    /// The headers as stored ([`guestlist_core::header_lines`]); `None` when there are none.
-    pub(crate) fn encoded_headers(&self) -> Option<Vec<u8>> {
+    /// Where it goes.
+    pub fn topic(&self) -> &Topic {
+        &self.topic
+    }
+
+    /// What it says.
+    pub fn payload(&self) -> &[u8] {
+        &self.payload
+    }
+
+    /// The key given with [`Outgoing::ordering_key`], if any.
+    pub fn key(&self) -> Option<&OrderingKey> {
+        self.ordering_key.as_ref()
+    }
+
+    /// The headers as the outbox stores them ([`crate::header_lines`]); `None` when there are
+    /// none.
+    pub fn stored_headers(&self) -> Option<Vec<u8>> {
         (!self.headers.is_empty()).then(|| {
-            guestlist_core::header_lines::encode(
+            crate::header_lines::encode(
                 self.headers
                     .iter()
                     .map(|(name, value)| (name.as_str(), value.as_bytes())),
