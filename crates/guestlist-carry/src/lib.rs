@@ -30,16 +30,17 @@
 mod middleware;
 
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use guestlist_core::{Deferral, HandlerName, IdempotencyKey, MessageId};
+#[cfg(doc)]
+use guestlist_core::Deferral;
+use guestlist_core::{HandlerName, IdempotencyKey, MessageId};
 
 #[cfg(feature = "reqwest")]
 pub use middleware::{CarryKey, Step};
 
 tokio::task_local! {
     static PARENT: Arc<str>;
-    static DEFERRED: Arc<Mutex<Option<Deferral>>>;
 }
 
 /// Runs `work` with `parent` as the identity of the work in progress.
@@ -78,43 +79,7 @@ pub fn key_for(step: &str) -> Result<IdempotencyKey, Error> {
         .ok_or(Error::NoKey)
 }
 
-/// Records that the work in progress cannot be done yet, and returns `deferral` for the work to
-/// return as (or inside) its error.
-///
-/// Whatever the error type the work returns (a `String`, `anyhow`, an enum of its own), the
-/// runtime that watches it ([`watch_deferral`]: guestlist's broker consumer) learns of the
-/// deferral, and hands the message back for [`Deferral::after`] without counting it as a
-/// failure. [`CarryKey`] records one by itself when a downstream answers "not yet".
-///
-/// ```
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() {
-/// use std::time::Duration;
-/// use guestlist_core::Deferral;
-///
-/// let (result, deferred) = guestlist_carry::watch_deferral(async {
-///     let not_yet = Deferral::new(Duration::from_secs(2), "payments is restarting");
-///     Err::<(), String>(guestlist_carry::defer(not_yet).to_string())
-/// })
-/// .await;
-/// assert!(result.is_err());
-/// assert_eq!(deferred.unwrap().after(), Duration::from_secs(2));
-/// # }
-/// ```
-pub fn defer(deferral: Deferral) -> Deferral {
-    let _ = DEFERRED.try_with(|slot| {
-        *slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(deferral.clone());
-    });
-    deferral
-}
-
-/// Runs `work` and returns its output with the last deferral recorded inside it by [`defer`].
-pub async fn watch_deferral<F: Future>(work: F) -> (F::Output, Option<Deferral>) {
-    let slot = Arc::new(Mutex::new(None));
-    let output = DEFERRED.scope(Arc::clone(&slot), work).await;
-    let deferred = slot
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-        .take();
-    (output, deferred)
-}
+/// Says "not yet" from the work in progress, and runs work watching for it: recorded beside
+/// [`Deferral`] in `guestlist-core`, named here too (a "not yet" from downstream is what
+/// [`CarryKey`] records).
+pub use guestlist_core::{defer, watch_deferral};

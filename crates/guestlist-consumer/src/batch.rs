@@ -313,7 +313,7 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
                 if fresh.contains(&message.id) && ran.insert(message.id.clone()) {
                     // As on its own: outbound calls derive their keys from this message.
                     let (ran, deferred) =
-                        guestlist_carry::watch_deferral(guestlist_carry::scope_message(
+                        guestlist_core::watch_deferral(guestlist_carry::scope_message(
                             &self.name,
                             &message.id,
                             self.run_handler(&mut tx, message),
@@ -373,7 +373,7 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
     ) -> Result<(), Outage> {
         let (handler, timeout, message_for_work) =
             (self.handler.clone(), self.handler_timeout, message.clone());
-        let (outcome, deferred) = guestlist_carry::watch_deferral(self.inbox.process(
+        let (outcome, deferred) = guestlist_core::watch_deferral(self.inbox.process(
             &self.pool,
             &self.name,
             &message.id,

@@ -138,7 +138,7 @@ where
     /// dead-lettered (default 1 hour: longer than any sane idempotency-key lease downstream).
     ///
     /// A handler defers with a [`Deferral`](guestlist_core::Deferral) (returned as its error, or recorded with
-    /// [`guestlist_carry::defer`], which `guestlist_carry::CarryKey` does when a downstream
+    /// [`guestlist_core::defer`], which `guestlist_carry::CarryKey` does when a downstream
     /// answers 409 in flight, 429, 503 or refuses the connection). A deferred message goes back
     /// for the delay the deferral asks and does not count toward
     /// [`max_deliveries`](Self::max_deliveries); deferrals are counted in the inbox's

@@ -2,6 +2,8 @@
 
 use std::error::Error as StdError;
 use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// A handler's answer that its work cannot be done *yet*: a downstream service has the same work
@@ -72,3 +74,49 @@ impl fmt::Display for Deferral {
 }
 
 impl StdError for Deferral {}
+
+tokio::task_local! {
+    /// The deferral the work in progress recorded, for the runtime watching it.
+    static DEFERRED: Arc<Mutex<Option<Deferral>>>;
+}
+
+/// Records that the work in progress cannot be done yet, and returns `deferral` for the work to
+/// return as (or inside) its error.
+///
+/// Whatever the error type the work returns (a `String`, `anyhow`, an enum of its own), the
+/// runtime that watches it ([`watch_deferral`]: guestlist's broker consumer) learns of the
+/// deferral, and hands the message back for [`Deferral::after`] without counting it as a
+/// failure. `guestlist_carry::CarryKey` records one by itself when a downstream answers "not yet".
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use std::time::Duration;
+/// use guestlist_core::Deferral;
+///
+/// let (result, deferred) = guestlist_core::watch_deferral(async {
+///     let not_yet = Deferral::new(Duration::from_secs(2), "payments is restarting");
+///     Err::<(), String>(guestlist_core::defer(not_yet).to_string())
+/// })
+/// .await;
+/// assert!(result.is_err());
+/// assert_eq!(deferred.unwrap().after(), Duration::from_secs(2));
+/// # }
+/// ```
+pub fn defer(deferral: Deferral) -> Deferral {
+    let _ = DEFERRED.try_with(|slot| {
+        *slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(deferral.clone());
+    });
+    deferral
+}
+
+/// Runs `work` and returns its output with the last deferral recorded inside it by [`defer`].
+pub async fn watch_deferral<F: Future>(work: F) -> (F::Output, Option<Deferral>) {
+    let slot = Arc::new(Mutex::new(None));
+    let output = DEFERRED.scope(Arc::clone(&slot), work).await;
+    let deferred = slot
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .take();
+    (output, deferred)
+}

@@ -51,7 +51,7 @@ mod topic;
 pub use backoff::Backoff;
 pub use box_error::BoxError;
 pub use claim::Claim;
-pub use deferral::Deferral;
+pub use deferral::{Deferral, defer, watch_deferral};
 pub use error::Error;
 pub use failure_kind::FailureKind;
 pub use fingerprint::{Fingerprint, FingerprintBuilder};

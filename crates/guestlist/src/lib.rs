@@ -106,9 +106,8 @@ pub use guestlist_redis as redis;
 pub use guestlist_carry as carry;
 
 /// Says "not yet" from a handler: the consumer hands the message back for the deferral's wait
-/// without counting it as a failure (feature `carry`, which `consumer` turns on).
-#[cfg(feature = "carry")]
-pub use guestlist_carry::defer;
+/// without counting it as a failure.
+pub use guestlist_core::defer;
 
 /// The broker consumer runtime: `Consumer`, `IdFrom`, `Message` (feature `consumer`, which each
 /// broker's feature turns on).
