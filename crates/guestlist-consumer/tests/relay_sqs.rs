@@ -15,7 +15,7 @@ macro_rules! fifo_relay_suite {
     ($m:ident, $db:ty) => {
         mod $m {
             use super::common;
-            $crate::relay_suite!(@tests $m, common::sqs::SqsFifo, $db;
+            guestlist_testkit::stories!(common::relay, [common::sqs::SqsFifo, $db], (stringify!($m), "_");
                 a_rolled_back_write_publishes_nothing_a_committed_one_once,
                 sigkill_between_confirm_and_stamp_publishes_again_without_a_second_effect,
                 a_relay_that_lost_its_lease_stamps_nothing,

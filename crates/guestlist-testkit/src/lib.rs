@@ -10,6 +10,7 @@ pub mod cut_proxy;
 pub mod held_commit;
 pub mod metrics;
 pub mod raw_http;
+mod stories;
 
 use std::future::Future;
 

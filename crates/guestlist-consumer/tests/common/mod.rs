@@ -20,7 +20,7 @@ macro_rules! broker_suite {
     ($m:ident, $broker:ty, $db:ty) => {
         mod $m {
             use super::common;
-        $crate::broker_suite!(@tests $m, $broker, $db;
+        guestlist_testkit::stories!(common::suite, [$broker, $db], (stringify!($m), "_");
             five_publishes_five_acks_one_pick_task,
             a_poison_message_is_dead_lettered_while_the_rest_flow,
             a_messages_headers_reach_its_handler_and_stay_on_its_dead_letter,
@@ -60,14 +60,6 @@ macro_rules! broker_suite {
             common::suite::chaos_consumer::<$broker, $db>().await;
         }
         }
-    };
-    (@tests $m:ident, $broker:ty, $db:ty; $($name:ident),* $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() {
-                common::suite::$name::<$broker, $db>(concat!(stringify!($m), "_", stringify!($name))).await;
-            }
-        )*
     };
 }
 
@@ -111,7 +103,7 @@ macro_rules! relay_suite {
     ($m:ident, $broker:ty, $db:ty) => {
         mod $m {
             use super::common;
-            $crate::relay_suite!(@tests $m, $broker, $db;
+            guestlist_testkit::stories!(common::relay, [$broker, $db], (stringify!($m), "_");
                 a_rolled_back_write_publishes_nothing_a_committed_one_once,
                 sigkill_between_confirm_and_stamp_publishes_again_without_a_second_effect,
                 a_relay_that_lost_its_lease_stamps_nothing,
@@ -128,17 +120,9 @@ macro_rules! relay_suite {
             }
         }
     };
-    (@tests $m:ident, $broker:ty, $db:ty; $($name:ident),* $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() {
-                common::relay::$name::<$broker, $db>(concat!(stringify!($m), "_", stringify!($name))).await;
-            }
-        )*
-    };
     // The refusals and the held relay, which every broker's suite runs as they are.
     (@every_broker $m:ident, $broker:ty, $db:ty) => {
-        $crate::relay_suite!(@refusals $m, $broker, $db;
+        guestlist_testkit::stories!(common::relay_refusals, [$broker, $db], (stringify!($m), "_");
             a_refused_message_holds_back_its_own_key_and_the_rest_go_out_once,
             a_message_never_taken_is_dead_lettered_and_the_rest_go_out_once,
             a_round_that_outlasts_its_lease_stamps_what_was_confirmed,
@@ -151,13 +135,5 @@ macro_rules! relay_suite {
         async fn held_relay() {
             common::relay::held_relay::<$broker, $db>().await;
         }
-    };
-    (@refusals $m:ident, $broker:ty, $db:ty; $($name:ident),* $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() {
-                common::relay_refusals::$name::<$broker, $db>(concat!(stringify!($m), "_", stringify!($name))).await;
-            }
-        )*
     };
 }

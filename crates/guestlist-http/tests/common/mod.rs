@@ -17,7 +17,8 @@ macro_rules! http_suite {
     ($m:ident, $store:ty) => {
         mod $m {
             use super::common;
-            $crate::http_suite!(@tests $m, $store;
+            // "<module>_<test>": the module (one word) names the tables and the child test.
+            guestlist_testkit::stories!(common::suite, [$store], (stringify!($m), "_");
                 five_identical_retries_run_the_handler_once,
                 thirty_two_concurrent_requests_run_the_handler_once,
                 concurrent_retries_of_a_finished_request_all_replay,
@@ -48,14 +49,5 @@ macro_rules! http_suite {
                 common::suite::sigkill_child::<$store>().await;
             }
         }
-    };
-    (@tests $m:ident, $store:ty; $($name:ident),* $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() {
-                // "<module>_<test>": the module (one word) names the tables and the child test.
-                common::suite::$name::<$store>(concat!(stringify!($m), "_", stringify!($name))).await;
-            }
-        )*
     };
 }

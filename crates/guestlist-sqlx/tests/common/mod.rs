@@ -16,7 +16,7 @@ pub mod schema;
 #[macro_export]
 macro_rules! inbox_suite {
     ($db:ty) => {
-        $crate::inbox_suite!(@tests claims, $db;
+        guestlist_testkit::stories!(common::claims, [$db], ("");
             five_deliveries_five_acks_one_pick_task,
             a_second_event_id_makes_a_second_pick_task,
             each_handler_runs_once_per_event,
@@ -30,7 +30,7 @@ macro_rules! inbox_suite {
             a_claim_outside_a_transaction_is_refused,
             the_work_carries_its_message_key_downstream,
         );
-        $crate::inbox_suite!(@tests retention, $db;
+        guestlist_testkit::stories!(common::retention, [$db], ("");
             purge_removes_only_rows_older_than_retention,
             a_row_written_old_during_a_purge_is_purged_too,
             claims_succeed_while_a_million_rows_are_purged,
@@ -41,7 +41,7 @@ macro_rules! inbox_suite {
             a_retention_shorter_than_the_horizon_is_refused_at_start_up,
             old_idempotency_keys_are_purged_and_young_ones_stay,
         );
-        $crate::inbox_suite!(@tests schema, $db;
+        guestlist_testkit::stories!(common::schema, [$db], ("");
             bad_ids_and_table_names_get_errors_that_say_what_to_do,
             ids_compare_byte_for_byte,
             a_narrow_column_errors_instead_of_truncating,
@@ -49,7 +49,7 @@ macro_rules! inbox_suite {
             concurrent_migrations_all_succeed,
             an_applications_schema_steps_take_turns,
         );
-        $crate::inbox_suite!(@tests retries, $db;
+        guestlist_testkit::stories!(common::retries, [$db], ("");
             a_deadlock_in_the_work_is_retried,
             a_bare_claim_in_a_transaction_is_retried_after_a_deadlock,
             generic_work_runs_on_every_database,
@@ -64,14 +64,6 @@ macro_rules! inbox_suite {
             common::claims::sigkill_child::<$db>().await;
         }
     };
-    (@tests $module:ident, $db:ty; $($name:ident),* $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() {
-                common::$module::$name::<$db>(stringify!($name)).await;
-            }
-        )*
-    };
 }
 
 /// Generates one `#[tokio::test]` per story in [`outbox`] for the backend `$db`.
@@ -79,7 +71,8 @@ macro_rules! inbox_suite {
 macro_rules! outbox_suite {
     ($db:ty) => {
         mod outbox {
-            $crate::outbox_suite!(@tests $db;
+            use super::common;
+            guestlist_testkit::stories!(common::outbox, [$db], ("outbox_");
                 a_rolled_back_write_enqueues_nothing,
                 an_enqueue_outside_a_transaction_is_refused,
                 an_id_enqueued_twice_is_added_once,
@@ -87,13 +80,5 @@ macro_rules! outbox_suite {
                 published_messages_are_purged_and_pending_ones_stay,
             );
         }
-    };
-    (@tests $db:ty; $($name:ident),* $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() {
-                $crate::common::outbox::$name::<$db>(concat!("outbox_", stringify!($name))).await;
-            }
-        )*
     };
 }
