@@ -12,7 +12,7 @@ use sqlx::error::DatabaseError;
 use sqlx::mysql::{MySqlConnection, MySqlDatabaseError};
 
 use super::inbox::{Defer, deferrals};
-use super::sealed::{KeyStatements, Statements};
+use super::sealed::Statements;
 use super::statement::Plain;
 use super::table::run_ddl;
 use super::{Codec, InboxSql};
@@ -58,6 +58,7 @@ macro_rules! lock_name {
 /// How long a migration waits for another one to finish.
 const MIGRATE_WAIT_SECS: i64 = 60;
 
+mod keys;
 mod outbox;
 
 backend!(MySql, MySqlConnection);
@@ -170,34 +171,4 @@ impl Statements for MySql {
     fn is_missing_table(err: &sqlx::Error) -> bool {
         error_number(err) == Some(ER_NO_SUCH_TABLE)
     }
-}
-
-impl KeyStatements for MySql {
-    const KEYS_DDL: &'static str = include_str!("../../../sql/mysql/keys.sql");
-    // A plain INSERT, for the reasons the module's documentation gives.
-    const KEY_INSERT: &'static str = "INSERT INTO {table} \
-         (scope, idempotency_key, fingerprint, token, locked_until) \
-         VALUES (?, ?, ?, ?, UTC_TIMESTAMP(6) + INTERVAL (? * 1000) MICROSECOND)";
-    const KEY_SELECT: &'static str = "SELECT fingerprint, status, headers, body, attempt, token, \
-         TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), locked_until) DIV 1000 \
-         FROM {table} WHERE scope = ? AND idempotency_key = ?";
-    const KEY_TAKE_OVER: &'static str = "UPDATE {table} \
-         SET attempt = attempt + 1, token = ?, \
-         locked_until = UTC_TIMESTAMP(6) + INTERVAL (? * 1000) MICROSECOND \
-         WHERE scope = ? AND idempotency_key = ? AND token = ? \
-         AND status IS NULL AND locked_until <= UTC_TIMESTAMP(6)";
-    const KEY_COMPLETE: &'static str = "UPDATE {table} \
-         SET status = ?, headers = ?, body = ?, locked_until = NULL \
-         WHERE scope = ? AND idempotency_key = ? AND token = ? AND status IS NULL";
-    const KEY_RELEASE: &'static str = "DELETE FROM {table} \
-         WHERE scope = ? AND idempotency_key = ? AND token = ? AND status IS NULL";
-    const KEY_EVICT: &'static str = "DELETE FROM {table} WHERE scope = ? AND idempotency_key = ?";
-    const KEY_USAGE: &'static str = "SELECT CAST(COALESCE(SUM(status IS NULL), 0) AS SIGNED), \
-         COUNT(*) FROM {table} WHERE scope = ?";
-    const KEY_STATS: &'static str = "SELECT COUNT(*), \
-         CAST(COALESCE(SUM(status IS NULL), 0) AS SIGNED), \
-         CAST(TIMESTAMPDIFF(MICROSECOND, MIN(created_at), UTC_TIMESTAMP(6)) DIV 1000 AS SIGNED), \
-         (SELECT CAST(data_length + index_length AS SIGNED) FROM information_schema.tables \
-          WHERE table_schema = DATABASE() AND table_name = '{table}') \
-         FROM {table}";
 }

@@ -5,7 +5,7 @@ use sqlx::postgres::{PgConnection, PgDatabaseError};
 use sqlx::{AssertSqlSafe, Postgres};
 
 use super::TableSql;
-use super::sealed::{KeyStatements, Statements};
+use super::sealed::Statements;
 use super::statement::Bound;
 use super::table::run_ddl;
 
@@ -26,6 +26,7 @@ pub(super) fn is_retryable(err: &dyn DatabaseError) -> Option<bool> {
 /// that both hold a `guestlist_inbox` do not block each other.
 const LOCK_KEY: &str = "hashtextextended(current_schema() || '.' || $1, 0)";
 
+mod keys;
 mod outbox;
 mod rounds;
 
@@ -142,51 +143,4 @@ impl Statements for Postgres {
             .and_then(|e| e.try_downcast_ref::<PgDatabaseError>())
             .is_some_and(|e| e.code() == UNDEFINED_TABLE)
     }
-}
-
-impl KeyStatements for Postgres {
-    const KEYS_DDL: &'static str = include_str!("../../../sql/postgres/keys.sql");
-    const KEY_INSERT: &'static str = "INSERT INTO {table} \
-         (scope, idempotency_key, fingerprint, token, locked_until) \
-         VALUES ($1, $2, $3, $4, now() + interval '1 millisecond' * $5) ON CONFLICT DO NOTHING";
-    const KEY_SELECT: &'static str = "SELECT fingerprint, status, headers, body, attempt, token, \
-         (EXTRACT(EPOCH FROM (locked_until - now())) * 1000)::bigint \
-         FROM {table} WHERE scope = $1 AND idempotency_key = $2";
-    const KEY_TAKE_OVER: &'static str = "UPDATE {table} \
-         SET attempt = attempt + 1, token = $1, locked_until = now() + interval '1 millisecond' * $2 \
-         WHERE scope = $3 AND idempotency_key = $4 AND token = $5 \
-         AND status IS NULL AND locked_until <= now()";
-    const KEY_COMPLETE: &'static str = "UPDATE {table} \
-         SET status = $1, headers = $2, body = $3, locked_until = NULL \
-         WHERE scope = $4 AND idempotency_key = $5 AND token = $6 AND status IS NULL";
-    const KEY_RELEASE: &'static str = "DELETE FROM {table} \
-         WHERE scope = $1 AND idempotency_key = $2 AND token = $3 AND status IS NULL";
-    const KEY_EVICT: &'static str = "DELETE FROM {table} WHERE scope = $1 AND idempotency_key = $2";
-    const KEY_USAGE: &'static str = "SELECT (COUNT(*) FILTER (WHERE status IS NULL))::bigint, \
-         COUNT(*)::bigint FROM {table} WHERE scope = $1";
-    const KEY_STATS: &'static str = "SELECT COUNT(*)::bigint, \
-         (COUNT(*) FILTER (WHERE status IS NULL))::bigint, \
-         (EXTRACT(EPOCH FROM (now() - MIN(created_at))) * 1000)::bigint, \
-         pg_total_relation_size('{table}'::regclass)::bigint \
-         FROM {table}";
-    // The lock is tried first and only a holder inserts: a retry never queues behind the
-    // uncommitted row of the attempt in flight. The lock's number hashes the table, the scope's
-    // length, the scope and the key, so that no two (scope, key) pairs share one but by chance.
-    // The transaction may sit idle for the lease at most: past it, PostgreSQL ends the session,
-    // the claim rolls back with the writes, and a retry may run. The key's row as the statement
-    // began is read along, so that a retry of a stored answer is replayed without a second read
-    // (the row the claim itself inserts is not in that view: a new claim reads no row).
-    const KEY_CLAIM_LOCKED: &'static str = "WITH lock AS (\
-         SELECT pg_try_advisory_xact_lock(\
-         hashtextextended('{table}:' || length($1::text) || ':' || $1 || $2, 0)) AS held, \
-         set_config('idle_in_transaction_session_timeout', $5::text, true) AS idle_limit), \
-         claim AS (INSERT INTO {table} \
-         (scope, idempotency_key, fingerprint, token, locked_until) \
-         SELECT $1, $2, $3, $4, now() + interval '1 millisecond' * $5 FROM lock WHERE held \
-         ON CONFLICT DO NOTHING RETURNING 1) \
-         SELECT (SELECT held FROM lock), EXISTS (SELECT 1 FROM claim), \
-         k.fingerprint, k.status, k.headers, k.body, k.attempt, k.token, \
-         (EXTRACT(EPOCH FROM (k.locked_until - now())) * 1000)::bigint \
-         FROM (VALUES (1)) AS one LEFT JOIN {table} AS k \
-         ON k.scope = $1 AND k.idempotency_key = $2";
 }
