@@ -217,6 +217,12 @@ pub trait Codec: Database + sqlx::database::HasStatementCache {
         query: Bound<'c, Self>,
     ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send + 'c;
 
+    /// Runs `query`; its first row, if any (the database is told one row is wanted).
+    fn fetch_optional_query<'c>(
+        conn: &'c mut Self::Connection,
+        query: Bound<'c, Self>,
+    ) -> impl Future<Output = Result<Option<Self::Row>, sqlx::Error>> + Send + 'c;
+
     /// Runs `query`; every row it returns.
     fn fetch_query<'c>(
         conn: &'c mut Self::Connection,
@@ -259,8 +265,8 @@ pub trait Codec: Database + sqlx::database::HasStatementCache {
     where
         S::Row: 'c,
     {
-        let rows = Self::fetch_query(conn, statement.query(sql));
-        Box::pin(async move { rows.await?.first().map(S::Row::read::<Self>).transpose() })
+        let row = Self::fetch_optional_query(conn, statement.query(sql));
+        Box::pin(async move { row.await?.as_ref().map(S::Row::read::<Self>).transpose() })
     }
 
     /// Runs `statement` with the text in `sql`; the row it returns, which must be there (an
@@ -304,6 +310,13 @@ macro_rules! codec {
                 query: $crate::backend::statement::Bound<'c, Self>,
             ) -> Result<u64, sqlx::Error> {
                 Ok(query.execute(conn).await?.rows_affected())
+            }
+
+            async fn fetch_optional_query<'c>(
+                conn: &'c mut Self::Connection,
+                query: $crate::backend::statement::Bound<'c, Self>,
+            ) -> Result<Option<Self::Row>, sqlx::Error> {
+                query.fetch_optional(conn).await
             }
 
             async fn fetch_query<'c>(
