@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use guestlist_core::{IdempotencyKey, Scope, TableName};
 
-use super::statement::{Args, Bound, Codec, Columns, Statement};
+use super::statement::{Args, Bound, Codec, Columns, Plain, Statement, Value};
 use super::table::filler;
 use super::{TableSql, sealed};
 
@@ -99,6 +99,27 @@ pub struct Key<'a> {
     pub(crate) key: &'a str,
 }
 
+impl Value for Key<'_> {
+    fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB> {
+        query.arg(self.scope).arg(self.key)
+    }
+}
+
+/// Reads a key's row.
+pub(crate) fn select(key: Key<'_>) -> Plain<KeysSql, (Key<'_>,), KeyRow> {
+    Plain::reading(|sql| &sql.select, (key,))
+}
+
+/// Deletes an in-flight key if the attempt with `token` still holds it.
+pub(crate) fn release(key: Key<'_>, token: i64) -> Plain<KeysSql, (Key<'_>, i64)> {
+    Plain::new(|sql| &sql.release, (key, token))
+}
+
+/// Deletes a key whatever its state: an operator's eviction.
+pub(crate) fn evict(key: Key<'_>) -> Plain<KeysSql, (Key<'_>,)> {
+    Plain::new(|sql| &sql.evict, (key,))
+}
+
 impl<'a> Key<'a> {
     /// The key `key` in `scope`, as stored.
     pub(crate) fn of(scope: &'a Scope, key: &'a IdempotencyKey) -> Self {
@@ -106,10 +127,6 @@ impl<'a> Key<'a> {
             scope: scope.as_str(),
             key: key.as_str(),
         }
-    }
-
-    fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB> {
-        query.arg(self.scope).arg(self.key)
     }
 }
 
@@ -131,22 +148,8 @@ impl Statement for Insert<'_> {
         &sql.insert
     }
     fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB> {
-        let query = self.key.bind(query).arg(self.fingerprint);
+        let query = query.arg(self.key).arg(self.fingerprint);
         query.arg(self.token).arg(self.lease_ms)
-    }
-}
-
-/// Reads a key's row.
-pub(crate) struct Select<'a>(pub(crate) Key<'a>);
-
-impl Statement for Select<'_> {
-    type Sql = KeysSql;
-    type Row = KeyRow;
-    fn text<'s>(&self, sql: &'s KeysSql) -> &'s Arc<str> {
-        &sql.select
-    }
-    fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB> {
-        self.0.bind(query)
     }
 }
 
@@ -167,7 +170,7 @@ impl Statement for TakeOver<'_> {
     }
     fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB> {
         let query = query.arg(self.token).arg(self.lease_ms);
-        self.key.bind(query).arg(self.held)
+        query.arg(self.key).arg(self.held)
     }
 }
 
@@ -190,38 +193,7 @@ impl Statement for Complete<'_> {
     }
     fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB> {
         let query = query.arg(self.status).arg(self.headers).arg(self.body);
-        self.key.bind(query).arg(self.token)
-    }
-}
-
-/// Deletes an in-flight key if the attempt with `token` still holds it.
-pub(crate) struct Release<'a> {
-    pub(crate) key: Key<'a>,
-    pub(crate) token: i64,
-}
-
-impl Statement for Release<'_> {
-    type Sql = KeysSql;
-    type Row = ();
-    fn text<'s>(&self, sql: &'s KeysSql) -> &'s Arc<str> {
-        &sql.release
-    }
-    fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB> {
-        self.key.bind(query).arg(self.token)
-    }
-}
-
-/// Deletes a key whatever its state: an operator's eviction.
-pub(crate) struct Evict<'a>(pub(crate) Key<'a>);
-
-impl Statement for Evict<'_> {
-    type Sql = KeysSql;
-    type Row = ();
-    fn text<'s>(&self, sql: &'s KeysSql) -> &'s Arc<str> {
-        &sql.evict
-    }
-    fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB> {
-        self.0.bind(query)
+        query.arg(self.key).arg(self.token)
     }
 }
 

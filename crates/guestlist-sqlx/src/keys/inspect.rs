@@ -10,7 +10,7 @@ use crate::Error;
 use crate::backend::Backend;
 use crate::backend::KeysSql;
 use crate::backend::keys::KeyStatsRow;
-use crate::backend::keys::{Evict, Key, Select};
+use crate::backend::keys::{Key, evict, select};
 use crate::backend::statement::Plain;
 
 impl<DB: Backend> SqlKeyStore<DB> {
@@ -18,7 +18,7 @@ impl<DB: Backend> SqlKeyStore<DB> {
     pub async fn evict(&self, scope: &Scope, key: &IdempotencyKey) -> Result<bool, Error> {
         let key = &*self.key_at_rest(key);
         let mut conn = self.pool.acquire().await?;
-        let evict = Evict(Key::of(scope, key));
+        let evict = evict(Key::of(scope, key));
         let gone = DB::run(&mut conn, &*self.sql, evict)
             .await
             .map_err(|err| self.error(err))?;
@@ -34,7 +34,7 @@ impl<DB: Backend> SqlKeyStore<DB> {
     ) -> Result<Option<KeyRecord>, Error> {
         let key = &*self.key_at_rest(key);
         let mut conn = self.pool.acquire().await?;
-        let select = Select(Key::of(scope, key));
+        let select = select(Key::of(scope, key));
         let row = DB::fetch_first(&mut conn, &*self.sql, select)
             .await
             .map_err(|err| self.error(err))?;

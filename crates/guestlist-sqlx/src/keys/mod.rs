@@ -11,7 +11,7 @@ use guestlist_core::{
 use sqlx::Pool;
 
 use crate::Error;
-use crate::backend::keys::{Complete, Insert, Key, Release, Select, TakeOver};
+use crate::backend::keys::{Complete, Insert, Key, TakeOver, release, select};
 use crate::backend::{Backend, KeyRow, KeysSql, TableSql};
 use crate::fencing::{lease_ms, new_token};
 use crate::purge::{Purge, Purgeable, sealed};
@@ -253,7 +253,7 @@ impl<DB: Backend> SqlKeyStore<DB> {
         fingerprint: &Fingerprint,
         take_over: Option<i64>,
     ) -> Result<Option<Begin>, Error> {
-        let select = Select(Key::of(scope, key));
+        let select = select(Key::of(scope, key));
         let row = DB::fetch_first(conn, &*self.sql, select)
             .await
             .map_err(|err| self.error(err))?;
@@ -368,10 +368,7 @@ impl<DB: Backend> SqlKeyStore<DB> {
     ) -> Result<bool, Error> {
         let key = &*self.key_at_rest(key);
         let mut conn = self.pool.acquire().await?;
-        let release = Release {
-            key: Key::of(scope, key),
-            token: attempt.token() as i64,
-        };
+        let release = release(Key::of(scope, key), attempt.token() as i64);
         let gone = DB::run(&mut conn, &*self.sql, release)
             .await
             .map_err(|err| self.error(err))?;
