@@ -8,12 +8,12 @@ use guestlist_core::Retention;
 use sqlx::Pool;
 use sqlx::pool::PoolConnection;
 
+use crate::Error;
 use crate::backend::statement::Plain;
 use crate::backend::{Backend, TableSql};
-use crate::{Error, Inbox};
 
-/// A purge of one guestlist table (an inbox, or idempotency keys), built by [`Inbox::purge`] or
-/// [`SqlKeyStore::purge`](crate::SqlKeyStore::purge).
+/// A purge of one guestlist table (an inbox, or idempotency keys), built by
+/// [`Inbox::purge`](crate::Inbox::purge) or [`SqlKeyStore::purge`](crate::SqlKeyStore::purge).
 ///
 /// Rows go in batches of [`Purge::batch_size`], each its own short transaction, with a pause
 /// between batches: a live claim waits at most for one batch, never for the whole purge. On
@@ -49,8 +49,8 @@ pub enum Purged {
     Busy,
 }
 
-/// A table a [`Purge`] or a [`Purger`](crate::Purger) can work on: an [`Inbox`] or a
-/// [`SqlKeyStore`](crate::SqlKeyStore). Sealed.
+/// A table a [`Purge`] or a [`Purger`](crate::Purger) can work on: an [`Inbox`](crate::Inbox) or
+/// a [`SqlKeyStore`](crate::SqlKeyStore). Sealed.
 pub trait Purgeable<DB: Backend>: sealed::Sealed {
     #[doc(hidden)]
     fn purge_table(&self) -> Arc<TableSql>;
@@ -60,21 +60,6 @@ pub(crate) mod sealed {
     /// Seals [`super::Purgeable`].
     #[allow(unreachable_pub)]
     pub trait Sealed {}
-}
-
-impl<DB: Backend> sealed::Sealed for Inbox<DB> {}
-
-impl<DB: Backend> Purgeable<DB> for Inbox<DB> {
-    fn purge_table(&self) -> Arc<TableSql> {
-        Arc::clone(&self.sql.common)
-    }
-}
-
-impl<DB: Backend> Inbox<DB> {
-    /// A purge of the rows older than `retention` (run it with [`Purge::run`]).
-    pub fn purge(&self, retention: Retention) -> Purge<'_, DB> {
-        Purge::new(&self.sql.common, retention)
-    }
 }
 
 impl<'a, DB: Backend> Purge<'a, DB> {

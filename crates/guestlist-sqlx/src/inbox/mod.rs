@@ -17,6 +17,7 @@ mod deferrals;
 mod process;
 mod stats;
 mod transaction;
+mod upkeep;
 
 pub use deferrals::Deferrals;
 pub use process::{BatchProcessed, ProcessError, Processed};
