@@ -86,7 +86,8 @@ tokio::task_local! {
 /// Whatever the error type the work returns (a `String`, `anyhow`, an enum of its own), the
 /// runtime that watches it ([`watch_deferral`]: guestlist's broker consumer) learns of the
 /// deferral, and hands the message back for [`Deferral::after`] without counting it as a
-/// failure. `guestlist_carry::CarryKey` records one by itself when a downstream answers "not yet".
+/// failure. `guestlist_carry::CarryKey` records one by itself when a downstream answers "not
+/// yet".
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]

@@ -9,8 +9,8 @@ use std::future::Future;
 pub(crate) use relay::{PendingRow, RelaySql};
 use sqlx::{Database, Pool, Transaction};
 pub(crate) use statement::Codec;
-// Named by the sealed traits, so `pub`; unreachable outside the crate.
 use statement::{Args, Bound, Plain, prepared};
+// Named by the sealed traits, so `pub`; unreachable outside the crate.
 #[allow(unreachable_pub)]
 pub use wake::Wake;
 
@@ -169,14 +169,17 @@ pub(crate) mod sealed {
             async move { Self::inserted(claim.await) }
         }
 
-        /// Binds a batch's ids as one value: an array, or JSON text. Unused by a database that
-        /// claims a batch one id at a time.
+        /// Binds a batch's ids as one value: an array, or JSON text. A database that cannot
+        /// (MySQL, which claims a batch one id at a time) refuses rather than bind nothing.
         fn bind_ids<'q>(
             query: Bound<'q, Self>,
             ids: &[&str],
         ) -> Result<Bound<'q, Self>, sqlx::Error> {
-            let _ = ids;
-            Ok(query)
+            let _ = (query, ids);
+            Err(sqlx::Error::Protocol(format!(
+                "{} binds no list of ids: claim the batch one id at a time",
+                Self::BACKEND
+            )))
         }
 
         /// Inserts claims for `ids`, sorted and distinct; returns the ones this transaction
@@ -256,7 +259,6 @@ pub(crate) mod sealed {
         }
     }
 
-    /// The per-database half of the idempotency-key store.
     /// The per-database half of the outbox. Sealed: implemented here for the three backends.
     #[allow(unreachable_pub)]
     pub trait OutboxStatements: Statements {
@@ -294,6 +296,8 @@ pub(crate) mod sealed {
         }
     }
 
+    /// The per-database half of the idempotency-key store. Sealed: implemented here for the
+    /// three backends.
     #[allow(unreachable_pub)]
     pub trait KeyStatements: Statements {
         /// The DDL file for the key table.

@@ -101,7 +101,7 @@ macro_rules! value {
 }
 
 value!(i64 => bind_i64, i32 => bind_i32, &str => bind_str, Option<&str> => bind_opt_str,
-    &[u8] => bind_bytes, Option<&[u8]> => bind_opt_bytes, String => bind_string);
+    &[u8] => bind_bytes, Option<&[u8]> => bind_opt_bytes);
 
 /// Values bound in order: a tuple of [`Value`]s.
 pub trait Values: Send {
@@ -187,8 +187,6 @@ pub trait Codec: Database + sqlx::database::HasStatementCache {
     fn bind_opt_str<'q>(query: Bound<'q, Self>, value: Option<&str>) -> Bound<'q, Self>;
     /// Binds text.
     fn bind_str<'q>(query: Bound<'q, Self>, value: &str) -> Bound<'q, Self>;
-    /// Binds owned text.
-    fn bind_string<'q>(query: Bound<'q, Self>, value: String) -> Bound<'q, Self>;
     /// Binds bytes.
     fn bind_bytes<'q>(query: Bound<'q, Self>, value: &[u8]) -> Bound<'q, Self>;
     /// Binds bytes or `NULL`.
@@ -299,7 +297,7 @@ macro_rules! codec {
     ($db:ty) => {
         impl $crate::backend::statement::Codec for $db {
             $crate::backend::statement::binds!(bind_i64: i64, bind_i32: i32, bind_str: &str,
-                bind_opt_str: Option<&str>, bind_string: String, bind_bytes: &[u8],
+                bind_opt_str: Option<&str>, bind_bytes: &[u8],
                 bind_opt_bytes: Option<&[u8]>);
             $crate::backend::statement::gets!(get_i64: i64, get_opt_i64: Option<i64>,
                 get_opt_i32: Option<i32>, get_bytes: Vec<u8>, get_opt_bytes: Option<Vec<u8>>,
