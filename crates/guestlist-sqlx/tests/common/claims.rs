@@ -6,7 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use guestlist_sqlx::sqlx::{self, Connection};
-use guestlist_sqlx::{Claim, Error, MessageId, ProcessError, Processed};
+use guestlist_sqlx::{
+    Begin, Claim, Error, Fingerprint, IdempotencyKey, MessageId, ProcessError, Processed, Scope,
+    SqlKeyStore,
+};
 use tokio::sync::Barrier;
 
 use super::harness::{Harness, handler, id};
@@ -376,6 +379,53 @@ pub async fn a_claim_outside_a_transaction_is_refused<DB: Fixture>(name: &str) {
     assert!(matches!(err, Error::NotInTransaction), "{err:?}");
     assert!(err.to_string().contains("needs a transaction"), "{err}");
     assert_eq!(h.inbox_rows().await, 0, "the refused claim wrote nothing");
+}
+
+/// A key claimed on the handler's own transaction needs a lock that ends with it: where the
+/// database has one (PostgreSQL) a racing claim is told the key is in flight and a rollback
+/// frees the key; where it has none the claim is refused, and the key stays free.
+pub async fn a_claim_on_the_handlers_transaction_needs_a_lock_to_guard_it<DB: Fixture>(name: &str) {
+    let h = Harness::<DB>::new(name).await;
+    let keys = SqlKeyStore::with_table(h.pool.clone(), &format!("keys_{}", h.tag)).unwrap();
+    h.exec(format!("DROP TABLE IF EXISTS {}", keys.table()))
+        .await;
+    keys.migrate().await.unwrap();
+    let (scope, key) = (
+        Scope::new("all").unwrap(),
+        IdempotencyKey::new("k1").unwrap(),
+    );
+    let fingerprint = Fingerprint::builder("POST", "/charges").body(b"{}");
+    let lease = Duration::from_secs(60);
+    assert_eq!(
+        SqlKeyStore::<DB>::claims_on_transaction(),
+        DB::LABEL == "PostgreSQL",
+        "{}",
+        DB::LABEL
+    );
+    let mut first = h.pool.begin().await.unwrap();
+    let claimed = keys
+        .begin_locked(&mut first, &scope, &key, &fingerprint, lease)
+        .await;
+    if SqlKeyStore::<DB>::claims_on_transaction() {
+        assert!(matches!(claimed, Ok(Begin::Run { .. })), "{claimed:?}");
+        let mut second = h.pool.begin().await.unwrap();
+        let racing = keys
+            .begin_locked(&mut second, &scope, &key, &fingerprint, lease)
+            .await
+            .unwrap();
+        assert!(matches!(racing, Begin::InFlight { .. }), "{racing:?}");
+        second.rollback().await.unwrap();
+    } else {
+        let err = claimed.unwrap_err();
+        assert!(
+            err.to_string().contains("no transaction-scoped lock"),
+            "{err}"
+        );
+    }
+    first.rollback().await.unwrap();
+    // Rolled back or never written: the committed claim finds the key free.
+    let after = keys.begin(&scope, &key, &fingerprint, lease).await.unwrap();
+    assert!(matches!(after, Begin::Run { .. }), "{after:?}");
 }
 
 pub async fn the_work_carries_its_message_key_downstream<DB: Fixture>(name: &str) {

@@ -28,6 +28,7 @@ macro_rules! inbox_suite {
             overlapping_batches_in_opposite_orders_never_deadlock,
             a_holder_that_rolls_back_lets_exactly_one_waiter_run,
             a_claim_outside_a_transaction_is_refused,
+            a_claim_on_the_handlers_transaction_needs_a_lock_to_guard_it,
             the_work_carries_its_message_key_downstream,
         );
         guestlist_testkit::stories!(common::retention, [$db], ("");
