@@ -1,11 +1,15 @@
 //! What guestlist's test suites share: real databases (PostgreSQL, SQLite, MariaDB) found by
 //! environment variable or default URL, a clear failure when one is not there, and the few lines
-//! of SQL that differ between them.
+//! of SQL that differ between them. With the feature `brokers`, also the broker suite
+//! (module `brokers`): the consumer's and the relay's stories, written once for every broker, which
+//! each broker crate's tests run on its own broker.
 //!
 //! The guide tells the whole story, with each part's guarantees and failure tables: see
 //! [tests](https://github.com/guestlist-rs/guestlist/blob/main/docs/guide/src/tests.md)
 //! (or build it locally with `mdbook serve docs/guide`).
 
+#[cfg(feature = "brokers")]
+pub mod brokers;
 pub mod cut_proxy;
 pub mod held_commit;
 pub mod metrics;

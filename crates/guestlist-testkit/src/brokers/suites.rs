@@ -1,26 +1,37 @@
-//! The broker suite: the same stories on every broker, against a real PostgreSQL.
+//! The macros that turn the broker suite's stories into tests, one module per broker and
+//! database, and the one that runs a consumer or a relay until told to stop.
 
-#![allow(dead_code)] // each test binary uses the parts its broker needs
-#![allow(unreachable_pub)] // a test crate has no public API
+/// Runs a consumer (or a relay: anything with `run(shutdown)`) on a task until the returned
+/// sender fires; the task returns what `run` returned.
+#[macro_export]
+macro_rules! run_until_stopped {
+    ($consumer:expr) => {{
+        let (stop, stopped) = ::tokio::sync::oneshot::channel::<()>();
+        let consumer = $consumer;
+        let task = ::tokio::spawn(async move {
+            consumer
+                .run(async move {
+                    let _ = stopped.await;
+                })
+                .await
+        });
+        (stop, task)
+    }};
+}
 
-pub mod brokers;
-pub mod held_acks;
-pub mod kafka;
-pub mod relay;
-pub mod relay_refusals;
-pub mod seen;
-pub mod sqs;
-pub mod suite;
-
-/// Generates one `#[tokio::test]` per story in [`suite`] for the broker `$broker` with the store
+/// Generates one `#[tokio::test]` per story in [`suite`](crate::brokers::suite) for the broker `$broker` with the store
 /// `$db`, in module `$m`: one word whose first two letters differ from every other module's, since
 /// they name the test's streams, queues and tables (and the child tests).
 #[macro_export]
 macro_rules! broker_suite {
     ($m:ident, $broker:ty, $db:ty) => {
         mod $m {
-            use super::common;
-        guestlist_testkit::stories!(common::suite, [$broker, $db], (stringify!($m), "_");
+            // The caller's paths (its broker type, its `common` module) resolve as they would
+            // beside the macro call.
+            #[allow(unused_imports)]
+            use super::*;
+            use $crate::brokers::suite;
+            $crate::stories!(suite, [$broker, $db], (stringify!($m), "_");
             five_publishes_five_acks_one_pick_task,
             a_poison_message_is_dead_lettered_while_the_rest_flow,
             a_messages_headers_reach_its_handler_and_stay_on_its_dead_letter,
@@ -43,21 +54,21 @@ macro_rules! broker_suite {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         #[ignore = "child process of sigterm_mid_batch_finishes_the_batch_and_loses_nothing"]
         async fn term_consumer() {
-            common::suite::term_consumer::<$broker, $db>().await;
+            $crate::brokers::suite::term_consumer::<$broker, $db>().await;
         }
 
         /// Not a test on its own: the consumer the commit-then-kill test stops before its acks.
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         #[ignore = "child process of sigkill_between_commit_and_acks_redelivers_a_batch_of_duplicates"]
         async fn held_acks_consumer() {
-            common::suite::held_acks_consumer::<$broker, $db>().await;
+            $crate::brokers::suite::held_acks_consumer::<$broker, $db>().await;
         }
 
         /// Not a test on its own: the consumer process the chaos test starts and kills.
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         #[ignore = "child process of ten_thousand_events_two_consumers_one_killed_again_and_again"]
         async fn chaos_consumer() {
-            common::suite::chaos_consumer::<$broker, $db>().await;
+            $crate::brokers::suite::chaos_consumer::<$broker, $db>().await;
         }
         }
     };
@@ -70,12 +81,15 @@ macro_rules! broker_suite {
 macro_rules! outage_suite {
     ($m:ident, $broker:ty) => {
         mod $m {
-            use super::common;
+            // The caller's paths (its broker type, its `common` module) resolve as they would
+            // beside the macro call.
+            #[allow(unused_imports)]
+            use super::*;
             use std::time::Duration;
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn a_database_outage_dead_letters_nothing_and_resumes() {
-                common::suite::a_database_outage_dead_letters_nothing_and_resumes::<$broker>(
+                $crate::brokers::suite::a_database_outage_dead_letters_nothing_and_resumes::<$broker>(
                     concat!(stringify!($m), "_short_acquire"),
                     Some(Duration::from_secs(2)),
                     Duration::from_secs(20),
@@ -85,7 +99,7 @@ macro_rules! outage_suite {
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn a_database_outage_dead_letters_nothing_and_resumes_with_the_default_pool() {
-                common::suite::a_database_outage_dead_letters_nothing_and_resumes::<$broker>(
+                $crate::brokers::suite::a_database_outage_dead_letters_nothing_and_resumes::<$broker>(
                     concat!(stringify!($m), "_default_pool"),
                     None,
                     Duration::from_secs(40),
@@ -96,14 +110,18 @@ macro_rules! outage_suite {
     };
 }
 
-/// Generates one `#[tokio::test]` per story in [`relay`] for the broker `$broker` with the
+/// Generates one `#[tokio::test]` per story in [`relay`](crate::brokers::relay) for the broker `$broker` with the
 /// database `$db`, in module `$m` (named as for [`broker_suite!`]).
 #[macro_export]
 macro_rules! relay_suite {
     ($m:ident, $broker:ty, $db:ty) => {
         mod $m {
-            use super::common;
-            guestlist_testkit::stories!(common::relay, [$broker, $db], (stringify!($m), "_");
+            // The caller's paths (its broker type, its `common` module) resolve as they would
+            // beside the macro call.
+            #[allow(unused_imports)]
+            use super::*;
+            use $crate::brokers::relay;
+            $crate::stories!(relay, [$broker, $db], (stringify!($m), "_");
                 a_rolled_back_write_publishes_nothing_a_committed_one_once,
                 sigkill_between_confirm_and_stamp_publishes_again_without_a_second_effect,
                 a_relay_that_lost_its_lease_stamps_nothing,
@@ -116,13 +134,14 @@ macro_rules! relay_suite {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             #[ignore = "child process of two_relays_one_killed_again_and_again_keep_each_keys_order"]
             async fn chaos_relay() {
-                common::relay::chaos_relay::<$broker, $db>().await;
+                $crate::brokers::relay::chaos_relay::<$broker, $db>().await;
             }
         }
     };
     // The refusals and the held relay, which every broker's suite runs as they are.
     (@every_broker $m:ident, $broker:ty, $db:ty) => {
-        guestlist_testkit::stories!(common::relay_refusals, [$broker, $db], (stringify!($m), "_");
+        use $crate::brokers::relay as every_broker;
+        $crate::stories!(every_broker, [$broker, $db], (stringify!($m), "_");
             a_refused_message_holds_back_its_own_key_and_the_rest_go_out_once,
             a_message_never_taken_is_dead_lettered_and_the_rest_go_out_once,
             a_round_that_outlasts_its_lease_stamps_what_was_confirmed,
@@ -133,7 +152,7 @@ macro_rules! relay_suite {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         #[ignore = "child process of the relay tests"]
         async fn held_relay() {
-            common::relay::held_relay::<$broker, $db>().await;
+            $crate::brokers::relay::held_relay::<$broker, $db>().await;
         }
     };
 }

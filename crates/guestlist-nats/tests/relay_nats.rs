@@ -1,15 +1,18 @@
 //! The outbox relay to NATS JetStream, from PostgreSQL, SQLite and MariaDB/MySQL. Module names
-//! start with two letters no other test module of this crate uses: they name streams and tables.
+//! start with two letters no other broker suite's test module uses: they name streams and tables.
 
 mod common;
 
-relay_suite!(jpg, common::brokers::Nats, sqlx::Postgres);
-relay_suite!(jlite, common::brokers::Nats, sqlx::Sqlite);
-relay_suite!(jmy, common::brokers::Nats, sqlx::MySql);
+guestlist_testkit::relay_suite!(jpg, common::Nats, sqlx::Postgres);
+guestlist_testkit::relay_suite!(jlite, common::Nats, sqlx::Sqlite);
+guestlist_testkit::relay_suite!(jmy, common::Nats, sqlx::MySql);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wake_on_commit() {
-    common::relay::a_commit_wakes_an_idle_relay::<common::brokers::Nats>("wake_on_commit").await;
+    guestlist_testkit::brokers::relay::a_commit_wakes_an_idle_relay::<common::Nats>(
+        "wake_on_commit",
+    )
+    .await;
 }
 
 /// A NATS server of the test's own, on a port of its own, that the test stops and starts again
@@ -97,7 +100,8 @@ async fn a_broker_stopped_mid_stream_costs_no_message_and_no_order() {
     use std::time::{Duration, Instant};
 
     let name = "jout_a_broker_stopped_mid_stream_costs_no_message_and_no_order";
-    let line = common::relay::Line::<common::brokers::Nats, sqlx::Postgres>::open(name).await;
+    let line =
+        guestlist_testkit::brokers::relay::Line::<common::Nats, sqlx::Postgres>::open(name).await;
     let mut server = PrivateNats::start();
     let client = async_nats::connect(server.url()).await.unwrap();
     let context = async_nats::jetstream::new(client);
@@ -128,7 +132,7 @@ async fn a_broker_stopped_mid_stream_costs_no_message_and_no_order() {
         .batch(20)
         .confirm_timeout(Duration::from_secs(3));
     let health = relay.health();
-    let (stop, running) = common::suite::run_until_stopped!(relay);
+    let (stop, running) = guestlist_testkit::run_until_stopped!(relay);
     let table = line.outbox.table().to_string();
     line.rig
         .until(Duration::from_secs(60), "a first part went out", || async {

@@ -1,6 +1,9 @@
 //! Kafka (tansu, started by the test script): a topic of four partitions per test, a
 //! dead-letter topic, and a consumer group whose committed offsets say what is done.
 
+#![allow(dead_code)] // each test binary uses the parts it needs
+#![allow(unreachable_pub)] // a test crate has no public API
+
 use std::time::Duration;
 
 use rdkafka::ClientConfig;
@@ -11,7 +14,7 @@ use rdkafka::message::{Headers, Message};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::brokers::{Broker, Received};
+use guestlist_testkit::brokers::{Broker, Received};
 
 /// Partitions of each test topic: enough for two consumers to share.
 const PARTITIONS: i32 = 4;

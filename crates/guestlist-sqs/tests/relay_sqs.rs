@@ -1,5 +1,5 @@
 //! The outbox relay to SQS FIFO queues, from PostgreSQL, SQLite and MariaDB/MySQL. Module
-//! names start with two letters no other test module of this crate uses: they name queues and
+//! names start with two letters no other broker suite's test module uses: they name queues and
 //! tables.
 //!
 //! The relay suite's story of two relays killed again and again does not run here: moto's FIFO
@@ -15,17 +15,18 @@ macro_rules! fifo_relay_suite {
     ($m:ident, $db:ty) => {
         mod $m {
             use super::common;
-            guestlist_testkit::stories!(common::relay, [common::sqs::SqsFifo, $db], (stringify!($m), "_");
+            use guestlist_testkit::brokers::relay;
+            guestlist_testkit::stories!(relay, [common::SqsFifo, $db], (stringify!($m), "_");
                 a_rolled_back_write_publishes_nothing_a_committed_one_once,
                 sigkill_between_confirm_and_stamp_publishes_again_without_a_second_effect,
                 a_relay_that_lost_its_lease_stamps_nothing,
                 a_message_no_queue_takes_stays_pending_and_shows_in_the_metrics,
             );
-            $crate::relay_suite!(@every_broker $m, common::sqs::SqsFifo, $db);
+            guestlist_testkit::relay_suite!(@every_broker $m, common::SqsFifo, $db);
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn a_relay_keeps_each_keys_order_on_a_fifo_queue() {
-                common::relay::keys_keep_their_order::<common::sqs::SqsFifo, $db>(concat!(
+                guestlist_testkit::brokers::relay::keys_keep_their_order::<common::SqsFifo, $db>(concat!(
                     stringify!($m),
                     "_a_relay_keeps_each_keys_order_on_a_fifo_queue"
                 ))

@@ -3,6 +3,9 @@
 //! delivers at least once and drops nothing); the relay suite on a FIFO queue (each key's order
 //! kept, repeats dropped by deduplication id).
 
+#![allow(dead_code)] // each test binary uses the parts it needs
+#![allow(unreachable_pub)] // a test crate has no public API
+
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -12,7 +15,7 @@ use guestlist_sqs::aws_sdk_sqs::types::{
     MessageSystemAttributeName, QueueAttributeName, SendMessageBatchRequestEntry,
 };
 
-use super::brokers::{Broker, Received};
+use guestlist_testkit::brokers::{Broker, Received};
 
 /// SQS: a queue per test, FIFO or standard, and a dead-letter queue.
 pub struct SqsQueue<const FIFO: bool> {

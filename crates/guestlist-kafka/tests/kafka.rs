@@ -2,9 +2,9 @@
 
 mod common;
 
-broker_suite!(kpg, common::kafka::Kafka, sqlx::Postgres);
-broker_suite!(klite, common::kafka::Kafka, sqlx::Sqlite);
-outage_suite!(kout, common::kafka::Kafka);
+guestlist_testkit::broker_suite!(kpg, common::Kafka, sqlx::Postgres);
+guestlist_testkit::broker_suite!(klite, common::Kafka, sqlx::Sqlite);
+guestlist_testkit::outage_suite!(kout, common::Kafka);
 
 /// Kafka's own story: a partition revoked while its records are in hand moves only once they are
 /// committed, with their offsets, so the new owner starts after them and sees no duplicate.
@@ -13,9 +13,10 @@ async fn a_rebalance_lets_the_batch_in_hand_finish_before_the_partition_moves() 
     use std::sync::Arc;
     use std::time::Duration;
 
-    use common::brokers::Broker;
-    use common::kafka::Kafka;
-    use common::suite::{Rig, run_until_stopped};
+    use common::Kafka;
+    use guestlist_testkit::brokers::Broker;
+    use guestlist_testkit::brokers::Rig;
+    use guestlist_testkit::run_until_stopped;
     use tokio::sync::Notify;
 
     // Batches of 10: the first consumer's first batch must not take the whole topic in hand, or
@@ -68,9 +69,9 @@ async fn a_rebalance_lets_the_batch_in_hand_finish_before_the_partition_moves() 
 async fn the_handler_sees_headers_key_topic_and_offset() {
     use std::time::Duration;
 
-    use common::brokers::Broker;
-    use common::kafka::Kafka;
-    use common::suite::{Rig, order_paid};
+    use common::Kafka;
+    use guestlist_testkit::brokers::Broker;
+    use guestlist_testkit::brokers::{Rig, order_paid};
 
     let rig = Rig::<Kafka, sqlx::Postgres>::open(
         "kseen_the_handler_sees_headers_key_topic_and_offset",
@@ -84,7 +85,7 @@ async fn the_handler_sees_headers_key_topic_and_offset() {
             &[("seq", "7"), ("tenant", "acme")],
         )
         .await;
-    let (message, details) = common::seen::first_handled(&rig, |message| {
+    let (message, details) = guestlist_testkit::brokers::seen::first_handled(&rig, |message| {
         message
             .delivery::<guestlist_kafka::KafkaDelivery>()
             .map(|d| (d.partition(), d.offset()))
@@ -112,8 +113,8 @@ async fn the_handler_sees_headers_key_topic_and_offset() {
 async fn a_deferral_does_not_dead_letter_the_records_rewound_behind_it() {
     use std::time::Duration;
 
-    use common::kafka::Kafka;
-    use common::suite::Rig;
+    use common::Kafka;
+    use guestlist_testkit::brokers::Rig;
 
     let rig = Rig::<Kafka, sqlx::Postgres>::open(
         "kbehind_a_deferral_does_not_dead_letter_the_records_rewound_behind_it",
@@ -121,7 +122,7 @@ async fn a_deferral_does_not_dead_letter_the_records_rewound_behind_it() {
     )
     .await;
     let broker = &rig.broker;
-    common::suite::a_deferral_does_not_dead_letter_the_messages_behind_it(
+    guestlist_testkit::brokers::suite::a_deferral_does_not_dead_letter_the_messages_behind_it(
         &rig,
         |event| async move { broker.publish_keyed(&event, "order-42", &[]).await },
     )
@@ -130,8 +131,8 @@ async fn a_deferral_does_not_dead_letter_the_records_rewound_behind_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn asked_to_stop_during_an_outage_it_returns_and_settles_nothing() {
-    common::suite::asked_to_stop_during_an_outage_it_returns_and_settles_nothing::<
-        common::kafka::Kafka,
+    guestlist_testkit::brokers::suite::asked_to_stop_during_an_outage_it_returns_and_settles_nothing::<
+        common::Kafka,
     >("kstop_asked_to_stop_during_an_outage")
     .await;
 }

@@ -1,20 +1,21 @@
 //! The broker suite on Amazon SQS (moto), with PostgreSQL and with SQLite as the store, and
 //! SQS's own stories: FIFO order through a failure, a queue's own redrive policy, SNS envelopes,
 //! and the ids SQS gives a resent message. Module names start with two letters no other test
-//! module of this crate uses: they name queues and tables.
+//! module of the broker suites uses: they name queues and tables.
 
 mod common;
 
-broker_suite!(spg, common::sqs::Sqs, sqlx::Postgres);
-broker_suite!(slite, common::sqs::Sqs, sqlx::Sqlite);
-outage_suite!(sout, common::sqs::Sqs);
+guestlist_testkit::broker_suite!(spg, common::Sqs, sqlx::Postgres);
+guestlist_testkit::broker_suite!(slite, common::Sqs, sqlx::Sqlite);
+guestlist_testkit::outage_suite!(sout, common::Sqs);
 
 use std::time::Duration;
 
-use common::brokers::Broker;
-use common::sqs::{Sqs, SqsFifo};
-use common::suite::{Rig, order_paid, run_until_stopped};
+use common::{Sqs, SqsFifo};
 use guestlist_consumer::IdFrom;
+use guestlist_testkit::brokers::Broker;
+use guestlist_testkit::brokers::{Rig, order_paid};
+use guestlist_testkit::run_until_stopped;
 
 /// On a FIFO queue a message handed back takes the later messages of its group in the batch
 /// with it: the group is handled in its order, the other group flows.
@@ -229,7 +230,7 @@ async fn a_deferral_does_not_dead_letter_its_fifo_followers() {
     let name = "sfollow_a_deferral_does_not_dead_letter_its_fifo_followers";
     let rig = Rig::<SqsFifo, sqlx::Postgres>::open(name, Duration::from_secs(30)).await;
     let broker = &rig.broker;
-    common::suite::a_deferral_does_not_dead_letter_the_messages_behind_it(
+    guestlist_testkit::brokers::suite::a_deferral_does_not_dead_letter_the_messages_behind_it(
         &rig,
         |event| async move { broker.send_to_group(&event, &[], "a").await },
     )
@@ -260,7 +261,7 @@ async fn the_handler_sees_attributes_and_group() {
             "order-42",
         )
         .await;
-    let (message, details) = common::seen::first_handled(&rig, |message| {
+    let (message, details) = guestlist_testkit::brokers::seen::first_handled(&rig, |message| {
         message
             .delivery::<guestlist_sqs::SqsDelivery>()
             .map(|d| (d.group().unwrap_or_default().to_owned(), d.receive_count()))
@@ -282,7 +283,7 @@ async fn the_handler_sees_attributes_and_group() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn asked_to_stop_during_an_outage_it_returns_and_settles_nothing() {
-    common::suite::asked_to_stop_during_an_outage_it_returns_and_settles_nothing::<Sqs>(
+    guestlist_testkit::brokers::suite::asked_to_stop_during_an_outage_it_returns_and_settles_nothing::<Sqs>(
         "sstop_asked_to_stop_during_an_outage",
     )
     .await;

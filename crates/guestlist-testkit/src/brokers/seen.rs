@@ -24,11 +24,11 @@ impl<DB: Backend, T: Send + Sync + 'static> Handler<DB> for Seen<T> {
 /// Runs a [`Seen`] consumer on `rig`'s broker until it has handled one message and the broker
 /// is drained; returns that message with what `details` read of its delivery.
 pub async fn first_handled<B, T>(
-    rig: &super::suite::Rig<B, sqlx::Postgres>,
+    rig: &crate::brokers::Rig<B, sqlx::Postgres>,
     details: fn(&Message) -> T,
 ) -> (Message, T)
 where
-    B: super::brokers::Broker,
+    B: crate::brokers::Broker,
     T: Clone + Send + Sync + 'static,
 {
     let seen: Kept<T> = Arc::default();
@@ -40,7 +40,7 @@ where
         guestlist_consumer::IdFrom::JsonField("/id".to_owned()),
         Seen(seen.clone(), details),
     );
-    let (stop, task) = super::suite::run_until_stopped!(consumer);
+    let (stop, task) = crate::run_until_stopped!(consumer);
     rig.until(
         std::time::Duration::from_secs(60),
         "the message is handled",

@@ -5,13 +5,14 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
+use crate::Fixture;
 use guestlist_core::{MessageId, OrderingKey, Topic};
 use guestlist_sqlx::{OutboxMessage, Outcomes, Outgoing, Publish, Relayed};
-use guestlist_testkit::Fixture;
 
-use super::brokers::{Broker, Received};
-use super::relay::Line;
-use super::suite::{order_paid, run_until_stopped};
+use super::line::Line;
+use crate::brokers::order_paid;
+use crate::brokers::{Broker, Received};
+use crate::run_until_stopped;
 
 impl<B: Broker, DB: Fixture> Line<B, DB> {
     /// Enqueues the OrderPaid event `id` for `topic` (the test's own when `None`) on `key`.

@@ -1,14 +1,15 @@
 //! The outbox relay to RabbitMQ, from PostgreSQL, SQLite and MariaDB/MySQL. Module names start
-//! with two letters no other test module of this crate uses: they name queues and tables.
+//! with two letters no other broker suite's test module uses: they name queues and tables.
 
 mod common;
 
-relay_suite!(qpg, common::brokers::Rabbit, sqlx::Postgres);
-relay_suite!(qlite, common::brokers::Rabbit, sqlx::Sqlite);
-relay_suite!(qmy, common::brokers::Rabbit, sqlx::MySql);
+guestlist_testkit::relay_suite!(qpg, common::Rabbit, sqlx::Postgres);
+guestlist_testkit::relay_suite!(qlite, common::Rabbit, sqlx::Sqlite);
+guestlist_testkit::relay_suite!(qmy, common::Rabbit, sqlx::MySql);
 
-use common::brokers::{Broker, Rabbit};
+use common::Rabbit;
 use guestlist_sqlx::{OutboxMessage, Outcomes, Publish};
+use guestlist_testkit::brokers::Broker;
 
 /// One pipelined batch of 400, every other message to a routing key no queue is bound to, five
 /// times over: RabbitMQ confirms them with `multiple` acks, and lapin hands the returned

@@ -1,0 +1,7 @@
+//! The broker suite on NATS JetStream, with PostgreSQL and with SQLite as the store.
+
+mod common;
+
+guestlist_testkit::broker_suite!(npg, common::Nats, sqlx::Postgres);
+guestlist_testkit::broker_suite!(nlite, common::Nats, sqlx::Sqlite);
+guestlist_testkit::outage_suite!(nout, common::Nats);

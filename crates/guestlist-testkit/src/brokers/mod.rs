@@ -1,0 +1,140 @@
+//! The broker suite: the stories every broker must tell the same way, written once over the
+//! [`Broker`] trait each broker crate's tests implement for its broker, and the macros
+//! ([`broker_suite!`](crate::broker_suite), [`outage_suite!`](crate::outage_suite),
+//! [`relay_suite!`](crate::relay_suite)) that turn them into tests. Each story counts effects
+//! in the database, never calls.
+
+/// A source whose batch acknowledgements never leave, for the commit-then-kill story.
+pub mod held_acks;
+/// The outbox relay's stories.
+pub mod relay;
+/// One test's broker queue, inbox and effects table, and the handler that counts effects.
+pub mod rig;
+/// A handler that keeps what it saw of each message.
+pub mod seen;
+/// The consumer's stories.
+pub mod suite;
+mod suites;
+
+use std::future::Future;
+use std::time::Duration;
+
+use guestlist_consumer::Source;
+
+pub use rig::{Pick, Rig, order_paid};
+
+/// A broker with one test's queue (or stream) and dead-letter place.
+pub trait Broker: Send + Sync + Sized + 'static {
+    /// The consumer runtime's source on this broker.
+    type Source: Source;
+    /// The outbox relay's publisher to this broker.
+    type Publisher: guestlist_sqlx::Publish + 'static;
+    /// The broker's name in messages.
+    const LABEL: &'static str;
+    /// Whether the broker drops a repeated message id on its own.
+    const DEDUPLICATES: bool;
+    /// Whether the publisher learns that the broker dropped a repeat (not SQS FIFO's).
+    const REPORTS_DUPLICATES: bool = Self::DEDUPLICATES;
+    /// Publishes in the chaos test: fewer where each publish is slow to make (SQS).
+    const CHAOS_EVENTS: usize = 10_000;
+    /// Whether the broker redelivers an unacknowledged message after a wait, and bounds
+    /// redeliveries in time (JetStream's ack wait and max age; not RabbitMQ, not Kafka).
+    const REDELIVERS_IN_TIME: bool;
+    /// What the relay's error says to do about a topic the broker takes nowhere.
+    const MISSING_TOPIC_ADVICE: &'static str;
+
+    /// Whether a topic the broker takes nowhere ([`Broker::nowhere`]) is refused for good
+    /// (an invalid name), rather than until a queue or stream appears for it.
+    const NOWHERE_FOR_GOOD: bool = false;
+    /// A body the broker never takes, in bytes; `None` where that is more than every database
+    /// here holds in one statement (RabbitMQ's 16 MiB): such a broker is given a header name
+    /// it cannot carry instead.
+    const TOO_LARGE: Option<usize> = Some(1_100_000);
+    /// Messages a relay story publishes beside the one it refuses, on PostgreSQL (a fifth of
+    /// it elsewhere).
+    const RELAY_STORY_EVENTS: usize = 1_000;
+    /// A fresh queue for the test `tag`; `ack_wait` where the broker has one.
+    fn open(tag: &str, ack_wait: Duration) -> impl Future<Output = Self> + Send;
+    /// The same queue, from another process.
+    fn attach(tag: &str, ack_wait: Duration) -> impl Future<Output = Self> + Send;
+    /// The header (message attribute) a dead letter's error is in.
+    const ERROR_HEADER: &'static str = "guestlist-error";
+    /// Publishes `payload`, waiting for the broker to confirm.
+    fn publish(&self, payload: &[u8]) -> impl Future<Output = ()> + Send {
+        self.publish_with(payload, &[])
+    }
+    /// Publishes `payload` with `headers` (name and text value; message attributes on SQS),
+    /// waiting for the broker to confirm.
+    fn publish_with(
+        &self,
+        payload: &[u8],
+        headers: &[(&str, &str)],
+    ) -> impl Future<Output = ()> + Send;
+    /// Publishes many events for a chaos test: all of them before it returns, by default. A
+    /// broker that slows down as its queue grows (moto's SQS) publishes them from a task
+    /// instead, while the consumers run, so that the queue stays short.
+    fn publish_stream(&self, payloads: Vec<Vec<u8>>) -> impl Future<Output = ()> + Send {
+        async move {
+            for payload in payloads {
+                self.publish(&payload).await;
+            }
+        }
+    }
+    /// A consumer's source on the queue.
+    fn source(&self) -> impl Future<Output = Self::Source> + Send;
+    /// Messages in the dead-letter place, with the error each carries.
+    fn dead_letters(&self) -> impl Future<Output = Vec<String>> + Send {
+        async {
+            self.dead_letter_headers()
+                .await
+                .into_iter()
+                .map(|headers| header_of(&headers, Self::ERROR_HEADER).unwrap_or_default())
+                .collect()
+        }
+    }
+    /// The headers (message attributes) of each message in the dead-letter place, in order.
+    fn dead_letter_headers(&self) -> impl Future<Output = Vec<Vec<(String, String)>>> + Send;
+    /// Messages waiting, and (where the broker says so cheaply) delivered but unacknowledged.
+    fn outstanding(&self) -> impl Future<Output = u64> + Send;
+    /// `true` when no message waits and none is delivered but unacknowledged (exact, maybe slow).
+    fn drained(&self) -> impl Future<Output = bool> + Send;
+    /// A queue (stream) with a redelivery horizon of a week, where the broker has one.
+    fn horizon_stream(tag: &str) -> impl Future<Output = Self> + Send;
+    /// The error a consumer of a queue (stream) that does not exist gets.
+    fn missing(&self) -> impl Future<Output = String> + Send;
+    /// The topic an outbox message needs to reach the test's queue (stream).
+    fn topic(&self) -> String;
+    /// A topic the broker takes nowhere: no stream captures it, no queue is bound to it.
+    fn nowhere(&self, tag: &str) -> String {
+        format!("gl.nowhere.{tag}")
+    }
+    /// A relay's publisher to the test's queue (stream).
+    fn publisher(&self) -> impl Future<Output = Self::Publisher> + Send;
+    /// How many messages the queue (stream) holds, where that can be read without taking them
+    /// off it (not on RabbitMQ).
+    fn stored(&self) -> impl Future<Output = Option<usize>> + Send {
+        async { None }
+    }
+    /// Every message on the queue (stream), in the order the broker holds them; RabbitMQ's are
+    /// taken off the queue.
+    fn received(&self) -> impl Future<Output = Vec<Received>> + Send;
+}
+
+/// The value of the header `name` among `headers`.
+pub fn header_of(headers: &[(String, String)], name: &str) -> Option<String> {
+    headers
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, value)| value.clone())
+}
+
+/// A message as a relay published it: its id, ordering key and place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Received {
+    /// The message id the relay gave the broker.
+    pub id: String,
+    /// Its ordering key, where the broker carries one.
+    pub key: Option<String>,
+    /// Its place on the queue (stream), in the order the broker holds it.
+    pub seq: i64,
+}

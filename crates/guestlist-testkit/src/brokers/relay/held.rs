@@ -1,0 +1,81 @@
+//! The held relay: a child process whose publisher holds a confirmed batch unstamped, for the
+//! SIGKILL and SIGSTOP stories to hit.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use crate::Fixture;
+use guestlist_sqlx::{Confirmed, OutboxMessage, Outcomes, Publish, PublishError};
+
+use super::line::*;
+use crate::brokers::Broker;
+
+/// A real publisher that, once the broker has confirmed a batch, writes a marker file and holds
+/// the batch for a while before the relay may stamp it: the window a crash or a pause hits.
+pub struct HeldAfterConfirm<P> {
+    inner: P,
+    marker: PathBuf,
+    hold: Duration,
+}
+
+impl<P: Publish> Publish for HeldAfterConfirm<P> {
+    async fn publish(&self, messages: &[OutboxMessage], outcomes: &mut Outcomes) {
+        // Confirmed, but handed to the relay only after the hold.
+        let mut confirmed = Outcomes::with_capacity(messages.len());
+        self.inner.publish(messages, &mut confirmed).await;
+        std::fs::write(&self.marker, messages.len().to_string()).unwrap();
+        tokio::time::sleep(self.hold).await;
+        for n in 0..messages.len() {
+            if let Some(outcome) = confirmed.get(n) {
+                outcomes.set(n, clone_outcome(outcome));
+            }
+        }
+    }
+}
+
+pub(super) fn clone_outcome(
+    outcome: &Result<Confirmed, PublishError>,
+) -> Result<Confirmed, PublishError> {
+    match outcome {
+        Ok(confirmed) => Ok(*confirmed),
+        Err(err) => Err(PublishError::new(err.to_string())),
+    }
+}
+
+/// Waits until the child wrote its marker: the broker has confirmed a batch it holds unstamped.
+pub(super) async fn until_marked(marker: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !marker.exists() {
+        assert!(Instant::now() < deadline, "the relay never published");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+pub(super) fn signal(child: &Child, signal: &str) {
+    let sent = Command::new("kill")
+        .args([signal, &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success(), "kill {signal}");
+}
+
+/// The relay a test kills or pauses between the broker's confirmation and the stamp.
+pub async fn held_relay<B: Broker, DB: Fixture>() {
+    let (Ok(tag), Ok(url), Ok(marker)) = (
+        std::env::var(CHILD_TAG),
+        std::env::var(CHILD_DB),
+        std::env::var(CHILD_MARKER),
+    ) else {
+        eprintln!("held_relay runs only as a relay test's child process");
+        return;
+    };
+    let line = Line::<B, DB>::attach(&tag, &url).await;
+    let held = HeldAfterConfirm {
+        inner: line.rig.broker.publisher().await,
+        marker: marker.into(),
+        hold: Duration::from_millis(env_ms(CHILD_HOLD_MS)),
+    };
+    let relay = line.relay(held, Duration::from_millis(env_ms(CHILD_LEASE_MS)));
+    relay.run(std::future::pending()).await.unwrap();
+}

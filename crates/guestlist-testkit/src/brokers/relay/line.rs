@@ -1,0 +1,170 @@
+//! A test's producer side (its outbox) in front of the consumer's rig, and what a relay child
+//! process reads from its environment.
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use crate::Fixture;
+use guestlist_consumer::Handled;
+use guestlist_core::{MessageId, OrderingKey, Topic};
+use guestlist_sqlx::{Outbox, Outgoing, Publish, Relay};
+use tempfile::TempDir;
+
+use super::held::*;
+use crate::brokers::Broker;
+use crate::brokers::rig::{Rig, order_paid};
+use crate::run_until_stopped;
+
+/// The environment a relay child process reads: the test's tag, its database, the file it
+/// writes once the broker confirmed a batch, and how long it then holds the batch unstamped.
+pub(super) const CHILD_TAG: &str = "GUESTLIST_RELAY_TAG";
+pub(super) const CHILD_DB: &str = "GUESTLIST_RELAY_DB";
+pub(super) const CHILD_MARKER: &str = "GUESTLIST_RELAY_MARKER";
+pub(super) const CHILD_HOLD_MS: &str = "GUESTLIST_RELAY_HOLD_MS";
+pub(super) const CHILD_LEASE_MS: &str = "GUESTLIST_RELAY_LEASE_MS";
+
+/// A test's producer side (its outbox) in front of the consumer's rig.
+pub struct Line<B: Broker, DB: Fixture> {
+    /// The consumer's side: the broker queue, the inbox and the effects table.
+    pub rig: Rig<B, DB>,
+    /// The producer's outbox, on the same database.
+    pub outbox: Outbox<DB>,
+}
+
+impl<B: Broker, DB: Fixture> Line<B, DB> {
+    /// A fresh line (queue, inbox, effects table and outbox) for the test `name`.
+    pub async fn open(name: &str) -> Self {
+        let line = Self::around(Rig::open(name, Duration::from_secs(30)).await);
+        let table = line.outbox.table().to_string();
+        for table in [
+            format!("{table}_keys"),
+            format!("{table}_relay"),
+            format!("{table}_dead"),
+            table,
+        ] {
+            line.rig
+                .db
+                .exec(format!("DROP TABLE IF EXISTS {table}"))
+                .await;
+        }
+        line.outbox.migrate(&line.rig.db.pool).await.unwrap();
+        line
+    }
+
+    fn around(rig: Rig<B, DB>) -> Self {
+        let outbox = Outbox::with_table(&format!("ob_{}", rig.tag)).unwrap();
+        Self { rig, outbox }
+    }
+
+    /// The line of test `tag`, from a child process.
+    pub async fn attach(tag: &str, url: &str) -> Self {
+        Self::around(Rig::attach(tag, url, Duration::from_secs(30)).await)
+    }
+
+    /// A relay of this outbox through `publisher`, quick to notice and to take over.
+    pub fn relay<P: Publish>(&self, publisher: P, lease: Duration) -> Relay<DB, P> {
+        Relay::new(self.outbox.clone(), self.rig.db.pool.clone(), publisher)
+            .lease(lease)
+            .poll(Duration::from_millis(20))
+            .batch(50)
+    }
+
+    /// Enqueues the OrderPaid event `id` on `key`, and commits it or rolls it back.
+    pub async fn enqueue(&self, id: &str, key: &str, commit: bool) {
+        let message = Outgoing::new(Topic::new(self.rig.broker.topic()).unwrap(), order_paid(id))
+            .id(MessageId::new(id).unwrap())
+            .ordering_key(OrderingKey::new(key).unwrap());
+        let mut tx = self.rig.db.pool.begin().await.unwrap();
+        let enqueued = self.outbox.enqueue(&mut *tx, &message).await.unwrap();
+        assert!(enqueued.added);
+        if commit {
+            tx.commit().await.unwrap();
+        } else {
+            tx.rollback().await.unwrap();
+        }
+    }
+
+    /// Outbox rows not yet published.
+    pub async fn pending(&self) -> u64 {
+        self.outbox.stats(&self.rig.db.pool).await.unwrap().pending
+    }
+
+    /// The oldest `limit` outgoing dead letters.
+    pub async fn dead_letters(&self, limit: u32) -> Vec<guestlist_sqlx::DeadLetter> {
+        self.outbox
+            .dead_letters(&self.rig.db.pool, limit)
+            .await
+            .unwrap()
+    }
+
+    /// Runs the consumer until `events` distinct events have their effect and the queue is
+    /// drained.
+    pub async fn consume(&self, events: i64) -> Handled {
+        let consumer = self.rig.consumer(50).await;
+        let (stop, task) = run_until_stopped!(consumer);
+        self.rig
+            .until(
+                Duration::from_secs(60),
+                "every event has its effect and the queue is drained",
+                || async {
+                    self.rig.effects().await.1 == events && self.rig.broker.drained().await
+                },
+            )
+            .await;
+        stop.send(()).unwrap();
+        task.await.unwrap().unwrap()
+    }
+
+    /// Commits `events` messages on one key, and starts a relay child that publishes them and,
+    /// once the broker confirmed them, holds them unstamped for `hold` (its lease: 1 s). Returns
+    /// when the broker has confirmed the batch, with the child and its marker's directory.
+    pub(super) async fn held_batch(
+        &self,
+        name: &str,
+        events: i64,
+        hold: Duration,
+    ) -> (Child, TempDir) {
+        for n in 0..events {
+            self.enqueue(&format!("evt_{n}"), "order-42", true).await;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("confirmed");
+        let child = self.child(
+            name,
+            "held_relay",
+            &[
+                (CHILD_MARKER, marker.display().to_string()),
+                (CHILD_HOLD_MS, hold.as_millis().to_string()),
+                (CHILD_LEASE_MS, "1000".to_owned()),
+            ],
+        );
+        until_marked(&marker).await;
+        (child, dir)
+    }
+
+    /// Starts the relay child `child` of this test's module with `env`.
+    pub(super) fn child(&self, name: &str, child: &str, env: &[(&str, String)]) -> Child {
+        let module = name.split('_').next().unwrap();
+        let mut command = Command::new(std::env::current_exe().unwrap());
+        command
+            .args([&format!("{module}::{child}"), "--exact", "--ignored"])
+            .env(CHILD_TAG, &self.rig.tag)
+            .env(CHILD_DB, &self.rig.db.url)
+            .stdout(Stdio::null());
+        for (var, value) in env {
+            command.env(var, value);
+        }
+        command
+            .spawn()
+            .unwrap_or_else(|err| panic!("start {child}: {err}"))
+    }
+}
+
+/// The lease holder's name of the chaos relay with process id `pid`.
+pub(super) fn relay_name(pid: u32) -> String {
+    format!("chaos-relay-{pid}")
+}
+
+pub(super) fn env_ms(var: &str) -> u64 {
+    std::env::var(var).unwrap().parse().unwrap()
+}

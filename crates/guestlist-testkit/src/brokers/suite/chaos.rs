@@ -1,0 +1,103 @@
+//! Ten thousand events through two consumers, one killed again and again.
+
+use std::hash::{BuildHasher, RandomState};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use crate::Fixture;
+
+use crate::brokers::Broker;
+use crate::brokers::rig::Rig;
+
+/// Environment of the chaos consumers.
+const CHAOS_TAG: &str = "GUESTLIST_CHAOS_TAG";
+const CHAOS_DB: &str = "GUESTLIST_CHAOS_DB";
+const CHAOS_ACK_WAIT: Duration = Duration::from_secs(2);
+
+/// Ten thousand publishes (a fifth of them repeats) through two consumer processes, one SIGKILLed
+/// and restarted again and again: every distinct event has exactly one effect.
+pub async fn ten_thousand_events_two_consumers_one_killed_again_and_again<
+    B: Broker,
+    DB: Fixture,
+>(
+    name: &str,
+) {
+    let events = B::CHAOS_EVENTS;
+    let rig = Rig::<B, DB>::open(name, CHAOS_ACK_WAIT).await;
+    // A fifth of the publishes repeat an earlier event: 8,000 distinct events of 10,000.
+    let random = RandomState::new();
+    let mut distinct = 0;
+    let mut payloads = Vec::with_capacity(events);
+    for n in 0..events {
+        let repeat = n > 0 && random.hash_one(n) % 5 == 0;
+        let id = if repeat {
+            random.hash_one((n, "earlier")) as usize % distinct
+        } else {
+            distinct += 1;
+            distinct - 1
+        };
+        // A millisecond of work each, so that the stream outlasts the kills: batches of 50
+        // otherwise drain it in about a second.
+        payloads.push(format!(r#"{{"id":"evt_{id}","slow_ms":1}}"#).into_bytes());
+    }
+    rig.broker.publish_stream(payloads).await;
+
+    let module = name.split('_').next().unwrap();
+    let start = |label: &str| -> Child {
+        Command::new(std::env::current_exe().unwrap())
+            .args([&format!("{module}::chaos_consumer"), "--exact", "--ignored"])
+            .env(CHAOS_TAG, &rig.tag)
+            .env(CHAOS_DB, &rig.db.url)
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|err| panic!("start the {label} consumer: {err}"))
+    };
+    let steady = start("steady");
+    let mut doomed = start("doomed");
+    let mut kills_mid_stream = 0;
+    for round in 0..6 {
+        let wait = 200 + random.hash_one(("kill", round)) % 600;
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+        if (rig.effects().await.1 as usize) < distinct {
+            kills_mid_stream += 1;
+        }
+        doomed.kill().expect("SIGKILL the doomed consumer");
+        doomed.wait().unwrap();
+        doomed = start("doomed");
+    }
+    rig.until(
+        Duration::from_secs(180),
+        "every event is handled and acknowledged",
+        || async { rig.effects().await.1 as usize == distinct && rig.broker.drained().await },
+    )
+    .await;
+    for mut child in [steady, doomed] {
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+    assert!(
+        kills_mid_stream >= 3,
+        "the kills landed while events were still flowing ({kills_mid_stream})"
+    );
+    let (all, unique) = rig.effects().await;
+    assert_eq!(unique as usize, distinct, "none missing");
+    assert_eq!(all, unique, "every distinct event has exactly one effect");
+    assert_eq!(
+        rig.broker.outstanding().await,
+        0,
+        "drained, nothing unacknowledged"
+    );
+}
+
+/// The consumer process the chaos story starts and kills (a child test).
+pub async fn chaos_consumer<B: Broker, DB: Fixture>() {
+    let (Ok(tag), Ok(url)) = (std::env::var(CHAOS_TAG), std::env::var(CHAOS_DB)) else {
+        eprintln!("chaos_consumer runs only as the chaos test's child process");
+        return;
+    };
+    let rig = Rig::<B, DB>::attach(&tag, &url, CHAOS_ACK_WAIT).await;
+    // Kills land on whatever is in hand: the same prefetched messages can ride several kills in
+    // a row, which would look like a message that kills its consumer (poison) at 5 deliveries.
+    let consumer = rig.consumer(50).await.max_deliveries(50);
+    consumer.run(std::future::pending()).await.unwrap();
+}

@@ -1,0 +1,15 @@
+//! The consumer's stories, on every broker and database, a file per theme.
+
+mod chaos;
+mod deferrals;
+mod flow;
+mod outage;
+mod start;
+mod stops;
+
+pub use chaos::*;
+pub use deferrals::*;
+pub use flow::*;
+pub use outage::*;
+pub use start::*;
+pub use stops::*;

@@ -1,0 +1,237 @@
+//! Stopping: a shutdown, a SIGTERM or a SIGKILL mid-batch loses nothing, and a long handler
+//! keeps its delivery alive.
+
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::Fixture;
+use tokio::sync::Notify;
+
+use crate::brokers::Broker;
+use crate::brokers::rig::{Rig, order_paid};
+use crate::run_until_stopped;
+
+/// A consumer asked to shut down mid-batch finishes or gives back what it holds: nothing is lost.
+pub async fn shutdown_mid_batch_loses_nothing<B: Broker, DB: Fixture>(name: &str) {
+    let rig = Rig::<B, DB>::open(name, Duration::from_secs(30)).await;
+    for n in 0..40 {
+        rig.broker
+            .publish(format!(r#"{{"id":"evt_{n}","slow_ms":20}}"#).as_bytes())
+            .await;
+    }
+    let started = Arc::new(Notify::new());
+    let (stop, task) = run_until_stopped!(rig.consumer_signalling(10, started.clone()).await);
+    started.notified().await; // a batch is in hand
+    stop.send(()).unwrap();
+    let first = task.await.unwrap().unwrap();
+    assert!(first.fresh > 0, "the batch in hand was finished: {first:?}");
+    assert!(first.delivered < 40, "and no more was fetched: {first:?}");
+    let (done, _) = rig.effects().await;
+    assert_eq!(done as u64, first.fresh, "what was handled was committed");
+
+    let (stop, task) = run_until_stopped!(rig.consumer(10).await);
+    rig.until(Duration::from_secs(30), "the rest is handled", || async {
+        rig.broker.drained().await && rig.effects().await.1 == 40
+    })
+    .await;
+    stop.send(()).unwrap();
+    task.await.unwrap().unwrap();
+    assert_eq!(rig.effects().await, (40, 40), "nothing lost, nothing twice");
+    let carried = rig
+        .db
+        .scalar(format!(
+            "SELECT count(*) FROM {} WHERE carried = 'warehouse:' || event || '/charge'",
+            rig.effects
+        ))
+        .await;
+    assert_eq!(
+        carried, 40,
+        "batched handlers carry their own message's key too"
+    );
+}
+
+/// A handler longer than the broker's ack wait keeps its delivery alive: it runs once.
+pub async fn a_long_handler_keeps_its_delivery_alive<B: Broker, DB: Fixture>(name: &str) {
+    let ack_wait = Duration::from_secs(1);
+    let rig = Rig::<B, DB>::open(name, ack_wait).await;
+    rig.broker
+        .publish(br#"{"id":"evt_slow","slow_ms":2500}"#)
+        .await;
+    let (stop, task) = run_until_stopped!(rig.consumer(1).await);
+    rig.until(
+        Duration::from_secs(20),
+        "the slow event is handled",
+        || async { rig.effects().await.0 == 1 },
+    )
+    .await;
+    tokio::time::sleep(ack_wait * 2).await; // a redelivery would show by now
+    stop.send(()).unwrap();
+    let handled = task.await.unwrap().unwrap();
+    assert_eq!(
+        handled.delivered, 1,
+        "the broker never redelivered it: {handled:?}"
+    );
+    assert_eq!(rig.effects().await, (1, 1));
+    assert!(rig.broker.drained().await);
+}
+
+/// Environment of the SIGTERM child.
+const TERM_TAG: &str = "GUESTLIST_TERM_TAG";
+const TERM_DB: &str = "GUESTLIST_TERM_DB";
+
+/// A consumer process sent SIGTERM mid-batch finishes the batch and loses nothing.
+pub async fn sigterm_mid_batch_finishes_the_batch_and_loses_nothing<B: Broker, DB: Fixture>(
+    name: &str,
+) {
+    let rig = Rig::<B, DB>::open(name, Duration::from_secs(30)).await;
+    for n in 0..60 {
+        rig.broker
+            .publish(format!(r#"{{"id":"evt_{n}","slow_ms":25}}"#).as_bytes())
+            .await;
+    }
+    let module = name.split('_').next().unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([&format!("{module}::term_consumer"), "--exact", "--ignored"])
+        .env(TERM_TAG, &rig.tag)
+        .env(TERM_DB, &rig.db.url)
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("start the consumer process");
+    rig.until(
+        Duration::from_secs(30),
+        "the consumer has committed a batch",
+        || async { rig.effects().await.0 > 0 },
+    )
+    .await;
+    let pid = child.id().to_string();
+    let signalled = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(signalled.success());
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
+    assert!(status.success(), "SIGTERM is a clean stop: {status}");
+    let (done, _) = rig.effects().await;
+    assert!(done < 60, "it stopped before the end ({done} handled)");
+
+    let (stop, task) = run_until_stopped!(rig.consumer(10).await);
+    rig.until(Duration::from_secs(60), "the rest is handled", || async {
+        rig.effects().await.1 == 60 && rig.broker.drained().await
+    })
+    .await;
+    stop.send(()).unwrap();
+    task.await.unwrap().unwrap();
+    assert_eq!(rig.effects().await, (60, 60), "nothing lost, nothing twice");
+}
+
+/// The consumer process the SIGTERM story stops (a child test).
+pub async fn term_consumer<B: Broker, DB: Fixture>() {
+    let (Ok(tag), Ok(url)) = (std::env::var(TERM_TAG), std::env::var(TERM_DB)) else {
+        eprintln!("term_consumer runs only as the SIGTERM test's child process");
+        return;
+    };
+    let rig = Rig::<B, DB>::attach(&tag, &url, Duration::from_secs(30)).await;
+    let consumer = rig.consumer(10).await;
+    consumer
+        .run(guestlist_consumer::shutdown_signal())
+        .await
+        .unwrap();
+}
+
+/// Environment of the held-acks child.
+const HELD_TAG: &str = "GUESTLIST_HELD_TAG";
+const HELD_DB: &str = "GUESTLIST_HELD_DB";
+/// Short, so that JetStream redelivers the killed consumer's batch soon.
+const HELD_ACK_WAIT: Duration = Duration::from_secs(2);
+
+/// A consumer SIGKILLed between its commit and its acknowledgements: the batch is redelivered, and
+/// every message in it is a duplicate.
+pub async fn sigkill_between_commit_and_acks_redelivers_a_batch_of_duplicates<
+    B: Broker,
+    DB: Fixture,
+>(
+    name: &str,
+) {
+    const EVENTS: usize = 40;
+    let rig = Rig::<B, DB>::open(name, HELD_ACK_WAIT).await;
+    for n in 0..EVENTS {
+        rig.broker.publish(&order_paid(&format!("evt_{n}"))).await;
+    }
+    let module = name.split('_').next().unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            &format!("{module}::held_acks_consumer"),
+            "--exact",
+            "--ignored",
+        ])
+        .env(HELD_TAG, &rig.tag)
+        .env(HELD_DB, &rig.db.url)
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("start the consumer process");
+    // Its batch acknowledgements never leave: once a batch of several has committed, it waits
+    // there for good (a first batch of one may come before, acknowledged as usual).
+    rig.until(
+        Duration::from_secs(30),
+        "the consumer committed a batch",
+        || async { rig.effects().await.0 > 1 },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (committed, _) = rig.effects().await;
+    // Committed, not acknowledged: killed right there.
+    child.kill().expect("SIGKILL the consumer");
+    child.wait().unwrap();
+    assert_eq!(
+        rig.effects().await,
+        (committed, committed),
+        "the batch committed, once"
+    );
+
+    let (stop, task) = run_until_stopped!(rig.consumer(100).await);
+    rig.until(
+        Duration::from_secs(60),
+        "every event is handled and acknowledged, the redelivered batch too",
+        || async {
+            rig.effects().await.1 == EVENTS as i64
+                && rig.broker.drained().await
+                && rig.broker.outstanding().await == 0
+        },
+    )
+    .await;
+    stop.send(()).unwrap();
+    let handled = task.await.unwrap().unwrap();
+    assert_eq!(
+        rig.effects().await,
+        (EVENTS as i64, EVENTS as i64),
+        "no second effect for the redelivered batch"
+    );
+    assert!(
+        handled.duplicates >= 2 && handled.duplicates <= committed as u64,
+        "the redelivered batch is acknowledged as duplicates: {handled:?}"
+    );
+    assert_eq!(
+        handled.fresh,
+        EVENTS as u64 - committed as u64,
+        "only what never committed runs: {handled:?}"
+    );
+    assert_eq!(
+        rig.broker.outstanding().await,
+        0,
+        "nothing left unacknowledged"
+    );
+}
+
+/// The consumer process the commit-then-kill story stops before its acknowledgements (a child test).
+pub async fn held_acks_consumer<B: Broker, DB: Fixture>() {
+    let (Ok(tag), Ok(url)) = (std::env::var(HELD_TAG), std::env::var(HELD_DB)) else {
+        eprintln!("held_acks_consumer runs only as the commit-then-kill test's child process");
+        return;
+    };
+    let rig = Rig::<B, DB>::attach(&tag, &url, HELD_ACK_WAIT).await;
+    let source = crate::brokers::held_acks::HeldAcks(rig.broker.source().await);
+    rig.consumer_of(source, 100)
+        .run(std::future::pending())
+        .await
+        .unwrap();
+}
