@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::Fixture;
 use guestlist_sqlx::{Confirmed, OutboxMessage, Outcomes, Publish, PublishError};
+use tempfile::TempDir;
 
 use super::line::*;
 use crate::brokers::Broker;
@@ -78,4 +79,33 @@ pub async fn held_relay<B: Broker, DB: Fixture>() {
     };
     let relay = line.relay(held, Duration::from_millis(env_ms(CHILD_LEASE_MS)));
     relay.run(std::future::pending()).await.unwrap();
+}
+
+impl<B: Broker, DB: Fixture> Line<B, DB> {
+    /// Commits `events` messages on one key, and starts a relay child that publishes them and,
+    /// once the broker confirmed them, holds them unstamped for `hold` (its lease: 1 s). Returns
+    /// when the broker has confirmed the batch, with the child and its marker's directory.
+    pub(super) async fn held_batch(
+        &self,
+        name: &str,
+        events: i64,
+        hold: Duration,
+    ) -> (Child, TempDir) {
+        for n in 0..events {
+            self.enqueue(&format!("evt_{n}"), "order-42", true).await;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("confirmed");
+        let child = self.child(
+            name,
+            "held_relay",
+            &[
+                (CHILD_MARKER, marker.display().to_string()),
+                (CHILD_HOLD_MS, hold.as_millis().to_string()),
+                (CHILD_LEASE_MS, "1000".to_owned()),
+            ],
+        );
+        until_marked(&marker).await;
+        (child, dir)
+    }
 }

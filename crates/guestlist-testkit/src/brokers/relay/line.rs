@@ -8,9 +8,7 @@ use crate::Fixture;
 use guestlist_consumer::Handled;
 use guestlist_core::{MessageId, OrderingKey, Topic};
 use guestlist_sqlx::{Outbox, Outgoing, Publish, Relay};
-use tempfile::TempDir;
 
-use super::held::*;
 use crate::brokers::Broker;
 use crate::brokers::rig::{Rig, order_paid};
 use crate::run_until_stopped;
@@ -113,33 +111,6 @@ impl<B: Broker, DB: Fixture> Line<B, DB> {
             .await;
         stop.send(()).unwrap();
         task.await.unwrap().unwrap()
-    }
-
-    /// Commits `events` messages on one key, and starts a relay child that publishes them and,
-    /// once the broker confirmed them, holds them unstamped for `hold` (its lease: 1 s). Returns
-    /// when the broker has confirmed the batch, with the child and its marker's directory.
-    pub(super) async fn held_batch(
-        &self,
-        name: &str,
-        events: i64,
-        hold: Duration,
-    ) -> (Child, TempDir) {
-        for n in 0..events {
-            self.enqueue(&format!("evt_{n}"), "order-42", true).await;
-        }
-        let dir = tempfile::tempdir().unwrap();
-        let marker = dir.path().join("confirmed");
-        let child = self.child(
-            name,
-            "held_relay",
-            &[
-                (CHILD_MARKER, marker.display().to_string()),
-                (CHILD_HOLD_MS, hold.as_millis().to_string()),
-                (CHILD_LEASE_MS, "1000".to_owned()),
-            ],
-        );
-        until_marked(&marker).await;
-        (child, dir)
     }
 
     /// Starts the relay child `child` of this test's module with `env`.
