@@ -5,6 +5,8 @@
 //! in the database, never calls.
 
 /// A source whose batch acknowledgements never leave, for the commit-then-kill story.
+/// A story's child process: the test binary, running one of the story's ignored tests.
+pub mod child;
 pub mod held_acks;
 /// The outbox relay's stories.
 pub mod relay;

@@ -192,7 +192,7 @@ impl<B: Broker, DB: Fixture> Rig<B, DB> {
         id_from: IdFrom,
         started: Arc<Notify>,
     ) -> Consumer<S, DB, Pick> {
-        self.consumer_on(
+        self.consumer_from(
             source,
             self.db.pool.clone(),
             self.inbox.clone(),
@@ -202,8 +202,20 @@ impl<B: Broker, DB: Fixture> Rig<B, DB> {
         )
     }
 
+    /// A consumer of the queue with the pick handler on `pool` and `inbox`, 10 messages at a
+    /// time.
+    pub async fn consumer_on(
+        &self,
+        pool: sqlx::Pool<DB>,
+        inbox: Inbox<DB>,
+    ) -> Consumer<B::Source, DB, Pick> {
+        let source = self.broker.source().await;
+        let id_from = IdFrom::JsonField("/id".to_owned());
+        self.consumer_from(source, pool, inbox, 10, id_from, Arc::new(Notify::new()))
+    }
+
     /// A consumer of `source` with the pick handler on `pool` and `inbox`.
-    pub fn consumer_on<S: guestlist_consumer::Source>(
+    fn consumer_from<S: guestlist_consumer::Source>(
         &self,
         source: S,
         pool: sqlx::Pool<DB>,

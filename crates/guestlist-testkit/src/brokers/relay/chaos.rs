@@ -9,6 +9,7 @@ use crate::Fixture;
 
 use super::line::*;
 use crate::brokers::Broker;
+use crate::brokers::child::parent;
 
 /// Two relays on one table, the lease's holder SIGKILLed again and again while four writers
 /// commit messages on a few keys: every message reaches the broker, each key's in commit order.
@@ -128,8 +129,7 @@ pub async fn two_relays_one_killed_again_and_again_keep_each_keys_order<B: Broke
 
 /// A relay the chaos test runs, two at a time, and kills.
 pub async fn chaos_relay<B: Broker, DB: Fixture>() {
-    let (Ok(tag), Ok(url)) = (std::env::var(CHILD_TAG), std::env::var(CHILD_DB)) else {
-        eprintln!("chaos_relay runs only as the chaos test's child process");
+    let Some((tag, url)) = parent("chaos_relay") else {
         return;
     };
     let line = Line::<B, DB>::attach(&tag, &url).await;

@@ -11,6 +11,7 @@ use tempfile::TempDir;
 
 use super::line::*;
 use crate::brokers::Broker;
+use crate::brokers::child::parent;
 
 /// A real publisher that, once the broker has confirmed a batch, writes a marker file and holds
 /// the batch for a while before the relay may stamp it: the window a crash or a pause hits.
@@ -63,14 +64,10 @@ pub(super) fn signal(child: &Child, signal: &str) {
 
 /// The relay a test kills or pauses between the broker's confirmation and the stamp.
 pub async fn held_relay<B: Broker, DB: Fixture>() {
-    let (Ok(tag), Ok(url), Ok(marker)) = (
-        std::env::var(CHILD_TAG),
-        std::env::var(CHILD_DB),
-        std::env::var(CHILD_MARKER),
-    ) else {
-        eprintln!("held_relay runs only as a relay test's child process");
+    let Some((tag, url)) = parent("held_relay") else {
         return;
     };
+    let marker = std::env::var(CHILD_MARKER).expect("the story names the marker file");
     let line = Line::<B, DB>::attach(&tag, &url).await;
     let held = HeldAfterConfirm {
         inner: line.rig.broker.publisher().await,

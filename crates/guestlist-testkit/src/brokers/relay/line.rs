@@ -1,7 +1,7 @@
 //! A test's producer side (its outbox) in front of the consumer's rig, and what a relay child
 //! process reads from its environment.
 
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::Duration;
 
 use crate::Fixture;
@@ -13,10 +13,9 @@ use crate::brokers::Broker;
 use crate::brokers::rig::{Rig, order_paid};
 use crate::run_until_stopped;
 
-/// The environment a relay child process reads: the test's tag, its database, the file it
-/// writes once the broker confirmed a batch, and how long it then holds the batch unstamped.
-pub(super) const CHILD_TAG: &str = "GUESTLIST_RELAY_TAG";
-pub(super) const CHILD_DB: &str = "GUESTLIST_RELAY_DB";
+/// What a relay child process reads from its environment besides its story's tag and database
+/// ([`parent`](crate::brokers::child::parent)): the file it writes once the broker confirmed a
+/// batch, how long it then holds the batch unstamped, and its lease.
 pub(super) const CHILD_MARKER: &str = "GUESTLIST_RELAY_MARKER";
 pub(super) const CHILD_HOLD_MS: &str = "GUESTLIST_RELAY_HOLD_MS";
 pub(super) const CHILD_LEASE_MS: &str = "GUESTLIST_RELAY_LEASE_MS";
@@ -115,19 +114,7 @@ impl<B: Broker, DB: Fixture> Line<B, DB> {
 
     /// Starts the relay child `child` of this test's module with `env`.
     pub(super) fn child(&self, name: &str, child: &str, env: &[(&str, String)]) -> Child {
-        let module = name.split('_').next().unwrap();
-        let mut command = Command::new(std::env::current_exe().unwrap());
-        command
-            .args([&format!("{module}::{child}"), "--exact", "--ignored"])
-            .env(CHILD_TAG, &self.rig.tag)
-            .env(CHILD_DB, &self.rig.db.url)
-            .stdout(Stdio::null());
-        for (var, value) in env {
-            command.env(var, value);
-        }
-        command
-            .spawn()
-            .unwrap_or_else(|err| panic!("start {child}: {err}"))
+        self.rig.child(name, child, env)
     }
 }
 

@@ -1,17 +1,15 @@
 //! Ten thousand events through two consumers, one killed again and again.
 
 use std::hash::{BuildHasher, RandomState};
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use crate::Fixture;
 
 use crate::brokers::Broker;
+use crate::brokers::child::parent;
 use crate::brokers::rig::Rig;
 
-/// Environment of the chaos consumers.
-const CHAOS_TAG: &str = "GUESTLIST_CHAOS_TAG";
-const CHAOS_DB: &str = "GUESTLIST_CHAOS_DB";
+/// The chaos consumers' ack wait: short, so that a killed consumer's messages come back soon.
 const CHAOS_ACK_WAIT: Duration = Duration::from_secs(2);
 
 /// Ten thousand publishes (a fifth of them repeats) through two consumer processes, one SIGKILLed
@@ -42,18 +40,9 @@ pub async fn ten_thousand_events_two_consumers_one_killed_again_and_again<
     }
     rig.broker.publish_stream(payloads).await;
 
-    let module = name.split('_').next().unwrap();
-    let start = |label: &str| -> Child {
-        Command::new(std::env::current_exe().unwrap())
-            .args([&format!("{module}::chaos_consumer"), "--exact", "--ignored"])
-            .env(CHAOS_TAG, &rig.tag)
-            .env(CHAOS_DB, &rig.db.url)
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|err| panic!("start the {label} consumer: {err}"))
-    };
-    let steady = start("steady");
-    let mut doomed = start("doomed");
+    let start = || rig.child(name, "chaos_consumer", &[]);
+    let steady = start();
+    let mut doomed = start();
     let mut kills_mid_stream = 0;
     for round in 0..6 {
         let wait = 200 + random.hash_one(("kill", round)) % 600;
@@ -63,7 +52,7 @@ pub async fn ten_thousand_events_two_consumers_one_killed_again_and_again<
         }
         doomed.kill().expect("SIGKILL the doomed consumer");
         doomed.wait().unwrap();
-        doomed = start("doomed");
+        doomed = start();
     }
     rig.until(
         Duration::from_secs(180),
@@ -91,8 +80,7 @@ pub async fn ten_thousand_events_two_consumers_one_killed_again_and_again<
 
 /// The consumer process the chaos story starts and kills (a child test).
 pub async fn chaos_consumer<B: Broker, DB: Fixture>() {
-    let (Ok(tag), Ok(url)) = (std::env::var(CHAOS_TAG), std::env::var(CHAOS_DB)) else {
-        eprintln!("chaos_consumer runs only as the chaos test's child process");
+    let Some((tag, url)) = parent("chaos_consumer") else {
         return;
     };
     let rig = Rig::<B, DB>::attach(&tag, &url, CHAOS_ACK_WAIT).await;

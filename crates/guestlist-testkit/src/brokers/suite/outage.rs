@@ -1,11 +1,7 @@
 //! The database goes away while events flow: nothing is dead-lettered, and the consumer resumes
 //! (or, asked to stop, returns) by itself.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-use guestlist_consumer::IdFrom;
-use tokio::sync::Notify;
 
 use crate::brokers::Broker;
 use crate::brokers::rig::{Rig, order_paid};
@@ -51,14 +47,8 @@ pub async fn a_database_outage_dead_letters_nothing_and_resumes<B: Broker>(
     }
     let pool = pool.connect_with(through_proxy).await.unwrap();
     let consumer = rig
-        .consumer_on(
-            rig.broker.source().await,
-            pool,
-            rig.inbox.clone(),
-            10,
-            IdFrom::JsonField("/id".to_owned()),
-            Arc::new(Notify::new()),
-        )
+        .consumer_on(pool, rig.inbox.clone())
+        .await
         .max_deliveries(3)
         .outage_backoff(Duration::from_millis(100), Duration::from_secs(2));
     let health = consumer.health();
@@ -148,14 +138,7 @@ pub async fn asked_to_stop_during_an_outage_it_returns_and_settles_nothing<B: Br
         .connect_with(direct.host("127.0.0.1").port(proxy.addr().port()))
         .await
         .unwrap();
-    let consumer = rig.consumer_on(
-        rig.broker.source().await,
-        pool,
-        rig.inbox.clone(),
-        10,
-        IdFrom::JsonField("/id".to_owned()),
-        Arc::new(Notify::new()),
-    );
+    let consumer = rig.consumer_on(pool, rig.inbox.clone()).await;
     let health = consumer.health();
     let (stop, task) = run_until_stopped!(consumer);
     rig.broker.publish(&order_paid("evt_0")).await;

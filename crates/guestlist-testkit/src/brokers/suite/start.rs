@@ -1,14 +1,12 @@
 //! Refused at start-up: a retention shorter than the redelivery horizon, a missing queue, a
 //! missing inbox table.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use crate::{Database, Fixture, short_tag};
-use guestlist_consumer::{Error, IdFrom};
+use guestlist_consumer::Error;
 use guestlist_core::Retention;
 use guestlist_sqlx::Inbox;
-use tokio::sync::Notify;
 
 use crate::brokers::Broker;
 use crate::brokers::rig::{Rig, order_paid};
@@ -81,14 +79,7 @@ pub async fn a_missing_inbox_table_is_refused_at_start_and_dead_letters_nothing<
                 .exec(format!("DROP TABLE {}_deferrals", never.table()))
                 .await;
         }
-        let consumer = rig.consumer_on(
-            rig.broker.source().await,
-            rig.db.pool.clone(),
-            never.clone(),
-            10,
-            IdFrom::JsonField("/id".to_owned()),
-            Arc::new(Notify::new()),
-        );
+        let consumer = rig.consumer_on(rig.db.pool.clone(), never.clone()).await;
         let refused = tokio::time::timeout(
             Duration::from_secs(30),
             consumer.run(std::future::pending()),

@@ -1,7 +1,7 @@
 //! Stopping: a shutdown, a SIGTERM or a SIGKILL mid-batch loses nothing, and a long handler
 //! keeps its delivery alive.
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,6 +9,7 @@ use crate::Fixture;
 use tokio::sync::Notify;
 
 use crate::brokers::Broker;
+use crate::brokers::child::parent;
 use crate::brokers::rig::{Rig, order_paid};
 use crate::run_until_stopped;
 
@@ -76,10 +77,6 @@ pub async fn a_long_handler_keeps_its_delivery_alive<B: Broker, DB: Fixture>(nam
     assert!(rig.broker.drained().await);
 }
 
-/// Environment of the SIGTERM child.
-const TERM_TAG: &str = "GUESTLIST_TERM_TAG";
-const TERM_DB: &str = "GUESTLIST_TERM_DB";
-
 /// A consumer process sent SIGTERM mid-batch finishes the batch and loses nothing.
 pub async fn sigterm_mid_batch_finishes_the_batch_and_loses_nothing<B: Broker, DB: Fixture>(
     name: &str,
@@ -90,14 +87,7 @@ pub async fn sigterm_mid_batch_finishes_the_batch_and_loses_nothing<B: Broker, D
             .publish(format!(r#"{{"id":"evt_{n}","slow_ms":25}}"#).as_bytes())
             .await;
     }
-    let module = name.split('_').next().unwrap();
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([&format!("{module}::term_consumer"), "--exact", "--ignored"])
-        .env(TERM_TAG, &rig.tag)
-        .env(TERM_DB, &rig.db.url)
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("start the consumer process");
+    let mut child = rig.child(name, "term_consumer", &[]);
     rig.until(
         Duration::from_secs(30),
         "the consumer has committed a batch",
@@ -126,8 +116,7 @@ pub async fn sigterm_mid_batch_finishes_the_batch_and_loses_nothing<B: Broker, D
 
 /// The consumer process the SIGTERM story stops (a child test).
 pub async fn term_consumer<B: Broker, DB: Fixture>() {
-    let (Ok(tag), Ok(url)) = (std::env::var(TERM_TAG), std::env::var(TERM_DB)) else {
-        eprintln!("term_consumer runs only as the SIGTERM test's child process");
+    let Some((tag, url)) = parent("term_consumer") else {
         return;
     };
     let rig = Rig::<B, DB>::attach(&tag, &url, Duration::from_secs(30)).await;
@@ -138,10 +127,7 @@ pub async fn term_consumer<B: Broker, DB: Fixture>() {
         .unwrap();
 }
 
-/// Environment of the held-acks child.
-const HELD_TAG: &str = "GUESTLIST_HELD_TAG";
-const HELD_DB: &str = "GUESTLIST_HELD_DB";
-/// Short, so that JetStream redelivers the killed consumer's batch soon.
+/// The held-acks child's ack wait: short, so that JetStream redelivers the killed consumer's batch soon.
 const HELD_ACK_WAIT: Duration = Duration::from_secs(2);
 
 /// A consumer SIGKILLed between its commit and its acknowledgements: the batch is redelivered, and
@@ -157,18 +143,7 @@ pub async fn sigkill_between_commit_and_acks_redelivers_a_batch_of_duplicates<
     for n in 0..EVENTS {
         rig.broker.publish(&order_paid(&format!("evt_{n}"))).await;
     }
-    let module = name.split('_').next().unwrap();
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            &format!("{module}::held_acks_consumer"),
-            "--exact",
-            "--ignored",
-        ])
-        .env(HELD_TAG, &rig.tag)
-        .env(HELD_DB, &rig.db.url)
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("start the consumer process");
+    let mut child = rig.child(name, "held_acks_consumer", &[]);
     // Its batch acknowledgements never leave: once a batch of several has committed, it waits
     // there for good (a first batch of one may come before, acknowledged as usual).
     rig.until(
@@ -224,8 +199,7 @@ pub async fn sigkill_between_commit_and_acks_redelivers_a_batch_of_duplicates<
 
 /// The consumer process the commit-then-kill story stops before its acknowledgements (a child test).
 pub async fn held_acks_consumer<B: Broker, DB: Fixture>() {
-    let (Ok(tag), Ok(url)) = (std::env::var(HELD_TAG), std::env::var(HELD_DB)) else {
-        eprintln!("held_acks_consumer runs only as the commit-then-kill test's child process");
+    let Some((tag, url)) = parent("held_acks_consumer") else {
         return;
     };
     let rig = Rig::<B, DB>::attach(&tag, &url, HELD_ACK_WAIT).await;

@@ -1,0 +1,45 @@
+//! A story's child process: the test binary itself, running one ignored test of the story's
+//! module, told the story's tag and database through its environment. The stories start
+//! consumers and relays this way so that they can kill them (SIGKILL, SIGTERM, SIGSTOP).
+
+use std::process::{Child, Command, Stdio};
+
+use crate::Fixture;
+use crate::brokers::{Broker, Rig};
+
+/// The environment variable a child reads its story's tag from.
+const TAG: &str = "GUESTLIST_CHILD_TAG";
+/// The environment variable a child reads its story's database URL from.
+const DB: &str = "GUESTLIST_CHILD_DB";
+
+impl<B: Broker, DB: Fixture> Rig<B, DB> {
+    /// Starts the child test `child` of the module the story `name` runs in (the part of `name`
+    /// before its first `_`, as the suite macros name them), on this rig, with `env` besides.
+    pub fn child(&self, name: &str, child: &str, env: &[(&str, String)]) -> Child {
+        let module = name.split('_').next().unwrap();
+        let mut command = Command::new(std::env::current_exe().unwrap());
+        command
+            .args([&format!("{module}::{child}"), "--exact", "--ignored"])
+            .env(TAG, &self.tag)
+            .env(self::DB, &self.db.url)
+            .stdout(Stdio::null());
+        for (var, value) in env {
+            command.env(var, value);
+        }
+        command
+            .spawn()
+            .unwrap_or_else(|err| panic!("start {child}: {err}"))
+    }
+}
+
+/// In the child test `child`: the tag and database URL its story gave it; `None`, with a line
+/// saying why, when it runs on its own (as `--ignored` alone would run it).
+pub fn parent(child: &str) -> Option<(String, String)> {
+    match (std::env::var(TAG), std::env::var(DB)) {
+        (Ok(tag), Ok(url)) => Some((tag, url)),
+        _ => {
+            eprintln!("{child} runs only as a story's child process");
+            None
+        }
+    }
+}
