@@ -22,3 +22,26 @@ macro_rules! stories {
         $crate::stories!($($module)::+, [$($ty),+], ($($prefix)*); $($rest),*);
     };
 }
+
+/// Generates one ignored `#[tokio::test]` (two worker threads) per child process the stories
+/// start: each calls `module::child::<Types>()` and awaits it, and is ignored with the reason
+/// given, so that it runs only when a story starts it by name (`--exact --ignored`).
+///
+/// ```ignore
+/// guestlist_testkit::children!(suite, [Nats, sqlx::Postgres];
+///     term_consumer: "child process of sigterm_mid_batch_finishes_the_batch_and_loses_nothing",
+/// );
+/// ```
+#[macro_export]
+macro_rules! children {
+    ($module:ident, [$($ty:ty),+ $(,)?]; $(,)?) => {};
+    ($module:ident, [$($ty:ty),+ $(,)?]; $name:ident: $why:literal $(, $rest:ident: $rest_why:literal)* $(,)?) => {
+        #[doc = concat!("Not a test on its own: the ", $why, ".")]
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        #[ignore = $why]
+        async fn $name() {
+            $module::$name::<$($ty),+>().await;
+        }
+        $crate::children!($module, [$($ty),+]; $($rest: $rest_why),*);
+    };
+}

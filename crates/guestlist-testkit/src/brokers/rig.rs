@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::{Database, Fixture, short_tag};
-use guestlist_consumer::{Consumer, Handler, IdFrom, Message};
+use guestlist_consumer::{Consumer, Handled, Handler, IdFrom, Message};
 use guestlist_core::{Deferral, HandlerName};
 use guestlist_sqlx::Inbox;
 use tokio::sync::Notify;
@@ -256,6 +256,21 @@ impl<B: Broker, DB: Fixture> Rig<B, DB> {
             ))
             .await;
         (all, distinct)
+    }
+
+    /// Waits (at most `limit`) until nothing is outstanding on the broker, then stops the
+    /// consumer that `stop` and `task` run ([`run_until_stopped!`](crate::run_until_stopped)) and
+    /// returns what it handled, failing the test if its run failed.
+    pub async fn stop_drained<E: std::fmt::Debug>(
+        &self,
+        stop: tokio::sync::oneshot::Sender<()>,
+        task: tokio::task::JoinHandle<Result<Handled, E>>,
+        limit: Duration,
+    ) -> Handled {
+        self.until(limit, "nothing is outstanding", || self.broker.drained())
+            .await;
+        stop.send(()).unwrap();
+        task.await.unwrap().unwrap()
     }
 
     /// Waits (at most `limit`) until `done` holds.

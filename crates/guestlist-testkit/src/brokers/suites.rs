@@ -32,44 +32,29 @@ macro_rules! broker_suite {
             use super::*;
             use $crate::brokers::suite;
             $crate::stories!(suite, [$broker, $db], (stringify!($m), "_");
-            five_publishes_five_acks_one_pick_task,
-            a_poison_message_is_dead_lettered_while_the_rest_flow,
-            a_messages_headers_reach_its_handler_and_stay_on_its_dead_letter,
-            a_handled_message_delivered_past_the_limit_is_a_duplicate_not_poison,
-            not_yet_is_deferred_and_never_counts_as_poison,
-            deferrals_past_their_time_bound_are_dead_lettered,
-            shutdown_mid_batch_loses_nothing,
-            a_long_handler_keeps_its_delivery_alive,
-            a_retention_shorter_than_the_redelivery_horizon_is_refused,
-            ten_thousand_events_two_consumers_one_killed_again_and_again,
-            a_missing_queue_is_refused_at_start_up,
-            sigterm_mid_batch_finishes_the_batch_and_loses_nothing,
-            sigkill_between_commit_and_acks_redelivers_a_batch_of_duplicates,
-            a_missing_inbox_table_is_refused_at_start_and_dead_letters_nothing,
-            a_deferral_inside_a_batch_waits_as_asked_and_counts_once,
-            a_poison_in_a_batch_runs_once_per_delivery_and_each_run_is_counted,
-        );
+                five_publishes_five_acks_one_pick_task,
+                a_poison_message_is_dead_lettered_while_the_rest_flow,
+                a_messages_headers_reach_its_handler_and_stay_on_its_dead_letter,
+                a_handled_message_delivered_past_the_limit_is_a_duplicate_not_poison,
+                not_yet_is_deferred_and_never_counts_as_poison,
+                deferrals_past_their_time_bound_are_dead_lettered,
+                shutdown_mid_batch_loses_nothing,
+                a_long_handler_keeps_its_delivery_alive,
+                a_retention_shorter_than_the_redelivery_horizon_is_refused,
+                ten_thousand_events_two_consumers_one_killed_again_and_again,
+                a_missing_queue_is_refused_at_start_up,
+                sigterm_mid_batch_finishes_the_batch_and_loses_nothing,
+                sigkill_between_commit_and_acks_redelivers_a_batch_of_duplicates,
+                a_missing_inbox_table_is_refused_at_start_and_dead_letters_nothing,
+                a_deferral_inside_a_batch_waits_as_asked_and_counts_once,
+                a_poison_in_a_batch_runs_once_per_delivery_and_each_run_is_counted,
+            );
 
-        /// Not a test on its own: the consumer process the SIGTERM test stops.
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        #[ignore = "child process of sigterm_mid_batch_finishes_the_batch_and_loses_nothing"]
-        async fn term_consumer() {
-            $crate::brokers::suite::term_consumer::<$broker, $db>().await;
-        }
-
-        /// Not a test on its own: the consumer the commit-then-kill test stops before its acks.
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        #[ignore = "child process of sigkill_between_commit_and_acks_redelivers_a_batch_of_duplicates"]
-        async fn held_acks_consumer() {
-            $crate::brokers::suite::held_acks_consumer::<$broker, $db>().await;
-        }
-
-        /// Not a test on its own: the consumer process the chaos test starts and kills.
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        #[ignore = "child process of ten_thousand_events_two_consumers_one_killed_again_and_again"]
-        async fn chaos_consumer() {
-            $crate::brokers::suite::chaos_consumer::<$broker, $db>().await;
-        }
+            $crate::children!(suite, [$broker, $db];
+                term_consumer: "child process of sigterm_mid_batch_finishes_the_batch_and_loses_nothing",
+                held_acks_consumer: "child process of sigkill_between_commit_and_acks_redelivers_a_batch_of_duplicates",
+                chaos_consumer: "child process of ten_thousand_events_two_consumers_one_killed_again_and_again",
+            );
         }
     };
 }
@@ -130,12 +115,9 @@ macro_rules! relay_suite {
             );
             $crate::relay_suite!(@every_broker $m, $broker, $db);
 
-            /// Not a test on its own: the relays the chaos test runs and kills.
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            #[ignore = "child process of two_relays_one_killed_again_and_again_keep_each_keys_order"]
-            async fn chaos_relay() {
-                $crate::brokers::relay::chaos_relay::<$broker, $db>().await;
-            }
+            $crate::children!(relay, [$broker, $db];
+                chaos_relay: "child process of two_relays_one_killed_again_and_again_keep_each_keys_order",
+            );
         }
     };
     // The refusals and the held relay, which every broker's suite runs as they are.
@@ -148,11 +130,8 @@ macro_rules! relay_suite {
             a_refused_messages_retries_back_off_doubling,
         );
 
-        /// Not a test on its own: the relay the SIGKILL and SIGSTOP tests hold mid-batch.
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        #[ignore = "child process of the relay tests"]
-        async fn held_relay() {
-            $crate::brokers::relay::held_relay::<$broker, $db>().await;
-        }
+        $crate::children!(every_broker, [$broker, $db];
+            held_relay: "child process of the relay tests (the SIGKILL and SIGSTOP stories hold it mid-batch)",
+        );
     };
 }

@@ -28,14 +28,7 @@ pub async fn not_yet_is_deferred_and_never_counts_as_poison<B: Broker, DB: Fixtu
         || async { rig.effects().await == (2, 2) && rig.broker.dead_letters().await.len() == 1 },
     )
     .await;
-    rig.until(
-        Duration::from_secs(10),
-        "nothing is outstanding",
-        || async { rig.broker.drained().await },
-    )
-    .await;
-    stop.send(()).unwrap();
-    let handled = task.await.unwrap().unwrap();
+    let handled = rig.stop_drained(stop, task, Duration::from_secs(10)).await;
     assert_eq!(
         (
             handled.fresh,

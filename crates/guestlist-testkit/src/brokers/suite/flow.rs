@@ -18,14 +18,7 @@ pub async fn five_publishes_five_acks_one_pick_task<B: Broker, DB: Fixture>(name
         rig.broker.publish(&order_paid("evt_9f3k")).await;
     }
     let (stop, task) = run_until_stopped!(rig.consumer(1).await);
-    rig.until(
-        Duration::from_secs(30),
-        "every delivery is acknowledged",
-        || async { rig.broker.drained().await },
-    )
-    .await;
-    stop.send(()).unwrap();
-    let handled = task.await.unwrap().unwrap();
+    let handled = rig.stop_drained(stop, task, Duration::from_secs(30)).await;
     assert_eq!(handled.delivered, 5);
     assert_eq!(handled.fresh + handled.duplicates, 5, "five acks");
     assert_eq!(rig.effects().await, (1, 1), "one pick task");
@@ -75,14 +68,7 @@ pub async fn a_poison_message_is_dead_lettered_while_the_rest_flow<B: Broker, DB
         || async { rig.broker.dead_letters().await.len() == 1 && rig.effects().await == (10, 10) },
     )
     .await;
-    rig.until(
-        Duration::from_secs(10),
-        "nothing is outstanding",
-        || async { rig.broker.drained().await },
-    )
-    .await;
-    stop.send(()).unwrap();
-    let handled = task.await.unwrap().unwrap();
+    let handled = rig.stop_drained(stop, task, Duration::from_secs(10)).await;
     assert_eq!(handled.dead_lettered, 1);
     assert_eq!(handled.failed, 3, "three deliveries failed before it went");
     let errors = rig.broker.dead_letters().await;
