@@ -27,11 +27,13 @@ use lapin::{BasicProperties, Connection, ConnectionProperties};
 
 mod delivery;
 mod publisher;
+mod queue;
 mod returns;
 mod source;
 
 pub use delivery::RabbitDelivery;
 pub use publisher::{RabbitPublisher, RabbitPublisherBuilder};
+pub use queue::declare_quorum_queue;
 pub use source::{RabbitSource, RabbitSourceBuilder};
 
 /// A failure to set up the source or the publisher, with what to do about it.
@@ -50,7 +52,7 @@ pub enum Error {
     },
     /// The queue does not exist.
     #[error(
-        "RabbitMQ queue {queue} does not exist: declare it first (a quorum queue, so that deliveries are counted)"
+        "RabbitMQ queue {queue} does not exist: declare it first (a quorum queue, so that deliveries are counted; `declare_quorum_queue` does)"
     )]
     MissingQueue {
         /// The queue looked for.

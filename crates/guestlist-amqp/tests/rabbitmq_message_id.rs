@@ -14,7 +14,7 @@ use lapin::options::{
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 
-/// A quorum queue of its own, declared and published to with plain lapin, as any client would.
+/// A quorum queue of its own, published to with plain lapin, as any client would.
 struct Queue {
     url: String,
     name: String,
@@ -36,20 +36,7 @@ impl Queue {
             .queue_delete(ShortString::from(name), QueueDeleteOptions::default())
             .await;
         let channel = connection.create_channel().await.unwrap(); // a failed delete closes its channel
-        let mut quorum = FieldTable::default();
-        quorum.insert(
-            "x-queue-type".into(),
-            AMQPValue::LongString(LongString::from("quorum")),
-        );
-        channel
-            .queue_declare(
-                ShortString::from(name),
-                QueueDeclareOptions {
-                    durable: true,
-                    ..QueueDeclareOptions::default()
-                },
-                quorum,
-            )
+        guestlist_amqp::declare_quorum_queue(&channel, name)
             .await
             .unwrap();
         channel

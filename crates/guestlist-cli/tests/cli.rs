@@ -21,6 +21,13 @@ fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
+/// Runs `guestlist args`, which must fail, and returns what it said on stderr.
+fn refused(args: &[&str]) -> String {
+    let output = guestlist(args);
+    assert!(!output.status.success(), "guestlist {args:?} succeeded");
+    stderr(&output)
+}
+
 /// The numbers of the demo's row that starts with `chapter`.
 fn row(out: &str, chapter: &str) -> Vec<u32> {
     let line = out
@@ -91,15 +98,13 @@ fn demo_tells_the_same_story_on_postgres() {
 
 #[test]
 fn purge_shorter_than_the_horizon_is_refused_before_connecting() {
-    let output = guestlist(&[
+    let err = refused(&[
         "purge",
         "--database",
         "postgres://nobody@127.0.0.1:1/none",
         "--older-than",
         "1h",
     ]);
-    assert!(!output.status.success());
-    let err = stderr(&output);
     assert!(err.contains("shorter than the redelivery horizon"), "{err}");
 }
 
@@ -183,35 +188,23 @@ fn migrate_print_shows_the_ddl_for_the_url() {
 
 #[test]
 fn bad_urls_and_table_names_say_what_to_do() {
-    let output = guestlist(&["migrate", "--database", "oracle://db"]);
-    assert!(!output.status.success());
-    assert!(
-        stderr(&output).contains("use postgres://"),
-        "{}",
-        stderr(&output)
-    );
+    let err = refused(&["migrate", "--database", "oracle://db"]);
+    assert!(err.contains("use postgres://"), "{err}");
 
-    let output = guestlist(&[
+    let err = refused(&[
         "migrate",
         "--database",
         "sqlite::memory:",
         "--table",
         "in'box",
     ]);
-    assert!(!output.status.success());
-    assert!(
-        stderr(&output).contains("not a plain identifier"),
-        "{}",
-        stderr(&output)
-    );
+    assert!(err.contains("not a plain identifier"), "{err}");
 
-    let output = guestlist(&[
+    let err = refused(&[
         "migrate",
         "--database",
         "postgres://postgres:secret@127.0.0.1:1/none",
     ]);
-    assert!(!output.status.success());
-    let err = stderr(&output);
     assert!(err.contains("cannot connect to PostgreSQL"), "{err}");
     assert!(!err.contains("secret"), "the password is masked: {err}");
 }
@@ -220,16 +213,14 @@ fn bad_urls_and_table_names_say_what_to_do() {
 fn redis_urls_go_where_redis_can_serve_and_say_why_elsewhere() {
     // Redis holds idempotency keys only: the inbox's commands say so and name what works.
     for command in [&["migrate"][..], &["purge", "--older-than", "7d"][..]] {
-        let output = guestlist(&[command, &["--database", "redis://127.0.0.1:6379"]].concat());
-        assert!(!output.status.success());
-        let err = stderr(&output);
+        let err = refused(&[command, &["--database", "redis://127.0.0.1:6379"]].concat());
         assert!(
             err.contains("Redis, which holds idempotency keys only") && err.contains("postgres://"),
             "{command:?}: {err}"
         );
     }
     // What the gateway cannot do on Redis yet is refused before it listens.
-    let output = guestlist(&[
+    let err = refused(&[
         "gateway",
         "--upstream",
         "http://127.0.0.1:9",
@@ -240,16 +231,12 @@ fn redis_urls_go_where_redis_can_serve_and_say_why_elsewhere() {
         "--max-keys-per-scope",
         "10",
     ]);
-    assert!(!output.status.success());
-    let err = stderr(&output);
     assert!(
         err.contains("--max-keys-per-scope needs a SQL key store"),
         "{err}"
     );
     // A Redis that is not there is named, password masked.
-    let output = guestlist(&["stats", "--database", "redis://:secret@127.0.0.1:1"]);
-    assert!(!output.status.success());
-    let err = stderr(&output);
+    let err = refused(&["stats", "--database", "redis://:secret@127.0.0.1:1"]);
     assert!(
         err.contains("cannot connect to Redis at") && err.contains("check that Redis runs"),
         "{err}"

@@ -50,11 +50,12 @@ async fn sealed_bodies_are_unreadable_at_rest_and_replay_whole() {
 macro_rules! hang_up {
     ($($m:ident: $store:ty),* $(,)?) => {$(
         mod $m {
-            use super::common::hang_up::{HangUp, a_client_that_hangs_up_never_strands_its_key};
+            use guestlist_testkit::hang_up::HangUp;
+            use super::common::hang_up::a_client_that_hangs_up_never_strands_its_key;
             hang_up!(@points $m, $store;
                 before_the_claim: BeforeTheClaim,
                 during_the_claim_commit: DuringTheClaimCommit,
-                during_the_handler: DuringTheHandler,
+                during_the_handler: DuringTheWork,
                 during_the_answer_commit: DuringTheAnswerCommit,
             );
         }

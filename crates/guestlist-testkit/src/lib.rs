@@ -11,6 +11,7 @@
 #[cfg(feature = "brokers")]
 pub mod brokers;
 pub mod cut_proxy;
+pub mod hang_up;
 pub mod held_commit;
 pub mod metrics;
 pub mod raw_http;

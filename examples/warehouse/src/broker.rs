@@ -14,7 +14,7 @@ use async_nats::jetstream;
 use lapin::options::{
     BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions, QueueDeleteOptions,
 };
-use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
+use lapin::types::{FieldTable, ShortString};
 use lapin::{BasicProperties, Connection, ConnectionProperties};
 
 use crate::warehouse::OrderPaid;
@@ -108,22 +108,21 @@ impl Orders {
             }
         } else {
             let (connection, channel) = self.amqp().await?;
+            let queue = &self.name;
+            guestlist::amqp::declare_quorum_queue(&channel, queue)
+                .await
+                .with_context(|| format!("declaring queue {queue} on the broker"))?;
             let durable = QueueDeclareOptions {
                 durable: true,
                 ..QueueDeclareOptions::default()
             };
-            let mut quorum = FieldTable::default();
-            quorum.insert(
-                "x-queue-type".into(),
-                AMQPValue::LongString(LongString::from("quorum")),
-            );
-            for (queue, arguments) in [
-                (self.name.clone(), quorum),
-                (self.dead_letters(), FieldTable::default()),
-                (self.picks(), FieldTable::default()),
-            ] {
+            for queue in [self.dead_letters(), self.picks()] {
                 channel
-                    .queue_declare(ShortString::from(queue.as_str()), durable, arguments)
+                    .queue_declare(
+                        ShortString::from(queue.as_str()),
+                        durable,
+                        FieldTable::default(),
+                    )
                     .await
                     .with_context(|| format!("declaring queue {queue} on the broker"))?;
             }

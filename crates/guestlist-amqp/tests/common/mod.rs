@@ -124,7 +124,7 @@ impl Broker for Rabbit {
         use lapin::options::{
             ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions, QueueDeleteOptions,
         };
-        use lapin::types::{AMQPValue, FieldTable, LongString};
+        use lapin::types::FieldTable;
         let rabbit = Self::connect(tag).await;
         for queue in [&rabbit.queue, &rabbit.dead_letters] {
             let _ = rabbit
@@ -136,14 +136,7 @@ impl Broker for Rabbit {
             durable: true,
             ..Default::default()
         };
-        let mut quorum = FieldTable::default();
-        quorum.insert(
-            "x-queue-type".into(),
-            AMQPValue::LongString(LongString::from("quorum")),
-        );
-        rabbit
-            .channel
-            .queue_declare(rabbit.queue.as_str().into(), durable, quorum)
+        guestlist_amqp::declare_quorum_queue(&rabbit.channel, &rabbit.queue)
             .await
             .expect("declare the quorum queue");
         rabbit

@@ -153,8 +153,7 @@ impl Queue {
 
     /// An empty quorum queue named `name`.
     pub(crate) async fn rabbit(url: &str, name: &str) -> anyhow::Result<Self> {
-        use lapin::options::{ConfirmSelectOptions, QueueDeclareOptions, QueueDeleteOptions};
-        use lapin::types::{AMQPValue, FieldTable, LongString};
+        use lapin::options::{ConfirmSelectOptions, QueueDeleteOptions};
         let connection =
             lapin::Connection::connect(url, lapin::ConnectionProperties::default()).await?;
         let channel = connection.create_channel().await?;
@@ -164,21 +163,7 @@ impl Queue {
         let _ = channel
             .queue_delete(name.into(), QueueDeleteOptions::default())
             .await;
-        let mut quorum = FieldTable::default();
-        quorum.insert(
-            "x-queue-type".into(),
-            AMQPValue::LongString(LongString::from("quorum")),
-        );
-        channel
-            .queue_declare(
-                name.into(),
-                QueueDeclareOptions {
-                    durable: true,
-                    ..Default::default()
-                },
-                quorum,
-            )
-            .await?;
+        guestlist_amqp::declare_quorum_queue(&channel, name).await?;
         Ok(Queue::Rabbit {
             channel,
             url: url.to_owned(),

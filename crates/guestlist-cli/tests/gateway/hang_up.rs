@@ -3,29 +3,10 @@
 
 use std::time::{Duration, Instant};
 
-use guestlist_testkit::held_commit::{Change, HeldCommit};
+use guestlist_testkit::hang_up::{HangUp, NOTICE, RETRY_FOR};
 use guestlist_testkit::raw_http::post_partly;
 
 use crate::harness::{Gateways, Store, Upstream, post};
-
-/// Where in a keyed request the client hangs up.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HangUp {
-    /// Halfway through sending the body: nothing may be claimed or forwarded.
-    BeforeTheClaim,
-    /// While the claim's commit is in flight.
-    DuringTheClaimCommit,
-    /// While the upstream works on the request.
-    DuringTheUpstream,
-    /// While the stored answer's commit is in flight.
-    DuringTheAnswerCommit,
-}
-
-/// How long the gateway has to notice a hang-up before the test lets the request go on.
-const NOTICE: Duration = Duration::from_millis(400);
-
-/// The retry's deadline: well inside the 30 s lease, so a stranded key cannot pass for a slow one.
-const RETRY_FOR: Duration = Duration::from_secs(10);
 
 /// A client hangs up at `point`; a retry with the same key gets the first attempt's stored
 /// answer (hung up before the claim: runs it), and the upstream ran the request once.
@@ -47,21 +28,12 @@ pub async fn a_client_that_hangs_up_never_strands_its_key(test: &str, point: Han
     ];
     let body = b"{\"amount\":1200}";
 
-    let held = match point {
-        HangUp::DuringTheClaimCommit => Some(HeldCommit::on(url, table, Change::Insert).await),
-        HangUp::DuringTheAnswerCommit => {
-            Some(HeldCommit::on(url, table, Change::Update("NEW.status IS NOT NULL")).await)
-        }
-        HangUp::BeforeTheClaim | HangUp::DuringTheUpstream => None,
-    };
-    let sent = match point {
-        HangUp::BeforeTheClaim => body.len() / 2,
-        _ => body.len(),
-    };
+    let held = point.hold_commit(url, table).await;
+    let sent = point.sent(body);
     let client = post_partly(&addr, &path, &headers, body, sent).await;
     match (&held, point) {
         (Some(held), _) => held.until_waiting().await,
-        (None, HangUp::DuringTheUpstream) => upstream.reached("/charges").await,
+        (None, HangUp::DuringTheWork) => upstream.reached("/charges").await,
         (None, _) => tokio::time::sleep(Duration::from_millis(50)).await,
     }
     drop(client); // the hang-up

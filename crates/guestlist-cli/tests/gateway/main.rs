@@ -65,7 +65,7 @@ macro_rules! hang_up {
                 async fn $name() {
                     crate::hang_up::a_client_that_hangs_up_never_strands_its_key(
                         concat!("hang_up_", stringify!($name)),
-                        crate::hang_up::HangUp::$point,
+                        guestlist_testkit::hang_up::HangUp::$point,
                     )
                     .await;
                 }
@@ -77,7 +77,7 @@ macro_rules! hang_up {
 hang_up!(
     before_the_claim: BeforeTheClaim,
     during_the_claim_commit: DuringTheClaimCommit,
-    during_the_upstream: DuringTheUpstream,
+    during_the_upstream: DuringTheWork,
     during_the_answer_commit: DuringTheAnswerCommit,
 );
 

@@ -607,30 +607,28 @@ async fn operator(store: &Store, args: &[&str]) -> (bool, String) {
     (output.status.success(), format!("{stdout}{stderr}"))
 }
 
+/// Runs `guestlist keys <verb>` on `key` in the scope of `Bearer <who>`.
+async fn keys(store: &Store, verb: &str, who: &str, key: &str) -> (bool, String) {
+    let bearer = format!("Bearer {who}");
+    operator(
+        store,
+        &["keys", verb, "--authorization", &bearer, "--key", key],
+    )
+    .await
+}
+
 pub async fn operators_inspect_evict_and_count_keys(store: Store) {
     let (upstream, gateway) = front(&store, &[]).await;
     let url = gateway.route("/charges");
-    let alice_key = ["--authorization", "Bearer alice", "--key", "k-op"];
     post(&url, &[ALICE, ("idempotency-key", "k-op")], b"{}").await;
 
-    let (found, out) = operator(&store, &[&["keys", "inspect"][..], &alice_key].concat()).await;
+    let (found, out) = keys(&store, "inspect", "alice", "k-op").await;
     assert!(found, "{out}");
     assert!(
         out.contains("key k-op in scope cred:") && out.contains("stored: status 201"),
         "{out}"
     );
-    let (_, bob) = operator(
-        &store,
-        &[
-            "keys",
-            "inspect",
-            "--authorization",
-            "Bearer bob",
-            "--key",
-            "k-op",
-        ],
-    )
-    .await;
+    let (_, bob) = keys(&store, "inspect", "bob", "k-op").await;
     assert!(
         bob.contains("no key k-op"),
         "bob's scope has no such key: {bob}"
@@ -647,38 +645,16 @@ pub async fn operators_inspect_evict_and_count_keys(store: Store) {
         stats.contains("rows       2") && stats.contains("in flight  1"),
         "{stats}"
     );
-    let (_, slow_key) = operator(
-        &store,
-        &[
-            "keys",
-            "inspect",
-            "--authorization",
-            "Bearer alice",
-            "--key",
-            "k-slow-op",
-        ],
-    )
-    .await;
+    let (_, slow_key) = keys(&store, "inspect", "alice", "k-slow-op").await;
     assert!(slow_key.contains("in flight, lease ends in"), "{slow_key}");
-    let (evicted, refused) = operator(
-        &store,
-        &[
-            "keys",
-            "evict",
-            "--authorization",
-            "Bearer alice",
-            "--key",
-            "k-slow-op",
-        ],
-    )
-    .await;
+    let (evicted, refused) = keys(&store, "evict", "alice", "k-slow-op").await;
     assert!(
         !evicted && refused.contains("--force"),
         "a running key is not evicted: {refused}"
     );
     in_flight.await.unwrap();
 
-    let (removed, out) = operator(&store, &[&["keys", "evict"][..], &alice_key].concat()).await;
+    let (removed, out) = keys(&store, "evict", "alice", "k-op").await;
     assert!(
         removed && out.contains("removed key k-op") && out.contains("runs again"),
         "{out}"

@@ -15,6 +15,7 @@ const UPLOAD: usize = 4 << 20;
 /// and its close come while the client is still writing.
 const CHUNK: usize = 64 << 10;
 
+/// A gateway on SQLite that takes bodies up to 1 KiB; the store lives as long as the gateway.
 async fn gateway_with_a_small_limit() -> (Upstream, Gateways, Store) {
     let store = Store::sqlite().await;
     let upstream = Upstream::start().await;
@@ -22,10 +23,16 @@ async fn gateway_with_a_small_limit() -> (Upstream, Gateways, Store) {
     (upstream, gateways, store)
 }
 
-/// Connects to the gateway at `url` (`http://host:port`) and sends `head`.
-async fn send_head(url: &str, head: &str) -> TcpStream {
+/// Connects to the first of `gateways` and sends the head of Alice's `POST /payments` with
+/// `key`, then `headers` (each line ending in CRLF).
+async fn send_head(gateways: &Gateways, key: &str, headers: &str) -> TcpStream {
+    let url = gateways.everywhere("")[0].clone();
     let addr = url.strip_prefix("http://").expect("an http URL");
     let mut stream = TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST /payments HTTP/1.1\r\nHost: gateway\r\nAuthorization: Bearer alice\r\n\
+         Idempotency-Key: {key}\r\n{headers}\r\n"
+    );
     stream.write_all(head.as_bytes()).await.unwrap();
     stream
 }
@@ -74,17 +81,9 @@ async fn read_head(stream: &mut TcpStream) -> String {
 
 pub async fn an_oversize_upload_reads_its_413_not_a_reset() {
     let (upstream, gateways, _store) = gateway_with_a_small_limit().await;
-    let url = gateways.everywhere("")[0].clone();
     // requests.post(url, data=big, headers={"Idempotency-Key": …}): a Content-Length, no Expect.
-    let mut stream = send_head(
-        &url,
-        &format!(
-            "POST /payments HTTP/1.1\r\nHost: gateway\r\nAuthorization: Bearer alice\r\n\
-             Idempotency-Key: k-big\r\nContent-Type: application/octet-stream\r\n\
-             Content-Length: {UPLOAD}\r\n\r\n"
-        ),
-    )
-    .await;
+    let headers = format!("Content-Type: application/octet-stream\r\nContent-Length: {UPLOAD}\r\n");
+    let mut stream = send_head(&gateways, "k-big", &headers).await;
     upload(&mut stream, UPLOAD, <[u8]>::to_vec).await;
     let head = read_head(&mut stream).await;
     assert!(head.starts_with("HTTP/1.1 413"), "{head}");
@@ -102,15 +101,9 @@ pub async fn an_oversize_upload_reads_its_413_not_a_reset() {
 
 pub async fn an_oversize_chunked_upload_reads_its_413_not_a_reset() {
     let (upstream, gateways, _store) = gateway_with_a_small_limit().await;
-    let url = gateways.everywhere("")[0].clone();
     // requests.post(url, data=generator()): chunked, no length to refuse it by; the gateway
     // finds it too large while reading.
-    let mut stream = send_head(
-        &url,
-        "POST /payments HTTP/1.1\r\nHost: gateway\r\nAuthorization: Bearer alice\r\n\
-         Idempotency-Key: k-chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
-    )
-    .await;
+    let mut stream = send_head(&gateways, "k-chunked", "Transfer-Encoding: chunked\r\n").await;
     upload(&mut stream, UPLOAD, |chunk| {
         let mut framed = format!("{:x}\r\n", chunk.len()).into_bytes();
         framed.extend_from_slice(chunk);
@@ -126,16 +119,9 @@ pub async fn an_oversize_chunked_upload_reads_its_413_not_a_reset() {
 
 pub async fn a_client_that_expects_100_continue_gets_the_413_and_sends_nothing() {
     let (upstream, gateways, _store) = gateway_with_a_small_limit().await;
-    let url = gateways.everywhere("")[0].clone();
     // curl -T big-file: it asks first, and sends the body only after "100 Continue".
-    let mut stream = send_head(
-        &url,
-        &format!(
-            "POST /payments HTTP/1.1\r\nHost: gateway\r\nAuthorization: Bearer alice\r\n\
-             Idempotency-Key: k-expect\r\nContent-Length: {UPLOAD}\r\nExpect: 100-continue\r\n\r\n"
-        ),
-    )
-    .await;
+    let headers = format!("Content-Length: {UPLOAD}\r\nExpect: 100-continue\r\n");
+    let mut stream = send_head(&gateways, "k-expect", &headers).await;
     let head = read_head(&mut stream).await;
     assert!(
         head.starts_with("HTTP/1.1 413"),

@@ -1,37 +1,16 @@
 //! A client that hangs up at every point of a keyed request, with PostgreSQL holding the
-//! commit open on purpose ([`HeldCommit`]) so that the hang-up lands inside the window, every
-//! time.
+//! commit open on purpose (`guestlist_testkit::hang_up`) so that the hang-up lands inside the
+//! window, every time.
 
 use std::time::{Duration, Instant};
 
-use guestlist_testkit::held_commit::{Change, HeldCommit};
+use guestlist_testkit::hang_up::{HangUp, NOTICE, RETRY_FOR};
 use guestlist_testkit::raw_http::post_partly;
 use reqwest::StatusCode;
 
 use super::app::AppState;
 use super::client::{Call, Server};
 use super::stores::{Settings, Store};
-
-/// Where in a keyed request the client hangs up.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HangUp {
-    /// Halfway through sending the body: nothing may be claimed.
-    BeforeTheClaim,
-    /// While the claim's commit is in flight.
-    DuringTheClaimCommit,
-    /// While the handler runs.
-    DuringTheHandler,
-    /// While the stored answer's commit is in flight.
-    DuringTheAnswerCommit,
-}
-
-/// How long the server has to notice a hang-up before the test lets the request go on: ample
-/// for a closed loopback socket, and the test fails (409 for the whole lease) if the server
-/// dropped the request's work when it noticed.
-const NOTICE: Duration = Duration::from_millis(400);
-
-/// The retry's deadline: well inside the 30 s lease, so a stranded key cannot pass for a slow one.
-const RETRY_FOR: Duration = Duration::from_secs(10);
 
 /// A client hangs up at `point`; a retry with the same key then gets the first attempt's
 /// stored answer (or, hung up before the claim, runs it), and the handler has run once.
@@ -44,21 +23,8 @@ pub async fn a_client_that_hangs_up_never_strands_its_key<S: Store>(name: &str, 
     let table = format!("keys_{}", store.tag());
     let call = Call::new(&key);
 
-    let held = match point {
-        HangUp::DuringTheClaimCommit => {
-            Some(HeldCommit::on(store.url(), &table, Change::Insert).await)
-        }
-        HangUp::DuringTheAnswerCommit => Some(
-            HeldCommit::on(
-                store.url(),
-                &table,
-                Change::Update("NEW.status IS NOT NULL"),
-            )
-            .await,
-        ),
-        HangUp::BeforeTheClaim | HangUp::DuringTheHandler => None,
-    };
-    let gate = (point == HangUp::DuringTheHandler).then(|| state.gate("hang-up"));
+    let held = point.hold_commit(store.url(), &table).await;
+    let gate = (point == HangUp::DuringTheWork).then(|| state.gate("hang-up"));
 
     let body = br#"{"amount":100}"#;
     let mut headers = vec![
@@ -66,13 +32,10 @@ pub async fn a_client_that_hangs_up_never_strands_its_key<S: Store>(name: &str, 
         ("authorization", "Bearer alice"),
         ("content-type", "application/json"),
     ];
-    if point == HangUp::DuringTheHandler {
+    if point == HangUp::DuringTheWork {
         headers.push(("x-test-block", "hang-up"));
     }
-    let sent = match point {
-        HangUp::BeforeTheClaim => body.len() / 2,
-        _ => body.len(),
-    };
+    let sent = point.sent(body);
     let client = post_partly(&addr, "/payments", &headers, body, sent).await;
     match (&held, &gate) {
         (Some(held), _) => held.until_waiting().await,

@@ -51,6 +51,16 @@ impl Default for Settings {
     }
 }
 
+impl Settings {
+    /// The defaults with a lease of `lease`.
+    pub fn with_lease(lease: Duration) -> Self {
+        Self {
+            lease,
+            ..Self::default()
+        }
+    }
+}
+
 /// Applies `settings` to a layer of any mode.
 pub fn configure<M: Mode>(layer: IdempotencyLayer<M>, settings: &Settings) -> IdempotencyLayer<M> {
     let mut layer = layer

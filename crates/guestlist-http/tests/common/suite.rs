@@ -204,11 +204,7 @@ pub async fn a_500_rolls_back_and_releases_the_key<S: Store>(name: &str) {
 
 pub async fn an_answer_marked_keep_locked_holds_the_key_until_the_lease<S: Store>(name: &str) {
     let lease = Duration::from_millis(1500);
-    let settings = Settings {
-        lease,
-        ..Settings::default()
-    };
-    let api = Api::<S>::start(name, settings).await;
+    let api = Api::<S>::start(name, Settings::with_lease(lease)).await;
     let unsure = api
         .send(
             &Call::new("timed-out")
@@ -267,11 +263,7 @@ const LISTENING: &str = "LISTENING ON";
 
 pub async fn a_server_killed_mid_handler_recovers_after_the_lease<S: Store>(name: &str) {
     let lease = Duration::from_secs(3);
-    let settings = Settings {
-        lease,
-        ..Settings::default()
-    };
-    let api = Api::<S>::start(name, settings).await;
+    let api = Api::<S>::start(name, Settings::with_lease(lease)).await;
 
     let module = name.split('_').next().unwrap();
     let mut child = Command::new(std::env::current_exe().unwrap())
@@ -396,16 +388,7 @@ pub async fn a_stale_attempt_finishing_late_cannot_overwrite<S: Store>(name: &st
         return;
     }
     let lease = Duration::from_millis(1500);
-    let api = Arc::new(
-        Api::<S>::start(
-            name,
-            Settings {
-                lease,
-                ..Settings::default()
-            },
-        )
-        .await,
-    );
+    let api = Arc::new(Api::<S>::start(name, Settings::with_lease(lease)).await);
     let call = Call::new("slow-then-stale");
     let stale = api.held(&call, "stale").await;
     tokio::time::sleep(lease + Duration::from_millis(300)).await;
@@ -469,16 +452,7 @@ pub async fn a_stale_attempt_cannot_complete_a_newer_claim_of_its_key<S: Store>(
         return;
     }
     let lease = Duration::from_millis(1500);
-    let api = Arc::new(
-        Api::<S>::start(
-            name,
-            Settings {
-                lease,
-                ..Settings::default()
-            },
-        )
-        .await,
-    );
+    let api = Arc::new(Api::<S>::start(name, Settings::with_lease(lease)).await);
     let first = Call::new("reclaimed");
     let stale = api.held(&first, "stale").await;
     tokio::time::sleep(lease + Duration::from_millis(300)).await;
