@@ -66,24 +66,26 @@ impl Report {
         backend: &str,
         workers: usize,
     ) {
-        self.ratio_named(&format!("{name}_{backend}"), over, under, backend, workers);
+        let quotient = self.quotient(over, under, backend, workers);
+        self.record(&format!("{name}_{backend}"), quotient);
     }
 
-    /// Records `over / under` for `backend` at `workers` as the ratio `name`, as it is.
-    pub(crate) fn ratio_named(
-        &mut self,
-        name: &str,
+    /// `over / under` for `backend` with `at` workers; `None` unless both figures were measured.
+    pub(crate) fn quotient(
+        &self,
         over: &str,
         under: &str,
         backend: &str,
-        workers: usize,
-    ) {
-        let (over, under) = (
-            self.get(over, backend, workers),
-            self.get(under, backend, workers),
-        );
-        if !over.is_nan() && !under.is_nan() {
-            self.ratios.insert(name.to_owned(), over / under);
+        at: usize,
+    ) -> Option<f64> {
+        let (over, under) = (self.get(over, backend, at), self.get(under, backend, at));
+        (!over.is_nan() && !under.is_nan()).then(|| over / under)
+    }
+
+    /// Records `ratio` under `name`, as it is, if there is one.
+    pub(crate) fn record(&mut self, name: &str, ratio: Option<f64>) {
+        if let Some(ratio) = ratio {
+            self.ratios.insert(name.to_owned(), ratio);
         }
     }
 

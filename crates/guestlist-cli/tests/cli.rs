@@ -1,6 +1,6 @@
 //! The `guestlist` program, run as a user runs it.
 
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use guestlist::sqlx::{self, SqlitePool};
@@ -19,6 +19,16 @@ fn stdout(output: &Output) -> String {
 
 fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// Stops `child` as an operator does (SIGTERM) and returns what it printed.
+fn terminate(child: Child) -> Output {
+    let sent = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success(), "kill -TERM {}", child.id());
+    child.wait_with_output().unwrap()
 }
 
 /// Runs `guestlist args`, which must fail, and returns what it said on stderr.
@@ -327,12 +337,7 @@ async fn relay_publishes_what_another_language_wrote_and_stats_show_it() {
     };
     assert!(shown.contains("cli-relay holds the lease"), "{shown}");
 
-    let sent = Command::new("kill")
-        .args(["-TERM", &relay.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(sent.success());
-    let stopped = relay.wait_with_output().unwrap();
+    let stopped = terminate(relay);
     assert!(stopped.status.success(), "{}", stderr(&stopped));
     assert!(
         stdout(&stopped).contains("published 3 (0 dropped"),
@@ -412,11 +417,7 @@ async fn relay_publishes_to_an_sqs_fifo_queue_in_the_keys_order() {
         assert!(Instant::now() < deadline, "the relay never caught up");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    Command::new("kill")
-        .args(["-TERM", &relay.id().to_string()])
-        .status()
-        .unwrap();
-    let stopped = relay.wait_with_output().unwrap();
+    let stopped = terminate(relay);
     assert!(stopped.status.success(), "{}", stderr(&stopped));
     assert!(
         stdout(&stopped).contains("to SQS at"),
@@ -591,11 +592,7 @@ async fn a_message_rabbitmq_cannot_take_is_dead_lettered_and_the_operator_sees_i
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    Command::new("kill")
-        .args(["-TERM", &relay.id().to_string()])
-        .status()
-        .unwrap();
-    let stopped = relay.wait_with_output().unwrap();
+    let stopped = terminate(relay);
     let logs = String::from_utf8_lossy(&stopped.stderr);
     assert!(stopped.status.success(), "the relay did not panic: {logs}");
     assert!(

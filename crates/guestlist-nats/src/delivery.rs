@@ -25,6 +25,23 @@ impl JetStreamDelivery {
     }
 }
 
+/// A NATS message's headers as `(name, value)` pairs, every value of a repeated header, sorted
+/// by name: what [`Delivery::headers`] gives a handler of a JetStream delivery, for a message
+/// read another way (`Stream::get_raw_message`, a dead letter).
+pub fn header_pairs(headers: &HeaderMap) -> Vec<(String, String)> {
+    let mut all: Vec<(String, String)> = headers
+        .iter()
+        .flat_map(|(name, values)| {
+            values
+                .iter()
+                .map(move |value| (name.to_string(), value.as_str().to_owned()))
+        })
+        .collect();
+    // The map keeps no order: sorted by name, so that it reads the same every time.
+    all.sort();
+    all
+}
+
 impl Delivery for JetStreamDelivery {
     fn payload(&self) -> &[u8] {
         &self.message.payload
@@ -35,20 +52,10 @@ impl Delivery for JetStreamDelivery {
     }
 
     fn headers(&self) -> Vec<(String, String)> {
-        let Some(headers) = self.message.headers.as_ref() else {
-            return Vec::new();
-        };
-        let mut all: Vec<(String, String)> = headers
-            .iter()
-            .flat_map(|(name, values)| {
-                values
-                    .iter()
-                    .map(move |value| (name.to_string(), value.as_str().to_owned()))
-            })
-            .collect();
-        // The map keeps no order: sorted by name, so that it reads the same every time.
-        all.sort();
-        all
+        self.message
+            .headers
+            .as_ref()
+            .map_or_else(Vec::new, header_pairs)
     }
 
     fn topic(&self) -> Option<String> {

@@ -21,7 +21,7 @@ mod delivery;
 mod publisher;
 mod source;
 
-pub use delivery::JetStreamDelivery;
+pub use delivery::{JetStreamDelivery, header_pairs};
 pub use publisher::{JetStreamPublisher, JetStreamPublisherBuilder};
 pub use source::{JetStreamSource, JetStreamSourceBuilder};
 

@@ -159,7 +159,8 @@ pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
             ),
         ] {
             if store == "redis" {
-                report.ratio_named(name, over, under, store, CONNECTIONS);
+                let ratio = report.quotient(over, under, store, CONNECTIONS);
+                report.record(name, ratio);
             }
         }
     }

@@ -195,13 +195,8 @@ pub(super) async fn measure<DB: Preload>(
         ("fresh", Figure::FreshLoaded, Figure::FreshEmpty),
         ("replay", Figure::ReplayLoaded, Figure::ReplayEmpty),
     ] {
-        report.ratio_named(
-            &format!("key_{what}_{n}_vs_empty_{}", DB::LABEL),
-            over.name(),
-            under.name(),
-            DB::LABEL,
-            WORKERS,
-        );
+        let ratio = report.quotient(over.name(), under.name(), DB::LABEL, WORKERS);
+        report.record(&format!("key_{what}_{n}_vs_empty_{}", DB::LABEL), ratio);
     }
     if let Some(bytes) = bytes_per_row {
         report.ratios.insert(

@@ -42,20 +42,11 @@ pub(super) fn add_ratios(
     loaded: &InboxStats,
 ) {
     let n = rows_label(rows);
-    report.ratio_named(
-        &format!("single_{n}_vs_empty_{backend}"),
-        "single_loaded",
-        "single_empty",
-        backend,
-        workers,
-    );
-    report.ratio_named(
-        &format!("batch100_{n}_vs_empty_{backend}"),
-        "batch100_loaded",
-        "batch100_empty",
-        backend,
-        workers,
-    );
+    for figure in ["single", "batch100"] {
+        let (loaded, empty) = (format!("{figure}_loaded"), format!("{figure}_empty"));
+        let ratio = report.quotient(&loaded, &empty, backend, workers);
+        report.record(&format!("{figure}_{n}_vs_empty_{backend}"), ratio);
+    }
     let p99 = |name: &str| {
         report
             .rows

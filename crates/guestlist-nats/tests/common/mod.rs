@@ -167,15 +167,7 @@ impl Broker for Nats {
         let mut all = Vec::new();
         for sequence in 1..=count {
             let message = stream.get_raw_message(sequence).await.unwrap();
-            let headers = message
-                .headers
-                .iter()
-                .flat_map(|(name, values)| {
-                    values
-                        .iter()
-                        .map(move |value| (name.to_string(), value.as_str().to_owned()))
-                })
-                .collect();
+            let headers = guestlist_nats::header_pairs(&message.headers);
             all.push(headers);
         }
         all
