@@ -21,6 +21,36 @@ fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
+/// Starts `guestlist relay` on the outbox at `url`, polling every 50 ms, with `args` (the
+/// broker), in the background, what it prints captured.
+fn spawn_relay(url: &str, args: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_guestlist"))
+        .args(["relay", "--database", url, "--poll", "50ms"])
+        .args(args)
+        .env_remove("GUESTLIST_DATABASE_URL")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start guestlist")
+}
+
+/// Runs `guestlist args` again and again until what it prints contains `text` (30 s at most),
+/// and returns that output.
+async fn until_shown(args: &[&str], text: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let shown = stdout(&guestlist(args));
+        if shown.contains(text) {
+            return shown;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "guestlist {args:?} never showed {text:?}:\n{shown}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Stops `child` as an operator does (SIGTERM) and returns what it printed.
 fn terminate(child: Child) -> Output {
     let sent = Command::new("kill")
@@ -315,26 +345,9 @@ async fn relay_publishes_what_another_language_wrote_and_stats_show_it() {
         .await
         .unwrap();
 
-    let relay = Command::new(env!("CARGO_BIN_EXE_guestlist"))
-        .args(["relay", "--database", &url, "--nats", &nats_url()])
-        .args(["--poll", "50ms", "--holder", "cli-relay"])
-        .env_remove("GUESTLIST_DATABASE_URL")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let shown = loop {
-        let stats = stdout(&guestlist(&["stats", "--database", &url]));
-        if stats.contains("pending    0") {
-            break stats;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the relay never caught up:\n{stats}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let nats = nats_url();
+    let relay = spawn_relay(&url, &["--nats", &nats, "--holder", "cli-relay"]);
+    let shown = until_shown(&["stats", "--database", &url], "pending    0").await;
     assert!(shown.contains("cli-relay holds the lease"), "{shown}");
 
     let stopped = terminate(relay);
@@ -397,26 +410,8 @@ async fn relay_publishes_to_an_sqs_fifo_queue_in_the_keys_order() {
     let dir = tempfile::tempdir().unwrap();
     let url = outbox_written_by_another_language(&dir, "evt_sqs", queue).await;
 
-    let relay = Command::new(env!("CARGO_BIN_EXE_guestlist"))
-        .args([
-            "relay",
-            "--database",
-            &url,
-            "--sqs",
-            "--sqs-endpoint",
-            &endpoint,
-        ])
-        .args(["--poll", "50ms"])
-        .env_remove("GUESTLIST_DATABASE_URL")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !stdout(&guestlist(&["stats", "--database", &url])).contains("pending    0") {
-        assert!(Instant::now() < deadline, "the relay never caught up");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let relay = spawn_relay(&url, &["--sqs", "--sqs-endpoint", &endpoint]);
+    until_shown(&["stats", "--database", &url], "pending    0").await;
     let stopped = terminate(relay);
     assert!(stopped.status.success(), "{}", stderr(&stopped));
     assert!(
@@ -565,33 +560,9 @@ async fn a_message_rabbitmq_cannot_take_is_dead_lettered_and_the_operator_sees_i
     .execute(&pool)
     .await
     .unwrap();
-    let relay = Command::new(env!("CARGO_BIN_EXE_guestlist"))
-        .args([
-            "relay",
-            "--database",
-            &url,
-            "--amqp",
-            &amqp_url(),
-            "--poll",
-            "50ms",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let listed = loop {
-        let listed = guestlist(&["outbox", "dead", "list", "--database", &url]);
-        if stdout(&listed).contains(&long) {
-            break stdout(&listed);
-        }
-        assert!(
-            Instant::now() < deadline,
-            "never dead-lettered: {}",
-            stdout(&listed)
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let amqp = amqp_url();
+    let relay = spawn_relay(&url, &["--amqp", &amqp]);
+    let listed = until_shown(&["outbox", "dead", "list", "--database", &url], &long).await;
     let stopped = terminate(relay);
     let logs = String::from_utf8_lossy(&stopped.stderr);
     assert!(stopped.status.success(), "the relay did not panic: {logs}");
