@@ -37,7 +37,8 @@ pub trait Broker: Send + Sync + Sized + 'static {
     const DEDUPLICATES: bool;
     /// Whether the publisher learns that the broker dropped a repeat (not SQS FIFO's).
     const REPORTS_DUPLICATES: bool = Self::DEDUPLICATES;
-    /// Publishes in the chaos test: fewer where each publish is slow to make (SQS).
+    /// Publishes in the chaos test: fewer where each publish is slow to make (SQS) or each kill
+    /// slow to recover from (Kafka's rebalance).
     const CHAOS_EVENTS: usize = 10_000;
     /// Whether the broker redelivers an unacknowledged message after a wait, and bounds
     /// redeliveries in time (JetStream's ack wait and max age; not RabbitMQ, not Kafka).
