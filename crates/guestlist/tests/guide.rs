@@ -146,6 +146,16 @@ fn every_relative_link_in_the_guide_points_at_a_file() {
 }
 
 #[test]
+fn the_readme_stays_a_front_door() {
+    // The rest belongs in the guide, which has a chapter per part.
+    let lines = read(&readme()).lines().count();
+    assert!(
+        lines <= 250,
+        "README.md has {lines} lines: move the detail into the guide (250 at most)"
+    );
+}
+
+#[test]
 fn every_relative_link_in_the_readme_points_at_a_file() {
     let broken = broken_relative_links(&[readme()]);
     assert!(
