@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The checks a change passes besides its tests, each failing the script when it fails:
+# - cargo deny: every dependency's license allowed, no banned crate, crates.io only (deny.toml;
+#   the advisories check needs the RustSec database from GitHub and is left to machines that
+#   reach it: `cargo deny check advisories`);
+# - clippy on every target with warnings as errors;
+# - the API docs with every rustdoc warning an error;
+# - cargo hack: each library crate (and the program) built with each of its features alone,
+#   and with none, the `cfg` combinations `--all-features` never builds;
+# - the guide (scripts/guide.sh).
+# Installs cargo-deny and cargo-hack when they are missing. CI runs it beside the tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+say() { printf '==> %s\n' "$*" >&2; }
+
+# cargo install puts tools in $CARGO_HOME/bin, which may not be on this shell's PATH yet.
+export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
+install_tool() {
+    local tool=$1 version=$2
+    if ! command -v "$tool" >/dev/null 2>&1; then
+        say "installing $tool"
+        cargo install --locked "$tool" --version "$version"
+    fi
+}
+install_tool cargo-deny '^0.20'
+install_tool cargo-hack '^0.6'
+
+say "cargo deny: licenses, bans, sources"
+cargo deny check --hide-inclusion-graph licenses bans sources
+
+say "clippy"
+cargo clippy --workspace --all-targets --all-features -- -D warnings
+
+say "API docs"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --all-features --no-deps
+
+# The bench, the test kit and the examples are never published and have one configuration each,
+# which clippy has just checked.
+say "cargo hack: each feature alone"
+cargo hack check --each-feature --workspace \
+    --exclude guestlist-bench --exclude guestlist-testkit \
+    --exclude warehouse-example --exclude consume-nats-example \
+    --exclude http-axum-example --exclude outbox-kafka-example
+
+scripts/guide.sh
