@@ -13,11 +13,14 @@ use super::line::*;
 use crate::brokers::Broker;
 use crate::brokers::child::parent;
 
-/// A real publisher that, once the broker has confirmed a batch, writes a marker file and holds
-/// the batch for a while before the relay may stamp it: the window a crash or a pause hits.
+/// A real publisher that, once the broker has confirmed a batch, writes a marker file, stops its
+/// own process if asked (SIGSTOP: the pause then falls exactly in the window, however slow the
+/// machine), and holds the batch for a while before the relay may stamp it: the window a crash
+/// or a pause hits.
 pub struct HeldAfterConfirm<P> {
     inner: P,
     marker: PathBuf,
+    stops: bool,
     hold: Duration,
 }
 
@@ -27,6 +30,13 @@ impl<P: Publish> Publish for HeldAfterConfirm<P> {
         let mut confirmed = Outcomes::with_capacity(messages.len());
         self.inner.publish(messages, &mut confirmed).await;
         std::fs::write(&self.marker, messages.len().to_string()).unwrap();
+        if self.stops {
+            // The relay stamps the last round's batch while the broker confirms this one: give
+            // that transaction time to commit, so that the pause holds no row lock a successor
+            // would wait on. Then the pause, which returns once the story sends SIGCONT.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            signal_pid(std::process::id(), "-STOP");
+        }
         tokio::time::sleep(self.hold).await;
         for n in 0..messages.len() {
             if let Some(outcome) = confirmed.get(n) {
@@ -54,9 +64,29 @@ pub(super) async fn until_marked(marker: &Path) {
     }
 }
 
+/// Waits until the child's process is stopped (`T` in `/proc/PID/stat`).
+pub(super) async fn until_stopped(child: &Child) {
+    let stat = format!("/proc/{}/stat", child.id());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = std::fs::read_to_string(&stat).unwrap();
+        // The state follows the command's name, which is in parentheses.
+        let state = text.rsplit_once(") ").map(|(_, rest)| &rest[..1]);
+        if state == Some("T") {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the relay never stopped");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 pub(super) fn signal(child: &Child, signal: &str) {
+    signal_pid(child.id(), signal);
+}
+
+fn signal_pid(pid: u32, signal: &str) {
     let sent = Command::new("kill")
-        .args([signal, &child.id().to_string()])
+        .args([signal, &pid.to_string()])
         .status()
         .unwrap();
     assert!(sent.success(), "kill {signal}");
@@ -72,6 +102,7 @@ pub async fn held_relay<B: Broker, DB: Fixture>() {
     let held = HeldAfterConfirm {
         inner: line.rig.broker.publisher().await,
         marker: marker.into(),
+        stops: std::env::var_os(CHILD_STOPS).is_some(),
         hold: Duration::from_millis(env_ms(CHILD_HOLD_MS)),
     };
     let relay = line.relay(held, Duration::from_millis(env_ms(CHILD_LEASE_MS)));
@@ -80,12 +111,14 @@ pub async fn held_relay<B: Broker, DB: Fixture>() {
 
 impl<B: Broker, DB: Fixture> Line<B, DB> {
     /// Commits `events` messages on one key, and starts a relay child that publishes them and,
-    /// once the broker confirmed them, holds them unstamped for `hold` (its lease: 1 s). Returns
-    /// when the broker has confirmed the batch, with the child and its marker's directory.
+    /// once the broker confirmed them, stops itself if `stops` and then holds them unstamped for
+    /// `hold` (its lease: 1 s). Returns when the broker has confirmed the batch (and the child
+    /// stopped), with the child and its marker's directory.
     pub(super) async fn held_batch(
         &self,
         name: &str,
         events: i64,
+        stops: bool,
         hold: Duration,
     ) -> (Child, TempDir) {
         for n in 0..events {
@@ -93,16 +126,19 @@ impl<B: Broker, DB: Fixture> Line<B, DB> {
         }
         let dir = tempfile::tempdir().unwrap();
         let marker = dir.path().join("confirmed");
-        let child = self.child(
-            name,
-            "held_relay",
-            &[
-                (CHILD_MARKER, marker.display().to_string()),
-                (CHILD_HOLD_MS, hold.as_millis().to_string()),
-                (CHILD_LEASE_MS, "1000".to_owned()),
-            ],
-        );
+        let mut env = vec![
+            (CHILD_MARKER, marker.display().to_string()),
+            (CHILD_HOLD_MS, hold.as_millis().to_string()),
+            (CHILD_LEASE_MS, "1000".to_owned()),
+        ];
+        if stops {
+            env.push((CHILD_STOPS, "1".to_owned()));
+        }
+        let child = self.child(name, "held_relay", &env);
         until_marked(&marker).await;
+        if stops {
+            until_stopped(&child).await;
+        }
         (child, dir)
     }
 }

@@ -15,8 +15,10 @@ use crate::run_until_stopped;
 
 /// What a relay child process reads from its environment besides its story's tag and database
 /// ([`parent`](crate::brokers::child::parent)): the file it writes once the broker confirmed a
-/// batch, how long it then holds the batch unstamped, and its lease.
+/// batch, whether it then stops itself (SIGSTOP), how long it then holds the batch unstamped,
+/// and its lease.
 pub(super) const CHILD_MARKER: &str = "GUESTLIST_RELAY_MARKER";
+pub(super) const CHILD_STOPS: &str = "GUESTLIST_RELAY_STOPS";
 pub(super) const CHILD_HOLD_MS: &str = "GUESTLIST_RELAY_HOLD_MS";
 pub(super) const CHILD_LEASE_MS: &str = "GUESTLIST_RELAY_LEASE_MS";
 

@@ -57,7 +57,7 @@ pub async fn sigkill_between_confirm_and_stamp_publishes_again_without_a_second_
     const EVENTS: i64 = 20;
     let line = Line::<B, DB>::open(name).await;
     let (mut child, _marker) = line
-        .held_batch(name, EVENTS, Duration::from_secs(600))
+        .held_batch(name, EVENTS, false, Duration::from_secs(600))
         .await;
     child
         .kill()
@@ -111,10 +111,10 @@ pub async fn a_relay_that_lost_its_lease_stamps_nothing<B: Broker, DB: Fixture>(
     const EVENTS: i64 = 5;
     let line = Line::<B, DB>::open(name).await;
     let (mut child, _marker) = line
-        .held_batch(name, EVENTS, Duration::from_millis(300))
+        .held_batch(name, EVENTS, true, Duration::from_millis(300))
         .await;
-    // Paused between the broker's confirmation and its stamp, past the end of its lease.
-    signal(&child, "-STOP");
+    // Paused (by itself, so exactly there) between the broker's confirmation and its stamp, past
+    // the end of its lease.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let relay = line.relay(line.rig.broker.publisher().await, Duration::from_secs(5));
     let relayed = relay
