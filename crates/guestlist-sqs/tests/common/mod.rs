@@ -291,7 +291,10 @@ impl<const FIFO: bool> Broker for SqsQueue<FIFO> {
     const REPORTS_DUPLICATES: bool = false;
     const REDELIVERS_IN_TIME: bool = true;
     const MISSING_TOPIC_ADVICE: &'static str = "aws sqs create-queue";
-    const CHAOS_EVENTS: usize = 5_000;
+    // A quarter of the default: moto takes about 70 a second, so that 5,000 took 68 to 80 s a
+    // run, the longest tests of the suite; 2,500 still outlast the six kills (the story checks
+    // that three or more land while events flow).
+    const CHAOS_EVENTS: usize = 2_500;
     // moto's FIFO queue checks each message sent against every one it holds.
     const RELAY_STORY_EVENTS: usize = 50;
 

@@ -64,6 +64,10 @@ pub async fn ten_thousand_events_two_consumers_one_killed_again_and_again<
         child.kill().unwrap();
         child.wait().unwrap();
     }
+    eprintln!(
+        "{}: {kills_mid_stream} of 6 kills landed while events flowed",
+        B::LABEL
+    );
     assert!(
         kills_mid_stream >= 3,
         "the kills landed while events were still flowing ({kills_mid_stream})"
