@@ -5,9 +5,9 @@
 #   reach it: `cargo deny check advisories`);
 # - clippy on every target with warnings as errors;
 # - the API docs with every rustdoc warning an error;
-# - cargo hack: each library crate (and the program) built alone with each of its features
-#   alone, and with none, the `cfg` combinations `--all-features` never builds (all of them at
-#   once is clippy's build);
+# - cargo hack: each crate that has features (four libraries and the program) built alone with
+#   each feature alone, and with none, the `cfg` combinations `--all-features` never builds
+#   (all of them at once is clippy's build);
 # - the guide (scripts/guide.sh).
 # Installs cargo-deny and cargo-hack when they are missing.
 #
@@ -49,12 +49,12 @@ fi
 say "API docs"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --all-features --no-deps
 
-# The bench, the test kit and the examples are never published and have one configuration each,
-# which clippy checks.
+# The crates that have features (four libraries and the program): each built alone with each
+# feature alone, and with none. `full` (every broker) and `rabbitmq` (another name for `amqp`)
+# make no combination of their own, and all features at once is clippy's build, which also
+# covers the crates without features (one configuration each).
 say "cargo hack: each feature alone"
-cargo hack check --each-feature --exclude-all-features --workspace \
-    --exclude guestlist-bench --exclude guestlist-testkit \
-    --exclude warehouse-example --exclude consume-nats-example \
-    --exclude http-axum-example --exclude outbox-kafka-example
+cargo hack check --each-feature --exclude-all-features --exclude-features full,rabbitmq \
+    -p guestlist -p guestlist-sqlx -p guestlist-http -p guestlist-carry -p guestlist-cli
 
 scripts/guide.sh
