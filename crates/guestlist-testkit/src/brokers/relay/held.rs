@@ -6,7 +6,8 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use crate::Fixture;
-use guestlist_sqlx::{Confirmed, OutboxMessage, Outcomes, Publish, PublishError};
+use guestlist_sqlx::{Confirmed, Outbox, OutboxMessage, Outcomes, Publish, PublishError};
+use sqlx::Pool;
 use tempfile::TempDir;
 
 use super::line::*;
@@ -14,27 +15,41 @@ use crate::brokers::Broker;
 use crate::brokers::child::parent;
 
 /// A real publisher that, once the broker has confirmed a batch, writes a marker file, stops its
-/// own process if asked (SIGSTOP: the pause then falls exactly in the window, however slow the
-/// machine), and holds the batch for a while before the relay may stamp it: the window a crash
-/// or a pause hits.
-pub struct HeldAfterConfirm<P> {
+/// own process if given the outbox to watch (SIGSTOP: the pause then falls exactly in the
+/// window, however slow the machine), and holds the batch for a while before the relay may
+/// stamp it: the window a crash or a pause hits.
+pub struct HeldAfterConfirm<P, DB: Fixture> {
     inner: P,
     marker: PathBuf,
-    stops: bool,
+    stops: Option<(Outbox<DB>, Pool<DB>)>,
     hold: Duration,
 }
 
-impl<P: Publish> Publish for HeldAfterConfirm<P> {
+impl<P: Publish, DB: Fixture> Publish for HeldAfterConfirm<P, DB> {
     async fn publish(&self, messages: &[OutboxMessage], outcomes: &mut Outcomes) {
         // Confirmed, but handed to the relay only after the hold.
         let mut confirmed = Outcomes::with_capacity(messages.len());
         self.inner.publish(messages, &mut confirmed).await;
         std::fs::write(&self.marker, messages.len().to_string()).unwrap();
-        if self.stops {
-            // The relay stamps the last round's batch while the broker confirms this one: give
-            // that transaction time to commit, so that the pause holds no row lock a successor
-            // would wait on. Then the pause, which returns once the story sends SIGCONT.
-            tokio::time::sleep(Duration::from_millis(200)).await;
+        if let Some((outbox, pool)) = &self.stops {
+            // While it waits on the broker the relay renews its lease every third of it, in a
+            // write of its own, and a process stopped inside a write keeps SQLite's lock (or a
+            // MariaDB row lock) from its successor: the pause comes right after a renewal has
+            // committed, a third of a lease before the next. Then the pause, which returns once
+            // the story sends SIGCONT; until then nothing of this process runs.
+            let left = async || {
+                let stats = outbox.stats(pool).await.ok()?;
+                stats.lease.expires_in
+            };
+            let mut before = left().await;
+            loop {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                let now = left().await;
+                if now > before {
+                    break;
+                }
+                before = now;
+            }
             signal_pid(std::process::id(), "-STOP");
         }
         tokio::time::sleep(self.hold).await;
@@ -102,7 +117,9 @@ pub async fn held_relay<B: Broker, DB: Fixture>() {
     let held = HeldAfterConfirm {
         inner: line.rig.broker.publisher().await,
         marker: marker.into(),
-        stops: std::env::var_os(CHILD_STOPS).is_some(),
+        stops: std::env::var_os(CHILD_STOPS)
+            .is_some()
+            .then(|| (line.outbox.clone(), line.rig.db.pool.clone())),
         hold: Duration::from_millis(env_ms(CHILD_HOLD_MS)),
     };
     let relay = line.relay(held, Duration::from_millis(env_ms(CHILD_LEASE_MS)));
