@@ -42,6 +42,16 @@ pub enum Error {
     /// The database refused or failed, or could not be reached.
     #[error("database error: {0}")]
     Database(#[source] sqlx::Error),
+    /// The connection failed while a `COMMIT` was on its way: the database may have committed
+    /// or not, and no one can tell from here. Do not acknowledge the message or answer the
+    /// request as done; its redelivery (or retry) finds out, as a duplicate where it committed
+    /// and as fresh work where it did not. Counted as an outage, never as the message's fault.
+    #[error(
+        "the connection failed while COMMIT was on its way ({0}): the database may have \
+         committed or not; do not acknowledge the message or answer the request as done: its \
+         redelivery or retry finds out (a duplicate if it committed, fresh work if not)"
+    )]
+    CommitUnknown(#[source] sqlx::Error),
     /// A stored body could not be sealed or opened ([`Sealing`](crate::Sealing)); the text says
     /// why and what to do.
     #[error("sealed bodies: {0}")]
@@ -83,6 +93,19 @@ impl Error {
             }
         } else {
             Error::Database(err)
+        }
+    }
+}
+
+impl Error {
+    /// The error of a `COMMIT`: the database's own answer (it did not commit) as
+    /// [`Error::Database`]; anything else (the connection closed, a read failed) as
+    /// [`Error::CommitUnknown`], since the `COMMIT` may have reached the database.
+    pub(crate) fn from_commit(err: sqlx::Error) -> Self {
+        if err.as_database_error().is_some() {
+            Error::Database(err)
+        } else {
+            Error::CommitUnknown(err)
         }
     }
 }

@@ -44,6 +44,7 @@ fn link_kind(link: &(dyn StdError + 'static)) -> Option<FailureKind> {
         return match err {
             crate::Error::MissingTable { .. } => Some(FailureKind::Outage),
             crate::Error::DeferredTransaction(_) => Some(FailureKind::Outage),
+            crate::Error::CommitUnknown(_) => Some(FailureKind::Outage),
             crate::Error::Database(err) => sqlx_kind(err),
             crate::Error::Shared(err) => link_kind(err.as_ref()),
             _ => None,

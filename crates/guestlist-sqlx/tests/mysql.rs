@@ -4,3 +4,4 @@ mod common;
 
 inbox_suite!(guestlist_sqlx::sqlx::MySql);
 outbox_suite!(guestlist_sqlx::sqlx::MySql);
+wire_faults_suite!(guestlist_sqlx::sqlx::MySql);

@@ -4,6 +4,7 @@ mod common;
 
 inbox_suite!(guestlist_sqlx::sqlx::Postgres);
 outbox_suite!(guestlist_sqlx::sqlx::Postgres);
+wire_faults_suite!(guestlist_sqlx::sqlx::Postgres);
 
 /// The table `migrate` makes is laid out for a life of inserts and one kind of delete: ids
 /// compared byte for byte whatever the server's locale, the `seen_at` index's pages filled

@@ -10,7 +10,7 @@
 
 #[cfg(feature = "brokers")]
 pub mod brokers;
-pub mod cut_proxy;
+pub mod fault_proxy;
 pub mod hang_up;
 pub mod held_commit;
 pub mod metrics;
@@ -38,6 +38,9 @@ pub trait Fixture: Backend {
     const PURGE_LOCK: bool;
     /// Whether two transactions can lock rows in opposite orders (and so deadlock).
     const ROW_LOCKS: bool;
+    /// A `COMMIT` as sqlx sends it over the wire, for a [`FaultProxy`](fault_proxy::FaultProxy)
+    /// to trap; `None` for an embedded database, which has no wire.
+    const COMMIT_FRAME: Option<&'static [u8]>;
 
     /// Connects a pool of `max` connections to `url`.
     fn connect(url: &str, max: u32)
@@ -109,6 +112,7 @@ impl Fixture for sqlx::Postgres {
         "pg_ctlcluster --skip-systemctl-redirect <version> main start";
     const PURGE_LOCK: bool = true;
     const ROW_LOCKS: bool = true;
+    const COMMIT_FRAME: Option<&'static [u8]> = Some(fault_proxy::POSTGRES_COMMIT);
 
     fixture_queries!(sqlx::PgConnection);
 
@@ -143,6 +147,7 @@ impl Fixture for sqlx::Sqlite {
         "nothing to start: SQLite is embedded; check the path is writable";
     const PURGE_LOCK: bool = false;
     const ROW_LOCKS: bool = false;
+    const COMMIT_FRAME: Option<&'static [u8]> = None;
 
     fixture_queries!(sqlx::SqliteConnection);
 
@@ -174,6 +179,7 @@ impl Fixture for sqlx::MySql {
     const HOW_TO_START: &'static str = "/etc/init.d/mariadb start";
     const PURGE_LOCK: bool = true;
     const ROW_LOCKS: bool = true;
+    const COMMIT_FRAME: Option<&'static [u8]> = Some(fault_proxy::MYSQL_COMMIT);
 
     fixture_queries!(sqlx::MySqlConnection);
 

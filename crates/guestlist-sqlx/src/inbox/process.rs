@@ -158,7 +158,7 @@ impl<DB: Backend> Inbox<DB> {
                 let output = guestlist_carry::scope_message(handler, id, work(&mut tx))
                     .await
                     .map_err(ProcessError::Handler)?;
-                tx.commit().await.map_err(|err| self.error(err))?;
+                tx.commit().await.map_err(Error::from_commit)?;
                 Ok(Processed::Ran(output))
             }
         }
@@ -231,7 +231,7 @@ impl<DB: Backend> Inbox<DB> {
             });
         }
         let output = work(&mut tx, &fresh).await.map_err(ProcessError::Handler)?;
-        tx.commit().await.map_err(|err| self.error(err))?;
+        tx.commit().await.map_err(Error::from_commit)?;
         Ok(BatchProcessed {
             fresh,
             duplicates,

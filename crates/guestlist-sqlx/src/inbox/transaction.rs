@@ -4,7 +4,7 @@ use sqlx::Pool;
 
 use super::process::with_retries;
 use crate::backend::Backend;
-use crate::{Inbox, ProcessError, WorkError};
+use crate::{Error, Inbox, ProcessError, WorkError};
 
 /// The label retries of [`Inbox::transaction`] are counted under.
 const LABEL: &str = "transaction";
@@ -73,7 +73,7 @@ impl<DB: Backend> Inbox<DB> {
         let mut tx = DB::begin(pool).await?;
         // Dropping the transaction on an error rolls it back.
         let output = work(&mut tx).await.map_err(ProcessError::Handler)?;
-        tx.commit().await.map_err(|err| self.error(err))?;
+        tx.commit().await.map_err(Error::from_commit)?;
         Ok(output)
     }
 }

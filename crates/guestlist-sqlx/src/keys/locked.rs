@@ -121,7 +121,7 @@ impl<DB: Backend> SqlKeyStore<DB> {
     /// lease ends. The lock is never let go in between: no retry can slip in.
     pub async fn keep_locked(&self, mut tx: Transaction<'static, DB>) -> Result<(), Error> {
         DB::run_query(&mut tx, sqlx::query(BACK_TO_CLAIM)).await?;
-        tx.commit().await?;
+        tx.commit().await.map_err(Error::from_commit)?;
         Ok(())
     }
 }

@@ -5,6 +5,7 @@
 #![allow(unreachable_pub)] // a test crate has no public API
 
 pub mod claims;
+pub mod faults;
 pub mod harness;
 pub mod outbox;
 pub mod retention;
@@ -63,6 +64,21 @@ macro_rules! inbox_suite {
         #[ignore = "child process of sigkill_after_work_before_commit_redelivery_runs_once"]
         async fn sigkill_child() {
             common::claims::sigkill_child::<$db>().await;
+        }
+    };
+}
+
+/// Generates one `#[tokio::test]` per story in [`faults`] for the backend `$db`, which must
+/// have a wire (PostgreSQL, MariaDB/MySQL) for the fault proxy to sit on.
+#[macro_export]
+macro_rules! wire_faults_suite {
+    ($db:ty) => {
+        mod faults {
+            use super::common;
+            guestlist_testkit::stories!(common::faults, [$db], ("faults_");
+                an_ambiguous_commit_of_process_ends_in_one_effect,
+                an_ambiguous_commit_of_a_batch_ends_in_one_effect_per_id,
+            );
         }
     };
 }

@@ -59,9 +59,10 @@ macro_rules! broker_suite {
     };
 }
 
-/// Generates the database-outage stories for the broker `$broker` on PostgreSQL (the outage is a
-/// proxy cut between the consumer and the server), in module `$m` (named as for
-/// [`broker_suite!`]): with a 2 s pool acquire timeout, and with sqlx's default of 30 s.
+/// Generates the stories of a fault between the consumer of `$broker` and its database, in module
+/// `$m` (named as for [`broker_suite!`]), each through a [`FaultProxy`](crate::fault_proxy::FaultProxy):
+/// the database goes away on PostgreSQL, with a 2 s pool acquire timeout and with sqlx's default
+/// of 30 s; a commit's answer is lost, on PostgreSQL and on MariaDB.
 #[macro_export]
 macro_rules! outage_suite {
     ($m:ident, $broker:ty) => {
@@ -88,6 +89,22 @@ macro_rules! outage_suite {
                     concat!(stringify!($m), "_default_pool"),
                     None,
                     Duration::from_secs(40),
+                )
+                .await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn an_ambiguous_commit_is_answered_by_the_redelivery_on_postgres() {
+                $crate::brokers::suite::an_ambiguous_commit_is_answered_by_the_redelivery::<$broker, ::sqlx::Postgres>(
+                    concat!(stringify!($m), "_ambiguous_pg"),
+                )
+                .await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn an_ambiguous_commit_is_answered_by_the_redelivery_on_mariadb() {
+                $crate::brokers::suite::an_ambiguous_commit_is_answered_by_the_redelivery::<$broker, ::sqlx::MySql>(
+                    concat!(stringify!($m), "_ambiguous_my"),
                 )
                 .await;
             }

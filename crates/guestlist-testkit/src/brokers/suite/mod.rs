@@ -1,5 +1,6 @@
 //! The consumer's stories, on every broker and database, a file per theme.
 
+mod ambiguous;
 mod chaos;
 mod deferrals;
 mod flow;
@@ -7,6 +8,7 @@ mod outage;
 mod start;
 mod stops;
 
+pub use ambiguous::*;
 pub use chaos::*;
 pub use deferrals::*;
 pub use flow::*;

@@ -32,14 +32,14 @@ pub async fn a_database_outage_dead_letters_nothing_and_resumes<B: Broker>(
     acquire: Option<Duration>,
     cut: Duration,
 ) {
-    use crate::cut_proxy::CutProxy;
+    use crate::fault_proxy::FaultProxy;
     use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
     crate::metrics::recorder();
     let cut = outage_length(cut);
     let rig = Rig::<B, sqlx::Postgres>::open(name, Duration::from_secs(5)).await;
     let direct: PgConnectOptions = rig.db.url.parse().unwrap();
-    let proxy = CutProxy::to(&format!("{}:{}", direct.get_host(), direct.get_port())).await;
+    let proxy = FaultProxy::to(&format!("{}:{}", direct.get_host(), direct.get_port())).await;
     let through_proxy = direct.host("127.0.0.1").port(proxy.addr().port());
     let mut pool = PgPoolOptions::new().max_connections(4);
     if let Some(acquire) = acquire {
@@ -126,12 +126,12 @@ pub async fn a_database_outage_dead_letters_nothing_and_resumes<B: Broker>(
 /// Asked to stop while the database is down, the consumer returns rather than wait for it: what
 /// it held goes back to the broker unsettled, nothing dead-lettered or counted.
 pub async fn asked_to_stop_during_an_outage_it_returns_and_settles_nothing<B: Broker>(name: &str) {
-    use crate::cut_proxy::CutProxy;
+    use crate::fault_proxy::FaultProxy;
     use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
     let rig = Rig::<B, sqlx::Postgres>::open(name, Duration::from_secs(5)).await;
     let direct: PgConnectOptions = rig.db.url.parse().unwrap();
-    let proxy = CutProxy::to(&format!("{}:{}", direct.get_host(), direct.get_port())).await;
+    let proxy = FaultProxy::to(&format!("{}:{}", direct.get_host(), direct.get_port())).await;
     let pool = PgPoolOptions::new()
         .max_connections(4)
         .acquire_timeout(Duration::from_secs(2))
