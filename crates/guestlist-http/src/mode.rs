@@ -88,10 +88,18 @@ pub(crate) mod sealed {
     pub trait Sealed {}
 }
 
+/// How many times plain mode tries to store a response before it gives up on it.
+const STORE_TRIES: u32 = 4;
+/// The pause after plain mode's first failed try to store a response; each next one is three
+/// times longer (50, 150, 450 ms: 650 ms in all).
+const STORE_PAUSE: Duration = Duration::from_millis(50);
+
 /// Plain mode: the key store is written on its own, outside any handler transaction. It serves
 /// handlers whose work is not in the same database (the gateway, Redis): a crash after the
 /// handler's work and before the store's write leaves the key in flight until its lease ends,
-/// and the retry then runs the handler again.
+/// and the retry then runs the handler again. A write of the response that fails (the
+/// connection cut, the answer lost) is tried again, four tries within 650 ms, before the key is
+/// left to its lease.
 #[derive(Debug, Clone)]
 pub struct Plain<K>(pub(crate) K);
 
@@ -122,6 +130,21 @@ impl<K: KeyStore> Mode for Plain<K> {
         attempt: Attempt,
         response: &StoredResponse,
     ) -> Result<Completed, BoxError> {
+        // The handler's work happened and cannot run again until the lease ends: a store that
+        // failed once (a connection cut, perhaps after the write landed) gets a few more tries,
+        // each on the pool's next connection. A try after one that landed finds the key
+        // answered already and changes nothing (it reports the attempt fenced).
+        let mut pause = STORE_PAUSE;
+        for _ in 1..STORE_TRIES {
+            match self.0.complete(scope, key, attempt, response).await {
+                Ok(completed) => return Ok(completed),
+                Err(err) => {
+                    tracing::warn!(error = %err, "cannot store the response; trying again");
+                    tokio::time::sleep(pause).await;
+                    pause *= 3;
+                }
+            }
+        }
         Ok(self.0.complete(scope, key, attempt, response).await?)
     }
 

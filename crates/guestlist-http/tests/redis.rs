@@ -3,3 +3,4 @@
 mod common;
 
 http_suite!(plain, common::stores::Redis);
+http_wire_faults!(plain_wire, common::stores::Redis);

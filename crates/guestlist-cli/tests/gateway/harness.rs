@@ -237,6 +237,38 @@ impl Store {
         Store::Redis { url, prefix }
     }
 
+    /// The server's URL, where the store has a server (not SQLite).
+    pub fn url(&self) -> Option<&str> {
+        match self {
+            Store::Sqlite(_) => None,
+            Store::Postgres { url, .. } | Store::Mysql { url, .. } | Store::Redis { url, .. } => {
+                Some(url)
+            }
+        }
+    }
+
+    /// The same table (or prefix) reached at `url` instead: through a proxy.
+    pub fn at(&self, url: String) -> Self {
+        match self {
+            Store::Sqlite(_) => panic!("SQLite has no server to reach elsewhere"),
+            Store::Postgres {
+                table, gateways, ..
+            } => Store::Postgres {
+                url,
+                table: table.clone(),
+                gateways: *gateways,
+            },
+            Store::Mysql { table, .. } => Store::Mysql {
+                url,
+                table: table.clone(),
+            },
+            Store::Redis { prefix, .. } => Store::Redis {
+                url,
+                prefix: prefix.clone(),
+            },
+        }
+    }
+
     /// How many gateways share the store.
     pub fn gateways(&self) -> usize {
         match self {

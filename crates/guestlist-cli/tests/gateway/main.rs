@@ -9,6 +9,7 @@ mod harness;
 mod sealed;
 mod slow_clients;
 mod suite;
+mod wire_faults;
 
 /// One test per story in [`suite`] for the store `$store`, in module `$m`.
 macro_rules! gateway_suite {
@@ -55,6 +56,27 @@ gateway_suite!(mysql, crate::suite::mysql);
 gateway_suite!(redis, crate::suite::redis);
 
 gateway_suite!(shared_postgres, crate::suite::shared_postgres);
+
+/// The stories of a fault on the wire to the store, one test per store with a server.
+mod wire_faults_on {
+    use crate::suite;
+    use crate::wire_faults::an_ambiguous_write_of_the_answer_is_replayed_not_run_again as story;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres() {
+        story(suite::postgres("wire_postgres").await).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn mysql() {
+        story(suite::mysql("wire_mysql").await).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn redis() {
+        story(suite::redis("wire_redis").await).await;
+    }
+}
 
 /// One test per point at which a client hangs up, on one gateway on PostgreSQL.
 macro_rules! hang_up {

@@ -10,6 +10,7 @@ pub mod client;
 pub mod hang_up;
 pub mod stores;
 pub mod suite;
+pub mod wire_faults;
 
 /// Generates one `#[tokio::test]` per story in [`suite`] for the store `$store`, in module `$m`.
 #[macro_export]
@@ -48,6 +49,20 @@ macro_rules! http_suite {
             async fn sigkill_child() {
                 common::suite::sigkill_child::<$store>().await;
             }
+        }
+    };
+}
+
+/// Generates one `#[tokio::test]` per story in [`wire_faults`] for the store `$store`, which
+/// must have a wire (not SQLite), in module `$m`.
+#[macro_export]
+macro_rules! http_wire_faults {
+    ($m:ident, $store:ty) => {
+        mod $m {
+            use super::common;
+            guestlist_testkit::stories!(common::wire_faults, [$store], (stringify!($m), "_");
+                an_ambiguous_write_of_the_answer_ends_in_one_effect,
+            );
         }
     };
 }

@@ -16,6 +16,10 @@ use guestlist_testkit::{Database, Fixture, short_tag};
 
 use super::app::{AppState, answer};
 
+/// The start of every response body the test handler answers with, and so of every write of
+/// one to a store.
+pub const ANSWER_BODY: &[u8] = b"{\"payment\":\"pay_";
+
 /// The layer's settings a test chooses.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -106,6 +110,12 @@ pub trait Store: Send + Sync + Sized + 'static {
     const LOCKED_CLAIM: bool = false;
     /// Whether the store counts a scope's keys, so that per-scope caps apply (not Redis).
     const COUNTS_KEYS: bool = true;
+
+    /// The frame on the store's wire after which a response's storing is ambiguous when the
+    /// connection dies: the `COMMIT` of the handler's transaction (transactional mode), the
+    /// write that carries the response's body (plain mode); `None` for SQLite, which has no
+    /// wire.
+    fn answer_frame() -> Option<&'static [u8]>;
 
     /// Fresh tables for the test `name`.
     fn open(name: &str) -> impl Future<Output = Self> + Send;
@@ -211,6 +221,10 @@ impl<DB: Fixture> Store for Sql<DB> {
     const TRANSACTIONAL: bool = true;
     const SINGLE_WRITER: bool = !DB::ROW_LOCKS;
 
+    fn answer_frame() -> Option<&'static [u8]> {
+        DB::COMMIT_FRAME
+    }
+
     async fn open(name: &str) -> Self {
         let store = Self::around(Database::open(48).await, &short_tag(name)).await;
         for table in [store.keys.table().to_string(), store.payments()] {
@@ -268,6 +282,10 @@ impl Store for LockedPostgres {
     const SINGLE_WRITER: bool = false;
     const LOCKED_CLAIM: bool = true;
 
+    fn answer_frame() -> Option<&'static [u8]> {
+        Some(guestlist_testkit::fault_proxy::POSTGRES_COMMIT)
+    }
+
     wraps_store!(Sql);
 
     fn router(&self, state: AppState, settings: &Settings) -> Router {
@@ -312,6 +330,10 @@ impl<DB: Fixture> Store for PlainSql<DB> {
     const TRANSACTIONAL: bool = false;
     const SINGLE_WRITER: bool = false;
 
+    fn answer_frame() -> Option<&'static [u8]> {
+        DB::COMMIT_FRAME.map(|_| ANSWER_BODY)
+    }
+
     wraps_store!(Sql);
 
     fn router(&self, state: AppState, settings: &Settings) -> Router {
@@ -350,6 +372,10 @@ impl<DB: Fixture + guestlist_sqlx::BatchBackend + BatchedLabel> Store for Batche
     const LABEL: &'static str = DB::BATCHED;
     const TRANSACTIONAL: bool = false;
     const SINGLE_WRITER: bool = false;
+
+    fn answer_frame() -> Option<&'static [u8]> {
+        PlainSql::<DB>::answer_frame()
+    }
 
     wraps_store!(PlainSql);
 
@@ -417,6 +443,10 @@ impl Store for Redis {
     const TRANSACTIONAL: bool = false;
     const SINGLE_WRITER: bool = false;
     const COUNTS_KEYS: bool = false;
+
+    fn answer_frame() -> Option<&'static [u8]> {
+        Some(ANSWER_BODY)
+    }
 
     async fn open(name: &str) -> Self {
         let url =
@@ -503,6 +533,10 @@ impl Store for SealedPostgres {
     const LABEL: &'static str = "PostgreSQL, sealed bodies and hashed keys";
     const TRANSACTIONAL: bool = true;
     const SINGLE_WRITER: bool = false;
+
+    fn answer_frame() -> Option<&'static [u8]> {
+        Some(guestlist_testkit::fault_proxy::POSTGRES_COMMIT)
+    }
 
     wraps_store!(Sql);
 

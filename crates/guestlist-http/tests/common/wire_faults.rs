@@ -1,0 +1,85 @@
+//! Faults on the wire between the layer and its store, through a
+//! [`FaultProxy`](guestlist_testkit::fault_proxy::FaultProxy): the connection dies right after
+//! the response's write went out, whatever the store did with it.
+
+use std::time::{Duration, Instant};
+
+use guestlist_testkit::fault_proxy::{Ambiguity, FaultProxy};
+use reqwest::StatusCode;
+
+use super::app::AppState;
+use super::client::{Call, Server};
+use super::stores::{Settings, Store};
+
+/// The lease of the stories: short, since a lost commit in transactional mode leaves the key to
+/// it.
+const LEASE: Duration = Duration::from_secs(2);
+
+/// The connection dies after the response's write (transactional: the `COMMIT` of the payment
+/// and its response; plain: the write of the response) went out, once after the store applied
+/// it and once before it saw it. The first attempt is never "done" for work that did not
+/// commit: transactional mode answers 503; plain mode sends the handler's answer and stores it
+/// on a later try. A retry with the same key, within the lease and a margin, gets one answer
+/// that stays (a replay where the write landed, the work run once where it was lost), and there
+/// is one payment and one key in the end.
+pub async fn an_ambiguous_write_of_the_answer_ends_in_one_effect<S: Store>(name: &str) {
+    let frame = S::answer_frame().expect("a store with a wire");
+    for ambiguity in [Ambiguity::Landed, Ambiguity::Lost] {
+        let store = S::open(&format!("{name}_{ambiguity:?}")).await;
+        let (proxy, url) = FaultProxy::for_url(store.url()).await;
+        let through = S::attach(&url, store.tag()).await;
+        let state = AppState::default();
+        let server =
+            Server::start(through.router(state.clone(), &Settings::with_lease(LEASE))).await;
+        let call = Call::new("ambiguous-1");
+
+        let sprung = proxy.trap(frame, ambiguity);
+        let first = call.send(&server.base).await;
+        sprung.wait(Duration::from_secs(10)).await;
+        let started = Instant::now();
+        let retry = loop {
+            let answer = call.send(&server.base).await;
+            if answer.status != StatusCode::CONFLICT || started.elapsed() > LEASE * 5 {
+                break answer;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        let label = format!("{} ({ambiguity:?})", S::LABEL);
+        assert_eq!(
+            retry.status,
+            StatusCode::CREATED,
+            "{label}: the retry is answered within the lease and a margin, not stranded: {}",
+            retry.text()
+        );
+        if S::TRANSACTIONAL {
+            assert_eq!(
+                first.status,
+                StatusCode::SERVICE_UNAVAILABLE,
+                "{label}: a commit whose answer never came is no success: {}",
+                first.text()
+            );
+            assert_eq!(
+                retry.replayed(),
+                ambiguity == Ambiguity::Landed,
+                "{label}: the retry finds out what the database did"
+            );
+        } else {
+            assert_eq!(
+                first.status,
+                StatusCode::CREATED,
+                "{label}: {}",
+                first.text()
+            );
+            assert!(
+                retry.replayed(),
+                "{label}: the handler's answer was stored after all"
+            );
+            assert_eq!(retry.body, first.body, "{label}: the answer the client got");
+        }
+        let again = call.send(&server.base).await;
+        assert!(again.replayed(), "{label}: the answer stays");
+        assert_eq!(again.body, retry.body, "{label}");
+        assert_eq!(store.effects(&state).await, 1, "{label}: one payment");
+        assert_eq!(store.stored_keys().await, 1, "{label}: one key, answered");
+    }
+}
