@@ -6,6 +6,7 @@ mod common;
 guestlist_testkit::relay_suite!(qpg, common::Rabbit, sqlx::Postgres);
 guestlist_testkit::relay_suite!(qlite, common::Rabbit, sqlx::Sqlite);
 guestlist_testkit::relay_suite!(qmy, common::Rabbit, sqlx::MySql);
+guestlist_testkit::relay_wire_suite!(qwire, common::Rabbit);
 
 use common::Rabbit;
 use guestlist_sqlx::{OutboxMessage, Outcomes, Publish};

@@ -6,3 +6,4 @@ mod common;
 guestlist_testkit::relay_suite!(xpg, common::Kafka, sqlx::Postgres);
 guestlist_testkit::relay_suite!(xlite, common::Kafka, sqlx::Sqlite);
 guestlist_testkit::relay_suite!(xmy, common::Kafka, sqlx::MySql);
+guestlist_testkit::relay_wire_suite!(xwire, common::Kafka);

@@ -6,6 +6,7 @@ mod common;
 guestlist_testkit::relay_suite!(jpg, common::Nats, sqlx::Postgres);
 guestlist_testkit::relay_suite!(jlite, common::Nats, sqlx::Sqlite);
 guestlist_testkit::relay_suite!(jmy, common::Nats, sqlx::MySql);
+guestlist_testkit::relay_wire_suite!(jwire, common::Nats);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wake_on_commit() {

@@ -39,3 +39,4 @@ macro_rules! fifo_relay_suite {
 fifo_relay_suite!(fpg, sqlx::Postgres);
 fifo_relay_suite!(flite, sqlx::Sqlite);
 fifo_relay_suite!(fmy, sqlx::MySql);
+guestlist_testkit::relay_wire_suite!(fwire, common::SqsFifo);

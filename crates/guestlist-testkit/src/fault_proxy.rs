@@ -61,6 +61,9 @@ impl Sprung {
 
 #[derive(Debug)]
 struct Trap {
+    // What the connection must have sent before, if anything: the trap springs on that
+    // connection's next `frame` only.
+    after: Option<Vec<u8>>,
     frame: Vec<u8>,
     ambiguity: Ambiguity,
     sprung: oneshot::Sender<()>,
@@ -81,23 +84,27 @@ struct Faults {
 }
 
 impl Faults {
-    /// The trap, taken, if `window` holds its frame.
-    fn spring(&self, window: &[u8]) -> Option<Trap> {
+    /// The trap, taken, if `window` holds its frame (and the connection sent what it must send
+    /// first: `primed`, which this sets when `window` holds that).
+    fn spring(&self, window: &[u8], primed: &mut bool) -> Option<Trap> {
         let mut trap = self.trap.lock().unwrap();
-        let hit = trap.as_ref().is_some_and(|trap| {
-            window
-                .windows(trap.frame.len())
-                .any(|part| part == trap.frame.as_slice())
-        });
-        if hit { trap.take() } else { None }
+        let set = trap.as_ref()?;
+        let holds = |frame: &[u8]| window.windows(frame.len()).any(|part| part == frame);
+        if let Some(after) = &set.after
+            && !*primed
+        {
+            *primed = holds(after);
+            return None;
+        }
+        if holds(&set.frame) { trap.take() } else { None }
     }
 
     fn longest_frame(&self) -> usize {
-        self.trap
-            .lock()
-            .unwrap()
-            .as_ref()
-            .map_or(0, |trap| trap.frame.len())
+        self.trap.lock().unwrap().as_ref().map_or(0, |trap| {
+            trap.frame
+                .len()
+                .max(trap.after.as_ref().map_or(0, Vec::len))
+        })
     }
 
     fn delay(&self) -> Duration {
@@ -220,8 +227,19 @@ impl FaultProxy {
     /// Cuts the next connection whose client sends `frame` (such as [`POSTGRES_COMMIT`]) as
     /// `ambiguity` says; the others go on. One trap at a time: a new one replaces the old.
     pub fn trap(&self, frame: &[u8], ambiguity: Ambiguity) -> Sprung {
+        self.set_trap(None, frame, ambiguity)
+    }
+
+    /// [`trap`](Self::trap) for the `frame` a connection sends after it sent `after` (in the
+    /// same chunk or a later one): the `COMMIT` of a transaction that ran a given statement.
+    pub fn trap_after(&self, after: &[u8], frame: &[u8], ambiguity: Ambiguity) -> Sprung {
+        self.set_trap(Some(after), frame, ambiguity)
+    }
+
+    fn set_trap(&self, after: Option<&[u8]>, frame: &[u8], ambiguity: Ambiguity) -> Sprung {
         let (sprung, caught) = oneshot::channel();
         *self.faults.trap.lock().unwrap() = Some(Trap {
+            after: after.map(<[u8]>::to_vec),
             frame: frame.to_vec(),
             ambiguity,
             sprung,
@@ -266,6 +284,8 @@ async fn forward(client: TcpStream, server: TcpStream, faults: &Faults) {
     let mut tail: Vec<u8> = Vec::new();
     // Set once a trapped frame went up: the server's next answer is thrown away.
     let mut landed: Option<oneshot::Sender<()>> = None;
+    // Set once this connection sent what the trap waits for first.
+    let mut primed = false;
     loop {
         tokio::select! {
             read = client_read.read(&mut up), if landed.is_none() => {
@@ -273,7 +293,7 @@ async fn forward(client: TcpStream, server: TcpStream, faults: &Faults) {
                 let _ = stalled.wait_for(|stalled| !stalled).await;
                 let mut window = std::mem::take(&mut tail);
                 window.extend_from_slice(&up[..n]);
-                if let Some(trap) = faults.spring(&window) {
+                if let Some(trap) = faults.spring(&window, &mut primed) {
                     match trap.ambiguity {
                         Ambiguity::Lost => {
                             let _ = trap.sprung.send(());

@@ -93,6 +93,20 @@ impl HeldCommit {
         }
     }
 
+    /// Ends the sessions whose commits wait on the held lock (`pg_terminate_backend`): the
+    /// database rolls them back, and their clients see the connection close.
+    pub async fn end_waiting(&self) {
+        let mut probe = PgConnection::connect(&self.url).await.unwrap();
+        sqlx::query(
+            "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' \
+             AND NOT granted AND classid = 0 AND objid = $1::bigint::oid AND objsubid = 1",
+        )
+        .bind(self.lock)
+        .execute(&mut probe)
+        .await
+        .unwrap();
+    }
+
     /// Lets the held commits go on (and later ones through).
     pub async fn release(mut self) {
         sqlx::query("SELECT pg_advisory_unlock($1)")

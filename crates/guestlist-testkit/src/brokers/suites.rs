@@ -152,3 +152,36 @@ macro_rules! relay_suite {
         );
     };
 }
+
+/// Generates the stories of a fault between the relay to `$broker` and its database, in module
+/// `$m` (named as for [`broker_suite!`]), on PostgreSQL and on MariaDB, each through a
+/// [`FaultProxy`](crate::fault_proxy::FaultProxy): a stamp's answer is lost.
+#[macro_export]
+macro_rules! relay_wire_suite {
+    ($m:ident, $broker:ty) => {
+        mod $m {
+            // The caller's paths (its broker type, its `common` module) resolve as they would
+            // beside the macro call.
+            #[allow(unused_imports)]
+            use super::*;
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn an_ambiguous_stamp_costs_no_message_and_no_second_effect_on_postgres() {
+                $crate::brokers::relay::an_ambiguous_stamp_costs_no_message_and_no_second_effect::<
+                    $broker,
+                    ::sqlx::Postgres,
+                >(concat!(stringify!($m), "_ambiguous_pg"))
+                .await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn an_ambiguous_stamp_costs_no_message_and_no_second_effect_on_mariadb() {
+                $crate::brokers::relay::an_ambiguous_stamp_costs_no_message_and_no_second_effect::<
+                    $broker,
+                    ::sqlx::MySql,
+                >(concat!(stringify!($m), "_ambiguous_my"))
+                .await;
+            }
+        }
+    };
+}

@@ -1,12 +1,14 @@
 //! The outbox relay's stories, on every broker and database: a producer's outbox, the relay, the
 //! broker, and the consumer's inbox at the far end, counting effects.
 
+mod ambiguous;
 mod chaos;
 mod held;
 mod line;
 mod refusals;
 mod stories;
 
+pub use ambiguous::*;
 pub use chaos::*;
 pub use held::{HeldAfterConfirm, held_relay};
 pub use line::Line;
