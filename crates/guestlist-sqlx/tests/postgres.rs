@@ -6,6 +6,16 @@ inbox_suite!(guestlist_sqlx::sqlx::Postgres);
 outbox_suite!(guestlist_sqlx::sqlx::Postgres);
 wire_faults_suite!(guestlist_sqlx::sqlx::Postgres);
 
+/// The database stopped the hard way and started again under four writers (a server of the
+/// test's own).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_restarted_under_four_writers_loses_and_doubles_nothing() {
+    common::faults::a_database_restarted_under_four_writers_loses_and_doubles_nothing(
+        "pg_restarted",
+    )
+    .await;
+}
+
 /// The table `migrate` makes is laid out for a life of inserts and one kind of delete: ids
 /// compared byte for byte whatever the server's locale, the `seen_at` index's pages filled
 /// whole (the time only grows), and a vacuum after each day's purge instead of every fifth.

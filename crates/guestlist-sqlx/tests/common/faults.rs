@@ -128,3 +128,83 @@ pub async fn an_ambiguous_commit_of_a_batch_ends_in_one_effect_per_id<DB: Fixtur
         assert_eq!(h.inbox_rows().await, 5, "{ambiguity:?}: one row per id");
     }
 }
+
+/// Four writers handle the same 200 ids, each in its own order, while the database (a
+/// PostgreSQL of the test's own) is stopped the hard way (`pg_ctl stop -m immediate`) and
+/// started again: a writer that meets an error handles the id again, as a redelivery would,
+/// on the same pool. Every writer finishes by itself, and each id has one pick task and one
+/// inbox row.
+pub async fn a_database_restarted_under_four_writers_loses_and_doubles_nothing(name: &str) {
+    use guestlist_testkit::private_postgres::PrivatePostgres;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    type Pg = guestlist_sqlx::sqlx::Postgres;
+
+    const IDS: usize = 200;
+    let cluster = PrivatePostgres::start();
+    let h = Arc::new(Harness::<Pg>::new_at(&cluster.url(), name).await);
+    let done = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(AtomicU64::new(0));
+    let writers: Vec<_> = (0..4)
+        .map(|writer| {
+            let (h, done, errors) = (h.clone(), done.clone(), errors.clone());
+            tokio::spawn(async move {
+                let warehouse = handler("warehouse");
+                let mut fresh = 0u64;
+                for n in 0..IDS {
+                    // Each writer in its own order: a quarter of the way apart.
+                    let event = id(&format!("evt_{}", (n + writer * IDS / 4) % IDS));
+                    loop {
+                        match h
+                            .inbox
+                            .process(&h.pool, &warehouse, &event, {
+                                let sql = h.pick_sql(&event);
+                                async move |tx| Pg::exec(tx, sql.clone()).await
+                            })
+                            .await
+                        {
+                            Ok(processed) => {
+                                fresh += u64::from(processed.ran());
+                                break;
+                            }
+                            Err(_) => {
+                                errors.fetch_add(1, Ordering::SeqCst);
+                                tokio::time::sleep(Duration::from_millis(50)).await;
+                            }
+                        }
+                    }
+                    done.fetch_add(1, Ordering::SeqCst);
+                }
+                fresh
+            })
+        })
+        .collect();
+
+    while done.load(Ordering::SeqCst) < (IDS as u64) {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    cluster.stop_immediately();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    cluster.start_again();
+
+    let mut fresh = 0;
+    for writer in writers {
+        fresh += tokio::time::timeout(Duration::from_secs(120), writer)
+            .await
+            .expect("every writer finishes by itself")
+            .unwrap();
+    }
+    assert!(
+        errors.load(Ordering::SeqCst) > 0,
+        "the writers met the restart"
+    );
+    assert!(fresh <= IDS as u64, "{fresh} fresh claims of {IDS} ids");
+    assert_eq!(h.all_picks().await, IDS as i64, "one pick task per id");
+    assert_eq!(
+        h.scalar(format!("SELECT count(DISTINCT event) FROM {}", h.picks()))
+            .await,
+        IDS as i64,
+        "none doubled"
+    );
+    assert_eq!(h.inbox_rows().await, IDS as i64, "one inbox row per id");
+}

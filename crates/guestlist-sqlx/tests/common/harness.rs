@@ -29,6 +29,13 @@ impl<DB: Fixture> Harness<DB> {
         harness
     }
 
+    /// Fresh tables for the test `name` on the database at `url` (a server of the test's own).
+    pub async fn new_at(url: &str, name: &str) -> Self {
+        let harness = Self::around(Database::attach(url, 16).await, &short_tag(name));
+        harness.reset().await;
+        harness
+    }
+
     /// The tables of test `tag` at `url`, as they are (for a child process).
     pub async fn attach(url: &str, tag: &str, max_connections: u32) -> Self {
         Self::around(Database::attach(url, max_connections).await, tag)

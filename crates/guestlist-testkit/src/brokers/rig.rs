@@ -105,8 +105,18 @@ impl<B: Broker, DB: Fixture> Rig<B, DB> {
 
     /// [`Rig::open`] around a broker queue made for the test `name` already.
     pub async fn open_on(broker: B, name: &str) -> Self {
+        Self::open_with(broker, Database::open(16).await, name).await
+    }
+
+    /// [`Rig::open`] on the database at `url` (a server of the test's own).
+    pub async fn open_at(name: &str, ack_wait: Duration, url: &str) -> Self {
+        let broker = B::open(&short_tag(name), ack_wait).await;
+        Self::open_with(broker, Database::attach(url, 16).await, name).await
+    }
+
+    async fn open_with(broker: B, db: Database<DB>, name: &str) -> Self {
         let tag = short_tag(name);
-        let rig = Self::around(broker, Database::open(16).await, &tag);
+        let rig = Self::around(broker, db, &tag);
         for table in [rig.inbox.table().to_string(), rig.effects.to_string()] {
             rig.db.exec(format!("DROP TABLE IF EXISTS {table}")).await;
         }

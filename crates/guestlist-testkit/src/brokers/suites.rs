@@ -62,7 +62,8 @@ macro_rules! broker_suite {
 /// Generates the stories of a fault between the consumer of `$broker` and its database, in module
 /// `$m` (named as for [`broker_suite!`]), each through a [`FaultProxy`](crate::fault_proxy::FaultProxy):
 /// the database goes away on PostgreSQL, with a 2 s pool acquire timeout and with sqlx's default
-/// of 30 s; a commit's answer is lost, on PostgreSQL and on MariaDB.
+/// of 30 s; a PostgreSQL of the test's own stopped the hard way and started again; a commit's
+/// answer is lost, on PostgreSQL and on MariaDB.
 #[macro_export]
 macro_rules! outage_suite {
     ($m:ident, $broker:ty) => {
@@ -89,6 +90,14 @@ macro_rules! outage_suite {
                     concat!(stringify!($m), "_default_pool"),
                     None,
                     Duration::from_secs(40),
+                )
+                .await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_database_restarted_mid_stream_loses_and_doubles_nothing() {
+                $crate::brokers::suite::a_database_restarted_mid_stream_loses_and_doubles_nothing::<$broker>(
+                    concat!(stringify!($m), "_restarted"),
                 )
                 .await;
             }
@@ -155,7 +164,8 @@ macro_rules! relay_suite {
 
 /// Generates the stories of a fault between the relay to `$broker` and its database, in module
 /// `$m` (named as for [`broker_suite!`]), on PostgreSQL and on MariaDB, each through a
-/// [`FaultProxy`](crate::fault_proxy::FaultProxy): a stamp's answer is lost.
+/// [`FaultProxy`](crate::fault_proxy::FaultProxy): a stamp's answer is lost; and, on a
+/// PostgreSQL of the test's own, the database stopped the hard way and started again.
 #[macro_export]
 macro_rules! relay_wire_suite {
     ($m:ident, $broker:ty) => {
@@ -164,6 +174,14 @@ macro_rules! relay_wire_suite {
             // beside the macro call.
             #[allow(unused_imports)]
             use super::*;
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_database_restarted_mid_stream_costs_no_message_and_no_order() {
+                $crate::brokers::relay::a_database_restarted_mid_stream_costs_no_message_and_no_order::<$broker>(
+                    concat!(stringify!($m), "_restarted"),
+                )
+                .await;
+            }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn an_ambiguous_stamp_costs_no_message_and_no_second_effect_on_postgres() {

@@ -1,6 +1,5 @@
 //! Two relays, one killed again and again, keep each key's order.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
 use std::time::Duration;
@@ -102,28 +101,12 @@ pub async fn two_relays_one_killed_again_and_again_keep_each_keys_order<B: Broke
         "each kill was followed by a take-over (lease token {taken})"
     );
 
-    let received = line.rig.broker.received().await;
-    let ids: HashSet<&str> = received.iter().map(|m| m.id.as_str()).collect();
-    assert_eq!(ids.len(), MESSAGES, "{}: nothing lost", B::LABEL);
-    // Repeats aside, each key's messages arrived in the order of their places, all of them.
-    let mut firsts: BTreeMap<String, Vec<i64>> = BTreeMap::new();
-    let mut seen: BTreeSet<(String, i64)> = BTreeSet::new();
-    for message in &received {
-        let key = message.key.clone().expect("every message has a key");
-        if seen.insert((key.clone(), message.seq)) {
-            firsts.entry(key).or_default().push(message.seq);
-        }
-    }
-    assert_eq!(firsts.len(), KEYS);
-    for (key, seqs) in firsts {
-        let expected: Vec<i64> = (1..=seqs.len() as i64).collect();
-        assert_eq!(seqs, expected, "{key}: in commit order, none missing");
-    }
+    let received = line.assert_received_in_key_order(MESSAGES, KEYS).await;
     eprintln!(
         "{}: {} messages on the broker for {MESSAGES} ({} repeats), {kills_mid_stream} kills mid-stream",
         B::LABEL,
-        received.len(),
-        received.len() - MESSAGES
+        received,
+        received - MESSAGES
     );
 }
 

@@ -1,6 +1,7 @@
 //! A test's producer side (its outbox) in front of the consumer's rig, and what a relay child
 //! process reads from its environment.
 
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::process::Child;
 use std::time::Duration;
 
@@ -33,7 +34,16 @@ pub struct Line<B: Broker, DB: Fixture> {
 impl<B: Broker, DB: Fixture> Line<B, DB> {
     /// A fresh line (queue, inbox, effects table and outbox) for the test `name`.
     pub async fn open(name: &str) -> Self {
-        let line = Self::around(Rig::open(name, Duration::from_secs(30)).await);
+        Self::fresh(Rig::open(name, Duration::from_secs(30)).await).await
+    }
+
+    /// [`Line::open`] on the database at `url` (a server of the test's own).
+    pub async fn open_at(name: &str, url: &str) -> Self {
+        Self::fresh(Rig::open_at(name, Duration::from_secs(30), url).await).await
+    }
+
+    async fn fresh(rig: Rig<B, DB>) -> Self {
+        let line = Self::around(rig);
         let table = line.outbox.table().to_string();
         for table in [
             format!("{table}_keys"),
@@ -70,9 +80,7 @@ impl<B: Broker, DB: Fixture> Line<B, DB> {
 
     /// Enqueues the OrderPaid event `id` on `key`, and commits it or rolls it back.
     pub async fn enqueue(&self, id: &str, key: &str, commit: bool) {
-        let message = Outgoing::new(Topic::new(self.rig.broker.topic()).unwrap(), order_paid(id))
-            .id(MessageId::new(id).unwrap())
-            .ordering_key(OrderingKey::new(key).unwrap());
+        let message = self.order_paid(id, key);
         let mut tx = self.rig.db.pool.begin().await.unwrap();
         let enqueued = self.outbox.enqueue(&mut *tx, &message).await.unwrap();
         assert!(enqueued.added);
@@ -81,6 +89,56 @@ impl<B: Broker, DB: Fixture> Line<B, DB> {
         } else {
             tx.rollback().await.unwrap();
         }
+    }
+
+    /// Enqueues and commits the OrderPaid event `id` on `key` until it is in (a commit that
+    /// failed may have landed: the next try then finds it there).
+    pub async fn enqueue_until_in(&self, id: &str, key: &str) -> u32 {
+        let message = self.order_paid(id, key);
+        let mut failures = 0;
+        loop {
+            let enqueued = async {
+                let mut tx = self.rig.db.pool.begin().await?;
+                self.outbox.enqueue(&mut *tx, &message).await?;
+                tx.commit().await?;
+                Ok::<_, guestlist_sqlx::Error>(())
+            };
+            match enqueued.await {
+                Ok(()) => return failures,
+                Err(_) => {
+                    failures += 1;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+
+    fn order_paid(&self, id: &str, key: &str) -> Outgoing {
+        Outgoing::new(Topic::new(self.rig.broker.topic()).unwrap(), order_paid(id))
+            .id(MessageId::new(id).unwrap())
+            .ordering_key(OrderingKey::new(key).unwrap())
+    }
+
+    /// Asserts that the broker received each of `messages` ids, and each of `keys` keys'
+    /// messages in the order of their places (repeats aside); returns how many arrived in all.
+    pub(super) async fn assert_received_in_key_order(&self, messages: usize, keys: usize) -> usize {
+        let received = self.rig.broker.received().await;
+        let ids: HashSet<&str> = received.iter().map(|m| m.id.as_str()).collect();
+        assert_eq!(ids.len(), messages, "{}: nothing lost", B::LABEL);
+        let mut firsts: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+        let mut seen: BTreeSet<(String, i64)> = BTreeSet::new();
+        for message in &received {
+            let key = message.key.clone().expect("every message has a key");
+            if seen.insert((key.clone(), message.seq)) {
+                firsts.entry(key).or_default().push(message.seq);
+            }
+        }
+        assert_eq!(firsts.len(), keys);
+        for (key, seqs) in firsts {
+            let expected: Vec<i64> = (1..=seqs.len() as i64).collect();
+            assert_eq!(seqs, expected, "{key}: in commit order, none missing");
+        }
+        received.len()
     }
 
     /// Outbox rows not yet published.

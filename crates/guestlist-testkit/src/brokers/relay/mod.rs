@@ -6,6 +6,7 @@ mod chaos;
 mod held;
 mod line;
 mod refusals;
+mod restarted;
 mod stories;
 
 pub use ambiguous::*;
@@ -13,4 +14,5 @@ pub use chaos::*;
 pub use held::{HeldAfterConfirm, held_relay};
 pub use line::Line;
 pub use refusals::*;
+pub use restarted::*;
 pub use stories::*;

@@ -181,3 +181,94 @@ pub async fn asked_to_stop_during_an_outage_it_returns_and_settles_nothing<B: Br
     )
     .await;
 }
+
+/// The database (a PostgreSQL of the test's own) is stopped the hard way (`pg_ctl stop -m
+/// immediate`: every session cut, commits in flight lost or kept, crash recovery at the next
+/// start) and started again while four writers publish and the consumer handles: every event
+/// has one effect, nothing is dead-lettered or counted as a failure, and the consumer resumes
+/// by itself, never having stopped.
+pub async fn a_database_restarted_mid_stream_loses_and_doubles_nothing<B: Broker>(name: &str) {
+    use crate::private_postgres::PrivatePostgres;
+
+    const WRITERS: usize = 4;
+    const EACH: usize = 50;
+    const EVENTS: i64 = (WRITERS * EACH) as i64;
+    let cluster = PrivatePostgres::start();
+    let rig = Rig::<B, sqlx::Postgres>::open_at(name, Duration::from_secs(5), &cluster.url()).await;
+    // A short acquire timeout, so that the absence shows in the consumer's health at once.
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(4)
+        .acquire_timeout(Duration::from_secs(1))
+        .connect(&cluster.url())
+        .await
+        .unwrap();
+    let consumer = rig
+        .consumer_on(pool, rig.inbox.clone())
+        .await
+        .max_deliveries(3)
+        .outage_backoff(Duration::from_millis(100), Duration::from_secs(1));
+    let health = consumer.health();
+    let (stop, task) = run_until_stopped!(consumer);
+
+    let writer = |w: usize| {
+        let rig = &rig;
+        async move {
+            for n in 0..EACH {
+                rig.broker
+                    .publish(&order_paid(&format!("evt_{}", w * EACH + n)))
+                    .await;
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    };
+    let restart = async {
+        rig.until(
+            Duration::from_secs(60),
+            "the first events are handled",
+            || async { rig.effects().await.1 >= 20 },
+        )
+        .await;
+        cluster.stop_immediately();
+        let mut saw_outage = false;
+        let back_at = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < back_at {
+            saw_outage |= !health.is_ready();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        cluster.start_again();
+        saw_outage
+    };
+    let (.., saw_outage) = tokio::join!(writer(0), writer(1), writer(2), writer(3), restart);
+    assert!(
+        saw_outage,
+        "{}: the consumer met the database's absence",
+        B::LABEL
+    );
+
+    rig.until(
+        Duration::from_secs(120),
+        "every event is handled once the database is back",
+        || async { rig.effects().await.1 == EVENTS && rig.broker.drained().await },
+    )
+    .await;
+    assert!(
+        !task.is_finished(),
+        "{}: the consumer never stopped",
+        B::LABEL
+    );
+    stop.send(()).unwrap();
+    let handled = task.await.unwrap().unwrap();
+    assert_eq!(
+        rig.effects().await,
+        (EVENTS, EVENTS),
+        "{}: one effect each",
+        B::LABEL
+    );
+    assert_eq!(
+        (handled.failed, handled.dead_lettered),
+        (0, 0),
+        "{}: a restart counts against no message: {handled:?}",
+        B::LABEL
+    );
+    assert!(rig.broker.dead_letters().await.is_empty());
+}

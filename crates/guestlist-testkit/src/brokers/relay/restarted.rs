@@ -1,0 +1,94 @@
+//! The database goes away under the relay the hard way and comes back: every message goes out,
+//! each key's in commit order, and the relay resumes by itself.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use guestlist_sqlx::Relay;
+
+use super::line::Line;
+use crate::brokers::Broker;
+use crate::private_postgres::PrivatePostgres;
+use crate::run_until_stopped;
+
+/// The outbox's database (a PostgreSQL of the test's own) is stopped the hard way (`pg_ctl stop
+/// -m immediate`) and started again while four writers commit messages on ten keys and a relay
+/// publishes them; a writer waits for the database, or tries again where its commit failed. Every message reaches the broker,
+/// each key's in commit order, and the relay, which never stopped, drains the table by itself.
+pub async fn a_database_restarted_mid_stream_costs_no_message_and_no_order<B: Broker>(name: &str) {
+    const MESSAGES: usize = 400;
+    const WRITERS: usize = 4;
+    const KEYS: usize = 10;
+    let cluster = PrivatePostgres::start();
+    let line = Arc::new(Line::<B, sqlx::Postgres>::open_at(name, &cluster.url()).await);
+    // A short acquire timeout, so that the relay meets the absence rather than wait it out.
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(4)
+        .acquire_timeout(Duration::from_secs(1))
+        .connect(&cluster.url())
+        .await
+        .unwrap();
+    let relay = Relay::new(line.outbox.clone(), pool, line.rig.broker.publisher().await)
+        .lease(Duration::from_secs(2))
+        .poll(Duration::from_millis(20))
+        .batch(50);
+    let (stop, task) = run_until_stopped!(relay);
+
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|writer| {
+            let line = Arc::clone(&line);
+            tokio::spawn(async move {
+                let mut failures = 0;
+                for n in (writer..MESSAGES).step_by(WRITERS) {
+                    let key = format!("order-{}", n % KEYS);
+                    failures += line.enqueue_until_in(&format!("evt_{n}"), &key).await;
+                    tokio::time::sleep(Duration::from_millis(15)).await;
+                }
+                failures
+            })
+        })
+        .collect();
+    line.rig
+        .until(
+            Duration::from_secs(60),
+            "the first messages are published",
+            || async {
+                let stats = line.outbox.stats(&line.rig.db.pool).await.unwrap();
+                stats.rows - stats.pending >= 40
+            },
+        )
+        .await;
+    assert!(
+        writers.iter().all(|writer| !writer.is_finished()),
+        "the restart lands while the writers write"
+    );
+    cluster.stop_immediately();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    cluster.start_again();
+
+    let mut failures = 0;
+    for writer in writers {
+        failures += writer.await.unwrap();
+    }
+    let started = Instant::now();
+    while line.pending().await > 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "{}: the relay drains the table once the database is back",
+            B::LABEL
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(!task.is_finished(), "{}: the relay never stopped", B::LABEL);
+    stop.send(()).unwrap();
+    task.await
+        .unwrap()
+        .unwrap_or_else(|err| panic!("{}: the relay's run ended in {err}", B::LABEL));
+    let received = line.assert_received_in_key_order(MESSAGES, KEYS).await;
+    eprintln!(
+        "{}: {received} messages on the broker for {MESSAGES} ({} repeats), {failures} failed \
+         commits retried",
+        B::LABEL,
+        received - MESSAGES
+    );
+}

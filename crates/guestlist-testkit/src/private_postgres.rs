@@ -1,0 +1,194 @@
+//! A PostgreSQL server of one test's own (`initdb` and `pg_ctl` into a temporary directory, on a
+//! port of its own), which the test may stop the hard way (`pg_ctl stop -m immediate`: every
+//! session cut, no checkpoint, crash recovery at the next start) and start again, without
+//! touching the server the other tests share.
+//!
+//! PostgreSQL refuses to run as root: as root, the cluster belongs to the `postgres` user and
+//! its commands run through `runuser`.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use tempfile::TempDir;
+
+/// Where Debian's packages put each major version's programs.
+const DEBIAN_LIBS: &str = "/usr/lib/postgresql";
+
+/// A private PostgreSQL cluster, stopped when dropped.
+#[derive(Debug)]
+pub struct PrivatePostgres {
+    dir: TempDir,
+    bin: PathBuf,
+    port: u16,
+    as_postgres: bool,
+}
+
+impl PrivatePostgres {
+    /// Makes a cluster in a temporary directory and starts it on a free loopback port.
+    pub fn start() -> Self {
+        let bin = programs();
+        let dir = tempfile::Builder::new()
+            .prefix("guestlist-pg-")
+            .tempdir()
+            .expect("a temporary directory");
+        let as_postgres = running_as_root();
+        if as_postgres {
+            let chown = Command::new("chown")
+                .args(["-R", "postgres:postgres"])
+                .arg(dir.path())
+                .status()
+                .expect("chown");
+            assert!(chown.success(), "chown the cluster's directory to postgres");
+        }
+        let port = free_port();
+        let cluster = Self {
+            dir,
+            bin,
+            port,
+            as_postgres,
+        };
+        cluster.run(
+            "initdb",
+            &[
+                "-D",
+                &cluster.data(),
+                "-U",
+                "postgres",
+                "-A",
+                "trust",
+                "-E",
+                "UTF8",
+                "--locale=C",
+                "--no-sync",
+            ],
+        );
+        cluster.start_again();
+        cluster
+    }
+
+    /// A URL of the cluster's `postgres` database.
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// Stops the server at once (`-m immediate`): every session cut, nothing flushed beyond
+    /// what committed; the next start recovers from the write-ahead log.
+    pub fn stop_immediately(&self) {
+        self.run(
+            "pg_ctl",
+            &["-D", &self.data(), "-m", "immediate", "-w", "stop"],
+        );
+    }
+
+    /// Starts the server (again), on the same port, and waits until it accepts connections.
+    pub fn start_again(&self) {
+        let options = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c max_connections=60 \
+             -c shared_buffers=16MB",
+            self.port,
+            self.socket_dir()
+        );
+        let log = format!("{}/server.log", self.socket_dir());
+        self.run(
+            "pg_ctl",
+            &[
+                "-D",
+                &self.data(),
+                "-l",
+                &log,
+                "-o",
+                &options,
+                "-w",
+                "start",
+            ],
+        );
+    }
+
+    fn data(&self) -> String {
+        format!("{}/data", self.socket_dir())
+    }
+
+    fn socket_dir(&self) -> String {
+        self.dir.path().display().to_string()
+    }
+
+    /// Runs one of the cluster's programs and panics with its output if it fails.
+    fn run(&self, program: &str, args: &[&str]) {
+        let output = self
+            .command(program)
+            .args(args)
+            .output()
+            .unwrap_or_else(|err| panic!("{program}: {err}"));
+        assert!(
+            output.status.success(),
+            "{program} {args:?}: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+
+    /// One of the cluster's programs, to run as `postgres` when we are root.
+    fn command(&self, program: &str) -> Command {
+        let program = self.bin.join(program);
+        let mut command = if self.as_postgres {
+            let mut command = Command::new("runuser");
+            command.args(["-u", "postgres", "--"]).arg(program);
+            command
+        } else {
+            Command::new(program)
+        };
+        command.current_dir(self.dir.path());
+        command
+    }
+}
+
+impl Drop for PrivatePostgres {
+    fn drop(&mut self) {
+        if Path::new(&self.data()).join("postmaster.pid").exists() {
+            let _ = self
+                .command("pg_ctl")
+                .args(["-D", &self.data(), "-m", "immediate", "-w", "stop"])
+                .output();
+        }
+    }
+}
+
+/// The newest PostgreSQL's programs: `GUESTLIST_TEST_PG_BIN`, or Debian's newest version.
+fn programs() -> PathBuf {
+    if let Ok(bin) = std::env::var("GUESTLIST_TEST_PG_BIN") {
+        return PathBuf::from(bin);
+    }
+    let newest = std::fs::read_dir(DEBIAN_LIBS)
+        .ok()
+        .into_iter()
+        .flatten()
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .max()
+        .unwrap_or_else(|| {
+            panic!(
+                "no PostgreSQL programs under {DEBIAN_LIBS}: install postgresql (scripts/test.sh \
+                 does), or set GUESTLIST_TEST_PG_BIN to the directory that holds initdb and pg_ctl"
+            )
+        });
+    Path::new(DEBIAN_LIBS).join(newest.to_string()).join("bin")
+}
+
+/// `true` when this process runs as root (uid 0).
+fn running_as_root() -> bool {
+    std::fs::read_to_string("/proc/self/status").is_ok_and(|status| {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("Uid:"))
+            .and_then(|ids| ids.split_whitespace().next())
+            == Some("0")
+    })
+}
+
+/// A loopback port free now.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free loopback port")
+        .port()
+}
