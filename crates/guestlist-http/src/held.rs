@@ -2,7 +2,7 @@
 //! ends (its response stored, the key released, or the key kept locked), each on the mode's
 //! slot (the request's transaction in transactional mode) without passing the key again.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use guestlist_core::{
     Attempt, Begin, Completed, Fingerprint, IdempotencyKey, Scope, StoredResponse,
@@ -23,6 +23,9 @@ pub(crate) struct Held<M: Mode> {
     slot: M::Slot,
     keyed: Keyed,
     attempt: Attempt,
+    // When the attempt's lease ends (from the claim, on this process's clock: a bound for its
+    // own retries only, never to judge the lease, which the store does on its own clock).
+    lease_ends: Instant,
 }
 
 /// A claim that did not let its request run: why (a replay, in flight, another payload, the
@@ -39,6 +42,7 @@ impl<M: Mode> Held<M> {
         fingerprint: &Fingerprint,
         lease: Duration,
     ) -> Result<Self, NotRun> {
+        let asked = Instant::now();
         let begin = mode
             .begin(&slot, &keyed.scope, &keyed.key, fingerprint, lease)
             .await;
@@ -47,6 +51,7 @@ impl<M: Mode> Held<M> {
                 slot,
                 keyed,
                 attempt,
+                lease_ends: asked + lease,
             }),
             other => {
                 // A claim made on the request's transaction found the key taken: end it.
@@ -75,8 +80,15 @@ impl<M: Mode> Held<M> {
         response: &StoredResponse,
     ) -> Result<Completed, BoxError> {
         let Keyed { scope, key } = &self.keyed;
-        mode.complete(self.slot, scope, key, self.attempt, response)
-            .await
+        mode.complete(
+            self.slot,
+            scope,
+            key,
+            self.attempt,
+            response,
+            self.lease_ends,
+        )
+        .await
     }
 
     /// Releases the key so that a retry runs again (transactional: after rolling back); a

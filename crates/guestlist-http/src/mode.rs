@@ -1,7 +1,7 @@
 //! Where the response is stored: on its own ("plain"), or on the handler's transaction.
 
 use std::future::Future;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use guestlist_core::{
     Attempt, Begin, Completed, Fingerprint, IdempotencyKey, KeyStore, Scope, ScopeUsage,
@@ -37,7 +37,8 @@ pub trait Mode: Clone + Send + Sync + 'static + sealed::Sealed {
     #[doc(hidden)]
     fn open(&self, extensions: &mut Extensions) -> Self::Slot;
 
-    /// Stores the response if the attempt still holds the key (transactional: and commits).
+    /// Stores the response if the attempt still holds the key (transactional: and commits);
+    /// plain mode tries again until `lease_ends`, when the attempt's lease does.
     #[doc(hidden)]
     fn complete(
         &self,
@@ -46,6 +47,7 @@ pub trait Mode: Clone + Send + Sync + 'static + sealed::Sealed {
         key: &IdempotencyKey,
         attempt: Attempt,
         response: &StoredResponse,
+        lease_ends: Instant,
     ) -> impl Future<Output = Result<Completed, BoxError>> + Send;
 
     /// Forgets the key so that a retry runs again (transactional: after rolling back).
@@ -88,18 +90,19 @@ pub(crate) mod sealed {
     pub trait Sealed {}
 }
 
-/// How many times plain mode tries to store a response before it gives up on it.
-const STORE_TRIES: u32 = 4;
-/// The pause after plain mode's first failed try to store a response; each next one is three
-/// times longer (50, 150, 450 ms: 650 ms in all).
+/// The pause after plain mode's first failed try to store a response; each next one is twice
+/// as long, up to [`STORE_PAUSE_MAX`].
 const STORE_PAUSE: Duration = Duration::from_millis(50);
+/// The longest pause between two of plain mode's tries to store a response.
+const STORE_PAUSE_MAX: Duration = Duration::from_secs(1);
 
 /// Plain mode: the key store is written on its own, outside any handler transaction. It serves
 /// handlers whose work is not in the same database (the gateway, Redis): a crash after the
 /// handler's work and before the store's write leaves the key in flight until its lease ends,
-/// and the retry then runs the handler again. A write of the response that fails (the
-/// connection cut, the answer lost) is tried again, four tries within 650 ms, before the key is
-/// left to its lease.
+/// and the retry then runs the handler again. A write of the response that fails (the store
+/// away, the connection cut, the answer lost) is tried again until the attempt's lease ends (the
+/// client's answer waits meanwhile), so that an outage shorter than the lease runs nothing
+/// twice.
 #[derive(Debug, Clone)]
 pub struct Plain<K>(pub(crate) K);
 
@@ -129,23 +132,24 @@ impl<K: KeyStore> Mode for Plain<K> {
         key: &IdempotencyKey,
         attempt: Attempt,
         response: &StoredResponse,
+        lease_ends: Instant,
     ) -> Result<Completed, BoxError> {
-        // The handler's work happened and cannot run again until the lease ends: a store that
-        // failed once (a connection cut, perhaps after the write landed) gets a few more tries,
-        // each on the pool's next connection. A try after one that landed finds the key
-        // answered already and changes nothing (it reports the attempt fenced).
+        // The handler's work happened and no retry runs it again before the lease ends: a write
+        // that failed (the store away, a connection cut, perhaps after the write landed) is tried
+        // again until then, each try on the pool's next connection. A try after one that landed
+        // finds the key answered already and changes nothing (it reports the attempt fenced).
         let mut pause = STORE_PAUSE;
-        for _ in 1..STORE_TRIES {
+        loop {
             match self.0.complete(scope, key, attempt, response).await {
                 Ok(completed) => return Ok(completed),
-                Err(err) => {
-                    tracing::warn!(error = %err, "cannot store the response; trying again");
+                Err(err) if Instant::now() + pause < lease_ends => {
+                    tracing::warn!(error = %err, "cannot store the response; trying again until the lease ends");
                     tokio::time::sleep(pause).await;
-                    pause *= 3;
+                    pause = (pause * 2).min(STORE_PAUSE_MAX);
                 }
+                Err(err) => return Err(err.into()),
             }
         }
-        Ok(self.0.complete(scope, key, attempt, response).await?)
     }
 
     async fn release(

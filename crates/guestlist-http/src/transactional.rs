@@ -1,7 +1,7 @@
 //! Transactional mode: the handler's writes and the stored response commit together.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use guestlist_core::{
     Attempt, Begin, Completed, Fingerprint, IdempotencyKey, Scope, ScopeUsage, StoredResponse,
@@ -195,6 +195,7 @@ impl<DB: Backend> Mode for Transactional<DB> {
         key: &IdempotencyKey,
         attempt: Attempt,
         response: &StoredResponse,
+        _lease_ends: Instant,
     ) -> Result<Completed, BoxError> {
         let mut tx = match slot.reclaim()? {
             Some(tx) => tx,

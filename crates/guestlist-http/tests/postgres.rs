@@ -9,10 +9,22 @@ http_suite!(plain, common::stores::PlainSql<sqlx::Postgres>);
 http_suite!(locked, common::stores::LockedPostgres);
 http_suite!(batched, common::stores::Batched<sqlx::Postgres>);
 http_suite!(sealed, common::stores::SealedPostgres);
-http_wire_faults!(transactional_wire, common::stores::Sql<sqlx::Postgres>);
-http_wire_faults!(plain_wire, common::stores::PlainSql<sqlx::Postgres>);
-http_wire_faults!(locked_wire, common::stores::LockedPostgres);
-http_wire_faults!(batched_wire, common::stores::Batched<sqlx::Postgres>);
+http_wire_faults!(
+    transactional_wire,
+    common::stores::Sql<sqlx::Postgres>,
+    restart
+);
+http_wire_faults!(
+    plain_wire,
+    common::stores::PlainSql<sqlx::Postgres>,
+    restart
+);
+http_wire_faults!(locked_wire, common::stores::LockedPostgres, restart);
+http_wire_faults!(
+    batched_wire,
+    common::stores::Batched<sqlx::Postgres>,
+    restart
+);
 
 /// With sealing and key hashing on, the key table holds no response body and no client key an
 /// operator could read, and retries still get the response byte for byte.

@@ -76,6 +76,11 @@ mod wire_faults_on {
     async fn redis() {
         story(suite::redis("wire_redis").await).await;
     }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_database_restarted_under_four_clients_runs_each_key_once() {
+        crate::wire_faults::a_database_restarted_under_four_clients_runs_each_key_once().await;
+    }
 }
 
 /// One test per point at which a client hangs up, on one gateway on PostgreSQL.

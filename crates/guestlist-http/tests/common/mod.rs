@@ -54,7 +54,8 @@ macro_rules! http_suite {
 }
 
 /// Generates one `#[tokio::test]` per story in [`wire_faults`] for the store `$store`, which
-/// must have a wire (not SQLite), in module `$m`.
+/// must have a wire (not SQLite), in module `$m`; with `restart`, also the stories of its
+/// database restarted, for a store on PostgreSQL.
 #[macro_export]
 macro_rules! http_wire_faults {
     ($m:ident, $store:ty) => {
@@ -62,6 +63,15 @@ macro_rules! http_wire_faults {
             use super::common;
             guestlist_testkit::stories!(common::wire_faults, [$store], (stringify!($m), "_");
                 an_ambiguous_write_of_the_answer_ends_in_one_effect,
+            );
+        }
+    };
+    ($m:ident, $store:ty, restart) => {
+        mod $m {
+            use super::common;
+            guestlist_testkit::stories!(common::wire_faults, [$store], (stringify!($m), "_");
+                an_ambiguous_write_of_the_answer_ends_in_one_effect,
+                a_database_restarted_under_four_clients_answers_each_key_once,
             );
         }
     };

@@ -121,6 +121,8 @@ pub trait Store: Send + Sync + Sized + 'static {
     fn open(name: &str) -> impl Future<Output = Self> + Send;
     /// The tables of test `tag` at `url`, as they are (for a child process).
     fn attach(url: &str, tag: &str) -> impl Future<Output = Self> + Send;
+    /// Fresh tables for the test `name` on the database at `url` (a server of the test's own).
+    fn open_at(url: &str, name: &str) -> impl Future<Output = Self> + Send;
     fn url(&self) -> &str;
     fn tag(&self) -> &str;
     /// `POST /payments` behind the layer.
@@ -141,6 +143,10 @@ macro_rules! wraps_store {
 
         async fn attach(url: &str, tag: &str) -> Self {
             Self($inner::attach(url, tag).await)
+        }
+
+        async fn open_at(url: &str, name: &str) -> Self {
+            Self($inner::open_at(url, name).await)
         }
 
         fn url(&self) -> &str {
@@ -189,6 +195,23 @@ impl<DB: Fixture> Sql<DB> {
             .layer(configure(layer, settings))
     }
 
+    /// Fresh tables for the test `name` on `db`.
+    async fn fresh(db: Database<DB>, name: &str) -> Self {
+        let store = Self::around(db, &short_tag(name)).await;
+        for table in [store.keys.table().to_string(), store.payments()] {
+            store.db.exec(format!("DROP TABLE IF EXISTS {table}")).await;
+        }
+        store.keys.migrate().await.expect("migrate the key store");
+        store
+            .db
+            .exec(format!(
+                "CREATE TABLE {} (id VARCHAR(64) PRIMARY KEY, request_bytes BIGINT NOT NULL)",
+                store.payments()
+            ))
+            .await;
+        store
+    }
+
     async fn around(db: Database<DB>, tag: &str) -> Self {
         let keys = SqlKeyStore::with_table(db.pool.clone(), &format!("keys_{tag}")).unwrap();
         Self {
@@ -226,19 +249,11 @@ impl<DB: Fixture> Store for Sql<DB> {
     }
 
     async fn open(name: &str) -> Self {
-        let store = Self::around(Database::open(48).await, &short_tag(name)).await;
-        for table in [store.keys.table().to_string(), store.payments()] {
-            store.db.exec(format!("DROP TABLE IF EXISTS {table}")).await;
-        }
-        store.keys.migrate().await.expect("migrate the key store");
-        store
-            .db
-            .exec(format!(
-                "CREATE TABLE {} (id VARCHAR(64) PRIMARY KEY, request_bytes BIGINT NOT NULL)",
-                store.payments()
-            ))
-            .await;
-        store
+        Self::fresh(Database::open(48).await, name).await
+    }
+
+    async fn open_at(url: &str, name: &str) -> Self {
+        Self::fresh(Database::attach(url, 16).await, name).await
     }
 
     async fn attach(url: &str, tag: &str) -> Self {
@@ -451,7 +466,11 @@ impl Store for Redis {
     async fn open(name: &str) -> Self {
         let url =
             std::env::var(Self::URL_VAR).unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
-        let store = Self::around(&url, &short_tag(name)).await;
+        Self::open_at(&url, name).await
+    }
+
+    async fn open_at(url: &str, name: &str) -> Self {
+        let store = Self::around(url, &short_tag(name)).await;
         for key in store.our_keys().await {
             let _: i64 = redis::cmd("DEL")
                 .arg(key)
