@@ -63,6 +63,7 @@ macro_rules! http_wire_faults {
             use super::common;
             guestlist_testkit::stories!(common::wire_faults, [$store], (stringify!($m), "_");
                 an_ambiguous_write_of_the_answer_ends_in_one_effect,
+                a_stalled_attempt_past_its_lease_changes_nothing_once_released,
             );
         }
     };
@@ -71,6 +72,7 @@ macro_rules! http_wire_faults {
             use super::common;
             guestlist_testkit::stories!(common::wire_faults, [$store], (stringify!($m), "_");
                 an_ambiguous_write_of_the_answer_ends_in_one_effect,
+                a_stalled_attempt_past_its_lease_changes_nothing_once_released,
                 a_database_restarted_under_four_clients_answers_each_key_once,
             );
         }

@@ -179,3 +179,84 @@ pub async fn a_database_restarted_under_four_clients_answers_each_key_once<S: St
         S::LABEL
     );
 }
+
+/// The first attempt's traffic to its store stalls (a [`FaultProxy`] holds every byte) while
+/// its handler finishes, for longer than the lease; a retry on another server, straight to the
+/// store, takes the key over and is answered. Then the stall ends and the first attempt's late
+/// write reaches the store: it changes nothing (fenced), and the stored answer stays the
+/// take-over's. Transactional mode rolls the stale attempt's payment back; plain mode's work
+/// was outside the store, so both attempts ran (which is why the lease must outlast the work).
+pub async fn a_stalled_attempt_past_its_lease_changes_nothing_once_released<S: Store>(name: &str) {
+    let store = S::open(name).await;
+    let (proxy, url) = FaultProxy::for_url(store.url()).await;
+    let stalled = S::attach(&url, store.tag()).await;
+    let state = AppState::default();
+    let settings = Settings::with_lease(LEASE);
+    let first_server = Server::start(stalled.router(state.clone(), &settings)).await;
+    let second_server = Server::start(store.router(state.clone(), &settings)).await;
+    let call = Call::new("stalled-1");
+
+    let gate = state.gate("stall");
+    let stale = tokio::spawn({
+        let (call, base) = (
+            call.clone().header("x-test-block", "stall"),
+            first_server.base.clone(),
+        );
+        async move { call.send(&base).await }
+    });
+    tokio::time::timeout(Duration::from_secs(10), gate.entered.notified())
+        .await
+        .expect("the first attempt's handler starts");
+    proxy.stall();
+    gate.open.notify_one();
+    tokio::time::sleep(LEASE + Duration::from_millis(500)).await;
+
+    let started = Instant::now();
+    let takeover = loop {
+        let answer = call.send(&second_server.base).await;
+        if answer.status != StatusCode::CONFLICT || started.elapsed() > LEASE * 5 {
+            break answer;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(
+        takeover.status,
+        StatusCode::CREATED,
+        "{}: {}",
+        S::LABEL,
+        takeover.text()
+    );
+    assert!(!takeover.replayed(), "{}: the retry took over", S::LABEL);
+
+    proxy.release();
+    let stale = tokio::time::timeout(Duration::from_secs(30), stale)
+        .await
+        .expect("the stalled attempt ends once released")
+        .unwrap();
+    let expected = if S::LOCKED_CLAIM {
+        // Its session ended past the lease (idle in its transaction): nothing of it committed.
+        StatusCode::SERVICE_UNAVAILABLE
+    } else if S::TRANSACTIONAL {
+        StatusCode::CONFLICT
+    } else {
+        StatusCode::CREATED
+    };
+    assert_eq!(stale.status, expected, "{}: {}", S::LABEL, stale.text());
+    let replay = call.send(&second_server.base).await;
+    assert!(replay.replayed(), "{}", S::LABEL);
+    assert_eq!(
+        replay.body,
+        takeover.body,
+        "{}: the stored answer is the take-over's",
+        S::LABEL
+    );
+    assert_eq!(state.executions(), 2, "{}: both attempts ran", S::LABEL);
+    let payments = if S::TRANSACTIONAL { 1 } else { 2 };
+    assert_eq!(
+        store.effects(&state).await,
+        payments,
+        "{}: the stale attempt's payment rolled back where it could",
+        S::LABEL
+    );
+    assert_eq!(store.stored_keys().await, 1, "{}", S::LABEL);
+}

@@ -298,21 +298,26 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
     /// mid-round renewal, the backlog reader's) before it publishes, so that none is opened
     /// mid-stream: on a busy machine a new connection (TLS, authentication, a server process)
     /// costs tens of milliseconds, and a thin stream's messages would wait for it.
+    ///
+    /// It never waits for a connection the pool cannot open: with the `LISTEN` holding one of a
+    /// small pool's connections, waiting for the last would cost the pool's acquire timeout
+    /// (30 s by default) before the first message went out.
     async fn warm_up(&self) {
-        let wanted = self
-            .pool
-            .options()
-            .get_max_connections()
-            .min(WARM_CONNECTIONS);
+        let max = self.pool.options().get_max_connections();
         let mut held = Vec::new();
-        for _ in 0..wanted {
-            match self.pool.acquire().await {
-                Ok(conn) => held.push(conn),
-                Err(err) => {
-                    tracing::debug!(error = %err, "outbox relay could not warm its pool");
-                    break;
-                }
-            }
+        for _ in 0..max.min(WARM_CONNECTIONS) {
+            let conn = match self.pool.try_acquire() {
+                Some(conn) => conn,
+                None if self.pool.size() < max => match self.pool.acquire().await {
+                    Ok(conn) => conn,
+                    Err(err) => {
+                        tracing::debug!(error = %err, "outbox relay could not warm its pool");
+                        break;
+                    }
+                },
+                None => break,
+            };
+            held.push(conn);
         }
     }
 

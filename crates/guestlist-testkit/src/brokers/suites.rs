@@ -164,7 +164,8 @@ macro_rules! relay_suite {
 
 /// Generates the stories of a fault between the relay to `$broker` and its database, in module
 /// `$m` (named as for [`broker_suite!`]), on PostgreSQL and on MariaDB, each through a
-/// [`FaultProxy`](crate::fault_proxy::FaultProxy): a stamp's answer is lost; and, on a
+/// [`FaultProxy`](crate::fault_proxy::FaultProxy): a stamp's answer is lost; a relay's traffic
+/// stalls past its lease; and, on a
 /// PostgreSQL of the test's own, the database stopped the hard way and started again.
 #[macro_export]
 macro_rules! relay_wire_suite {
@@ -179,6 +180,22 @@ macro_rules! relay_wire_suite {
             async fn a_database_restarted_mid_stream_costs_no_message_and_no_order() {
                 $crate::brokers::relay::a_database_restarted_mid_stream_costs_no_message_and_no_order::<$broker>(
                     concat!(stringify!($m), "_restarted"),
+                )
+                .await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_relay_stalled_past_its_lease_takes_nothing_back_on_postgres() {
+                $crate::brokers::relay::a_relay_stalled_past_its_lease_takes_nothing_back::<$broker, ::sqlx::Postgres>(
+                    concat!(stringify!($m), "_stalled_pg"),
+                )
+                .await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_relay_stalled_past_its_lease_takes_nothing_back_on_mariadb() {
+                $crate::brokers::relay::a_relay_stalled_past_its_lease_takes_nothing_back::<$broker, ::sqlx::MySql>(
+                    concat!(stringify!($m), "_stalled_my"),
                 )
                 .await;
             }

@@ -7,6 +7,7 @@ mod held;
 mod line;
 mod refusals;
 mod restarted;
+mod stalled;
 mod stories;
 
 pub use ambiguous::*;
@@ -15,4 +16,5 @@ pub use held::{HeldAfterConfirm, held_relay};
 pub use line::Line;
 pub use refusals::*;
 pub use restarted::*;
+pub use stalled::*;
 pub use stories::*;
