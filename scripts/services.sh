@@ -203,6 +203,8 @@ ensure_sqs() {
 ensure_build_tools() {
     command -v make >/dev/null || apt_install make
     command -v cc >/dev/null || apt_install gcc
+    # libfaketime: the clock stories run a program whose clock is off by minutes.
+    command -v faketime >/dev/null || apt_install faketime
     if ! cargo nextest --version >/dev/null 2>&1; then
         say "installing cargo-nextest"
         cargo install --locked cargo-nextest

@@ -4,6 +4,7 @@
 
 #![allow(unreachable_pub)] // a test crate has no public API
 
+mod clock;
 mod hang_up;
 mod harness;
 mod sealed;
@@ -56,6 +57,12 @@ gateway_suite!(mysql, crate::suite::mysql);
 gateway_suite!(redis, crate::suite::redis);
 
 gateway_suite!(shared_postgres, crate::suite::shared_postgres);
+
+/// Two gateways on one key table, one with its clock ten minutes off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_whose_clock_is_off_takes_no_key_over_early() {
+    crate::clock::a_gateway_whose_clock_is_off_takes_no_key_over_early().await;
+}
 
 /// The stories of a fault on the wire to the store, one test per store with a server.
 mod wire_faults_on {
