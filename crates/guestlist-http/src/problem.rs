@@ -60,7 +60,7 @@ refusals! {
     /// The key store failed (with `Retry-After`).
     store_unavailable => SERVICE_UNAVAILABLE, "store-unavailable", "The idempotency store is unavailable";
     /// `IdempotentTx` on a route without the transactional layer.
-    #[cfg_attr(not(feature = "sql"), allow(dead_code))]
+    #[cfg_attr(not(all(feature = "sql", feature = "axum")), allow(dead_code))]
     transaction_unavailable => INTERNAL_SERVER_ERROR, "transaction-unavailable", "No transaction for this handler";
     /// The scope has as many keys in flight as allowed.
     too_many_in_flight => TOO_MANY_REQUESTS, "too-many-in-flight", "Too many idempotency keys for this client";

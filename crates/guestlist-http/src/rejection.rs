@@ -1,5 +1,6 @@
 //! Why [`IdempotentTx`](crate::IdempotentTx) could not be extracted.
 
+#[cfg(feature = "axum")]
 use crate::problem::Problem;
 
 /// The rejection of the [`IdempotentTx`](crate::IdempotentTx) extractor, as axum's own
@@ -25,6 +26,7 @@ pub enum IdempotentTxRejection {
     StoreUnavailable(#[source] guestlist_sqlx::Error),
 }
 
+#[cfg(feature = "axum")]
 impl IdempotentTxRejection {
     /// The problem this rejection answers with.
     pub(crate) fn problem(&self) -> Problem {

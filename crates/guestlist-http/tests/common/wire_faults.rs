@@ -142,9 +142,7 @@ pub async fn a_database_restarted_under_four_clients_answers_each_key_once<S: St
         answered.load(Ordering::SeqCst) < (CLIENTS * EACH) as u64 - 20,
         "the restart lands while the clients send"
     );
-    cluster.stop_immediately();
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    cluster.start_again();
+    cluster.restart(Duration::from_secs(1)).await;
 
     let mut bodies = BTreeMap::new();
     for client in clients {

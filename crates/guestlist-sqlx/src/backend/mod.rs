@@ -270,6 +270,8 @@ pub(crate) mod sealed {
         const OUTBOX_READ_SEQ: &'static str = "";
         /// Template of [`OutboxSql::insert`].
         const OUTBOX_INSERT: &'static str;
+        /// Template of [`OutboxSql::give_back_seq`]: key, seq.
+        const OUTBOX_GIVE_BACK_SEQ: &'static str;
 
         /// Takes `key`'s next seq, locking its row until the transaction ends. Written for an
         /// upsert that returns it.
@@ -283,6 +285,18 @@ pub(crate) mod sealed {
                 let (seq,): (i64,) = seq.await?;
                 Ok(seq)
             }
+        }
+
+        /// Gives back the seq `seq` of `key` that this transaction took for a message already
+        /// there, so that the key's seqs stay without gaps; the key's row is still locked by the
+        /// transaction, so no later seq was taken.
+        fn outbox_give_back_seq<'c>(
+            conn: &'c mut Self::Connection,
+            sql: &'c OutboxSql,
+            key: &'c str,
+            seq: i64,
+        ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send + 'c {
+            Self::run(conn, sql, Plain::new(outbox::give_back_seq, (key, seq)))
         }
 
         /// Inserts a message unless its id is there; `true` when new.

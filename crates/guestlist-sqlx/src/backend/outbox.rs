@@ -22,6 +22,9 @@ pub struct OutboxSql {
     /// Inserts a message unless its id is there: id, topic, ordering key, seq, headers,
     /// payload; 1 row when new.
     pub(crate) insert: Arc<str>,
+    /// Takes back the seq [`OutboxSql::next_seq`] took for a message that was there already:
+    /// key, seq.
+    pub(crate) give_back_seq: Arc<str>,
 }
 
 impl OutboxSql {
@@ -37,6 +40,7 @@ impl OutboxSql {
             next_seq: fill(DB::OUTBOX_NEXT_SEQ),
             read_seq: fill(DB::OUTBOX_READ_SEQ),
             insert: fill(DB::OUTBOX_INSERT),
+            give_back_seq: fill(DB::OUTBOX_GIVE_BACK_SEQ),
         }
     }
 }
@@ -66,6 +70,11 @@ impl Statement for OutboxRow<'_> {
             .arg(self.ordering_key);
         query.arg(self.seq).arg(self.headers).arg(self.payload)
     }
+}
+
+/// Where the seq's give-back is: key, seq.
+pub(crate) fn give_back_seq(sql: &OutboxSql) -> &Arc<str> {
+    &sql.give_back_seq
 }
 
 /// Where the seq upsert's text is: key.

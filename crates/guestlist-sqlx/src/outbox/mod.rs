@@ -79,8 +79,9 @@ pub struct Enqueued {
     pub message_id: MessageId,
     /// `false` when a message with this id was already in the outbox: nothing was added.
     pub added: bool,
-    /// The message's place among its ordering key's (0 without a key). When nothing was
-    /// added, the place this call took and left empty: the relay skips such gaps.
+    /// The message's place among its ordering key's (0 without a key, and 0 when nothing was
+    /// added: the message already there kept its place, and this call took none). A key's
+    /// places run 1, 2, 3… without gaps.
     pub seq: i64,
 }
 
@@ -188,10 +189,17 @@ impl<DB: Backend> Outbox<DB> {
         let added = DB::outbox_insert(conn, &self.sql, row)
             .await
             .map_err(|err| self.error(err))?;
+        if let (false, Some(key)) = (added, ordering_key) {
+            // The message was there already (a retry of an enqueue whose commit landed): its
+            // place is the one it took then, and the seq just taken would be a gap.
+            DB::outbox_give_back_seq(conn, &self.sql, key, seq)
+                .await
+                .map_err(|err| self.error(err))?;
+        }
         Ok(Enqueued {
             message_id,
             added,
-            seq,
+            seq: if added { seq } else { 0 },
         })
     }
 

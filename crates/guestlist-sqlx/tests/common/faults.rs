@@ -7,7 +7,7 @@ use std::time::Duration;
 use guestlist_sqlx::sqlx::Pool;
 use guestlist_sqlx::{Error, MessageId, ProcessError};
 use guestlist_testkit::Fixture;
-use guestlist_testkit::fault_proxy::{Ambiguity, FaultProxy};
+use guestlist_testkit::fault_proxy::{Ambiguity, FaultProxy, Sprung};
 
 use super::harness::{Harness, handler, id};
 
@@ -24,9 +24,16 @@ async fn through_proxy<DB: Fixture>(
     (h, proxy, pool)
 }
 
-/// The first attempt's error: the store's, and one that says the commit's fate is unknown.
-fn assert_unknown_commit<E: std::fmt::Debug>(err: &ProcessError<E>, ambiguity: Ambiguity) {
-    let ProcessError::Store(store @ Error::CommitUnknown(_)) = err else {
+/// Once the trap `sprung`, the first attempt's outcome: the store's error, one that says the
+/// commit's fate is unknown and what to do.
+async fn assert_unknown_commit<T: std::fmt::Debug, E: std::fmt::Debug>(
+    sprung: Sprung,
+    first: Result<T, ProcessError<E>>,
+    ambiguity: Ambiguity,
+) {
+    sprung.wait(Duration::from_secs(10)).await;
+    let err = first.expect_err("a commit whose answer never came is no acknowledgment");
+    let ProcessError::Store(store @ Error::CommitUnknown(_)) = &err else {
         panic!("{ambiguity:?}: the commit's fate is unknown, not {err:?}");
     };
     let text = store.to_string();
@@ -50,9 +57,7 @@ pub async fn an_ambiguous_commit_of_process_ends_in_one_effect<DB: Fixture>(name
             .inbox
             .process(&pool, &warehouse, &event, h.pick(&event))
             .await;
-        sprung.wait(Duration::from_secs(10)).await;
-        let err = first.expect_err("a commit whose answer never came is no acknowledgment");
-        assert_unknown_commit(&err, ambiguity);
+        assert_unknown_commit(sprung, first, ambiguity).await;
 
         let redelivered = h
             .inbox
@@ -103,9 +108,7 @@ pub async fn an_ambiguous_commit_of_a_batch_ends_in_one_effect_per_id<DB: Fixtur
             .inbox
             .process_batch(&pool, &warehouse, &batch, work(&h))
             .await;
-        sprung.wait(Duration::from_secs(10)).await;
-        let err = first.expect_err("a commit whose answer never came is no acknowledgment");
-        assert_unknown_commit(&err, ambiguity);
+        assert_unknown_commit(sprung, first, ambiguity).await;
 
         let redelivered = h
             .inbox
@@ -183,9 +186,7 @@ pub async fn a_database_restarted_under_four_writers_loses_and_doubles_nothing(n
     while done.load(Ordering::SeqCst) < (IDS as u64) {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    cluster.stop_immediately();
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    cluster.start_again();
+    cluster.restart(Duration::from_millis(500)).await;
 
     let mut fresh = 0;
     for writer in writers {

@@ -92,6 +92,19 @@ pub async fn an_id_enqueued_twice_is_added_once<DB: Fixture>(name: &str) {
         assert_eq!(enqueued.message_id, id);
         assert_eq!(enqueued.added, attempt == 0, "attempt {attempt}");
     }
+    // On a key too, where a repeat would otherwise leave a gap in the key's places: the message
+    // after two repeats takes the place right after the first.
+    let key = OrderingKey::new("order-1").unwrap();
+    let mut places = Vec::new();
+    for n in [7, 7, 7, 8] {
+        let mut tx = s.database.pool.begin().await.unwrap();
+        let message = paid(n)
+            .id(MessageId::new(format!("evt_keyed_{n}")).unwrap())
+            .ordering_key(key.clone());
+        places.push(s.outbox.enqueue(&mut *tx, &message).await.unwrap().seq);
+        tx.commit().await.unwrap();
+    }
+    assert_eq!(places, [1, 0, 0, 2], "no gap after a repeat");
     let mut tx = s.database.pool.begin().await.unwrap();
     let first = s.outbox.enqueue(&mut *tx, &paid(2)).await.unwrap();
     let second = s.outbox.enqueue(&mut *tx, &paid(2)).await.unwrap();
@@ -100,7 +113,7 @@ pub async fn an_id_enqueued_twice_is_added_once<DB: Fixture>(name: &str) {
         first.message_id, second.message_id,
         "without an id, each message gets a new one"
     );
-    assert_eq!(s.rows().await, 3);
+    assert_eq!(s.rows().await, 5);
 }
 
 pub async fn a_keys_messages_take_their_places_in_commit_order<DB: Fixture>(name: &str) {

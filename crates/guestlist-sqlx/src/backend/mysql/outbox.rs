@@ -21,6 +21,8 @@ impl OutboxStatements for MySql {
         "SELECT last_seq FROM {table}_keys WHERE ordering_key = ? FOR UPDATE";
     const OUTBOX_INSERT: &'static str = "INSERT INTO {table} \
          (message_id, topic, ordering_key, seq, headers, payload) VALUES (?, ?, ?, ?, ?, ?)";
+    const OUTBOX_GIVE_BACK_SEQ: &'static str =
+        "UPDATE {table}_keys SET last_seq = last_seq - 1 WHERE ordering_key = ? AND last_seq = ?";
 
     async fn outbox_next_seq<'c>(
         conn: &'c mut MySqlConnection,

@@ -13,6 +13,8 @@ impl OutboxStatements for Sqlite {
     const OUTBOX_INSERT: &'static str = "INSERT INTO {table} \
          (message_id, topic, ordering_key, seq, headers, payload) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (message_id) DO NOTHING";
+    const OUTBOX_GIVE_BACK_SEQ: &'static str =
+        "UPDATE {table}_keys SET last_seq = last_seq - 1 WHERE ordering_key = ?1 AND last_seq = ?2";
 }
 
 impl RelayStatements for Sqlite {

@@ -22,12 +22,7 @@ pub async fn a_database_restarted_mid_stream_costs_no_message_and_no_order<B: Br
     let cluster = PrivatePostgres::start();
     let line = Arc::new(Line::<B, sqlx::Postgres>::open_at(name, &cluster.url()).await);
     // A short acquire timeout, so that the relay meets the absence rather than wait it out.
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(4)
-        .acquire_timeout(Duration::from_secs(1))
-        .connect(&cluster.url())
-        .await
-        .unwrap();
+    let pool = cluster.pool(4, Duration::from_secs(1)).await;
     let relay = Relay::new(line.outbox.clone(), pool, line.rig.broker.publisher().await)
         .lease(Duration::from_secs(2))
         .poll(Duration::from_millis(20))
@@ -62,9 +57,7 @@ pub async fn a_database_restarted_mid_stream_costs_no_message_and_no_order<B: Br
         writers.iter().all(|writer| !writer.is_finished()),
         "the restart lands while the writers write"
     );
-    cluster.stop_immediately();
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    cluster.start_again();
+    cluster.restart(Duration::from_secs(1)).await;
 
     let mut failures = 0;
     for writer in writers {

@@ -196,12 +196,7 @@ pub async fn a_database_restarted_mid_stream_loses_and_doubles_nothing<B: Broker
     let cluster = PrivatePostgres::start();
     let rig = Rig::<B, sqlx::Postgres>::open_at(name, Duration::from_secs(5), &cluster.url()).await;
     // A short acquire timeout, so that the absence shows in the consumer's health at once.
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(4)
-        .acquire_timeout(Duration::from_secs(1))
-        .connect(&cluster.url())
-        .await
-        .unwrap();
+    let pool = cluster.pool(4, Duration::from_secs(1)).await;
     let consumer = rig
         .consumer_on(pool, rig.inbox.clone())
         .await
