@@ -95,9 +95,7 @@ impl Error {
             Error::Database(err)
         }
     }
-}
 
-impl Error {
     /// The error of a `COMMIT`: the database's own answer (it did not commit) as
     /// [`Error::Database`]; anything else (the connection closed, a read failed) as
     /// [`Error::CommitUnknown`], since the `COMMIT` may have reached the database.
