@@ -3,7 +3,8 @@
 //! ([`Retention`]) and which table holds it ([`TableName`]); and for HTTP, the client's
 //! [`IdempotencyKey`], its [`Scope`], the request's [`Fingerprint`], the [`StoredResponse`] and
 //! the [`KeyStore`] that keeps them. Why a message did not go through, at any hop, is one
-//! [`FailureKind`]; a hop that waits between tries waits by [`Backoff`].
+//! [`FailureKind`]; a hop that waits between tries waits by [`Backoff`]. The moves the stores
+//! make on a key's row and the relay's lease are in [`protocol`], where the model check runs them.
 //!
 //! Every type validates on construction, so a value that exists is a value the stores can use.
 //!
@@ -41,6 +42,7 @@ mod message_id;
 mod ordering_key;
 mod outgoing;
 mod printable;
+pub mod protocol;
 mod publish;
 mod retention;
 mod scope;

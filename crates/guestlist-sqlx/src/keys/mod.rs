@@ -4,6 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use guestlist_core::protocol::{KeyRowView, Settlement, settle};
 use guestlist_core::{
     Attempt, Begin, Completed, Fingerprint, IdempotencyKey, KeyStore, Retention, Scope, ScopeUsage,
     StoredBody, StoredResponse, TableName,
@@ -274,25 +275,29 @@ impl<DB: Backend> SqlKeyStore<DB> {
         let Some(mut row) = row else {
             return Ok(None);
         };
-        if row.fingerprint != fingerprint.as_bytes() {
-            return Ok(Some(Begin::Mismatch));
-        }
-        if row.status.is_some() {
-            // Only with sealing on is the body taken out, to be opened.
-            if let Some(sealing) = &self.sealing
-                && let Some(body) = row.body.take()
-            {
-                row.body = Some(sealing.open(scope, key, body)?);
-            }
-            return Ok(Some(replay_of(row)));
-        }
-        let (scope, key) = (scope.as_str(), key.as_str());
-        let lease_left = row.lease_left_ms.unwrap_or(0);
-        let Some(lease_ms) = take_over.filter(|_| lease_left <= 0) else {
-            return Ok(Some(Begin::InFlight {
-                retry_after: Duration::from_millis(lease_left.max(1_000) as u64),
-            }));
+        let view = KeyRowView {
+            same_request: row.fingerprint == fingerprint.as_bytes(),
+            answered: row.status.is_some(),
+            lease_left_ms: row.lease_left_ms.unwrap_or(0),
         };
+        let lease_ms = match settle(view, take_over) {
+            Settlement::Mismatch => return Ok(Some(Begin::Mismatch)),
+            Settlement::Replay => {
+                // Only with sealing on is the body taken out, to be opened.
+                if let Some(sealing) = &self.sealing
+                    && let Some(body) = row.body.take()
+                {
+                    row.body = Some(sealing.open(scope, key, body)?);
+                }
+                return Ok(Some(replay_of(row)));
+            }
+            Settlement::InFlight { retry_after_ms } => {
+                let retry_after = Duration::from_millis(retry_after_ms);
+                return Ok(Some(Begin::InFlight { retry_after }));
+            }
+            Settlement::TakeOver(lease_ms) => lease_ms,
+        };
+        let (scope, key) = (scope.as_str(), key.as_str());
         let token = new_token()?;
         let take_over = TakeOver {
             token: token as i64,

@@ -19,7 +19,6 @@ mod progress;
 mod publication;
 mod relay;
 mod round;
-mod settle;
 mod stats;
 
 pub use dead::DeadLetter;

@@ -80,7 +80,7 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
         lease: Lease,
         lease_ms: i64,
     ) -> Result<(), Error> {
-        if !lease.due() {
+        if !lease.due(Instant::now()) {
             return Ok(());
         }
         let asked = Instant::now();

@@ -10,7 +10,7 @@ use crate::outbox::lease::Lease;
 use crate::outbox::progress::{Progress, Published, Round};
 use crate::outbox::publication::Publication;
 use crate::outbox::relay::{Relay, Relayed};
-use crate::outbox::settle::Settled;
+use guestlist_core::protocol::Settled;
 use guestlist_core::{OutboxMessage, Publish};
 
 impl<DB: Backend, P: Publish> Relay<DB, P> {
@@ -25,7 +25,7 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
     ) -> Result<Round, Error> {
         let sql = &self.outbox.relay;
         let lease_ms = i64::try_from(self.lease.as_millis()).unwrap_or(i64::MAX);
-        let lease = match progress.lease.filter(Lease::usable) {
+        let lease = match progress.lease.filter(|held| held.usable(Instant::now())) {
             Some(lease) => lease,
             None => {
                 // A batch published under a lease now gone stays pending: it goes again.

@@ -93,6 +93,16 @@ pub struct PendingRow {
     pub(crate) payload: Vec<u8>,
 }
 
+impl guestlist_core::protocol::SettledRow for PendingRow {
+    fn id(&self) -> i64 {
+        self.id
+    }
+
+    fn ordering_key(&self) -> Option<&str> {
+        self.ordering_key.as_deref()
+    }
+}
+
 #[cfg(test)]
 impl PendingRow {
     /// A row of id `id` on `key`, for the relay's unit tests.

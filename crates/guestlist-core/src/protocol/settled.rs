@@ -3,38 +3,43 @@
 
 use std::collections::HashSet;
 
-use guestlist_core::FailureKind;
+use crate::{Confirmed, FailureKind, PublishError};
 
-use crate::backend::PendingRow;
-use guestlist_core::{Confirmed, PublishError};
+/// What the sorting reads of a pending row: its id and its ordering key.
+pub trait SettledRow {
+    /// The row's id, the one its stamp names.
+    fn id(&self) -> i64;
+    /// The row's ordering key, if it has one.
+    fn ordering_key(&self) -> Option<&str>;
+}
 
 /// What a batch's outcomes say, row by row (indices into the batch's rows).
 #[derive(Debug, Default)]
-pub(crate) struct Settled {
+pub struct Settled {
     /// Rows the broker confirmed: every one is stamped, whatever failed beside it.
-    pub(crate) stamp: Vec<i64>,
+    pub stamp: Vec<i64>,
     /// Of the confirmed, those the broker dropped as repeats.
-    pub(crate) duplicates: u64,
+    pub duplicates: u64,
     /// Rows confirmed, by index.
-    pub(crate) confirmed: Vec<usize>,
+    pub confirmed: Vec<usize>,
     /// The first failure of its key in the batch, the broker's refusal of the message itself:
     /// counted against it.
-    pub(crate) refused: Vec<(usize, PublishError)>,
+    pub refused: Vec<(usize, PublishError)>,
     /// Refused for good: dead-lettered now.
-    pub(crate) unpublishable: Vec<(usize, PublishError)>,
+    pub unpublishable: Vec<(usize, PublishError)>,
     /// The first failure that was the broker's or the network's, not a message's.
-    pub(crate) outage: Option<PublishError>,
+    pub outage: Option<PublishError>,
     /// Failed outcomes of any kind (the broker did not confirm).
-    pub(crate) failures: u64,
+    pub failures: u64,
     /// Failures behind an earlier failure of their key in the batch: not counted against them.
-    pub(crate) withdrawn: u64,
+    pub withdrawn: u64,
 }
 
 impl Settled {
     /// Sorts `outcomes`, one slot per row in order; an empty slot is a message the broker did
     /// not confirm in time (an outage: the confirmation may still be on its way).
-    pub(crate) fn sort(
-        rows: &[PendingRow],
+    pub fn sort<R: SettledRow>(
+        rows: &[R],
         outcomes: Vec<Option<Result<Confirmed, PublishError>>>,
     ) -> Self {
         let mut settled = Self::default();
@@ -48,7 +53,7 @@ impl Settled {
             });
             let err = match outcome {
                 Ok(confirmed) => {
-                    settled.stamp.push(row.id);
+                    settled.stamp.push(row.id());
                     settled.confirmed.push(n);
                     settled.duplicates += u64::from(confirmed == Confirmed::Duplicate);
                     continue;
@@ -56,7 +61,7 @@ impl Settled {
                 Err(err) => err,
             };
             settled.failures += 1;
-            if let Some(key) = row.ordering_key.as_deref()
+            if let Some(key) = row.ordering_key()
                 && !failed_keys.insert(key)
             {
                 // Its key's head failed first: it goes again after the head, uncounted.
@@ -79,20 +84,27 @@ impl Settled {
 mod tests {
     use super::*;
 
-    fn row(id: i64, key: Option<&str>) -> PendingRow {
-        PendingRow::for_test(id, key)
+    struct Row(i64, Option<&'static str>);
+
+    impl SettledRow for Row {
+        fn id(&self) -> i64 {
+            self.0
+        }
+        fn ordering_key(&self) -> Option<&str> {
+            self.1
+        }
     }
 
     #[test]
     fn every_confirmed_message_is_stamped_and_a_failure_counts_once_per_key() {
         let rows = [
-            row(1, Some("a")),
-            row(2, Some("b")),
-            row(3, Some("a")),
-            row(4, None),
-            row(5, Some("a")),
-            row(6, Some("c")),
-            row(7, Some("d")),
+            Row(1, Some("a")),
+            Row(2, Some("b")),
+            Row(3, Some("a")),
+            Row(4, None),
+            Row(5, Some("a")),
+            Row(6, Some("c")),
+            Row(7, Some("d")),
         ];
         let outcomes = vec![
             Some(Err(PublishError::new("no route"))),
@@ -110,7 +122,7 @@ mod tests {
             settled
                 .refused
                 .iter()
-                .map(|(n, _)| rows[*n].id)
+                .map(|(n, _)| rows[*n].0)
                 .collect::<Vec<_>>(),
             vec![1]
         );
