@@ -196,9 +196,9 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
                 return Ok(None);
             }
         };
-        if delivery.delivery_count() > self.max_deliveries {
+        if self.limits().check_on_arrival(delivery.delivery_count()) {
             let failed = self.failed_deliveries(delivery.as_ref(), &id).await?;
-            if failed > self.max_deliveries {
+            if self.limits().poison_on_arrival(failed) {
                 // A copy of a message already handled (its deferrals forgotten then) is a
                 // duplicate however often it was delivered, never poison.
                 if self.already_handled(&id).await? {

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use guestlist_core::protocol::{AfterDeferral, Redelivery};
 use guestlist_core::{Deferral, MessageId};
 use guestlist_sqlx::Backend;
 
@@ -33,7 +34,7 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
         let failed = self.failed_deliveries(delivery, &message.id).await?;
         handled.failed += 1;
         self.count("failed", 1);
-        if failed >= self.max_deliveries {
+        if self.limits().poison_after_failure(failed) {
             let why = format!(
                 "failed on delivery {failed} of {} (deferrals aside): {failure}",
                 self.max_deliveries
@@ -71,20 +72,17 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
             }
         };
         let age = deferrals.age();
-        if age >= self.max_deferral {
+        let AfterDeferral::Again(delay) = self.limits().after_deferral(age, deferral.after())
+        else {
             let why = format!(
                 "deferred {} times over {age:?}, past the consumer's max_deferral of {:?}; the last: {deferral}",
                 deferrals.count, self.max_deferral
             );
             self.dead_letter(delivery, &message.id, &why, handled).await;
             return Ok(());
-        }
+        };
         handled.deferred += 1;
         self.count("deferred", 1);
-        let delay = deferral
-            .after()
-            .max(Duration::from_millis(100))
-            .min(self.max_deferral - age);
         tracing::info!(handler = %self.name, id = %message.id, reason = deferral.reason(), ?delay, deferrals = deferrals.count, "not yet; the message comes back later");
         if let Err(err) = delivery.nak(delay).await {
             tracing::warn!(handler = %self.name, error = %err, "cannot hand the message back; the broker redelivers it after its ack wait");
@@ -105,9 +103,7 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
             return Ok(count);
         }
         match self.inbox.deferrals(&self.pool, &self.name, id).await {
-            Ok(deferrals) => Ok(count
-                .saturating_sub(deferrals.map_or(0, |d| d.count))
-                .max(1)),
+            Ok(deferrals) => Ok(Redelivery::counted(count, deferrals.map_or(0, |d| d.count))),
             Err(err) => {
                 if let Some(outage) = Outage::of("the database, reading deferrals", &err) {
                     return Err(outage);
@@ -146,6 +142,14 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
             .await
         {
             tracing::warn!(handler = %self.name, id = %id, error = %err, "cannot forget the message's deferrals; its row stays in the deferrals table");
+        }
+    }
+
+    /// The consumer's limits, as the protocol's rules take them.
+    pub(crate) fn limits(&self) -> Redelivery {
+        Redelivery {
+            max_deliveries: self.max_deliveries,
+            max_deferral: self.max_deferral,
         }
     }
 

@@ -20,6 +20,7 @@
 //!
 //! [stateright]: https://docs.rs/stateright
 
+pub mod consumer;
 pub mod keys;
 pub mod relay;
 pub mod tick;

@@ -4,6 +4,7 @@
 use std::time::Instant;
 
 use guestlist_core::protocol::{KeyLeaseRow, KeyRowView, RelayLeaseRow, Settlement};
+use guestlist_model::consumer::{ConsumerModel, ConsumerMoves};
 use guestlist_model::keys::{KeyModel, KeyMoves, Mode};
 use guestlist_model::relay::{RelayModel, RelayMoves};
 use stateright::{Checker, CheckerBuilder, HasDiscoveries, Model};
@@ -58,6 +59,10 @@ where
     for (property, path) in &discoveries {
         if broken.contains(property) {
             println!("counterexample to {property:?}:");
+        } else {
+            println!("example of {property:?}:");
+        }
+        {
             for action in path.clone().into_actions() {
                 println!("  {action:?}");
             }
@@ -181,5 +186,41 @@ fn a_lease_taken_before_it_ends_is_caught() {
     };
     let property = "no two relays may publish at once";
     let broken = break_of("relay, lease taken early", model, property);
+    assert!(broken.contains(&property), "{broken:?}");
+}
+
+#[test]
+fn the_consumer_protocol_holds() {
+    let mut model = ConsumerModel::new();
+    (
+        model.consumers,
+        model.crashes,
+        model.failures,
+        model.horizon,
+    ) = (3, 3, 2, 10);
+    assert_eq!(check("consumer", model), Vec::<&str>::new());
+}
+
+#[test]
+fn a_consumer_that_counts_deferrals_as_failures_is_caught() {
+    let mut model = ConsumerModel::new();
+    model.moves = ConsumerMoves {
+        counted: |count, _deferrals| count,
+        ..ConsumerMoves::PROTOCOL
+    };
+    let property = "a message is poison only after max_deliveries runs failed or died";
+    let broken = break_of("consumer, deferrals counted", model, property);
+    assert!(broken.contains(&property), "{broken:?}");
+}
+
+#[test]
+fn a_consumer_that_calls_a_handled_message_poison_is_caught() {
+    let mut model = ConsumerModel::new();
+    model.moves = ConsumerMoves {
+        asks_inbox_on_arrival: false,
+        ..ConsumerMoves::PROTOCOL
+    };
+    let property = "a message handled is never dead-lettered as poison";
+    let broken = break_of("consumer, inbox not asked", model, property);
     assert!(broken.contains(&property), "{broken:?}");
 }

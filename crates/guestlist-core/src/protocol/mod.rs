@@ -1,16 +1,21 @@
 //! The protocol's moves, free of I/O: what a key's row lets an attempt do, what the relay's lease
-//! row lets a relay do, and what a published batch's outcomes mean.
+//! row lets a relay do, what a published batch's outcomes mean, and what a consumer makes of a
+//! message that comes back.
 //!
-//! The stores run these functions on the rows they read, and their SQL statements carry the same
-//! conditions in their `WHERE` clauses (the conformance tests of `guestlist-sqlx` run each
-//! statement against each function on every backend). The model check (`crates/guestlist-model`)
-//! runs the same functions under every interleaving of two or three actors, with crashes, lost
-//! messages and an advancing clock, and checks the guarantees on every state it reaches.
+//! The stores and the consumer runtime run these functions on what they read, and the SQL
+//! statements carry the same conditions in their `WHERE` clauses (a story of `guestlist-sqlx`
+//! runs each write on a key's row against its guard, for every kind of row, on every backend;
+//! the relay suite's fencing stories do the same for the lease). The model check
+//! (`crates/guestlist-model`) runs the same functions under every interleaving of two or three
+//! actors, with crashes, lost messages and an advancing clock, and checks the guarantees on
+//! every state it reaches.
 
 mod key_lease;
+mod redelivery;
 mod relay_lease;
 mod settled;
 
 pub use key_lease::{KeyLeaseRow, KeyRowView, Settlement, settle};
+pub use redelivery::{AfterDeferral, Redelivery};
 pub use relay_lease::{HeldLease, RelayLeaseRow};
 pub use settled::{Settled, SettledRow};
