@@ -8,12 +8,13 @@ pub mod claims;
 pub mod faults;
 pub mod harness;
 pub mod outbox;
+pub mod protocol;
 pub mod retention;
 pub mod retries;
 pub mod schema;
 
-/// Generates one `#[tokio::test]` per story in [`claims`], [`retention`], [`schema`] and
-/// [`retries`] for the backend `$db`.
+/// Generates one `#[tokio::test]` per story in [`claims`], [`retention`], [`schema`],
+/// [`protocol`] and [`retries`] for the backend `$db`.
 #[macro_export]
 macro_rules! inbox_suite {
     ($db:ty) => {
@@ -50,6 +51,9 @@ macro_rules! inbox_suite {
             a_missing_table_says_to_migrate,
             concurrent_migrations_all_succeed,
             an_applications_schema_steps_take_turns,
+        );
+        guestlist_testkit::stories!(common::protocol, [$db], ("");
+            the_key_statements_do_what_the_protocol_allows,
         );
         guestlist_testkit::stories!(common::retries, [$db], ("");
             a_deadlock_in_the_work_is_retried,
