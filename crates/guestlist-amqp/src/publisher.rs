@@ -1,5 +1,7 @@
 //! The outbox relay's publisher on RabbitMQ: pipelined publishes, one publisher confirm each.
 
+use std::sync::Arc;
+
 use guestlist_core::{Confirmed, OutboxMessage, Outcomes, Publish, PublishError};
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
@@ -25,9 +27,14 @@ use crate::returns::{Confirms, Verdict};
 /// lapin logs each message RabbitMQ returns at WARN, with its headers and its body: filter
 /// `lapin=error` in your subscriber (`guestlist relay` does unless told otherwise), since bodies
 /// can hold secrets.
+///
+/// When the connection fails (the broker restarted, the network cut it), the next batch
+/// connects again; the batch in flight meanwhile is an outage, and goes again.
 #[derive(Debug, Clone)]
 pub struct RabbitPublisher {
-    channel: Channel,
+    /// The channel in confirm mode, replaced by a new connection's when the old one failed.
+    channel: Arc<tokio::sync::Mutex<Channel>>,
+    url: String,
     exchange: String,
     frame_max: u32,
     max_message_size: usize,
@@ -94,14 +101,10 @@ impl RabbitPublisherBuilder {
                 self.exchange.len()
             )));
         }
-        let connection = crate::connect(&self.url).await?;
-        let frame_max = connection.configuration().frame_max();
-        let channel = connection.create_channel().await?;
-        channel
-            .confirm_select(ConfirmSelectOptions::default())
-            .await?;
+        let (channel, frame_max) = open_channel(&self.url).await?;
         Ok(RabbitPublisher {
-            channel,
+            channel: Arc::new(tokio::sync::Mutex::new(channel)),
+            url: self.url,
             exchange: self.exchange,
             frame_max: if frame_max > 0 {
                 frame_max
@@ -113,7 +116,28 @@ impl RabbitPublisherBuilder {
     }
 }
 
+/// A connection to `url` and a channel on it in confirm mode, with the frame size it negotiated.
+async fn open_channel(url: &str) -> Result<(Channel, u32), Error> {
+    let connection = crate::connect(url).await?;
+    let frame_max = connection.configuration().frame_max();
+    let channel = connection.create_channel().await?;
+    channel
+        .confirm_select(ConfirmSelectOptions::default())
+        .await?;
+    Ok((channel, frame_max))
+}
+
 impl RabbitPublisher {
+    /// The channel to publish on: the one open, or a new connection's if that one failed.
+    async fn live_channel(&self) -> Result<Channel, Error> {
+        let mut channel = self.channel.lock().await;
+        if !channel.status().connected() {
+            *channel = open_channel(&self.url).await?.0;
+            tracing::info!("connected to RabbitMQ again; publishing goes on");
+        }
+        Ok(channel.clone())
+    }
+
     /// About the bytes the message's properties take in its header frame (the fixed part, the
     /// message id and the headers table), over-counted a little.
     fn header_frame_bytes(message: &OutboxMessage) -> usize {
@@ -224,6 +248,16 @@ impl Publish for RabbitPublisher {
             mandatory: true,
             ..BasicPublishOptions::default()
         };
+        let channel = match self.live_channel().await {
+            Ok(channel) => channel,
+            Err(err) => {
+                let why = format!("cannot reach RabbitMQ: {err}");
+                for _ in messages {
+                    outcomes.push(Err(PublishError::outage(why.clone())));
+                }
+                return;
+            }
+        };
         // Each message's confirmation to wait for, or the outcome it already has.
         let mut confirms = Vec::with_capacity(messages.len());
         let mut settled = Vec::with_capacity(messages.len());
@@ -233,7 +267,7 @@ impl Publish for RabbitPublisher {
                 ShortString::try_new(message.topic.as_str()),
             ) {
                 (Ok(id), Ok(topic)) => {
-                    self.channel
+                    channel
                         .basic_publish(
                             ShortString::from(self.exchange.as_str()),
                             topic,

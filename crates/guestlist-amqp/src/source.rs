@@ -14,8 +14,12 @@ use lapin::types::{FieldTable, ShortString};
 use crate::delivery::{Unsettled, lock};
 use crate::{Error, RabbitDelivery};
 
-/// Deliveries from a RabbitMQ queue.
+/// Deliveries from a RabbitMQ queue. When the connection fails (the broker restarted, the
+/// network cut it), the next fetch connects again and consumes anew; the deliveries of the old
+/// channel can no longer be acknowledged, and the broker delivers them again (duplicates, which
+/// the inbox drops).
 pub struct RabbitSource {
+    settings: RabbitSourceBuilder,
     channel: Channel,
     consumer: lapin::Consumer,
     dead_letters: Option<(String, String)>,
@@ -63,6 +67,17 @@ impl RabbitSource {
         }
     }
 
+    /// Connects again after the connection failed, and consumes anew. Delivery tags count
+    /// per channel, so the set of unsettled ones starts empty.
+    async fn reconnect(&mut self) -> Result<(), Error> {
+        let (channel, consumer) = self.settings.consume().await?;
+        self.channel = channel;
+        self.consumer = consumer;
+        self.unsettled = Unsettled::default();
+        tracing::info!(queue = %self.settings.queue, "connected to RabbitMQ again; consuming anew");
+        Ok(())
+    }
+
     fn delivery(&self, delivery: lapin::message::Delivery) -> RabbitDelivery {
         lock(&self.unsettled).insert(delivery.delivery_tag);
         RabbitDelivery {
@@ -101,6 +116,19 @@ impl RabbitSourceBuilder {
 
     /// Connects and consumes the queue; refuses a queue that does not exist.
     pub async fn connect(self) -> Result<RabbitSource, Error> {
+        let (channel, consumer) = self.consume().await?;
+        Ok(RabbitSource {
+            dead_letters: self.dead_letters.clone(),
+            fetch_wait: self.fetch_wait,
+            settings: self,
+            channel,
+            consumer,
+            unsettled: Unsettled::default(),
+        })
+    }
+
+    /// A connection, its channel, and the queue consumed on it.
+    async fn consume(&self) -> Result<(Channel, lapin::Consumer), Error> {
         let queue = self.queue.as_str();
         let connection = crate::connect(&self.url).await?;
         let channel = connection.create_channel().await?;
@@ -132,13 +160,7 @@ impl RabbitSourceBuilder {
                 FieldTable::default(),
             )
             .await?;
-        Ok(RabbitSource {
-            channel,
-            consumer,
-            dead_letters: self.dead_letters,
-            fetch_wait: self.fetch_wait,
-            unsettled: Unsettled::default(),
-        })
+        Ok((channel, consumer))
     }
 }
 
@@ -146,6 +168,9 @@ impl Source for RabbitSource {
     type Delivery = RabbitDelivery;
 
     async fn fetch(&mut self, max: usize) -> Result<Vec<RabbitDelivery>, BoxError> {
+        if !self.channel.status().connected() {
+            self.reconnect().await?;
+        }
         // The first delivery may wait; the rest of a batch is whatever has already arrived.
         let first = match tokio::time::timeout(self.fetch_wait, self.consumer.next()).await {
             Ok(Some(first)) => self.delivery(first?),
