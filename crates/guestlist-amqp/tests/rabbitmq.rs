@@ -5,6 +5,7 @@ mod common;
 guestlist_testkit::broker_suite!(rpg, common::Rabbit, sqlx::Postgres);
 guestlist_testkit::broker_suite!(rlite, common::Rabbit, sqlx::Sqlite);
 guestlist_testkit::outage_suite!(rout, common::Rabbit);
+guestlist_testkit::broker_away_suite!(raway, common::Rabbit);
 
 /// `declare_quorum_queue` makes a quorum queue (RabbitMQ then refuses it as a classic one), leaves
 /// it as it is when declared again, and refuses a classic queue of that name with RabbitMQ's reason.

@@ -5,3 +5,4 @@ mod common;
 guestlist_testkit::broker_suite!(npg, common::Nats, sqlx::Postgres);
 guestlist_testkit::broker_suite!(nlite, common::Nats, sqlx::Sqlite);
 guestlist_testkit::outage_suite!(nout, common::Nats);
+guestlist_testkit::broker_away_suite!(naway, common::Nats);

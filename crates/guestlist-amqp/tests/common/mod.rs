@@ -217,12 +217,29 @@ impl Broker for Rabbit {
     }
 
     async fn source(&self) -> guestlist_amqp::RabbitSource {
-        guestlist_amqp::RabbitSource::builder(&self.url, &self.queue)
+        self.source_at(&self.url).await.expect("consume the queue")
+    }
+
+    fn url(&self) -> Option<String> {
+        Some(self.url.clone())
+    }
+
+    async fn source_at(&self, url: &str) -> Option<guestlist_amqp::RabbitSource> {
+        let source = guestlist_amqp::RabbitSource::builder(url, &self.queue)
             .prefetch(100)
             .dead_letter(&self.dead_letters, "")
             .connect()
             .await
-            .expect("consume the queue")
+            .expect("consume the queue");
+        Some(source)
+    }
+
+    async fn publisher_at(&self, url: &str) -> Option<guestlist_amqp::RabbitPublisher> {
+        let publisher = guestlist_amqp::RabbitPublisher::builder(url)
+            .connect()
+            .await
+            .expect("the relay's publisher connects");
+        Some(publisher)
     }
 
     async fn dead_letter_headers(&self) -> Vec<Vec<(String, String)>> {

@@ -149,12 +149,28 @@ impl Broker for Nats {
     }
 
     async fn source(&self) -> guestlist_nats::JetStreamSource {
-        guestlist_nats::JetStreamSource::builder(&self.url, &self.stream, "warehouse")
+        self.source_at(&self.url).await.expect("bind the consumer")
+    }
+
+    fn url(&self) -> Option<String> {
+        Some(self.url.clone())
+    }
+
+    async fn source_at(&self, url: &str) -> Option<guestlist_nats::JetStreamSource> {
+        let source = guestlist_nats::JetStreamSource::builder(url, &self.stream, "warehouse")
             .ack_wait(self.ack_wait)
             .dead_letter(&self.dead_letters)
             .connect()
             .await
-            .expect("bind the consumer")
+            .expect("bind the consumer");
+        Some(source)
+    }
+
+    async fn publisher_at(&self, url: &str) -> Option<guestlist_nats::JetStreamPublisher> {
+        let client = async_nats::connect(url).await.expect("connect the relay");
+        Some(guestlist_nats::JetStreamPublisher::new(
+            async_nats::jetstream::new(client),
+        ))
     }
 
     async fn dead_letter_headers(&self) -> Vec<Vec<(String, String)>> {

@@ -421,6 +421,24 @@ impl<const FIFO: bool> Broker for SqsQueue<FIFO> {
         self.source_with(|builder| builder).await
     }
 
+    fn url(&self) -> Option<String> {
+        Some(Self::endpoint())
+    }
+
+    async fn source_at(&self, url: &str) -> Option<guestlist_sqs::SqsSource> {
+        let client = guestlist_sqs::local_client(url);
+        Some(self.source_with(|builder| builder.client(client)).await)
+    }
+
+    async fn publisher_at(&self, url: &str) -> Option<guestlist_sqs::SqsPublisher> {
+        let publisher = guestlist_sqs::SqsPublisher::builder()
+            .client(guestlist_sqs::local_client(url))
+            .connect()
+            .await
+            .expect("the relay's publisher");
+        Some(publisher)
+    }
+
     async fn dead_letter_headers(&self) -> Vec<Vec<(String, String)>> {
         // Received and left visible (no take), so that the next look sees them again.
         self.drain(&self.dead_letters, 0, false)

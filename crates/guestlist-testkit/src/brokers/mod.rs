@@ -85,6 +85,23 @@ pub trait Broker: Send + Sync + Sized + 'static {
     }
     /// A consumer's source on the queue.
     fn source(&self) -> impl Future<Output = Self::Source> + Send;
+    /// The URL (endpoint) the source and the publisher reach the broker at, for a fault proxy
+    /// to sit in front of; `None` where no proxy can (Kafka: a client goes where the broker's
+    /// metadata says, around the proxy).
+    fn url(&self) -> Option<String> {
+        None
+    }
+    /// A consumer's source on the queue that reaches the broker at `url` (through a proxy):
+    /// `None` where [`Broker::url`] is.
+    fn source_at(&self, url: &str) -> impl Future<Output = Option<Self::Source>> + Send {
+        let _ = url;
+        async { None }
+    }
+    /// A relay's publisher to the test's queue that reaches the broker at `url`.
+    fn publisher_at(&self, url: &str) -> impl Future<Output = Option<Self::Publisher>> + Send {
+        let _ = url;
+        async { None }
+    }
     /// Messages in the dead-letter place, with the error each carries.
     fn dead_letters(&self) -> impl Future<Output = Vec<String>> + Send {
         async {

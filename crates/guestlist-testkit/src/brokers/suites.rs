@@ -59,6 +59,41 @@ macro_rules! broker_suite {
     };
 }
 
+/// The stories of a broker that goes away (a proxy in front of it cuts every connection) and
+/// comes back, under a consumer and under the relay, for the brokers a proxy can sit in front
+/// of ([`Broker::url`]).
+///
+/// [`Broker::url`]: crate::brokers::Broker::url
+#[macro_export]
+macro_rules! broker_away_suite {
+    ($m:ident, $broker:ty) => {
+        mod $m {
+            #[allow(unused_imports)]
+            use super::*;
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn the_broker_cut_off_and_back_costs_no_event() {
+                $crate::brokers::suite::the_broker_cut_off_and_back_costs_no_event::<$broker>(
+                    concat!(stringify!($m), "_away"),
+                    std::time::Duration::from_secs(5),
+                )
+                .await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_broker_cut_off_and_back_costs_the_relay_no_message_and_no_order() {
+                $crate::brokers::relay::a_broker_cut_off_and_back_costs_no_message_and_no_order::<
+                    $broker,
+                >(
+                    concat!(stringify!($m), "_relay_away"),
+                    std::time::Duration::from_secs(5),
+                )
+                .await;
+            }
+        }
+    };
+}
+
 /// Generates the stories of a fault between the consumer of `$broker` and its database, in module
 /// `$m` (named as for [`broker_suite!`]), each through a [`FaultProxy`](crate::fault_proxy::FaultProxy):
 /// the database goes away on PostgreSQL, with a 2 s pool acquire timeout and with sqlx's default

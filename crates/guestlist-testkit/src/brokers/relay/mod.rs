@@ -2,6 +2,7 @@
 //! broker, and the consumer's inbox at the far end, counting effects.
 
 mod ambiguous;
+mod broker_away;
 mod chaos;
 mod held;
 mod line;
@@ -11,6 +12,7 @@ mod stalled;
 mod stories;
 
 pub use ambiguous::*;
+pub use broker_away::*;
 pub use chaos::*;
 pub use held::{HeldAfterConfirm, held_relay};
 pub use line::Line;

@@ -1,6 +1,7 @@
 //! The consumer's stories, on every broker and database, a file per theme.
 
 mod ambiguous;
+mod broker_away;
 mod chaos;
 mod deferrals;
 mod flow;
@@ -9,6 +10,7 @@ mod start;
 mod stops;
 
 pub use ambiguous::*;
+pub use broker_away::*;
 pub use chaos::*;
 pub use deferrals::*;
 pub use flow::*;
