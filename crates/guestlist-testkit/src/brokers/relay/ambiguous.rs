@@ -47,11 +47,16 @@ impl StampCut {
             StampCut::Trap(sprung) => sprung.wait(Duration::from_secs(30)).await,
             StampCut::Held(held) => {
                 held.until_waiting().await;
+                // Stalled first, so that no answer of the commit gets through while the cut
+                // reaches every connection (on a loaded machine, a landed commit's answer did).
+                proxy.stall();
                 proxy.cut();
                 if ambiguity == Ambiguity::Lost {
                     held.end_waiting().await;
                 }
                 held.release().await;
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                proxy.release();
                 proxy.mend();
             }
         }

@@ -43,14 +43,13 @@ pub async fn a_database_restarted_mid_stream_costs_no_message_and_no_order<B: Br
             })
         })
         .collect();
+    // The restart lands a quarter of the way into the writing, whatever the relay has
+    // published by then (a slow broker, moto under load, may have published little).
     line.rig
         .until(
             Duration::from_secs(60),
-            "the first messages are published",
-            || async {
-                let stats = line.outbox.stats(&line.rig.db.pool).await.unwrap();
-                stats.rows - stats.pending >= 40
-            },
+            "the first messages are enqueued",
+            || async { line.outbox.stats(&line.rig.db.pool).await.unwrap().rows >= 100 },
         )
         .await;
     assert!(
