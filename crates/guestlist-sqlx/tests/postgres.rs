@@ -10,9 +10,13 @@ wire_faults_suite!(guestlist_sqlx::sqlx::Postgres);
 /// test's own).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_restarted_under_four_writers_loses_and_doubles_nothing() {
-    common::faults::a_database_restarted_under_four_writers_loses_and_doubles_nothing(
-        "pg_restarted",
-    )
+    use guestlist_testkit::private_postgres::PrivatePostgres;
+    let cluster = PrivatePostgres::start();
+    common::faults::a_database_restarted_under_four_writers_loses_and_doubles_nothing::<
+        guestlist_sqlx::sqlx::Postgres,
+    >("pg_restarted", &cluster.url(), async || {
+        cluster.restart(std::time::Duration::from_millis(500)).await
+    })
     .await;
 }
 

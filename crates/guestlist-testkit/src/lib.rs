@@ -14,6 +14,7 @@ pub mod fault_proxy;
 pub mod hang_up;
 pub mod held_commit;
 pub mod metrics;
+pub mod private_mariadb;
 pub mod private_postgres;
 pub mod raw_http;
 pub mod skewed_clock;

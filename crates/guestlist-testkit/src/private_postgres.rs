@@ -194,7 +194,7 @@ fn programs() -> PathBuf {
 }
 
 /// `true` when this process runs as root (uid 0).
-fn running_as_root() -> bool {
+pub(crate) fn running_as_root() -> bool {
     std::fs::read_to_string("/proc/self/status").is_ok_and(|status| {
         status
             .lines()
@@ -205,7 +205,7 @@ fn running_as_root() -> bool {
 }
 
 /// A loopback port free now.
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|listener| listener.local_addr())
         .expect("a free loopback port")

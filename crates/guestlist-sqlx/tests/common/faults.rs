@@ -132,20 +132,21 @@ pub async fn an_ambiguous_commit_of_a_batch_ends_in_one_effect_per_id<DB: Fixtur
     }
 }
 
-/// Four writers handle the same 200 ids, each in its own order, while the database (a
-/// PostgreSQL of the test's own) is stopped the hard way (`pg_ctl stop -m immediate`) and
-/// started again: a writer that meets an error handles the id again, as a redelivery would,
-/// on the same pool. Every writer finishes by itself, and each id has one pick task and one
-/// inbox row.
-pub async fn a_database_restarted_under_four_writers_loses_and_doubles_nothing(name: &str) {
-    use guestlist_testkit::private_postgres::PrivatePostgres;
+/// Four writers handle the same 200 ids, each in its own order, while the database at `url` (a
+/// server of the test's own) is stopped the hard way by `restart` (`pg_ctl stop -m
+/// immediate`, a SIGKILL of `mariadbd`) and started again: a writer that meets an error
+/// handles the id again, as a redelivery would, on the same pool. Every writer finishes by
+/// itself, and each id has one pick task and one inbox row.
+pub async fn a_database_restarted_under_four_writers_loses_and_doubles_nothing<DB: Fixture>(
+    name: &str,
+    url: &str,
+    restart: impl AsyncFnOnce(),
+) {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicU64, Ordering};
-    type Pg = guestlist_sqlx::sqlx::Postgres;
 
     const IDS: usize = 200;
-    let cluster = PrivatePostgres::start();
-    let h = Arc::new(Harness::<Pg>::new_at(&cluster.url(), name).await);
+    let h = Arc::new(Harness::<DB>::new_at(url, name).await);
     let done = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
     let writers: Vec<_> = (0..4)
@@ -162,7 +163,7 @@ pub async fn a_database_restarted_under_four_writers_loses_and_doubles_nothing(n
                             .inbox
                             .process(&h.pool, &warehouse, &event, {
                                 let sql = h.pick_sql(&event);
-                                async move |tx| Pg::exec(tx, sql.clone()).await
+                                async move |tx| DB::exec(tx, sql.clone()).await
                             })
                             .await
                         {
@@ -186,7 +187,7 @@ pub async fn a_database_restarted_under_four_writers_loses_and_doubles_nothing(n
     while done.load(Ordering::SeqCst) < (IDS as u64) {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    cluster.restart(Duration::from_millis(500)).await;
+    restart().await;
 
     let mut fresh = 0;
     for writer in writers {
