@@ -600,3 +600,151 @@ async fn a_message_rabbitmq_cannot_take_is_dead_lettered_and_the_operator_sees_i
         stderr(&dropped)
     );
 }
+
+/// Starts `guestlist relay` as [`spawn_relay`] does, with `env` added (a clock off).
+fn spawn_relay_with_env(url: &str, args: &[&str], env: &[(&str, String)]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_guestlist"))
+        .args(["relay", "--database", url, "--poll", "50ms"])
+        .args(args)
+        .env_remove("GUESTLIST_DATABASE_URL")
+        .envs(env.iter().map(|(name, value)| (*name, value.as_str())))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start guestlist")
+}
+
+/// Three `guestlist relay` processes on one PostgreSQL outbox, one ten minutes behind and one
+/// ten minutes ahead (libfaketime): the lease is taken, renewed and judged on the database's
+/// clock, so the relay behind keeps it while it runs (the one on time never takes it over
+/// early), the one on time takes it over within a lease of the other's SIGKILL (not ten
+/// minutes later), and the one ahead, standing by, never takes it from the one on time. Every
+/// message reaches the stream once, in its key's order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relays_whose_clocks_are_off_take_no_lease_over_early_or_late() {
+    use guestlist::sqlx::postgres::PgPoolOptions;
+    use guestlist_testkit::skewed_clock;
+
+    const TABLE: &str = "cli_clock_outbox";
+    const TOPIC: &str = "cli.clock.orders";
+    let url = std::env::var("GUESTLIST_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+    let pool = PgPoolOptions::new()
+        .max_connections(2)
+        .connect(&url)
+        .await
+        .expect("PostgreSQL runs");
+    for suffix in ["", "_keys", "_relay", "_dead"] {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "DROP TABLE IF EXISTS {TABLE}{suffix}"
+        )))
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+    let outbox = guestlist::Outbox::<sqlx::Postgres>::with_table(TABLE).unwrap();
+    outbox.migrate(&pool).await.unwrap();
+    let enqueue = async |from: usize, to: usize| {
+        for n in from..to {
+            let mut tx = pool.begin().await.unwrap();
+            let message = guestlist::Outgoing::new(
+                guestlist::Topic::new(TOPIC).unwrap(),
+                format!("{{\"n\":{n}}}"),
+            )
+            .id(guestlist::MessageId::new(format!("evt_clock_{n}")).unwrap())
+            .ordering_key(guestlist::OrderingKey::new(format!("order-{}", n % 3)).unwrap());
+            outbox.enqueue(&mut tx, &message).await.unwrap();
+            tx.commit().await.unwrap();
+        }
+    };
+    let nats = async_nats::connect(nats_url()).await.expect("NATS runs");
+    let jetstream = async_nats::jetstream::new(nats);
+    let _ = jetstream.delete_stream("GL_CLI_CLOCK").await;
+    jetstream
+        .create_stream(async_nats::jetstream::stream::Config {
+            name: "GL_CLI_CLOCK".to_owned(),
+            subjects: vec![TOPIC.to_owned()],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let stats = ["stats", "--database", &url, "--outbox-table", TABLE];
+    let holder_is = |holder: &str| {
+        let shown = stdout(&guestlist(&stats));
+        shown.contains(&format!("{holder} holds the lease"))
+    };
+    let nats = nats_url();
+    let relay = |holder: &'static str, offset: Option<&str>| {
+        let args = [
+            "--nats",
+            &nats,
+            "--outbox-table",
+            TABLE,
+            "--lease",
+            "2s",
+            "--holder",
+            holder,
+        ];
+        match offset {
+            Some(offset) => spawn_relay_with_env(&url, &args, &skewed_clock::env(offset)),
+            None => spawn_relay(&url, &args),
+        }
+    };
+
+    enqueue(0, 30).await;
+    let mut behind = relay("behind", Some("-10m"));
+    until_shown(&stats, "behind holds the lease").await;
+    let on_time = relay("on-time", None);
+    enqueue(30, 60).await;
+    for _ in 0..25 {
+        assert!(
+            holder_is("behind"),
+            "the relay ten minutes behind keeps its lease while it runs"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    behind.kill().unwrap();
+    behind.wait().unwrap();
+    let killed = Instant::now();
+    until_shown(&stats, "on-time holds the lease").await;
+    let took_over = killed.elapsed();
+    assert!(
+        took_over < Duration::from_secs(6),
+        "taken over within a lease of 2 s and a poll, not ten minutes later: {took_over:?}"
+    );
+
+    let ahead = relay("ahead", Some("+10m"));
+    enqueue(60, 90).await;
+    for _ in 0..25 {
+        assert!(
+            holder_is("on-time"),
+            "the relay ten minutes ahead takes no lease that is still held"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    until_shown(&stats, "pending    0").await;
+    let (ahead_out, _) = terminate(ahead);
+    let (on_time_out, _) = terminate(on_time);
+
+    let mut stream = jetstream.get_stream("GL_CLI_CLOCK").await.unwrap();
+    let state = stream.info().await.unwrap().state.clone();
+    let mut seqs: std::collections::BTreeMap<String, Vec<i64>> = Default::default();
+    let mut ids = std::collections::HashSet::new();
+    for sequence in state.first_sequence..=state.last_sequence {
+        let message = stream.get_raw_message(sequence).await.unwrap();
+        let header = |name: &str| message.headers.get(name).unwrap().as_str().to_owned();
+        assert!(ids.insert(header("Nats-Msg-Id")), "a message twice");
+        seqs.entry(header("Guestlist-Ordering-Key"))
+            .or_default()
+            .push(header("Guestlist-Seq").parse().unwrap());
+    }
+    assert_eq!(
+        ids.len(),
+        90,
+        "every message once:\n{on_time_out}\n{ahead_out}"
+    );
+    for (key, seqs) in seqs {
+        assert_eq!(seqs, (1..=30).collect::<Vec<i64>>(), "{key}: in its order");
+    }
+}
