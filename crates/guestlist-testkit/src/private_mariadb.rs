@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
-use crate::private_postgres::{free_port, running_as_root};
+use crate::private_postgres::{free_port, server_dir};
 
 /// A private MariaDB server, killed when dropped.
 #[derive(Debug)]
@@ -27,19 +27,7 @@ impl PrivateMariadb {
     /// Makes a data directory in a temporary directory, starts the server on a free loopback
     /// port, and creates the database `test`.
     pub fn start() -> Self {
-        let dir = tempfile::Builder::new()
-            .prefix("guestlist-mariadb-")
-            .tempdir()
-            .expect("a temporary directory");
-        let as_mysql = running_as_root();
-        if as_mysql {
-            let chown = Command::new("chown")
-                .args(["-R", "mysql:mysql"])
-                .arg(dir.path())
-                .status()
-                .expect("chown");
-            assert!(chown.success(), "chown the server's directory to mysql");
-        }
+        let (dir, as_mysql) = server_dir("guestlist-mariadb-", "mysql");
         let server = Self {
             port: free_port(),
             dir,

@@ -28,19 +28,7 @@ impl PrivatePostgres {
     /// Makes a cluster in a temporary directory and starts it on a free loopback port.
     pub fn start() -> Self {
         let bin = programs();
-        let dir = tempfile::Builder::new()
-            .prefix("guestlist-pg-")
-            .tempdir()
-            .expect("a temporary directory");
-        let as_postgres = running_as_root();
-        if as_postgres {
-            let chown = Command::new("chown")
-                .args(["-R", "postgres:postgres"])
-                .arg(dir.path())
-                .status()
-                .expect("chown");
-            assert!(chown.success(), "chown the cluster's directory to postgres");
-        }
+        let (dir, as_postgres) = server_dir("guestlist-pg-", "postgres");
         let port = free_port();
         let cluster = Self {
             dir,
@@ -193,8 +181,27 @@ fn programs() -> PathBuf {
     Path::new(DEBIAN_LIBS).join(newest.to_string()).join("bin")
 }
 
+/// A temporary directory for a server's files, named from `prefix`, given to `user` when this
+/// process runs as root (the server then runs as `user`): the directory, and whether it was.
+pub(crate) fn server_dir(prefix: &str, user: &str) -> (TempDir, bool) {
+    let dir = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir()
+        .expect("a temporary directory");
+    let as_root = running_as_root();
+    if as_root {
+        let chown = Command::new("chown")
+            .args(["-R", &format!("{user}:{user}")])
+            .arg(dir.path())
+            .status()
+            .expect("chown");
+        assert!(chown.success(), "chown the server's directory to {user}");
+    }
+    (dir, as_root)
+}
+
 /// `true` when this process runs as root (uid 0).
-pub(crate) fn running_as_root() -> bool {
+fn running_as_root() -> bool {
     std::fs::read_to_string("/proc/self/status").is_ok_and(|status| {
         status
             .lines()
