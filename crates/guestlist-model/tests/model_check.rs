@@ -101,7 +101,7 @@ fn the_relay_protocol_holds_with_three_relays() {
         model.losses,
         model.horizon,
         model.takes,
-    ) = (3, 2, 1, 10, 8);
+    ) = (3, 1, 1, 10, 8);
     assert_eq!(check("relay, three relays", model), Vec::<&str>::new());
 }
 
