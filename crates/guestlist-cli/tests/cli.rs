@@ -24,14 +24,7 @@ fn stderr(output: &Output) -> String {
 /// Starts `guestlist relay` on the outbox at `url`, polling every 50 ms, with `args` (the
 /// broker), in the background, what it prints captured.
 fn spawn_relay(url: &str, args: &[&str]) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_guestlist"))
-        .args(["relay", "--database", url, "--poll", "50ms"])
-        .args(args)
-        .env_remove("GUESTLIST_DATABASE_URL")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start guestlist")
+    spawn_relay_with_env(url, args, &[])
 }
 
 /// Runs `guestlist args` again and again until what it prints contains `text` (30 s at most),
@@ -601,7 +594,7 @@ async fn a_message_rabbitmq_cannot_take_is_dead_lettered_and_the_operator_sees_i
     );
 }
 
-/// Starts `guestlist relay` as [`spawn_relay`] does, with `env` added (a clock off).
+/// [`spawn_relay`], with `env` added to the relay's environment (a clock off).
 fn spawn_relay_with_env(url: &str, args: &[&str], env: &[(&str, String)]) -> Child {
     Command::new(env!("CARGO_BIN_EXE_guestlist"))
         .args(["relay", "--database", url, "--poll", "50ms"])

@@ -91,8 +91,8 @@ pub enum Client {
     Running {
         /// The attempt's fencing token.
         token: u64,
-        /// When its lease began and ends.
-        lease: (i64, i64),
+        /// When its lease ends.
+        lease_until: i64,
         /// Plain mode: the handler's writes committed.
         worked: bool,
     },
@@ -223,19 +223,19 @@ impl Model for KeyModel {
                     // Insert-first: no row, so this claim's insert is the one that lands.
                     let token = next.next_token;
                     next.next_token += 1;
-                    let lease = (now, now + self.lease);
+                    let lease_until = now + self.lease;
                     next.row = Some(Row {
                         request,
                         lease: KeyLeaseRow {
                             token,
                             answered: false,
-                            lease_until: lease.1,
+                            lease_until,
                         },
                         answer: None,
                     });
                     next.clients[c] = Client::Running {
                         token,
-                        lease,
+                        lease_until,
                         worked: false,
                     };
                     return Some(next);
@@ -259,12 +259,12 @@ impl Model for KeyModel {
                         }
                         let token = next.next_token;
                         next.next_token += 1;
-                        let lease = (now, now + self.lease);
+                        let lease_until = now + self.lease;
                         row.lease.token = token;
-                        row.lease.lease_until = lease.1;
+                        row.lease.lease_until = lease_until;
                         next.clients[c] = Client::Running {
                             token,
-                            lease,
+                            lease_until,
                             worked: false,
                         };
                     }
@@ -336,7 +336,7 @@ impl Model for KeyModel {
                 "no two attempts hold the key at once",
                 |_: &KeyModel, state: &KeyState| {
                     let holding = state.clients.iter().filter(|client| {
-                    matches!(client, Client::Running { lease, .. } if lease.1 > state.now)
+                    matches!(client, Client::Running { lease_until, .. } if *lease_until > state.now)
                 });
                     holding.count() <= 1
                 },
