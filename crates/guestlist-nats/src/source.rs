@@ -153,36 +153,67 @@ impl JetStreamSourceBuilder {
     }
 }
 
+impl JetStreamSource {
+    /// How long past a pull request's own wait its answer may take before the request counts
+    /// as lost: a request or its answer (the messages, or the status that ends it) can be lost
+    /// with a connection that dies, and nothing else would end the wait. async-nats allows the
+    /// same for a request that waits, and nothing for one that does not.
+    const ANSWER_SLACK: Duration = Duration::from_secs(5);
+
+    /// The deliveries a pull request's messages make, gathered until the request ends or until
+    /// `wait` and [`Self::ANSWER_SLACK`] have passed: then what came is returned, or, if
+    /// nothing did, an error (the runtime backs off and pulls again).
+    async fn gather(
+        &self,
+        mut messages: impl futures_util::Stream<Item = Result<jetstream::Message, async_nats::Error>>
+        + Unpin,
+        max: usize,
+        wait: Duration,
+    ) -> Result<Vec<JetStreamDelivery>, BoxError> {
+        let mut deliveries = Vec::with_capacity(max);
+        let gathered = tokio::time::timeout(wait + Self::ANSWER_SLACK, async {
+            while let Some(message) = messages.next().await {
+                deliveries.push(self.delivery(message?));
+            }
+            Ok::<(), BoxError>(())
+        })
+        .await;
+        match gathered {
+            Ok(ended) => ended.map(|()| deliveries),
+            Err(_) if !deliveries.is_empty() => Ok(deliveries),
+            Err(_) => Err(format!(
+                "NATS did not answer a pull request within {:?}: the connection to the server \
+                 may be down (the client reconnects by itself)",
+                wait + Self::ANSWER_SLACK
+            )
+            .into()),
+        }
+    }
+}
+
 impl Source for JetStreamSource {
     type Delivery = JetStreamDelivery;
 
     async fn fetch(&mut self, max: usize) -> Result<Vec<JetStreamDelivery>, BoxError> {
-        let mut deliveries = self.fetch_ready(max).await?;
+        let deliveries = self.fetch_ready(max).await?;
         if !deliveries.is_empty() {
             return Ok(deliveries);
         }
         // Nothing ready: wait for the first message, and return it as soon as it comes.
-        let mut first = self
+        let first = self
             .consumer
             .batch()
             .max_messages(1)
             .expires(self.fetch_wait)
             .messages()
             .await?;
-        while let Some(message) = first.next().await {
-            deliveries.push(self.delivery(message?));
-        }
-        Ok(deliveries)
+        self.gather(first, 1, self.fetch_wait).await
     }
 
     async fn fetch_ready(&mut self, max: usize) -> Result<Vec<JetStreamDelivery>, BoxError> {
         // A no-wait pull: the server sends what it has, up to `max`, and ends the request.
-        let mut ready = self.consumer.fetch().max_messages(max).messages().await?;
-        let mut deliveries = Vec::with_capacity(max);
-        while let Some(message) = ready.next().await {
-            deliveries.push(self.delivery(message?));
-        }
-        Ok(deliveries)
+        let ready = self.consumer.fetch().max_messages(max).messages().await?;
+        self.gather(ready, max, Duration::ZERO).await
     }
 
     fn ack_wait(&self) -> Option<Duration> {
