@@ -11,6 +11,7 @@ wire_faults_suite!(guestlist_sqlx::sqlx::MySql);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_restarted_under_four_writers_loses_and_doubles_nothing() {
     use guestlist_testkit::private_mariadb::PrivateMariadb;
+    use guestlist_testkit::private_server::PrivateServer;
     let server = PrivateMariadb::start();
     common::faults::a_database_restarted_under_four_writers_loses_and_doubles_nothing::<
         guestlist_sqlx::sqlx::MySql,

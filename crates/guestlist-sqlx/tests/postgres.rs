@@ -11,6 +11,7 @@ wire_faults_suite!(guestlist_sqlx::sqlx::Postgres);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_restarted_under_four_writers_loses_and_doubles_nothing() {
     use guestlist_testkit::private_postgres::PrivatePostgres;
+    use guestlist_testkit::private_server::PrivateServer;
     let cluster = PrivatePostgres::start();
     common::faults::a_database_restarted_under_four_writers_loses_and_doubles_nothing::<
         guestlist_sqlx::sqlx::Postgres,

@@ -16,6 +16,7 @@ pub mod held_commit;
 pub mod metrics;
 pub mod private_mariadb;
 pub mod private_postgres;
+pub mod private_server;
 pub mod raw_http;
 pub mod skewed_clock;
 mod stories;

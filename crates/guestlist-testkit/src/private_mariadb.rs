@@ -64,13 +64,6 @@ impl PrivateMariadb {
         format!("mysql://root@127.0.0.1:{}/test", self.port)
     }
 
-    /// Kills the server (SIGKILL), keeps it down for `down`, and starts it again.
-    pub async fn restart(&self, down: Duration) {
-        self.kill();
-        tokio::time::sleep(down).await;
-        self.start_again();
-    }
-
     /// Kills the server at once: every session cut; the next start recovers.
     pub fn kill(&self) {
         let mut server = self.server.lock().unwrap_or_else(|e| e.into_inner());

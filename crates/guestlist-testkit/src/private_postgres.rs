@@ -69,25 +69,6 @@ impl PrivatePostgres {
         );
     }
 
-    /// Stops the server at once ([`stop_immediately`](Self::stop_immediately)), keeps it down
-    /// for `down`, and starts it again.
-    pub async fn restart(&self, down: std::time::Duration) {
-        self.stop_immediately();
-        tokio::time::sleep(down).await;
-        self.start_again();
-    }
-
-    /// A pool of `max` connections whose acquire timeout is `acquire`: short, so that a part on
-    /// it meets the server's absence rather than wait it out.
-    pub async fn pool(&self, max: u32, acquire: std::time::Duration) -> sqlx::PgPool {
-        sqlx::postgres::PgPoolOptions::new()
-            .max_connections(max)
-            .acquire_timeout(acquire)
-            .connect(&self.url())
-            .await
-            .unwrap_or_else(|err| panic!("the private PostgreSQL at {}: {err}", self.url()))
-    }
-
     /// Starts the server (again), on the same port, and waits until it accepts connections.
     pub fn start_again(&self) {
         let options = format!(
@@ -211,8 +192,8 @@ fn running_as_root() -> bool {
     })
 }
 
-/// A loopback port free now.
-pub(crate) fn free_port() -> u16 {
+/// A loopback port free now, for a server of a test's own.
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|listener| listener.local_addr())
         .expect("a free loopback port")

@@ -56,6 +56,7 @@ pub async fn an_ambiguous_write_of_the_answer_is_replayed_not_run_again(store: S
 /// key's retry replays the answer its client got, and the gateway never stopped.
 pub async fn a_database_restarted_under_four_clients_runs_each_key_once() {
     use guestlist_testkit::private_postgres::PrivatePostgres;
+    use guestlist_testkit::private_server::PrivateServer;
     use std::collections::BTreeMap;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicU64, Ordering};

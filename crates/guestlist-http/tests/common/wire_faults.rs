@@ -90,6 +90,7 @@ pub async fn an_ambiguous_write_of_the_answer_ends_in_one_effect<S: Store>(name:
 /// one stored answer, which its next retry replays; the server never stopped.
 pub async fn a_database_restarted_under_four_clients_answers_each_key_once<S: Store>(name: &str) {
     use guestlist_testkit::private_postgres::PrivatePostgres;
+    use guestlist_testkit::private_server::PrivateServer;
     use std::collections::BTreeMap;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicU64, Ordering};

@@ -60,10 +60,10 @@ macro_rules! broker_suite {
 }
 
 /// The stories of a broker that goes away (a proxy in front of it cuts every connection) and
-/// comes back, under a consumer and under the relay, for the brokers a proxy can sit in front
-/// of ([`Broker::url`]).
+/// comes back, under a consumer and under the relay, for the brokers a proxy can cut off
+/// ([`Broker::open_behind_proxy`]).
 ///
-/// [`Broker::url`]: crate::brokers::Broker::url
+/// [`Broker::open_behind_proxy`]: crate::brokers::Broker::open_behind_proxy
 #[macro_export]
 macro_rules! broker_away_suite {
     ($m:ident, $broker:ty) => {
@@ -97,8 +97,8 @@ macro_rules! broker_away_suite {
 /// Generates the stories of a fault between the consumer of `$broker` and its database, in module
 /// `$m` (named as for [`broker_suite!`]), each through a [`FaultProxy`](crate::fault_proxy::FaultProxy):
 /// the database goes away on PostgreSQL, with a 2 s pool acquire timeout and with sqlx's default
-/// of 30 s; a PostgreSQL of the test's own stopped the hard way and started again; a commit's
-/// answer is lost, on PostgreSQL and on MariaDB.
+/// of 30 s; a PostgreSQL and a MariaDB of the test's own taken down the hard way and started
+/// again; a commit's answer is lost, on PostgreSQL and on MariaDB.
 #[macro_export]
 macro_rules! outage_suite {
     ($m:ident, $broker:ty) => {
@@ -130,10 +130,20 @@ macro_rules! outage_suite {
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn a_database_restarted_mid_stream_loses_and_doubles_nothing() {
-                $crate::brokers::suite::a_database_restarted_mid_stream_loses_and_doubles_nothing::<$broker>(
-                    concat!(stringify!($m), "_restarted"),
-                )
+            async fn a_database_restarted_mid_stream_loses_and_doubles_nothing_on_postgres() {
+                $crate::brokers::suite::a_database_restarted_mid_stream_loses_and_doubles_nothing::<
+                    $broker,
+                    $crate::private_postgres::PrivatePostgres,
+                >(concat!(stringify!($m), "_restarted_pg"))
+                .await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_database_restarted_mid_stream_loses_and_doubles_nothing_on_mariadb() {
+                $crate::brokers::suite::a_database_restarted_mid_stream_loses_and_doubles_nothing::<
+                    $broker,
+                    $crate::private_mariadb::PrivateMariadb,
+                >(concat!(stringify!($m), "_restarted_my"))
                 .await;
             }
 
@@ -200,8 +210,8 @@ macro_rules! relay_suite {
 /// Generates the stories of a fault between the relay to `$broker` and its database, in module
 /// `$m` (named as for [`broker_suite!`]), on PostgreSQL and on MariaDB, each through a
 /// [`FaultProxy`](crate::fault_proxy::FaultProxy): a stamp's answer is lost; a relay's traffic
-/// stalls past its lease; and, on a
-/// PostgreSQL of the test's own, the database stopped the hard way and started again.
+/// stalls past its lease; and, on a PostgreSQL and a MariaDB of the test's own, the database
+/// taken down the hard way and started again.
 #[macro_export]
 macro_rules! relay_wire_suite {
     ($m:ident, $broker:ty) => {
@@ -212,10 +222,20 @@ macro_rules! relay_wire_suite {
             use super::*;
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn a_database_restarted_mid_stream_costs_no_message_and_no_order() {
-                $crate::brokers::relay::a_database_restarted_mid_stream_costs_no_message_and_no_order::<$broker>(
-                    concat!(stringify!($m), "_restarted"),
-                )
+            async fn a_database_restarted_mid_stream_costs_no_message_and_no_order_on_postgres() {
+                $crate::brokers::relay::a_database_restarted_mid_stream_costs_no_message_and_no_order::<
+                    $broker,
+                    $crate::private_postgres::PrivatePostgres,
+                >(concat!(stringify!($m), "_restarted_pg"))
+                .await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_database_restarted_mid_stream_costs_no_message_and_no_order_on_mariadb() {
+                $crate::brokers::relay::a_database_restarted_mid_stream_costs_no_message_and_no_order::<
+                    $broker,
+                    $crate::private_mariadb::PrivateMariadb,
+                >(concat!(stringify!($m), "_restarted_my"))
                 .await;
             }
 

@@ -8,19 +8,25 @@ use guestlist_sqlx::Relay;
 
 use super::line::Line;
 use crate::brokers::Broker;
-use crate::private_postgres::PrivatePostgres;
+use crate::private_server::PrivateServer;
 use crate::run_until_stopped;
 
-/// The outbox's database (a PostgreSQL of the test's own) is stopped the hard way (`pg_ctl stop
-/// -m immediate`) and started again while four writers commit messages on ten keys and a relay
-/// publishes them; a writer waits for the database, or tries again where its commit failed. Every message reaches the broker,
-/// each key's in commit order, and the relay, which never stopped, drains the table by itself.
-pub async fn a_database_restarted_mid_stream_costs_no_message_and_no_order<B: Broker>(name: &str) {
+/// The outbox's database (a server of the test's own: PostgreSQL stopped with `pg_ctl stop -m
+/// immediate`, MariaDB killed with SIGKILL) is taken down the hard way and started again while
+/// four writers commit messages on ten keys and a relay publishes them; a writer waits for the
+/// database, or tries again where its commit failed. Every message reaches the broker, each
+/// key's in commit order, and the relay, which never stopped, drains the table by itself.
+pub async fn a_database_restarted_mid_stream_costs_no_message_and_no_order<
+    B: Broker,
+    S: PrivateServer,
+>(
+    name: &str,
+) {
     const MESSAGES: usize = 400;
     const WRITERS: usize = 4;
     const KEYS: usize = 10;
-    let cluster = PrivatePostgres::start();
-    let line = Arc::new(Line::<B, sqlx::Postgres>::open_at(name, &cluster.url()).await);
+    let cluster = S::start();
+    let line = Arc::new(Line::<B, S::Db>::open_at(name, &cluster.url()).await);
     // A short acquire timeout, so that the relay meets the absence rather than wait it out.
     let pool = cluster.pool(4, Duration::from_secs(1)).await;
     let relay = Relay::new(line.outbox.clone(), pool, line.rig.broker.publisher().await)

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use crate::brokers::Broker;
 use crate::brokers::rig::{Rig, order_paid};
+use crate::private_server::PrivateServer;
 use crate::run_until_stopped;
 
 /// How long the outage stories cut the database off: `default`, or the seconds in
@@ -182,19 +183,23 @@ pub async fn asked_to_stop_during_an_outage_it_returns_and_settles_nothing<B: Br
     .await;
 }
 
-/// The database (a PostgreSQL of the test's own) is stopped the hard way (`pg_ctl stop -m
-/// immediate`: every session cut, commits in flight lost or kept, crash recovery at the next
-/// start) and started again while four writers publish and the consumer handles: every event
-/// has one effect, nothing is dead-lettered or counted as a failure, and the consumer resumes
-/// by itself, never having stopped.
-pub async fn a_database_restarted_mid_stream_loses_and_doubles_nothing<B: Broker>(name: &str) {
-    use crate::private_postgres::PrivatePostgres;
-
+/// The database (a server of the test's own: PostgreSQL stopped with `pg_ctl stop -m
+/// immediate`, MariaDB killed with SIGKILL; every session cut, commits in flight lost or kept,
+/// crash recovery at the next start) is taken down the hard way and started again while four
+/// writers publish and the consumer handles: every event has one effect, nothing is
+/// dead-lettered or counted as a failure, and the consumer resumes by itself, never having
+/// stopped.
+pub async fn a_database_restarted_mid_stream_loses_and_doubles_nothing<
+    B: Broker,
+    S: PrivateServer,
+>(
+    name: &str,
+) {
     const WRITERS: usize = 4;
     const EACH: usize = 50;
     const EVENTS: i64 = (WRITERS * EACH) as i64;
-    let cluster = PrivatePostgres::start();
-    let rig = Rig::<B, sqlx::Postgres>::open_at(name, Duration::from_secs(5), &cluster.url()).await;
+    let cluster = S::start();
+    let rig = Rig::<B, S::Db>::open_at(name, Duration::from_secs(5), &cluster.url()).await;
     // A short acquire timeout, so that the absence shows in the consumer's health at once.
     let pool = cluster.pool(4, Duration::from_secs(1)).await;
     let consumer = rig
@@ -223,7 +228,7 @@ pub async fn a_database_restarted_mid_stream_loses_and_doubles_nothing<B: Broker
             || async { rig.effects().await.1 >= 20 },
         )
         .await;
-        cluster.stop_immediately();
+        cluster.crash();
         let mut saw_outage = false;
         let back_at = Instant::now() + Duration::from_secs(3);
         while Instant::now() < back_at {
