@@ -173,6 +173,9 @@ ensure_kafka() {
             || { say "tansu did not start; see /tmp/guestlist-tansu.log"; return 1; }
     fi
     export GUESTLIST_TEST_KAFKA_BROKERS="$brokers"
+    # The stories that cut Kafka off start a tansu of their own, behind a proxy.
+    GUESTLIST_TEST_TANSU="$(tansu_binary)" || { say "cannot install tansu"; return 1; }
+    export GUESTLIST_TEST_TANSU
 }
 
 # moto: a local Amazon SQS (visibility timeouts, receive counts, redrive, FIFO deduplication).

@@ -5,6 +5,7 @@ mod common;
 guestlist_testkit::broker_suite!(kpg, common::Kafka, sqlx::Postgres);
 guestlist_testkit::broker_suite!(klite, common::Kafka, sqlx::Sqlite);
 guestlist_testkit::outage_suite!(kout, common::Kafka);
+guestlist_testkit::broker_away_suite!(kaway, common::Kafka);
 
 /// Kafka's own story: a partition revoked while its records are in hand moves only once they are
 /// committed, with their offsets, so the new owner starts after them and sees no duplicate.

@@ -15,6 +15,63 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
 
 use guestlist_testkit::brokers::{Broker, Received};
+use guestlist_testkit::fault_proxy::FaultProxy;
+use guestlist_testkit::private_postgres::free_port;
+
+/// A tansu of one story's own, on a port of its own, that knows the address of a fault proxy in
+/// front of it as its own: a Kafka client asks any broker where the cluster's brokers are and
+/// goes there, so that every client of this one goes through the proxy. Its topics are in
+/// memory; it is killed when dropped.
+struct OwnTansu(std::process::Child);
+
+impl OwnTansu {
+    const BINARY_VAR: &'static str = "GUESTLIST_TEST_TANSU";
+
+    /// Starts the proxy, then tansu behind it, and waits until tansu takes connections.
+    async fn behind_proxy() -> (Self, FaultProxy) {
+        let port = free_port();
+        let proxy = FaultProxy::to(&format!("127.0.0.1:{port}")).await;
+        let binary = std::env::var(Self::BINARY_VAR).unwrap_or_else(|_| "tansu".to_owned());
+        let child = std::process::Command::new(&binary)
+            .args([
+                "broker",
+                "--listener-url",
+                &format!("tcp://127.0.0.1:{port}"),
+                "--advertised-listener-url",
+                &format!("tcp://{}", proxy.addr()),
+                "--storage-engine",
+                "memory://tansu/",
+            ])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap_or_else(|err| {
+                panic!(
+                    "start tansu ({binary}): {err}\nRun scripts/test.sh, which installs tansu \
+                     and names it in {}",
+                    Self::BINARY_VAR
+                )
+            });
+        let own = Self(child);
+        let started = std::time::Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "the story's own tansu did not start"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        (own, proxy)
+    }
+}
+
+impl Drop for OwnTansu {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
 
 /// Partitions of each test topic: enough for two consumers to share.
 const PARTITIONS: i32 = 4;
@@ -26,6 +83,8 @@ pub struct Kafka {
     dead_letters: String,
     group: String,
     producer: FutureProducer,
+    /// The broker of the story's own this one is on, if any, stopped with it.
+    own: Option<OwnTansu>,
 }
 
 impl Kafka {
@@ -37,17 +96,27 @@ impl Kafka {
     /// for its assignment.
     fn connect(tag: &str, test_pid: u32) -> Self {
         let brokers = std::env::var(Self::URL_VAR).unwrap_or_else(|_| "127.0.0.1:9092".to_owned());
+        Self::connect_to(&brokers, tag, test_pid, Duration::from_secs(10))
+    }
+
+    /// [`Kafka::connect`] to `brokers`, the test's producer giving a record up after
+    /// `message_timeout`.
+    fn connect_to(brokers: &str, tag: &str, test_pid: u32, message_timeout: Duration) -> Self {
         let producer = ClientConfig::new()
-            .set("bootstrap.servers", &brokers)
-            .set("message.timeout.ms", "10000")
+            .set("bootstrap.servers", brokers)
+            .set(
+                "message.timeout.ms",
+                message_timeout.as_millis().to_string(),
+            )
             .create()
             .expect("a Kafka producer");
         Self {
             topic: format!("gl.{tag}"),
             dead_letters: format!("gl.{tag}.dead"),
             group: format!("gl-{tag}-{test_pid}"),
-            brokers,
+            brokers: brokers.to_owned(),
             producer,
+            own: None,
         }
     }
 
@@ -228,10 +297,31 @@ impl Broker for Kafka {
     }
 
     async fn publisher(&self) -> guestlist_kafka::KafkaPublisher {
-        guestlist_kafka::KafkaPublisher::builder(&self.brokers)
-            .connect()
+        self.publisher_at(&self.brokers)
             .await
             .expect("the relay's publisher")
+    }
+
+    async fn publisher_at(&self, url: &str) -> Option<guestlist_kafka::KafkaPublisher> {
+        guestlist_kafka::KafkaPublisher::builder(url)
+            .connect()
+            .await
+            .ok()
+    }
+
+    async fn open_behind_proxy(
+        tag: &str,
+        _ack_wait: Duration,
+    ) -> Option<(Self, FaultProxy, String)> {
+        let (own, proxy) = OwnTansu::behind_proxy().await;
+        let through = proxy.addr().to_string();
+        // The test's producer holds what it is given while the broker is away, and delivers
+        // it once it is back.
+        let mut kafka =
+            Self::connect_to(&through, tag, std::process::id(), Duration::from_secs(120));
+        kafka.own = Some(own);
+        kafka.create().await;
+        Some((kafka, proxy, through))
     }
 
     async fn stored(&self) -> Option<usize> {
@@ -295,14 +385,20 @@ impl Broker for Kafka {
     }
 
     async fn source(&self) -> guestlist_kafka::KafkaSource {
-        guestlist_kafka::KafkaSource::builder(&self.brokers, &self.group, &self.topic)
+        self.source_at(&self.brokers)
+            .await
+            .expect("join the consumer group")
+    }
+
+    async fn source_at(&self, url: &str) -> Option<guestlist_kafka::KafkaSource> {
+        guestlist_kafka::KafkaSource::builder(url, &self.group, &self.topic)
             .dead_letter(&self.dead_letters)
             // A killed member's partitions move within seconds, not the default 45.
             .option("session.timeout.ms", "6000")
             .option("heartbeat.interval.ms", "500")
             .connect()
             .await
-            .expect("join the consumer group")
+            .ok()
     }
 
     async fn dead_letter_headers(&self) -> Vec<Vec<(String, String)>> {

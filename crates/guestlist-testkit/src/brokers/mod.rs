@@ -23,6 +23,8 @@ use std::time::Duration;
 
 use guestlist_consumer::Source;
 
+use crate::fault_proxy::FaultProxy;
+
 pub use rig::{Pick, Rig, order_paid};
 
 /// A broker with one test's queue (or stream) and dead-letter place.
@@ -90,6 +92,22 @@ pub trait Broker: Send + Sync + Sized + 'static {
     /// metadata says, around the proxy).
     fn url(&self) -> Option<String> {
         None
+    }
+    /// A fresh queue for the test `tag` that a [`FaultProxy`] can cut the parts off, the proxy,
+    /// and the URL through it (for [`Broker::source_at`] and [`Broker::publisher_at`]). By
+    /// default the shared broker, with a proxy in front of [`Broker::url`]: the test's own
+    /// clients reach the broker directly. A broker that cannot be proxied in front (Kafka)
+    /// starts one of the story's own that knows the proxy as its address, so that every client
+    /// of it, the test's own too, goes through the proxy. `None` where neither can be done.
+    fn open_behind_proxy(
+        tag: &str,
+        ack_wait: Duration,
+    ) -> impl Future<Output = Option<(Self, FaultProxy, String)>> + Send {
+        async move {
+            let broker = Self::open(tag, ack_wait).await;
+            let (proxy, through) = FaultProxy::for_url(&broker.url()?).await;
+            Some((broker, proxy, through))
+        }
     }
     /// A consumer's source on the queue that reaches the broker at `url` (through a proxy):
     /// `None` where [`Broker::url`] is.

@@ -6,8 +6,7 @@ use std::time::{Duration, Instant};
 
 use super::line::Line;
 use crate::brokers::Broker;
-use crate::fault_proxy::FaultProxy;
-use crate::run_until_stopped;
+use crate::{run_until_stopped, short_tag};
 
 /// A relay publishing through a proxy that cuts every connection to the broker for `away`
 /// while messages are enqueued on eight keys: nothing goes out meanwhile and nothing is
@@ -19,13 +18,10 @@ pub async fn a_broker_cut_off_and_back_costs_no_message_and_no_order<B: Broker>(
     away: Duration,
 ) {
     const KEYS: usize = 8;
-    let line = Line::<B, sqlx::Postgres>::open(name).await;
-    let url = line
-        .rig
-        .broker
-        .url()
-        .expect("the story runs on brokers a proxy can sit in front of");
-    let (proxy, through) = FaultProxy::for_url(&url).await;
+    let (broker, proxy, through) = B::open_behind_proxy(&short_tag(name), Duration::from_secs(30))
+        .await
+        .expect("the story runs on brokers a proxy can cut off");
+    let line = Line::<B, sqlx::Postgres>::open_on(broker, name).await;
     let publisher = line.rig.broker.publisher_at(&through).await.unwrap();
     let enqueue = async |from: usize, to: usize| {
         for n in from..to {

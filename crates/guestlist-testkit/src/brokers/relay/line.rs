@@ -37,6 +37,11 @@ impl<B: Broker, DB: Fixture> Line<B, DB> {
         Self::fresh(Rig::open(name, Duration::from_secs(30)).await).await
     }
 
+    /// [`Line::open`] around a broker queue made for the test `name` already.
+    pub async fn open_on(broker: B, name: &str) -> Self {
+        Self::fresh(Rig::open_on(broker, name).await).await
+    }
+
     /// [`Line::open`] on the database at `url` (a server of the test's own).
     pub async fn open_at(name: &str, url: &str) -> Self {
         Self::fresh(Rig::open_at(name, Duration::from_secs(30), url).await).await
