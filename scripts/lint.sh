@@ -9,18 +9,22 @@
 #   each feature alone, and with none, the `cfg` combinations `--all-features` never builds
 #   (all of them at once is clippy's build);
 # - the guide (scripts/guide.sh).
-# Installs cargo-deny and cargo-hack when they are missing.
+# Installs cargo-deny, cargo-hack and mdBook when they are missing.
 #
 # `--no-clippy` leaves clippy out, for a caller whose build ran it already: CI builds the tests
-# through clippy-driver (.ci/run), and runs this script beside the tests.
+# through clippy-driver (.ci/run), and runs this script beside the tests. `--install-only`
+# installs the tools (cargo-deny, cargo-hack, mdBook) and stops: CI does that first, beside
+# the build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 clippy=true
+install_only=false
 for arg in "$@"; do
     case "$arg" in
         --no-clippy) clippy=false ;;
-        *) echo "usage: scripts/lint.sh [--no-clippy]" >&2; exit 2 ;;
+        --install-only) install_only=true ;;
+        *) echo "usage: scripts/lint.sh [--no-clippy] [--install-only]" >&2; exit 2 ;;
     esac
 done
 
@@ -28,15 +32,22 @@ say() { printf '==> %s\n' "$*" >&2; }
 
 # cargo install puts tools in $CARGO_HOME/bin, which may not be on this shell's PATH yet.
 export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
+# A tool built for these checks only: without the fat LTO and the single codegen unit that
+# cargo-deny's release profile asks for, it builds in about half the time on two cores.
 install_tool() {
     local tool=$1 version=$2
     if ! command -v "$tool" >/dev/null 2>&1; then
         say "installing $tool"
-        cargo install --locked "$tool" --version "$version"
+        CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 \
+            cargo install --locked "$tool" --version "$version"
     fi
 }
 install_tool cargo-deny '^0.20'
 install_tool cargo-hack '^0.6'
+install_tool mdbook '^0.4'
+if $install_only; then
+    exit 0
+fi
 
 say "cargo deny: licenses, bans, sources"
 cargo deny check --hide-inclusion-graph licenses bans sources
