@@ -180,7 +180,7 @@ async fn one_key(
     if keys.evict(scope, key).await? {
         println!(
             "removed {describe}\nthe next request with this key runs again (a gateway that \
-             replayed it lately may still answer from memory until its --replay-cache-ttl ends)"
+             stored or replayed it lately may still answer from memory until its --replay-cache-ttl ends)"
         );
     } else {
         println!(

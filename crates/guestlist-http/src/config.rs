@@ -10,6 +10,7 @@ use http::{HeaderName, Method, StatusCode, header};
 
 use crate::attempts::Attempts;
 use crate::key_source::KeySource;
+use crate::replay_cache::ReplayCache;
 
 /// Chooses the scope of a request's key; `None` refuses the request (400).
 pub(crate) type ScopeFn = Arc<dyn Fn(&Parts) -> Option<Scope> + Send + Sync>;
@@ -36,6 +37,8 @@ pub(crate) struct Config {
     pub(crate) max_keys_per_scope: Option<u64>,
     pub(crate) release_when: ReleaseFn,
     pub(crate) attempts: Attempts,
+    /// Responses remembered in memory (off unless set).
+    pub(crate) replay_cache: ReplayCache,
 }
 
 impl Default for Config {
@@ -69,6 +72,7 @@ impl Default for Config {
                 status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS
             }),
             attempts: Attempts::default(),
+            replay_cache: ReplayCache::off(),
         }
     }
 }
@@ -85,6 +89,7 @@ impl fmt::Debug for Config {
             .field("max_stored_body", &self.max_stored_body)
             .field("mismatch_status", &self.mismatch_status)
             .field("stored_headers", &self.stored_headers)
+            .field("replay_cache", &self.replay_cache)
             .finish_non_exhaustive()
     }
 }

@@ -178,18 +178,28 @@ where
         keyed: Keyed,
     ) -> Result<Response<Body>, S::Error> {
         let fingerprint = self.fingerprint(&parts, &bytes);
+        let cache = &self.config.replay_cache;
+        if let Some(remembered) = cache.answer(&keyed.scope, &keyed.key, &fingerprint) {
+            return Ok(self.not_run(Ok(remembered)));
+        }
         let slot = self.mode.open(&mut parts.extensions);
         let lease = self.config.lease;
+        let (scope, key) = (keyed.scope.clone(), keyed.key.clone());
         let held = match Held::claim(&self.mode, slot, keyed, &fingerprint, lease).await {
             Ok(held) => held,
-            Err(not_run) => return Ok(self.not_run(not_run)),
+            Err(not_run) => {
+                if let Ok(Begin::Replay(stored)) = &not_run {
+                    cache.remember(&scope, &key, &fingerprint, stored);
+                }
+                return Ok(self.not_run(not_run));
+            }
         };
         tracing::Span::current().record("attempt", held.attempt().number());
         if let Some(refusal) = over_quota(&self.mode, &self.config, &held.keyed().scope).await {
             held.give_back(&self.mode).await;
             return Ok(refusal);
         }
-        self.attempt(parts, bytes, held).await
+        self.attempt(parts, bytes, held, fingerprint).await
     }
 
     /// The answer to a request whose claim did not let it run: a replay, 409, 422, or 503.
@@ -236,6 +246,7 @@ where
         mut parts: Parts,
         bytes: Bytes,
         held: Held<M>,
+        fingerprint: Fingerprint,
     ) -> Result<Response<Body>, S::Error> {
         let keyed = held.keyed();
         parts.extensions.insert(IdempotencyContext {
@@ -269,7 +280,7 @@ where
             held.release(&self.mode).await;
             return Ok(response.map(body::boxed));
         }
-        self.store(held, response).await
+        self.store(held, response, fingerprint).await
     }
 
     /// Stores the handler's response (on its transaction, in transactional mode) and sends it.
@@ -277,6 +288,7 @@ where
         self,
         held: Held<M>,
         response: Response<ResBody>,
+        fingerprint: Fingerprint,
     ) -> Result<Response<Body>, S::Error> {
         let (parts, body) = response.into_parts();
         let captured = body::capture(body, self.config.max_stored_body).await;
@@ -322,8 +334,14 @@ where
             body: stored_body,
         };
         let takeover = held.attempt().is_takeover();
+        let keyed = held.keyed().clone();
         match held.complete(&self.mode, &stored).await {
             Ok(Completed::Stored) => {
+                // Stored for good (committed, in transactional mode): a retry may be answered
+                // from memory from now on.
+                self.config
+                    .replay_cache
+                    .remember(&keyed.scope, &keyed.key, &fingerprint, &stored);
                 if takeover {
                     Outcome::LeaseTakeover.record();
                 } else {

@@ -13,6 +13,7 @@ use crate::mode::Mode;
 use crate::outcome::Outcome;
 
 /// A keyed request's identity.
+#[derive(Clone)]
 pub(crate) struct Keyed {
     pub(crate) scope: Scope,
     pub(crate) key: IdempotencyKey,

@@ -205,6 +205,15 @@ impl<M: Mode> IdempotencyLayer<M> {
         self
     }
 
+    /// Answers retries of keys whose responses this process stored or replayed lately from
+    /// memory, without a round trip to the store, after the same checks (scope, fingerprint);
+    /// see [`ReplayCache`](crate::ReplayCache) for its bounds and the window in which it may
+    /// replay a key the store no longer has (default: off).
+    pub fn replay_cache(mut self, cache: crate::ReplayCache) -> Self {
+        self.config().replay_cache = cache;
+        self
+    }
+
     /// The attempts running behind this layer (and every service it makes): wait for them to
     /// settle after a graceful shutdown, before the runtime goes.
     pub fn attempts(&self) -> crate::Attempts {

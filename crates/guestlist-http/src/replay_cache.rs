@@ -3,90 +3,137 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use guestlist_core::{
-    Attempt, Begin, Completed, Fingerprint, IdempotencyKey, KeyStore, Scope, ScopeUsage,
-    StoredBody, StoredResponse,
-};
+use guestlist_core::{Begin, Fingerprint, IdempotencyKey, Scope, StoredBody, StoredResponse};
 
-/// A [`KeyStore`] that remembers the responses it replays, for a while.
+/// Responses the layer stored or replayed, kept in this process's memory for a while, so that a
+/// retry of their key is answered without a round trip to the store.
 ///
-/// A stored response never changes once written, so a retry of a key whose response this
-/// process has already replayed is answered from memory (byte for byte, and with 422 for another
-/// request's fingerprint, as the store would), without a round trip. Everything else goes to
-/// the store: claims, completions, releases, and the first replay of each key.
+/// A stored response never changes once written. A retry whose key is remembered gets what the
+/// store would give it, after the same checks: its scope (memory never crosses clients), its
+/// fingerprint (another request with the key gets 422), and the stored headers, byte for byte,
+/// marked `Idempotent-Replayed`. Everything else goes to the store: claims, completions,
+/// releases, and the first replay of each key this process has not stored itself. It works in
+/// every mode (plain, transactional, [`claim_in_transaction`]), since it answers before any of
+/// them is asked.
 ///
-/// The cache is bounded by bytes (bodies and headers, least recently used first out) and each
-/// entry lives for a time to live. One consequence to know: a key removed from the store by an
-/// operator (`guestlist keys evict`) or purged may still be replayed from a process's memory
-/// until its entry's time to live ends.
+/// It is bounded twice, and evicts the least recently used first: by `max_entries` (each entry
+/// weighs at least `max_bytes / max_entries`), and by `max_bytes` (bodies, headers, key and
+/// scope). Unique keys fill it and push older ones out; it never grows past either bound.
+///
+/// **The window.** An entry lives for `ttl`, and within it the process answers from memory
+/// even if the store no longer has the key: an operator's `guestlist keys evict`, or the purge
+/// once the key's retention is over, both on other instances. Set `ttl` no longer than the
+/// keys' retention (the purge then never removes a key still remembered), and as short as the
+/// evictions you need to take effect (the gateway's default is 60 s).
 ///
 /// ```
 /// use std::time::Duration;
 /// # fn wrap<K: guestlist_core::KeyStore>(store: K) {
-/// let cached = guestlist_http::ReplayCache::new(store, 64 * 1024 * 1024, Duration::from_secs(60));
-/// let layer = guestlist_http::IdempotencyLayer::new(cached);
+/// let layer = guestlist_http::IdempotencyLayer::new(store).replay_cache(
+///     guestlist_http::ReplayCache::new(100_000, 64 * 1024 * 1024, Duration::from_secs(60)),
+/// );
 /// # }
 /// ```
+///
+/// [`claim_in_transaction`]: crate::IdempotencyLayer::claim_in_transaction
 #[derive(Clone)]
-pub struct ReplayCache<K> {
-    store: K,
-    /// `None` when the cache is off (`max_bytes` of 0).
+pub struct ReplayCache {
+    /// `None` when the cache is off (a bound or the time to live of 0).
     entries: Option<Arc<Entries>>,
     ttl: Duration,
+    floor: u64,
 }
 
-type Entries = quick_cache::sync::Cache<(Scope, IdempotencyKey), Arc<Entry>, ByBytes>;
+type Entries = quick_cache::sync::Cache<(Scope, IdempotencyKey), Arc<Entry>, ByWeight>;
 
 struct Entry {
     fingerprint: Fingerprint,
     response: StoredResponse,
     until: Instant,
-    bytes: u64,
+    weight: u64,
 }
 
 #[derive(Clone)]
-struct ByBytes;
+struct ByWeight;
 
-impl quick_cache::Weighter<(Scope, IdempotencyKey), Arc<Entry>> for ByBytes {
+impl quick_cache::Weighter<(Scope, IdempotencyKey), Arc<Entry>> for ByWeight {
     fn weight(&self, _: &(Scope, IdempotencyKey), entry: &Arc<Entry>) -> u64 {
-        entry.bytes
+        entry.weight
     }
 }
 
-impl<K> std::fmt::Debug for ReplayCache<K> {
+impl std::fmt::Debug for ReplayCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ReplayCache")
-            .field("entries", &self.entries.as_ref().map(|e| e.len()))
-            .field("bytes", &self.entries.as_ref().map(|e| e.weight()))
+            .field("entries", &self.len())
+            .field("weight", &self.entries.as_ref().map(|e| e.weight()))
             .field("ttl", &self.ttl)
             .finish_non_exhaustive()
     }
 }
 
-impl<K: KeyStore> ReplayCache<K> {
-    /// Remembers up to `max_bytes` of replayed responses from `store`, each for `ttl`; with
-    /// `max_bytes` 0 (or `ttl` zero) it remembers nothing and every call goes to the store.
-    pub fn new(store: K, max_bytes: u64, ttl: Duration) -> Self {
-        // A typical API answer is a few hundred bytes; the estimate only sizes the table.
-        let estimated = usize::try_from((max_bytes / 512).clamp(16, 1 << 20)).unwrap_or(16);
-        let on = max_bytes > 0 && !ttl.is_zero();
+impl ReplayCache {
+    /// Remembers at most `max_entries` responses and `max_bytes` of them, each for `ttl`; with
+    /// any of the three 0 it remembers nothing, and every request goes to the store.
+    pub fn new(max_entries: u64, max_bytes: u64, ttl: Duration) -> Self {
+        let on = max_entries > 0 && max_bytes > 0 && !ttl.is_zero();
+        let estimated = usize::try_from(max_entries.clamp(16, 1 << 22)).unwrap_or(1 << 22);
         Self {
-            store,
             entries: on.then(|| {
                 Arc::new(quick_cache::sync::Cache::with_weighter(
-                    estimated, max_bytes, ByBytes,
+                    estimated, max_bytes, ByWeight,
                 ))
             }),
             ttl,
+            floor: max_bytes.div_ceil(max_entries.max(1)),
         }
     }
 
-    /// The store underneath.
-    pub fn store(&self) -> &K {
-        &self.store
+    /// A cache that remembers nothing.
+    pub fn off() -> Self {
+        Self::new(0, 0, Duration::ZERO)
     }
 
-    fn remember(
+    /// Responses remembered now.
+    pub fn len(&self) -> usize {
+        self.entries.as_ref().map_or(0, |e| e.len())
+    }
+
+    /// Whether nothing is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// What the remembered responses weigh, in bytes (each at least `max_bytes / max_entries`).
+    pub fn weight(&self) -> u64 {
+        self.entries.as_ref().map_or(0, |e| e.weight())
+    }
+
+    /// What the store would answer a retry of `key` in `scope` with `fingerprint`, if this
+    /// process remembers the key's response: a replay, or a mismatch.
+    pub(crate) fn answer(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+    ) -> Option<Begin> {
+        let entries = self.entries.as_ref()?;
+        let id = (scope.clone(), key.clone());
+        let entry = entries.get(&id)?;
+        if entry.until <= Instant::now() {
+            entries.remove(&id);
+            return None;
+        }
+        Some(if entry.fingerprint == *fingerprint {
+            Begin::Replay(entry.response.clone())
+        } else {
+            Begin::Mismatch
+        })
+    }
+
+    /// Remembers `response`, stored (durably: committed) for `key` in `scope` by the request
+    /// with `fingerprint`.
+    pub(crate) fn remember(
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
@@ -111,66 +158,12 @@ impl<K: KeyStore> ReplayCache<K> {
             Arc::new(Entry {
                 fingerprint: *fingerprint,
                 response: response.clone(),
-                // A TTL too long to add means "for as long as the entry stays".
+                // A time to live too long to add means "for as long as the entry stays".
                 until: Instant::now()
                     .checked_add(self.ttl)
                     .unwrap_or_else(|| Instant::now() + Duration::from_secs(86_400 * 365)),
-                bytes,
+                weight: bytes.max(self.floor),
             }),
         );
-    }
-}
-
-impl<K: KeyStore> KeyStore for ReplayCache<K> {
-    type Error = K::Error;
-
-    async fn begin(
-        &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        fingerprint: &Fingerprint,
-        lease: Duration,
-    ) -> Result<Begin, K::Error> {
-        if let Some(entries) = &self.entries {
-            let id = (scope.clone(), key.clone());
-            if let Some(entry) = entries.get(&id) {
-                if entry.until > Instant::now() {
-                    return Ok(if entry.fingerprint == *fingerprint {
-                        Begin::Replay(entry.response.clone())
-                    } else {
-                        Begin::Mismatch
-                    });
-                }
-                entries.remove(&id);
-            }
-        }
-        let begun = self.store.begin(scope, key, fingerprint, lease).await?;
-        if let Begin::Replay(response) = &begun {
-            self.remember(scope, key, fingerprint, response);
-        }
-        Ok(begun)
-    }
-
-    async fn complete(
-        &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        attempt: Attempt,
-        response: &StoredResponse,
-    ) -> Result<Completed, K::Error> {
-        self.store.complete(scope, key, attempt, response).await
-    }
-
-    async fn release(
-        &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        attempt: Attempt,
-    ) -> Result<(), K::Error> {
-        self.store.release(scope, key, attempt).await
-    }
-
-    async fn usage(&self, scope: &Scope) -> Result<Option<ScopeUsage>, K::Error> {
-        self.store.usage(scope).await
     }
 }

@@ -75,6 +75,8 @@ struct Faults {
     refusing: AtomicBool,
     refused: AtomicU64,
     accepted: AtomicU64,
+    // Connections forwarding now.
+    open: AtomicU64,
     delay_micros: AtomicU64,
     trap: Mutex<Option<Trap>>,
     // `true` while stalled.
@@ -131,6 +133,7 @@ impl FaultProxy {
             refusing: AtomicBool::new(false),
             refused: AtomicU64::new(0),
             accepted: AtomicU64::new(0),
+            open: AtomicU64::new(0),
             delay_micros: AtomicU64::new(0),
             trap: Mutex::new(None),
             stalled: watch::channel(false).0,
@@ -149,6 +152,7 @@ impl FaultProxy {
                     faults.accepted.fetch_add(1, Ordering::SeqCst);
                     let (faults, upstream) = (faults.clone(), upstream.clone());
                     tokio::spawn(async move {
+                        let _open = Open::count(&faults);
                         let mut ended = faults.generation.subscribe();
                         let Ok(server) = TcpStream::connect(&upstream).await else {
                             return;
@@ -253,6 +257,20 @@ impl FaultProxy {
         self.faults.refused.load(Ordering::SeqCst)
     }
 
+    /// Waits until no connection forwards any more (after a [`cut`](Self::cut), the cut ones
+    /// have let go of their sockets, so that nothing more reaches either side through them), for
+    /// `within` at most.
+    pub async fn until_closed(&self, within: Duration) {
+        let started = std::time::Instant::now();
+        while self.faults.open.load(Ordering::SeqCst) > 0 {
+            assert!(
+                started.elapsed() < within,
+                "the proxy's connections did not close within {within:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
     /// Connections accepted and forwarded so far.
     pub fn accepted(&self) -> u64 {
         self.faults.accepted.load(Ordering::SeqCst)
@@ -263,6 +281,22 @@ impl Drop for FaultProxy {
     fn drop(&mut self) {
         self.task.abort();
         self.faults.generation.send_modify(|g| *g += 1);
+    }
+}
+
+/// One connection forwarding, counted while it lives.
+struct Open(Arc<Faults>);
+
+impl Open {
+    fn count(faults: &Arc<Faults>) -> Self {
+        faults.open.fetch_add(1, Ordering::SeqCst);
+        Self(Arc::clone(faults))
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

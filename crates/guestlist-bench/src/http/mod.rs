@@ -9,7 +9,9 @@
 //! answering retries of stored keys: the claim's INSERT and a SELECT, no commit). On PostgreSQL
 //! also `fresh_in_tx` and `replay_in_tx`: the same with `claim_in_transaction` (BEGIN, the locked
 //! claim, the row, the stored response, COMMIT: 5 statements, 1 commit; a replay is BEGIN, the
-//! claim, a SELECT and ROLLBACK). `fresh_encrypted` is `fresh` with the stored bodies sealed at
+//! claim, a SELECT and ROLLBACK). `replay_cached` and `replay_in_tx_cached` are the replays
+//! with the layer's replay cache on: after a key's first replay, no statement at all.
+//! `fresh_encrypted` is `fresh` with the stored bodies sealed at
 //! rest (AES-256-GCM). Guarded handlers answer 512 bytes of JSON. The load generator runs in the same process: 32 keep-alive
 //! connections in a closed loop.
 
@@ -23,7 +25,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
 use guestlist::SqlKeyStore;
-use guestlist::http::{IdempotencyLayer, IdempotentTx};
+use guestlist::http::{IdempotencyLayer, IdempotentTx, ReplayCache};
 use guestlist::sqlx::{self, Pool};
 
 use self::workload::{HttpWorkload, KEYS};
@@ -38,28 +40,35 @@ enum Figure {
     UnprotectedTx,
     Fresh,
     Replay,
+    ReplayCached,
     FreshInTx,
     ReplayInTx,
+    ReplayInTxCached,
     FreshSealed,
     Handwritten,
     AtomicPhases,
 }
 
 impl Figure {
-    const ALL: [Figure; 9] = [
+    const ALL: [Figure; 11] = [
         Figure::Unprotected,
         Figure::UnprotectedTx,
         Figure::Fresh,
         Figure::Replay,
+        Figure::ReplayCached,
         Figure::FreshInTx,
         Figure::ReplayInTx,
+        Figure::ReplayInTxCached,
         Figure::FreshSealed,
         Figure::Handwritten,
         Figure::AtomicPhases,
     ];
 
     fn in_tx(self) -> bool {
-        matches!(self, Figure::FreshInTx | Figure::ReplayInTx)
+        matches!(
+            self,
+            Figure::FreshInTx | Figure::ReplayInTx | Figure::ReplayInTxCached
+        )
     }
 
     fn by_hand(self) -> bool {
@@ -74,8 +83,10 @@ impl requests::Figure for Figure {
             Figure::UnprotectedTx => "unprotected_tx",
             Figure::Fresh => "fresh",
             Figure::Replay => "replay",
+            Figure::ReplayCached => "replay_cached",
             Figure::FreshInTx => "fresh_in_tx",
             Figure::ReplayInTx => "replay_in_tx",
+            Figure::ReplayInTxCached => "replay_in_tx_cached",
             Figure::FreshSealed => "fresh_encrypted",
             Figure::Handwritten => "handwritten",
             Figure::AtomicPhases => "atomic_phases",
@@ -130,6 +141,16 @@ pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
             ("fresh_vs_atomic_phases", "fresh", "atomic_phases"),
             ("replay_vs_unprotected", "replay", "unprotected"),
             ("replay_in_tx_vs_unprotected", "replay_in_tx", "unprotected"),
+            (
+                "replay_cached_vs_unprotected",
+                "replay_cached",
+                "unprotected",
+            ),
+            (
+                "replay_in_tx_cached_vs_unprotected",
+                "replay_in_tx_cached",
+                "unprotected",
+            ),
         ] {
             report.ratio(name, over, under, backend, CONNECTIONS);
         }
@@ -197,6 +218,15 @@ const ANSWER: &str = concat!(
     r#""created":1764460800,"outcome":{"network_status":"approved_by_network","type":"authorized"}}"#
 );
 
+/// The replay cache of the `_cached` figures: room for every stored key the replays retry.
+fn replay_cache() -> ReplayCache {
+    ReplayCache::new(
+        100_000,
+        64 * 1024 * 1024,
+        std::time::Duration::from_secs(60),
+    )
+}
+
 /// Serves `router` on a loopback port; returns its base URL.
 async fn serve(router: Router) -> anyhow::Result<String> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
@@ -247,15 +277,22 @@ async fn measure_backend<DB: HttpWorkload>(
             )),
     )
     .await?;
-    let guarded_in_tx = match DB::claim_in_transaction(keys) {
-        Some(layer) => Some(
-            serve(
-                Router::new()
-                    .route("/payments", post(protected::<DB>))
-                    .layer(layer),
-            )
-            .await?,
-        ),
+    let cached = serve(
+        Router::new()
+            .route("/payments", post(protected::<DB>))
+            .layer(IdempotencyLayer::transactional(keys.clone()).replay_cache(replay_cache())),
+    )
+    .await?;
+    let guarded_in_tx = match DB::claim_in_transaction(keys.clone()) {
+        Some(layer) => {
+            let plain = Router::new()
+                .route("/payments", post(protected::<DB>))
+                .layer(layer.clone());
+            let cached = Router::new()
+                .route("/payments", post(protected::<DB>))
+                .layer(layer.replay_cache(replay_cache()));
+            Some((serve(plain).await?, serve(cached).await?))
+        }
         None => None,
     };
     let by_hand = match DB::by_hand(pool.clone()).await? {
@@ -267,7 +304,7 @@ async fn measure_backend<DB: HttpWorkload>(
         .filter(|figure| guarded_in_tx.is_some() || !figure.in_tx())
         .filter(|figure| by_hand.is_some() || !figure.by_hand())
         .collect();
-    let guarded_in_tx = guarded_in_tx.unwrap_or_default();
+    let (guarded_in_tx, cached_in_tx) = guarded_in_tx.unwrap_or_default();
     let (handwritten, phases) = by_hand.unwrap_or_default();
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(CONNECTIONS)
@@ -285,14 +322,26 @@ async fn measure_backend<DB: HttpWorkload>(
         sealed,
         handwritten,
         phases,
+        (cached, cached_in_tx),
     );
     let rows = requests::measure(
         plan,
         &figures,
         DB::LABEL,
         move |figure, round, worker, n| {
-            let (client, (plain, plain_tx, guarded, in_tx, sealed, handwritten, phases)) =
-                (client.clone(), urls.clone());
+            let (
+                client,
+                (
+                    plain,
+                    plain_tx,
+                    guarded,
+                    in_tx,
+                    sealed,
+                    handwritten,
+                    phases,
+                    (cached, cached_in_tx),
+                ),
+            ) = (client.clone(), urls.clone());
             async move {
                 let fresh = format!("{}r{round}-w{worker}-{n}", requests::Figure::name(figure));
                 let stored = stored_key(worker, n);
@@ -301,8 +350,10 @@ async fn measure_backend<DB: HttpWorkload>(
                     Figure::UnprotectedTx => send(&client, &plain_tx, None).await,
                     Figure::Fresh => send(&client, &guarded, Some(&fresh)).await,
                     Figure::Replay => send(&client, &guarded, Some(&stored)).await,
+                    Figure::ReplayCached => send(&client, &cached, Some(&stored)).await,
                     Figure::FreshInTx => send(&client, &in_tx, Some(&fresh)).await,
                     Figure::ReplayInTx => send(&client, &in_tx, Some(&stored)).await,
+                    Figure::ReplayInTxCached => send(&client, &cached_in_tx, Some(&stored)).await,
                     Figure::FreshSealed => send(&client, &sealed, Some(&fresh)).await,
                     Figure::Handwritten => send(&client, &handwritten, Some(&fresh)).await,
                     Figure::AtomicPhases => send(&client, &phases, Some(&fresh)).await,

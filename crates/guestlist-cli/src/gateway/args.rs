@@ -62,10 +62,14 @@ pub(crate) struct GatewayArgs {
     /// Where /metrics (Prometheus text) and /healthz listen; off unless set.
     #[arg(long, env = "GUESTLIST_GATEWAY_METRICS_LISTEN")]
     pub(crate) metrics_listen: Option<String>,
-    /// Memory for stored responses already replayed once, so that further retries skip the
-    /// database; 0 turns it off.
+    /// Memory for stored responses (stored by this gateway, or replayed by it once), so that
+    /// their retries skip the database; 0 turns it off.
     #[arg(long, env = "GUESTLIST_GATEWAY_REPLAY_CACHE")]
     pub(crate) replay_cache: Option<String>,
+    /// The most responses that memory holds (each weighs at least --replay-cache divided by
+    /// this); 0 turns it off.
+    #[arg(long, env = "GUESTLIST_GATEWAY_REPLAY_CACHE_ENTRIES")]
+    pub(crate) replay_cache_entries: Option<u64>,
     /// How long a response stays in that memory: a key evicted by an operator may still be
     /// replayed by a gateway for this long.
     #[arg(long, env = "GUESTLIST_GATEWAY_REPLAY_CACHE_TTL")]
@@ -109,6 +113,7 @@ retention = "24h"
 max-body = "1MiB"
 mismatch-status = 422
 replay-cache = "64MiB"
+replay-cache-entries = 100000
 replay-cache-ttl = "60s"
 header-timeout = "10s"
 body-timeout = "30s"

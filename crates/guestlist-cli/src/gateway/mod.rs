@@ -240,13 +240,13 @@ async fn serve<K: KeyStore>(
 }
 
 /// The Idempotency-Key layer, configured by the settings.
-fn layer<K: KeyStore>(keys: K, settings: &Settings) -> IdempotencyLayer<Plain<ReplayCache<K>>> {
-    let keys = ReplayCache::new(
-        keys,
-        settings.replay_cache as u64,
-        settings.replay_cache_ttl,
-    );
+fn layer<K: KeyStore>(keys: K, settings: &Settings) -> IdempotencyLayer<Plain<K>> {
     let layer = IdempotencyLayer::new(keys)
+        .replay_cache(ReplayCache::new(
+            settings.replay_cache_entries,
+            settings.replay_cache as u64,
+            settings.replay_cache_ttl,
+        ))
         .key_from(settings.key_from.clone())
         .require_key(settings.require_key)
         .methods(settings.methods.clone())

@@ -31,6 +31,7 @@ pub(crate) struct Settings {
     pub(crate) mismatch_status: StatusCode,
     pub(crate) metrics_listen: Option<SocketAddr>,
     pub(crate) replay_cache: usize,
+    pub(crate) replay_cache_entries: u64,
     pub(crate) replay_cache_ttl: Duration,
     pub(crate) header_timeout: Duration,
     pub(crate) body_timeout: Duration,
@@ -112,6 +113,7 @@ impl Settings {
             max_body: defaulted_bytes("max-body", set.max_body)?,
             mismatch_status,
             replay_cache: defaulted_bytes("replay-cache", set.replay_cache)?,
+            replay_cache_entries: defaulted("replay-cache-entries", set.replay_cache_entries)?,
             replay_cache_ttl,
             header_timeout: defaulted_duration("header-timeout", set.header_timeout)?,
             body_timeout: defaulted_duration("body-timeout", set.body_timeout)?,
@@ -182,6 +184,7 @@ mod tests {
         assert!(!s.require_key);
         assert!(s.metrics_listen.is_none());
         assert_eq!(s.replay_cache, 64 * 1024 * 1024);
+        assert_eq!(s.replay_cache_entries, 100_000);
         assert_eq!(s.replay_cache_ttl, Duration::from_secs(60));
     }
 

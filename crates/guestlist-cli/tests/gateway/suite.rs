@@ -618,7 +618,9 @@ async fn keys(store: &Store, verb: &str, who: &str, key: &str) -> (bool, String)
 }
 
 pub async fn operators_inspect_evict_and_count_keys(store: Store) {
-    let (upstream, gateway) = front(&store, &[]).await;
+    // A short memory, so that the story sees its window end: the gateway that replayed k-op
+    // replays it from memory for --replay-cache-ttl after the eviction.
+    let (upstream, gateway) = front(&store, &["--replay-cache-ttl", "3s"]).await;
     let url = gateway.route("/charges");
     post(&url, &[ALICE, ("idempotency-key", "k-op")], b"{}").await;
 
@@ -654,13 +656,31 @@ pub async fn operators_inspect_evict_and_count_keys(store: Store) {
     );
     in_flight.await.unwrap();
 
+    // A retry, its memory of k-op over by now (the slow request took 4 s): replayed from the
+    // store, and remembered again.
+    let retry = post(&url, &[ALICE, ("idempotency-key", "k-op")], b"{}").await;
+    assert!(retry.replayed);
     let (removed, out) = keys(&store, "evict", "alice", "k-op").await;
     assert!(
         removed && out.contains("removed key k-op") && out.contains("runs again"),
         "{out}"
     );
-    let again = post(&url, &[ALICE, ("idempotency-key", "k-op")], b"{}").await;
-    assert!(!again.replayed, "evicted: the next request ran again");
+    let remembered = post(&url, &[ALICE, ("idempotency-key", "k-op")], b"{}").await;
+    if gateway_count(&store) == 1 {
+        assert!(
+            remembered.replayed && upstream.executions("/charges") == 1,
+            "within --replay-cache-ttl of its last replay, the gateway replays the key from memory"
+        );
+    }
+    if remembered.replayed {
+        tokio::time::sleep(std::time::Duration::from_millis(3200)).await;
+        let again = post(&url, &[ALICE, ("idempotency-key", "k-op")], b"{}").await;
+        assert!(
+            !again.replayed,
+            "evicted, and past the window: the next request ran again"
+        );
+    }
+    // Otherwise another gateway, which did not remember the key, ran it again at once.
     assert_eq!(upstream.executions("/charges"), 2);
     let (found, out) = operator(
         &store,

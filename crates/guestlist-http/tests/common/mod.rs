@@ -41,6 +41,7 @@ macro_rules! http_suite {
                 a_client_over_its_key_caps_gets_429_and_runs_nothing,
                 an_oversize_response_is_sent_whole_and_never_run_again,
                 quoted_and_bare_keys_name_the_same_key,
+                a_replay_cache_answers_retries_from_memory_within_its_window,
             );
 
             /// Not a test on its own: the server that the SIGKILL test starts and kills.

@@ -35,6 +35,8 @@ pub struct Settings {
     pub fingerprint_header: Option<axum::http::HeaderName>,
     pub max_in_flight_per_scope: Option<u64>,
     pub max_keys_per_scope: Option<u64>,
+    /// Answer retries from memory.
+    pub replay_cache: Option<guestlist_http::ReplayCache>,
 }
 
 impl Default for Settings {
@@ -51,6 +53,7 @@ impl Default for Settings {
             fingerprint_header: None,
             max_in_flight_per_scope: None,
             max_keys_per_scope: None,
+            replay_cache: None,
         }
     }
 }
@@ -94,6 +97,9 @@ pub fn configure<M: Mode>(layer: IdempotencyLayer<M>, settings: &Settings) -> Id
     if let Some(name) = &settings.fingerprint_header {
         layer = layer.fingerprint_header(name.clone());
     }
+    if let Some(cache) = &settings.replay_cache {
+        layer = layer.replay_cache(cache.clone());
+    }
     layer
 }
 
@@ -132,6 +138,8 @@ pub trait Store: Send + Sync + Sized + 'static {
     fn effects(&self, state: &AppState) -> impl Future<Output = u64> + Send;
     /// Keys the store holds.
     fn stored_keys(&self) -> impl Future<Output = u64> + Send;
+    /// Removes every key the store holds, as an operator's eviction or the purge would.
+    fn forget_keys(&self) -> impl Future<Output = ()> + Send;
 }
 
 /// The [`Store`] methods a store that wraps another (to put another layer in front) passes on.
@@ -155,6 +163,14 @@ macro_rules! wraps_store {
 
         fn tag(&self) -> &str {
             self.0.tag()
+        }
+
+        async fn stored_keys(&self) -> u64 {
+            self.0.stored_keys().await
+        }
+
+        async fn forget_keys(&self) {
+            self.0.forget_keys().await;
         }
     };
 }
@@ -284,6 +300,12 @@ impl<DB: Fixture> Store for Sql<DB> {
             .scalar(format!("SELECT count(*) FROM {}", self.keys.table()))
             .await as u64
     }
+
+    async fn forget_keys(&self) {
+        self.db
+            .exec(format!("DELETE FROM {}", self.keys.table()))
+            .await;
+    }
 }
 
 /// PostgreSQL in transactional mode with the claim on the handler's transaction.
@@ -310,10 +332,6 @@ impl Store for LockedPostgres {
 
     async fn effects(&self, state: &AppState) -> u64 {
         self.0.effects(state).await
-    }
-
-    async fn stored_keys(&self) -> u64 {
-        self.0.stored_keys().await
     }
 }
 
@@ -358,10 +376,6 @@ impl<DB: Fixture> Store for PlainSql<DB> {
     async fn effects(&self, state: &AppState) -> u64 {
         state.executions()
     }
-
-    async fn stored_keys(&self) -> u64 {
-        self.0.stored_keys().await
-    }
 }
 
 /// A database in plain mode with concurrent requests' claims and responses written in rounds
@@ -401,10 +415,6 @@ impl<DB: Fixture + guestlist_sqlx::BatchBackend + BatchedLabel> Store for Batche
 
     async fn effects(&self, state: &AppState) -> u64 {
         state.executions()
-    }
-
-    async fn stored_keys(&self) -> u64 {
-        self.0.stored_keys().await
     }
 }
 
@@ -504,6 +514,16 @@ impl Store for Redis {
     async fn stored_keys(&self) -> u64 {
         self.our_keys().await.len() as u64
     }
+
+    async fn forget_keys(&self) {
+        for key in self.our_keys().await {
+            let _: () = redis::cmd("DEL")
+                .arg(&key)
+                .query_async(&mut self.conn.clone())
+                .await
+                .expect("DEL");
+        }
+    }
 }
 
 /// The sealing keys the sealed stores use: a current key and an older one.
@@ -572,9 +592,5 @@ impl Store for SealedPostgres {
 
     async fn effects(&self, state: &AppState) -> u64 {
         self.0.effects(state).await
-    }
-
-    async fn stored_keys(&self) -> u64 {
-        self.0.stored_keys().await
     }
 }

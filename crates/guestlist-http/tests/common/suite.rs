@@ -730,3 +730,96 @@ pub async fn a_client_over_its_key_caps_gets_429_and_runs_nothing<S: Store>(name
         "the refused keys left nothing behind"
     );
 }
+
+/// With a replay cache, a retry of a key this process stored, or replayed once from the store,
+/// is answered from memory: with the store's keys all gone (an operator's eviction, the purge
+/// elsewhere), retries still replay byte for byte within the cache's time to live, another
+/// request with the key still gets 422, another client's key of the same name still runs, and
+/// past the time to live the store decides again (here: the key runs anew). Unique keys never
+/// grow the cache past its bounds.
+pub async fn a_replay_cache_answers_retries_from_memory_within_its_window<S: Store>(name: &str) {
+    const TTL: Duration = Duration::from_secs(4);
+    const ENTRIES: u64 = 8;
+    const BYTES: u64 = 1 << 20;
+    let cache = guestlist_http::ReplayCache::new(ENTRIES, BYTES, TTL);
+    let settings = Settings {
+        replay_cache: Some(cache.clone()),
+        ..Settings::default()
+    };
+    let api = Api::<S>::start(name, settings).await;
+    // Another instance on the same store, which remembers nothing.
+    let elsewhere = Server::start(api.store.router(api.state.clone(), &Settings::default())).await;
+
+    let stored_here = Call::new("remembered-here");
+    let here = api.send(&stored_here).await;
+    assert_eq!(here.status, StatusCode::CREATED);
+    assert_eq!(cache.len(), 1, "{}: stored, then remembered", S::LABEL);
+    let stored_elsewhere = Call::new("remembered-from-the-store");
+    let there = stored_elsewhere.send(&elsewhere.base).await;
+    assert_eq!(there.status, StatusCode::CREATED);
+    let replayed = api.send(&stored_elsewhere).await;
+    assert!(replayed.replayed(), "{}: replayed from the store", S::LABEL);
+    assert_eq!(cache.len(), 2, "{}: and remembered", S::LABEL);
+    let remembered_at = std::time::Instant::now();
+
+    api.store.forget_keys().await;
+    assert_eq!(
+        api.store.stored_keys().await,
+        0,
+        "the store has no key left"
+    );
+    for (call, first) in [(&stored_here, &here), (&stored_elsewhere, &there)] {
+        let again = api.send(call).await;
+        assert!(again.replayed(), "{}: from memory", S::LABEL);
+        assert_eq!(again.status, first.status);
+        assert_eq!(again.body, first.body, "{}: byte for byte", S::LABEL);
+        assert_eq!(again.header("content-type"), first.header("content-type"));
+        assert_eq!(again.header("location"), first.header("location"));
+    }
+    assert_eq!(api.executions(), 2, "{}: nothing ran again", S::LABEL);
+    let other_body = api
+        .send(&stored_here.clone().body(br#"{"amount":101}"#))
+        .await;
+    assert_eq!(
+        other_body.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}: another request with the key, checked in memory too",
+        S::LABEL
+    );
+    let bob = api.send(&stored_here.clone().by(Some("Bearer bob"))).await;
+    assert_eq!(
+        (bob.status, bob.replayed()),
+        (StatusCode::CREATED, false),
+        "{}: memory never crosses clients",
+        S::LABEL
+    );
+    assert_eq!(api.executions(), 3);
+    assert!(
+        remembered_at.elapsed() < TTL,
+        "the checks above ran within the window (they took {:?})",
+        remembered_at.elapsed()
+    );
+
+    tokio::time::sleep(TTL.saturating_sub(remembered_at.elapsed()) + Duration::from_millis(200))
+        .await;
+    let past = api.send(&stored_here).await;
+    assert_eq!(
+        (past.status, past.replayed()),
+        (StatusCode::CREATED, false),
+        "{}: past the window the store decides, and it no longer has the key",
+        S::LABEL
+    );
+    assert_eq!(api.executions(), 4);
+
+    for n in 0..40 {
+        let unique = api.send(&Call::new(&format!("unique-{n}"))).await;
+        assert_eq!(unique.status, StatusCode::CREATED);
+    }
+    assert!(
+        cache.len() as u64 <= ENTRIES && cache.weight() <= BYTES,
+        "{}: 40 unique keys, and the cache holds {} entries, {} bytes",
+        S::LABEL,
+        cache.len(),
+        cache.weight()
+    );
+}

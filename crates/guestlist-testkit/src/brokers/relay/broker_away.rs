@@ -45,6 +45,8 @@ pub async fn a_broker_cut_off_and_back_costs_no_message_and_no_order<B: Broker>(
         .await;
 
     proxy.cut();
+    // Nothing more reaches the part once the cut connections have let go.
+    proxy.until_closed(Duration::from_secs(5)).await;
     enqueue(80, 160).await;
     let cut_at = Instant::now();
     let mut seen_down = false;
