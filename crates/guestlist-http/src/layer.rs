@@ -72,8 +72,9 @@ impl IdempotencyLayer<crate::Transactional<sqlx::Postgres>> {
     ///   gone silent) has its session ended by PostgreSQL (`idle_in_transaction_session_timeout`
     ///   is set to the lease for the transaction): its writes roll back, it answers 503, and the
     ///   retry after it runs. Time spent inside statements does not count towards it;
-    /// - a response marked [`KeepLocked`](crate::KeepLocked) rolls back to a savepoint after the
-    ///   claim and commits the claim alone, which holds the key for the lease;
+    /// - a response marked [`KeepLocked`](crate::KeepLocked) rolls the handler's writes back and
+    ///   commits the claim alone, which holds the key for a lease from then (the session holds
+    ///   the key's lock meanwhile, so no retry slips in; the happy path pays nothing for it);
     /// - every keyed request holds a connection from its claim to its commit, replays included
     ///   (a replay reads the stored response on that transaction and rolls it back).
     ///

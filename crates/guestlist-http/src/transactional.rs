@@ -60,6 +60,18 @@ impl<DB: Backend> std::fmt::Debug for Transactional<DB> {
 pub struct TxSlot<DB: Backend> {
     store: SqlKeyStore<DB>,
     tx: Arc<Mutex<Option<Transaction<'static, DB>>>>,
+    /// The claim written on the transaction, once it runs: what keeping the key locked writes
+    /// again.
+    claimed: Arc<std::sync::Mutex<Option<Claimed>>>,
+}
+
+/// A claim on the request's transaction that let its attempt run.
+struct Claimed {
+    scope: Scope,
+    key: IdempotencyKey,
+    fingerprint: Fingerprint,
+    attempt: Attempt,
+    lease: Duration,
 }
 
 impl<DB: Backend> Clone for TxSlot<DB> {
@@ -67,6 +79,7 @@ impl<DB: Backend> Clone for TxSlot<DB> {
         Self {
             store: self.store.clone(),
             tx: Arc::clone(&self.tx),
+            claimed: Arc::clone(&self.claimed),
         }
     }
 }
@@ -175,14 +188,25 @@ impl<DB: Backend> Mode for Transactional<DB> {
         let mut tx = slot.take().await?;
         let begin = self
             .store
-            .begin_locked(&mut tx, scope, key, fingerprint, lease);
-        Ok(begin.await?)
+            .begin_locked(&mut tx, scope, key, fingerprint, lease)
+            .await?;
+        if let Begin::Run { attempt } = begin {
+            *slot.claimed.lock().unwrap_or_else(|e| e.into_inner()) = Some(Claimed {
+                scope: scope.clone(),
+                key: key.clone(),
+                fingerprint: *fingerprint,
+                attempt,
+                lease,
+            });
+        }
+        Ok(begin)
     }
 
     fn open(&self, extensions: &mut Extensions) -> TxSlot<DB> {
         let slot = TxSlot {
             store: self.store.clone(),
             tx: Arc::new(Mutex::new(None)),
+            claimed: Arc::new(std::sync::Mutex::new(None)),
         };
         extensions.insert(slot.clone());
         slot
@@ -259,9 +283,19 @@ impl<DB: Backend> Mode for Transactional<DB> {
     }
 
     async fn keep_locked(&self, slot: TxSlot<DB>) -> Result<(), BoxError> {
-        match (self.claim_on_tx, slot.reclaim()?) {
-            // The claim is on the transaction: undo the writes after it and commit it alone.
-            (true, Some(tx)) => self.store.keep_locked(tx).await?,
+        let claimed = slot
+            .claimed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        match (claimed, slot.reclaim()?) {
+            // The claim is on the transaction: undo the writes and commit the claim alone.
+            (Some(c), Some(tx)) => {
+                let store = &self.store;
+                store
+                    .keep_locked(tx, &c.scope, &c.key, &c.fingerprint, c.attempt, c.lease)
+                    .await?;
+            }
             // The claim committed on its own and stays until its lease ends.
             (_, Some(tx)) => tx.rollback().await?,
             (_, None) => {}

@@ -7,6 +7,11 @@
 //!   Stripe-like Idempotency Keys in Postgres"): the key row found or inserted and locked in a
 //!   first transaction, the work and a recovery point in a second, the response stored and the
 //!   lock cleared in a third.
+//! - `same_guarantees_by_hand`: `handwritten` with what `claim_in_transaction` adds, written as
+//!   tightly as by hand: the key's advisory lock tried and the transaction's idle timeout set to
+//!   the lease in the claim's own statement (a concurrent retry is answered 409 at once instead
+//!   of queueing, a stalled attempt ends at its lease); no savepoint, which only a handler that
+//!   keeps its key locked needs.
 
 use axum::Router;
 use axum::body::Bytes;
@@ -19,26 +24,38 @@ use guestlist::sqlx::{self, PgPool};
 use super::ANSWER;
 
 /// The key tables of the two handlers.
-const TABLES: [&str; 4] = [
+const TABLES: [&str; 6] = [
     "DROP TABLE IF EXISTS bench_http_hand_keys",
     "CREATE TABLE bench_http_hand_keys (key TEXT PRIMARY KEY, status INT, body BYTEA)",
+    "DROP TABLE IF EXISTS bench_http_guarded_keys",
+    "CREATE TABLE bench_http_guarded_keys (key TEXT PRIMARY KEY, status INT, body BYTEA)",
     "DROP TABLE IF EXISTS bench_http_phase_keys",
     "CREATE TABLE bench_http_phase_keys (key TEXT PRIMARY KEY, locked_at TIMESTAMPTZ, \
      recovery_point TEXT NOT NULL, status INT, body BYTEA)",
 ];
 
-/// Creates the tables and returns the `handwritten` and `atomic_phases` routers.
-pub(super) async fn routers(pool: PgPool) -> anyhow::Result<Option<(Router, Router)>> {
+/// The routers of the handlers written by hand.
+pub(super) struct ByHand {
+    pub(super) handwritten: Router,
+    pub(super) phases: Router,
+    pub(super) same_guarantees: Router,
+}
+
+/// Creates the tables and returns the routers.
+pub(super) async fn routers(pool: PgPool) -> anyhow::Result<Option<ByHand>> {
     for statement in TABLES {
         sqlx::query(statement).execute(&pool).await?;
     }
-    let handwritten = Router::new()
-        .route("/payments", post(handwritten))
-        .with_state(pool.clone());
-    let phases = Router::new()
-        .route("/payments", post(atomic_phases))
-        .with_state(pool);
-    Ok(Some((handwritten, phases)))
+    let route = |handler| {
+        Router::new()
+            .route("/payments", handler)
+            .with_state(pool.clone())
+    };
+    Ok(Some(ByHand {
+        handwritten: route(post(handwritten)),
+        phases: route(post(atomic_phases)),
+        same_guarantees: route(post(same_guarantees)),
+    }))
 }
 
 /// What a handler answers: the status and body, or 500 when the database failed.
@@ -86,6 +103,46 @@ async fn handwritten(State(pool): State<PgPool>, headers: HeaderMap, body: Bytes
                 .bind(ANSWER.as_bytes())
                 .execute(&mut *tx)
                 .await?;
+            tx.commit().await?;
+            Ok((201, ANSWER.as_bytes().to_vec()))
+        }
+        .await,
+    )
+}
+
+async fn same_guarantees(State(pool): State<PgPool>, headers: HeaderMap, body: Bytes) -> Response {
+    let Some(key) = key(&headers) else {
+        return StatusCode::BAD_REQUEST.into_response();
+    };
+    answer(
+        async {
+            let mut tx = pool.begin().await?;
+            let claimed = sqlx::query(
+                "WITH lock AS (SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0)) AS held, \
+                 set_config('idle_in_transaction_session_timeout', '30000', true)) \
+                 INSERT INTO bench_http_guarded_keys (key) SELECT $1 FROM lock WHERE held \
+                 ON CONFLICT DO NOTHING",
+            )
+            .bind(&key)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected()
+                == 1;
+            if !claimed {
+                tx.rollback().await?;
+                return stored(&pool, "bench_http_guarded_keys", &key).await;
+            }
+            sqlx::query("INSERT INTO bench_http_payments (body) VALUES ($1)")
+                .bind(&body[..])
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query(
+                "UPDATE bench_http_guarded_keys SET status = 201, body = $2 WHERE key = $1",
+            )
+            .bind(&key)
+            .bind(ANSWER.as_bytes())
+            .execute(&mut *tx)
+            .await?;
             tx.commit().await?;
             Ok((201, ANSWER.as_bytes().to_vec()))
         }

@@ -47,10 +47,11 @@ enum Figure {
     FreshSealed,
     Handwritten,
     AtomicPhases,
+    SameGuaranteesByHand,
 }
 
 impl Figure {
-    const ALL: [Figure; 11] = [
+    const ALL: [Figure; 12] = [
         Figure::Unprotected,
         Figure::UnprotectedTx,
         Figure::Fresh,
@@ -62,6 +63,7 @@ impl Figure {
         Figure::FreshSealed,
         Figure::Handwritten,
         Figure::AtomicPhases,
+        Figure::SameGuaranteesByHand,
     ];
 
     fn in_tx(self) -> bool {
@@ -72,7 +74,10 @@ impl Figure {
     }
 
     fn by_hand(self) -> bool {
-        matches!(self, Figure::Handwritten | Figure::AtomicPhases)
+        matches!(
+            self,
+            Figure::Handwritten | Figure::AtomicPhases | Figure::SameGuaranteesByHand
+        )
     }
 }
 
@@ -90,6 +95,7 @@ impl requests::Figure for Figure {
             Figure::FreshSealed => "fresh_encrypted",
             Figure::Handwritten => "handwritten",
             Figure::AtomicPhases => "atomic_phases",
+            Figure::SameGuaranteesByHand => "same_guarantees_by_hand",
         }
     }
 }
@@ -138,6 +144,11 @@ pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
             ("replay_in_tx_vs_fresh_in_tx", "replay_in_tx", "fresh_in_tx"),
             ("fresh_encrypted_vs_fresh", "fresh_encrypted", "fresh"),
             ("fresh_in_tx_vs_handwritten", "fresh_in_tx", "handwritten"),
+            (
+                "fresh_in_tx_vs_same_guarantees_by_hand",
+                "fresh_in_tx",
+                "same_guarantees_by_hand",
+            ),
             ("fresh_vs_atomic_phases", "fresh", "atomic_phases"),
             ("replay_vs_unprotected", "replay", "unprotected"),
             ("replay_in_tx_vs_unprotected", "replay_in_tx", "unprotected"),
@@ -296,7 +307,11 @@ async fn measure_backend<DB: HttpWorkload>(
         None => None,
     };
     let by_hand = match DB::by_hand(pool.clone()).await? {
-        Some((handwritten, phases)) => Some((serve(handwritten).await?, serve(phases).await?)),
+        Some(routers) => Some((
+            serve(routers.handwritten).await?,
+            serve(routers.phases).await?,
+            serve(routers.same_guarantees).await?,
+        )),
         None => None,
     };
     let figures: Vec<Figure> = Figure::ALL
@@ -305,7 +320,7 @@ async fn measure_backend<DB: HttpWorkload>(
         .filter(|figure| by_hand.is_some() || !figure.by_hand())
         .collect();
     let (guarded_in_tx, cached_in_tx) = guarded_in_tx.unwrap_or_default();
-    let (handwritten, phases) = by_hand.unwrap_or_default();
+    let (handwritten, phases, same_guarantees) = by_hand.unwrap_or_default();
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(CONNECTIONS)
         .build()?;
@@ -322,7 +337,7 @@ async fn measure_backend<DB: HttpWorkload>(
         sealed,
         handwritten,
         phases,
-        (cached, cached_in_tx),
+        (cached, cached_in_tx, same_guarantees),
     );
     let rows = requests::measure(
         plan,
@@ -339,7 +354,7 @@ async fn measure_backend<DB: HttpWorkload>(
                     sealed,
                     handwritten,
                     phases,
-                    (cached, cached_in_tx),
+                    (cached, cached_in_tx, same_guarantees),
                 ),
             ) = (client.clone(), urls.clone());
             async move {
@@ -357,6 +372,9 @@ async fn measure_backend<DB: HttpWorkload>(
                     Figure::FreshSealed => send(&client, &sealed, Some(&fresh)).await,
                     Figure::Handwritten => send(&client, &handwritten, Some(&fresh)).await,
                     Figure::AtomicPhases => send(&client, &phases, Some(&fresh)).await,
+                    Figure::SameGuaranteesByHand => {
+                        send(&client, &same_guarantees, Some(&fresh)).await
+                    }
                 }
             }
         },

@@ -1,10 +1,10 @@
 //! The one row every measured handler writes, in each backend's SQL.
 
-use axum::Router;
 use guestlist::http::{IdempotencyLayer, Transactional};
 use guestlist::sqlx::{self, Pool};
 use guestlist::{Backend, SqlKeyStore};
 
+use super::by_hand::ByHand;
 use crate::work_future::WorkFuture;
 
 /// The key table of the protected handlers.
@@ -29,7 +29,7 @@ pub(super) trait HttpWorkload: Backend {
         keys: SqlKeyStore<Self>,
     ) -> Option<IdempotencyLayer<Transactional<Self>>>;
     /// The `handwritten` and `atomic_phases` handlers, where they are written (PostgreSQL).
-    fn by_hand(pool: Pool<Self>) -> WorkFuture<'static, Option<(Router, Router)>, anyhow::Error>;
+    fn by_hand(pool: Pool<Self>) -> WorkFuture<'static, Option<ByHand>, anyhow::Error>;
 }
 
 macro_rules! http_workload {
@@ -64,13 +64,9 @@ macro_rules! http_workload {
                 in_tx(keys)
             }
 
-            fn by_hand(
-                pool: Pool<Self>,
-            ) -> WorkFuture<'static, Option<(Router, Router)>, anyhow::Error> {
-                let by_hand: fn(
-                    Pool<Self>,
-                )
-                    -> WorkFuture<'static, Option<(Router, Router)>, anyhow::Error> = $by_hand;
+            fn by_hand(pool: Pool<Self>) -> WorkFuture<'static, Option<ByHand>, anyhow::Error> {
+                let by_hand: fn(Pool<Self>) -> WorkFuture<'static, Option<ByHand>, anyhow::Error> =
+                    $by_hand;
                 by_hand(pool)
             }
         }

@@ -203,17 +203,53 @@ pub async fn a_500_rolls_back_and_releases_the_key<S: Store>(name: &str) {
 }
 
 pub async fn an_answer_marked_keep_locked_holds_the_key_until_the_lease<S: Store>(name: &str) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
     let lease = Duration::from_millis(1500);
-    let api = Api::<S>::start(name, Settings::with_lease(lease)).await;
+    let api = Arc::new(Api::<S>::start(name, Settings::with_lease(lease)).await);
     let unsure = api
-        .send(
+        .held(
             &Call::new("timed-out")
                 .header("x-test-status", "504")
                 .header("x-test-keep-locked", "1"),
+            "unsure",
         )
         .await;
+    // Four clients retry without a pause while the attempt ends and its key is kept locked
+    // (with the claim on the handler's transaction: while the writes roll back and the claim is
+    // written again): not one may slip in and run.
+    let done = Arc::new(AtomicBool::new(false));
+    let retries: Vec<_> = (0..4)
+        .map(|_| {
+            let (api, done) = (api.clone(), done.clone());
+            tokio::spawn(async move {
+                let mut statuses = Vec::new();
+                while !done.load(Ordering::SeqCst) {
+                    statuses.push(api.send(&Call::new("timed-out")).await.status);
+                }
+                statuses
+            })
+        })
+        .collect();
+    api.state.gate("unsure").open.notify_one();
+    let unsure = unsure.await.unwrap();
     let answered_at = std::time::Instant::now();
     assert_eq!(unsure.status, StatusCode::GATEWAY_TIMEOUT);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    done.store(true, Ordering::SeqCst);
+    let mut tried = 0;
+    for retry in retries {
+        for status in retry.await.unwrap() {
+            assert_eq!(
+                status,
+                StatusCode::CONFLICT,
+                "{}: a retry slipped in",
+                S::LABEL
+            );
+            tried += 1;
+        }
+    }
+    assert!(tried > 0, "the retries ran");
     let early = api.send(&Call::new("timed-out")).await;
     assert_eq!(early.status, StatusCode::CONFLICT, "{}", early.text());
     assert_eq!(early.problem().as_deref(), Some("key-in-flight"));

@@ -33,6 +33,11 @@ pub struct KeysSql {
     /// Claims a key on the caller's transaction behind a transaction-scoped lock (PostgreSQL's
     /// advisory lock; empty where the database has none).
     pub(crate) claim_locked: Arc<str>,
+    /// Takes the lock of [`KeysSql::claim_locked`] for the session, so that it outlasts the
+    /// transaction (empty where the database has none).
+    pub(crate) hold_lock: Arc<str>,
+    /// Lets the session's lock go.
+    pub(crate) let_go_lock: Arc<str>,
 }
 
 impl KeysSql {
@@ -54,6 +59,8 @@ impl KeysSql {
             stats: fill(DB::KEY_STATS),
             usage: fill(DB::KEY_USAGE),
             claim_locked: fill(DB::KEY_CLAIM_LOCKED),
+            hold_lock: fill(DB::KEY_HOLD_LOCK),
+            let_go_lock: fill(DB::KEY_LET_GO_LOCK),
         }
     }
 }
@@ -113,6 +120,16 @@ pub(crate) fn select(key: Key<'_>) -> Plain<KeysSql, (Key<'_>,), KeyRow> {
 /// Deletes an in-flight key if the attempt with `token` still holds it.
 pub(crate) fn release(key: Key<'_>, token: i64) -> Plain<KeysSql, (Key<'_>, i64)> {
     Plain::new(|sql| &sql.release, (key, token))
+}
+
+/// Takes a key's lock for the session (PostgreSQL's advisory lock).
+pub(crate) fn hold_lock(key: Key<'_>) -> Plain<KeysSql, (Key<'_>,)> {
+    Plain::new(|sql| &sql.hold_lock, (key,))
+}
+
+/// Lets the session's lock of a key go.
+pub(crate) fn let_go_lock(key: Key<'_>) -> Plain<KeysSql, (Key<'_>,)> {
+    Plain::new(|sql| &sql.let_go_lock, (key,))
 }
 
 /// Deletes a key whatever its state: an operator's eviction.

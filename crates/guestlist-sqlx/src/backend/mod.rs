@@ -339,6 +339,12 @@ pub(crate) mod sealed {
         /// database has no transaction-scoped lock to try: its claims cannot be written on the
         /// handler's transaction ([`crate::SqlKeyStore::claims_on_transaction`]).
         const KEY_CLAIM_LOCKED: &'static str = "";
+        /// Template of [`KeysSql::hold_lock`]: scope, key. Empty where
+        /// [`KeyStatements::KEY_CLAIM_LOCKED`] is.
+        const KEY_HOLD_LOCK: &'static str = "";
+        /// Template of [`KeysSql::let_go_lock`]: scope, key. Empty where
+        /// [`KeyStatements::KEY_CLAIM_LOCKED`] is.
+        const KEY_LET_GO_LOCK: &'static str = "";
 
         /// Inserts an in-flight key; `true` when new.
         fn key_insert<'c>(

@@ -9,14 +9,9 @@ use sqlx::Transaction;
 
 use crate::SqlKeyStore;
 use crate::backend::Backend;
-use crate::backend::keys::{ClaimLocked, Insert, Key};
+use crate::backend::keys::{ClaimLocked, Insert, Key, hold_lock, let_go_lock};
 use crate::keys::{BEGIN_ROUNDS, lease_ms, new_token};
 use crate::{Error, backend};
-
-/// Marks the claim after one that runs ([`SqlKeyStore::begin_locked`]), and undoes what came
-/// after it ([`SqlKeyStore::keep_locked`]).
-const SAVE_CLAIM: &str = "SAVEPOINT guestlist_claimed";
-const BACK_TO_CLAIM: &str = "ROLLBACK TO SAVEPOINT guestlist_claimed";
 
 /// What a retry is told to wait when the key's lock is held: the attempt holding it is running
 /// now, and its lease says nothing about when it ends.
@@ -44,9 +39,6 @@ impl<DB: Backend> SqlKeyStore<DB> {
     /// stalls past it, or whose connection went silent, has its session ended by PostgreSQL, and
     /// the retry after it runs. Rows left by [`SqlKeyStore::begin`]'s committed claims (another
     /// process in plain mode) are honoured as usual, leases included.
-    ///
-    /// On [`Begin::Run`] the savepoint `guestlist_claimed` follows the claim, so that
-    /// [`SqlKeyStore::keep_locked`] can undo the handler's writes and keep the claim.
     ///
     /// `tx` must be inside a transaction (`BEGIN`): outside one, the lock and the claim would end
     /// with this very statement.
@@ -106,21 +98,65 @@ impl<DB: Backend> SqlKeyStore<DB> {
                 }
             };
             if let Some(begin) = begin {
-                if matches!(begin, Begin::Run { .. }) {
-                    DB::run_query(tx, sqlx::query(SAVE_CLAIM)).await?;
-                }
                 return Ok(begin);
             }
         }
         Ok(Begin::InFlight { retry_after: lease })
     }
 
-    /// Ends an attempt claimed by [`SqlKeyStore::begin_locked`] whose work may have happened
-    /// outside the database (a call that timed out): rolls back the handler's writes to the
-    /// claim's savepoint and commits the claim alone, so that the key stays locked until its
-    /// lease ends. The lock is never let go in between: no retry can slip in.
-    pub async fn keep_locked(&self, mut tx: Transaction<'static, DB>) -> Result<(), Error> {
-        DB::run_query(&mut tx, sqlx::query(BACK_TO_CLAIM)).await?;
+    /// Ends an attempt claimed by [`SqlKeyStore::begin_locked`] (`attempt`, with `fingerprint`,
+    /// on `tx`) whose work may have happened outside the database (a call that timed out): rolls
+    /// back the handler's writes and commits the claim alone, so that the key stays locked for
+    /// `lease` from now and a retry takes over after it. The key's lock is never let go in
+    /// between: the session holds it too while the transaction rolls back and the claim is
+    /// written again, so no retry can slip in.
+    ///
+    /// The happy path pays nothing for this (no savepoint after the claim): an attempt that
+    /// keeps its key locked pays four more statements, once.
+    pub async fn keep_locked(
+        &self,
+        mut tx: Transaction<'static, DB>,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        attempt: Attempt,
+        lease: Duration,
+    ) -> Result<(), Error> {
+        if !Self::claims_on_transaction() {
+            return Err(Error::Database(sqlx::Error::Configuration(
+                format!(
+                    "{} writes no claim on the handler's transaction; nothing to keep",
+                    DB::BACKEND
+                )
+                .into(),
+            )));
+        }
+        let key = &*self.key_at_rest(key);
+        let at = Key::of(scope, key);
+        DB::run(&mut tx, &*self.sql, hold_lock(at))
+            .await
+            .map_err(|err| self.error(err))?;
+        let kept = async {
+            DB::run_query(&mut tx, sqlx::query("ROLLBACK")).await?;
+            DB::run_query(&mut tx, sqlx::query("BEGIN")).await?;
+            let claim = Insert {
+                key: at,
+                fingerprint: fingerprint.as_bytes(),
+                token: attempt.token() as i64,
+                lease_ms: lease_ms(lease),
+            };
+            DB::key_insert(&mut tx, &self.sql, claim).await?;
+            // Let go before the commit: a retry that takes the transaction's lock now waits on
+            // the uncommitted row, and then finds it committed and in flight.
+            DB::run(&mut tx, &*self.sql, let_go_lock(at)).await?;
+            Ok::<(), sqlx::Error>(())
+        }
+        .await;
+        if let Err(err) = kept {
+            // The connection goes back to the pool: never with the session's lock on it.
+            let _ = DB::run(&mut tx, &*self.sql, let_go_lock(at)).await;
+            return Err(self.error(err));
+        }
         tx.commit().await.map_err(Error::from_commit)?;
         Ok(())
     }

@@ -5,6 +5,14 @@ use sqlx::Postgres;
 
 use crate::backend::sealed::KeyStatements;
 
+/// The number of a key's advisory lock: a hash of the table, the scope's length, the scope and
+/// the key ($1 and $2), so that no two (scope, key) pairs share one but by chance.
+macro_rules! key_lock {
+    () => {
+        "hashtextextended('{table}:' || length($1::text) || ':' || $1 || $2, 0)"
+    };
+}
+
 impl KeyStatements for Postgres {
     const KEYS_DDL: &'static str = include_str!("../../../sql/postgres/keys.sql");
     const KEY_INSERT: &'static str = "INSERT INTO {table} \
@@ -31,15 +39,15 @@ impl KeyStatements for Postgres {
          pg_total_relation_size('{table}'::regclass)::bigint \
          FROM {table}";
     // The lock is tried first and only a holder inserts: a retry never queues behind the
-    // uncommitted row of the attempt in flight. The lock's number hashes the table, the scope's
-    // length, the scope and the key, so that no two (scope, key) pairs share one but by chance.
+    // uncommitted row of the attempt in flight (its number: `key_lock!`).
     // The transaction may sit idle for the lease at most: past it, PostgreSQL ends the session,
     // the claim rolls back with the writes, and a retry may run. The key's row as the statement
     // began is read along, so that a retry of a stored answer is replayed without a second read
     // (the row the claim itself inserts is not in that view: a new claim reads no row).
-    const KEY_CLAIM_LOCKED: &'static str = "WITH lock AS (\
-         SELECT pg_try_advisory_xact_lock(\
-         hashtextextended('{table}:' || length($1::text) || ':' || $1 || $2, 0)) AS held, \
+    const KEY_CLAIM_LOCKED: &'static str = concat!(
+        "WITH lock AS (SELECT pg_try_advisory_xact_lock(",
+        key_lock!(),
+        ") AS held, \
          set_config('idle_in_transaction_session_timeout', $5::text, true) AS idle_limit), \
          claim AS (INSERT INTO {table} \
          (scope, idempotency_key, fingerprint, token, locked_until) \
@@ -49,5 +57,10 @@ impl KeyStatements for Postgres {
          k.fingerprint, k.status, k.headers, k.body, k.attempt, k.token, \
          (EXTRACT(EPOCH FROM (k.locked_until - now())) * 1000)::bigint \
          FROM (VALUES (1)) AS one LEFT JOIN {table} AS k \
-         ON k.scope = $1 AND k.idempotency_key = $2";
+         ON k.scope = $1 AND k.idempotency_key = $2"
+    );
+    // The same lock, held by the session (it outlasts a rollback) while a kept claim is written
+    // again, and let go.
+    const KEY_HOLD_LOCK: &'static str = concat!("SELECT pg_advisory_lock(", key_lock!(), ")");
+    const KEY_LET_GO_LOCK: &'static str = concat!("SELECT pg_advisory_unlock(", key_lock!(), ")");
 }
