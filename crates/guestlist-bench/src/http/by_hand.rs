@@ -76,69 +76,62 @@ fn key(headers: &HeaderMap) -> Option<String> {
 }
 
 async fn handwritten(State(pool): State<PgPool>, headers: HeaderMap, body: Bytes) -> Response {
-    let Some(key) = key(&headers) else {
-        return StatusCode::BAD_REQUEST.into_response();
-    };
-    answer(
-        async {
-            let mut tx = pool.begin().await?;
-            let claimed = sqlx::query(
-                "INSERT INTO bench_http_hand_keys (key) VALUES ($1) ON CONFLICT DO NOTHING",
-            )
-            .bind(&key)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected()
-                == 1;
-            if !claimed {
-                tx.rollback().await?;
-                return stored(&pool, "bench_http_hand_keys", &key).await;
-            }
-            sqlx::query("INSERT INTO bench_http_payments (body) VALUES ($1)")
-                .bind(&body[..])
-                .execute(&mut *tx)
-                .await?;
-            sqlx::query("UPDATE bench_http_hand_keys SET status = 201, body = $2 WHERE key = $1")
-                .bind(&key)
-                .bind(ANSWER.as_bytes())
-                .execute(&mut *tx)
-                .await?;
-            tx.commit().await?;
-            Ok((201, ANSWER.as_bytes().to_vec()))
-        }
-        .await,
+    one_transaction(
+        &pool,
+        &headers,
+        &body,
+        "INSERT INTO bench_http_hand_keys (key) VALUES ($1) ON CONFLICT DO NOTHING",
+        "bench_http_hand_keys",
     )
+    .await
 }
 
 async fn same_guarantees(State(pool): State<PgPool>, headers: HeaderMap, body: Bytes) -> Response {
-    let Some(key) = key(&headers) else {
+    one_transaction(
+        &pool,
+        &headers,
+        &body,
+        "WITH lock AS (SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0)) AS held, \
+         set_config('idle_in_transaction_session_timeout', '30000', true)) \
+         INSERT INTO bench_http_guarded_keys (key) SELECT $1 FROM lock WHERE held \
+         ON CONFLICT DO NOTHING",
+        "bench_http_guarded_keys",
+    )
+    .await
+}
+
+/// A key handled in one transaction: `claim` (the key's row inserted, or nothing where it is
+/// taken), the work, the answer stored in `table`, commit; a key taken gets its stored answer.
+async fn one_transaction(
+    pool: &PgPool,
+    headers: &HeaderMap,
+    body: &[u8],
+    claim: &'static str,
+    table: &'static str,
+) -> Response {
+    let Some(key) = key(headers) else {
         return StatusCode::BAD_REQUEST.into_response();
     };
     answer(
         async {
             let mut tx = pool.begin().await?;
-            let claimed = sqlx::query(
-                "WITH lock AS (SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0)) AS held, \
-                 set_config('idle_in_transaction_session_timeout', '30000', true)) \
-                 INSERT INTO bench_http_guarded_keys (key) SELECT $1 FROM lock WHERE held \
-                 ON CONFLICT DO NOTHING",
-            )
-            .bind(&key)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected()
+            let claimed = sqlx::query(claim)
+                .bind(&key)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected()
                 == 1;
             if !claimed {
                 tx.rollback().await?;
-                return stored(&pool, "bench_http_guarded_keys", &key).await;
+                return stored(pool, table, &key).await;
             }
             sqlx::query("INSERT INTO bench_http_payments (body) VALUES ($1)")
-                .bind(&body[..])
+                .bind(body)
                 .execute(&mut *tx)
                 .await?;
-            sqlx::query(
-                "UPDATE bench_http_guarded_keys SET status = 201, body = $2 WHERE key = $1",
-            )
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "UPDATE {table} SET status = 201, body = $2 WHERE key = $1"
+            )))
             .bind(&key)
             .bind(ANSWER.as_bytes())
             .execute(&mut *tx)
