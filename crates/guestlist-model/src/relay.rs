@@ -7,7 +7,8 @@
 //! clock ([`HeldLease::usable`]); publish them one by one (a stall may fall between any two
 //! steps); sort the outcomes ([`Settled::sort`], the relay's own function); stamp the confirmed
 //! rows on a transaction that renews the lease first ([`RelayLeaseRow::renew`]), or stand by
-//! when that renewal finds the lease gone; renew when idle ([`HeldLease::due`]).
+//! when that renewal finds the lease gone; renew when idle ([`HeldLease::due`]), and renew a
+//! lease no longer usable on its clock before standing by.
 //!
 //! Left out: the relay reads its next batch while the last one's stamp commits (that read
 //! leaves out the rows being stamped, so the order of steps is the same), the broker refusing
@@ -150,7 +151,8 @@ pub enum RelayAction {
     Stamp(usize),
     /// Relay `r`, idle, renews its lease.
     Renew(usize),
-    /// Relay `r` finds its lease no longer usable and stands by to take it again.
+    /// Relay `r` finds its lease no longer usable on its clock: it renews it with its token,
+    /// or stands by to take it again when that renewal finds it gone.
     Expire(usize),
     /// Relay `r` crashes (SIGKILL) and starts again, standing by.
     Crash(usize),
@@ -371,7 +373,16 @@ impl Model for RelayModel {
                     next.relays[r] = RelayProc::Standby;
                 }
             }
-            RelayAction::Expire(r) => next.relays[r] = RelayProc::Standby,
+            RelayAction::Expire(r) => {
+                let RelayProc::Holding { lease, .. } = &mut next.relays[r] else {
+                    return None;
+                };
+                if (self.moves.renew)(&mut next.lease, lease.token, now, self.lease) {
+                    lease.renewed(Tick(now));
+                } else {
+                    next.relays[r] = RelayProc::Standby;
+                }
+            }
             RelayAction::Crash(r) => {
                 next.crashes += 1;
                 next.relays[r] = RelayProc::Standby;

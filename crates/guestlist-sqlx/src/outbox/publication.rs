@@ -97,6 +97,29 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
         Ok(())
     }
 
+    /// Renews a lease that is no longer usable on this relay's clock; `true` when the database
+    /// still had it for this relay's token (nobody could have taken it), which makes it usable
+    /// again.
+    pub(super) async fn renew_lapsed(
+        &self,
+        progress: &mut Progress,
+        lease: Lease,
+        lease_ms: i64,
+    ) -> Result<bool, Error> {
+        let asked = Instant::now();
+        let kept = self
+            .renew(lease, lease_ms)
+            .await
+            .map_err(|e| self.error(e))?;
+        match progress.lease.as_mut() {
+            Some(held) if kept => {
+                held.renewed(asked);
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
     /// Renews `lease` for `lease_ms`; `false` when another relay holds it now.
     async fn renew(&self, lease: Lease, lease_ms: i64) -> Result<bool, sqlx::Error> {
         let mut conn = self.pool.acquire().await?;

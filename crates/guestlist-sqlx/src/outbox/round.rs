@@ -25,9 +25,14 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
     ) -> Result<Round, Error> {
         let sql = &self.outbox.relay;
         let lease_ms = i64::try_from(self.lease.as_millis()).unwrap_or(i64::MAX);
-        let lease = match progress.lease.filter(|held| held.usable(Instant::now())) {
-            Some(lease) => lease,
-            None => {
+        let held = progress.lease;
+        let lease = match held {
+            Some(lease) if lease.usable(Instant::now()) => lease,
+            // No longer usable on this relay's clock (a slow renewal on a busy machine): a
+            // renewal with its token keeps it when no other relay can have taken it, and the
+            // batch in hand is stamped under the same token, not published again.
+            Some(lease) if self.renew_lapsed(progress, lease, lease_ms).await? => lease,
+            _ => {
                 // A batch published under a lease now gone stays pending: it goes again.
                 progress.lease = None;
                 progress.carried = None;
