@@ -43,7 +43,7 @@ impl RelayStatements for MySql {
     const RELAY_READ_TOKEN: &'static str = "SELECT token FROM {table}_relay WHERE shard = 0";
     const RELAY_RENEW: &'static str = "UPDATE {table}_relay \
          SET lease_until = UTC_TIMESTAMP(6) + INTERVAL (? * 1000) MICROSECOND \
-         WHERE shard = 0 AND token = ? AND lease_until >= UTC_TIMESTAMP(6)";
+         WHERE shard = 0 AND token = ? AND holder IS NOT NULL";
     const RELAY_RELEASE: &'static str = "UPDATE {table}_relay \
          SET holder = NULL, lease_until = '1970-01-01 00:00:01' WHERE shard = 0 AND token = ?";
     // The text columns are bytes here (VARBINARY): read back as text.

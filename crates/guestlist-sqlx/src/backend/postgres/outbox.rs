@@ -30,7 +30,7 @@ impl RelayStatements for Postgres {
          WHERE shard = 0 AND lease_until < now() RETURNING token";
     const RELAY_RENEW: &'static str = "UPDATE {table}_relay \
          SET lease_until = now() + $1 * interval '1 millisecond' \
-         WHERE shard = 0 AND token = $2 AND lease_until >= now()";
+         WHERE shard = 0 AND token = $2 AND holder IS NOT NULL";
     const RELAY_RELEASE: &'static str = "UPDATE {table}_relay \
          SET holder = NULL, lease_until = '-infinity' WHERE shard = 0 AND token = $1";
     const RELAY_PENDING: &'static str = "SELECT id, message_id, topic, ordering_key, seq, \
@@ -52,7 +52,7 @@ impl RelayStatements for Postgres {
     // a take-over waits for the stamp or the stamp finds the lease gone and stamps nothing.
     const RELAY_STAMP: &'static str = "WITH lease AS (UPDATE {table}_relay \
          SET lease_until = now() + $1 * interval '1 millisecond' \
-         WHERE shard = 0 AND token = $2 AND lease_until >= now() RETURNING 1), \
+         WHERE shard = 0 AND token = $2 AND holder IS NOT NULL RETURNING 1), \
          stamped AS (UPDATE {table} SET published_at = now() \
          WHERE id = ANY($3) AND EXISTS (SELECT 1 FROM lease) RETURNING 1) \
          SELECT EXISTS (SELECT 1 FROM lease)";

@@ -24,8 +24,7 @@ impl RelayStatements for Sqlite {
          RETURNING token";
     const RELAY_RENEW: &'static str = "UPDATE {table}_relay \
          SET lease_until = strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || (?1 / 1000.0) || ' seconds') \
-         WHERE shard = 0 AND token = ?2 \
-         AND lease_until >= strftime('%Y-%m-%d %H:%M:%f', 'now')";
+         WHERE shard = 0 AND token = ?2 AND holder IS NOT NULL";
     const RELAY_RELEASE: &'static str = "UPDATE {table}_relay SET holder = NULL, lease_until = '' \
          WHERE shard = 0 AND token = ?1";
     const RELAY_PENDING: &'static str = "SELECT id, message_id, topic, ordering_key, seq, \

@@ -151,6 +151,18 @@ impl<B: Broker, DB: Fixture> Line<B, DB> {
         self.outbox.stats(&self.rig.db.pool).await.unwrap().pending
     }
 
+    /// Waits until the database says the relays' lease has run out: a stopped or killed holder
+    /// renews it no more, though a renewal it sent just before may still land, later on a busy
+    /// machine than any fixed pause allows for.
+    pub(super) async fn until_lease_ran_out(&self) {
+        self.rig
+            .until(Duration::from_secs(30), "the lease ran out", || async {
+                let stats = self.outbox.stats(&self.rig.db.pool).await.unwrap();
+                stats.lease.expires_in.is_none()
+            })
+            .await;
+    }
+
     /// The oldest `limit` outgoing dead letters.
     pub async fn dead_letters(&self, limit: u32) -> Vec<guestlist_sqlx::DeadLetter> {
         self.outbox

@@ -70,7 +70,7 @@ pub async fn sigkill_between_confirm_and_stamp_publishes_again_without_a_second_
     );
 
     // The lease of the killed relay runs out; then a new relay publishes them all again.
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    line.until_lease_ran_out().await;
     let relay = line.relay(line.rig.broker.publisher().await, Duration::from_secs(5));
     let relayed = relay.drain().await.unwrap().expect("the lease expired");
     assert_eq!(relayed.published as i64, EVENTS);
@@ -115,7 +115,7 @@ pub async fn a_relay_that_lost_its_lease_stamps_nothing<B: Broker, DB: Fixture>(
         .await;
     // Paused (by itself, so exactly there) between the broker's confirmation and its stamp, past
     // the end of its lease.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    line.until_lease_ran_out().await;
     let relay = line.relay(line.rig.broker.publisher().await, Duration::from_secs(5));
     let relayed = relay
         .drain()
