@@ -7,11 +7,14 @@
 //! (c) `inbox`: guestlist's `Inbox::process` doing the same work;
 //! (d) `duplicate`: guestlist on ids already claimed (the redelivery path);
 //! (e) `batch100`: `Inbox::process_batch` over 100 ids, the work set-based;
-//! (f) `handwritten_batch100`: the same batch claim and work written by hand.
+//! (f) `handwritten_batch100`: the same batch claim and work written by hand;
+//! (g) `redis_setnx`: the shortcut the inbox replaces, one `SET key 1 NX EX <retention>` per
+//! message in Redis (no work, no transaction, no fsync), when a Redis answers at `--redis`.
 
 mod key_table;
 mod preload;
 mod ratios;
+mod redis_shortcut;
 mod scale;
 mod workload;
 
@@ -22,6 +25,7 @@ use anyhow::Context;
 use guestlist::sqlx::{self, Pool};
 use guestlist::{HandlerName, Inbox, MessageId};
 
+use self::redis_shortcut::RedisShortcut;
 use self::workload::{HAND_TABLE, INBOX_TABLE, ORDERS, ORDERS_TABLE, PICKS_TABLE, Workload};
 use crate::InboxArgs;
 use crate::measure::{Plan, load, median_of};
@@ -41,16 +45,18 @@ enum Figure {
     Duplicate,
     Batch,
     HandwrittenBatch,
+    RedisSetNx,
 }
 
 impl Figure {
-    const ALL: [Figure; 6] = [
+    const ALL: [Figure; 7] = [
         Figure::WorkAlone,
         Figure::Handwritten,
         Figure::Inbox,
         Figure::Duplicate,
         Figure::Batch,
         Figure::HandwrittenBatch,
+        Figure::RedisSetNx,
     ];
 
     fn name(self) -> &'static str {
@@ -61,6 +67,7 @@ impl Figure {
             Figure::Duplicate => "duplicate",
             Figure::Batch => "batch100",
             Figure::HandwrittenBatch => "handwritten_batch100",
+            Figure::RedisSetNx => "redis_setnx",
         }
     }
 
@@ -127,9 +134,21 @@ pub(crate) async fn run(args: &InboxArgs) -> anyhow::Result<Report> {
     if !common.database.starts_with("sqlite:") {
         urls.push(sqlite_url);
     }
+    let redis = match RedisShortcut::connect(&common.redis, WORKERS[1]).await {
+        Ok(redis) => Some(Arc::new(redis)),
+        Err(err) => {
+            eprintln!("redis_setnx left out: {err:#}");
+            None
+        }
+    };
     for url in urls {
-        on_pool!(&url, |pool| measure_backend(&pool, plan, &mut report)
-            .await?);
+        on_pool!(&url, |pool| measure_backend(
+            &pool,
+            redis.clone(),
+            plan,
+            &mut report
+        )
+        .await?);
     }
     add_ratios(&mut report);
     Ok(report)
@@ -152,10 +171,12 @@ struct Bench<DB: Workload> {
     pool: Pool<DB>,
     inbox: Inbox<DB>,
     handler: HandlerName,
+    redis: Option<Arc<RedisShortcut>>,
 }
 
 async fn measure_backend<DB: Workload>(
     pool: &Pool<DB>,
+    redis: Option<Arc<RedisShortcut>>,
     plan: Plan,
     report: &mut Report,
 ) -> anyhow::Result<()> {
@@ -173,11 +194,16 @@ async fn measure_backend<DB: Workload>(
         pool: pool.clone(),
         inbox,
         handler: HandlerName::new("warehouse")?,
+        redis,
     });
+    let figures: Vec<Figure> = Figure::ALL
+        .into_iter()
+        .filter(|figure| *figure != Figure::RedisSetNx || bench.redis.is_some())
+        .collect();
     for workers in WORKERS {
         let mut samples: Vec<(Figure, f64)> = Vec::new();
         for round in 0..plan.rounds {
-            for figure in plan.order(round, &Figure::ALL) {
+            for figure in plan.order(round, &figures) {
                 bench.reset().await?;
                 let rate = bench
                     .clone()
@@ -190,7 +216,7 @@ async fn measure_backend<DB: Workload>(
                 samples.push((figure, rate));
             }
         }
-        for figure in Figure::ALL {
+        for &figure in &figures {
             report.rows.push(Row {
                 name: figure.name().to_owned(),
                 backend: DB::LABEL,
@@ -224,6 +250,9 @@ impl<DB: Workload> Bench<DB> {
     async fn reset(&self) -> anyhow::Result<()> {
         for table in [INBOX_TABLE, HAND_TABLE, PICKS_TABLE] {
             DB::exec(&self.pool, format!("{} {table}", DB::EMPTY)).await?;
+        }
+        if let Some(redis) = &self.redis {
+            redis.reset().await?;
         }
         Ok(())
     }
@@ -334,6 +363,12 @@ impl<DB: Workload> Bench<DB> {
                 tx.commit().await?;
                 return Ok(BATCH as u64);
             }
+            Figure::RedisSetNx => {
+                let redis = self.redis.as_ref().context("no Redis")?;
+                let id = event(round, worker, n);
+                let fresh = redis.mark(worker, self.handler.as_str(), &id).await?;
+                anyhow::ensure!(fresh, "{id}: already marked in Redis");
+            }
         }
         Ok(1)
     }
@@ -363,8 +398,13 @@ fn add_ratios(report: &mut Report) {
                 ),
                 ("batch100_msgs_per_sec", get("batch100")),
                 ("duplicate_vs_inbox", get("duplicate") / get("inbox")),
+                (
+                    "batch100_vs_redis_setnx",
+                    get("batch100") / get("redis_setnx"),
+                ),
             ];
-            for (name, value) in ratios {
+            // A figure left out (no Redis) leaves its ratios out.
+            for (name, value) in ratios.into_iter().filter(|(_, v)| v.is_finite()) {
                 report.ratios.insert(format!("{name}_{suffix}"), value);
             }
         }
