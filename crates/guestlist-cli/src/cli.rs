@@ -112,6 +112,13 @@ pub(crate) struct PurgeArgs {
     /// Count the rows that would go, and delete nothing.
     #[arg(long)]
     pub(crate) dry_run: bool,
+    /// Purge the outbox instead of the inbox: the published messages a relay kept
+    /// (`guestlist relay --keep-published`), by when they were published; pending ones stay.
+    #[arg(long)]
+    pub(crate) outbox: bool,
+    /// The outbox table.
+    #[arg(long, default_value = "guestlist_outbox", requires = "outbox")]
+    pub(crate) outbox_table: String,
 }
 
 #[derive(Debug, Args)]

@@ -1,6 +1,6 @@
 //! `guestlist purge`: delete rows older than the retention, with a progress bar on a terminal.
 
-use guestlist::{Backend, Inbox, Purged, Retention};
+use guestlist::{Backend, Inbox, Outbox, Purged, Retention};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::cli::PurgeArgs;
@@ -18,17 +18,22 @@ async fn purge<DB: Backend>(
     args: &PurgeArgs,
     retention: Retention,
 ) -> anyhow::Result<()> {
-    let inbox = Inbox::<DB>::with_table(&args.db.table)?;
+    let (inbox, outbox);
+    let (table, mut purge) = if args.outbox {
+        outbox = Outbox::<DB>::with_table(&args.outbox_table)?;
+        (outbox.table().to_string(), outbox.purge(retention))
+    } else {
+        inbox = Inbox::<DB>::with_table(&args.db.table)?;
+        (inbox.table().to_string(), inbox.purge(retention))
+    };
     let older_than = humantime::format_duration(args.older_than);
-    let mut purge = inbox.purge(retention);
     if let Some(rows) = args.batch_size {
         purge = purge.batch_size(rows);
     }
     let candidates = purge.count(pool).await?;
     if args.dry_run {
         println!(
-            "{candidates} rows of {} are older than {older_than}; nothing deleted (dry run)",
-            inbox.table()
+            "{candidates} rows of {table} are older than {older_than}; nothing deleted (dry run)"
         );
         return Ok(());
     }
@@ -42,13 +47,11 @@ async fn purge<DB: Backend>(
         .await;
     bar.finish_and_clear();
     match outcome? {
-        Purged::Deleted(rows) => println!(
-            "purged {rows} rows older than {older_than} from {}",
-            inbox.table()
-        ),
+        Purged::Deleted(rows) => {
+            println!("purged {rows} rows older than {older_than} from {table}")
+        }
         Purged::Busy => println!(
-            "another purger is working on {} right now; nothing deleted here — it will finish the job",
-            inbox.table()
+            "another purger is working on {table} right now; nothing deleted here — it will finish the job"
         ),
     }
     Ok(())

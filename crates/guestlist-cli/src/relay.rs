@@ -86,6 +86,12 @@ pub(crate) struct RelayArgs {
     /// outage of the broker or the database under way) listen; off unless set.
     #[arg(long)]
     metrics_listen: Option<SocketAddr>,
+    /// Keep each published message's row, stamped with when it went out, until `guestlist
+    /// purge --outbox` deletes it by age (default: delete it once the broker confirmed it).
+    /// Kept rows show what was published and when, and make an enqueue retried after its
+    /// message went out add nothing; they cost the database a second row version per message.
+    #[arg(long)]
+    keep_published: bool,
 }
 
 /// How long the relay waits, at start, to hear from the broker.
@@ -258,7 +264,8 @@ async fn publish<DB: Backend, P: Publish>(
         .lease(args.lease)
         .poll(args.poll)
         .max_attempts(args.max_attempts)
-        .confirm_timeout(args.confirm_timeout);
+        .confirm_timeout(args.confirm_timeout)
+        .keep_published(args.keep_published);
     if let Some(addr) = args.metrics_listen {
         let mut stopped = stopped.clone();
         crate::gateway::ops::serve(addr, pool, Some(relay.health()), async move {

@@ -134,16 +134,9 @@ async fn a_broker_stopped_mid_stream_costs_no_message_and_no_order() {
         .confirm_timeout(Duration::from_secs(3));
     let health = relay.health();
     let (stop, running) = guestlist_testkit::run_until_stopped!(relay);
-    let table = line.outbox.table().to_string();
     line.rig
         .until(Duration::from_secs(60), "a first part went out", || async {
-            line.rig
-                .db
-                .scalar(format!(
-                    "SELECT count(*) FROM {table} WHERE published_at IS NOT NULL"
-                ))
-                .await
-                >= 60
+            line.published_of(300).await >= 60
         })
         .await;
 

@@ -18,6 +18,8 @@ pub enum Change {
     Insert,
     /// A row updated so that the condition (on `NEW`) holds: `NEW.status IS NOT NULL`.
     Update(&'static str),
+    /// A row deleted.
+    Delete,
 }
 
 /// Commits that change `table` as `change` says wait until [`release`](Self::release).
@@ -41,6 +43,7 @@ impl HeldCommit {
         let (event, when) = match change {
             Change::Insert => ("INSERT", "TRUE"),
             Change::Update(when) => ("UPDATE", when),
+            Change::Delete => ("DELETE", "TRUE"),
         };
         let mut conn = PgConnection::connect(url)
             .await

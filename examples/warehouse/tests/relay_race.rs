@@ -157,13 +157,10 @@ async fn relay_race(orders: Orders, broker: &str) {
     }
     let created = shop.await.unwrap();
     until_at_least(&db, picked, ORDERS, RUN_FOR).await;
-    until_at_least(
-        &db,
-        "SELECT count(*) FROM warehouse_outbox WHERE published_at IS NOT NULL",
-        2 * ORDERS,
-        RUN_FOR,
-    )
-    .await;
+    // Every order's two messages are enqueued by now (its pick task commits with the second):
+    // the relay deletes each row once the broker confirmed it, so an empty outbox is all sent.
+    let sent = format!("SELECT {} - count(*) FROM warehouse_outbox", 2 * ORDERS);
+    until_at_least(&db, &sent, 2 * ORDERS, RUN_FOR).await;
 
     // Redeliveries of what was already handled drain; then everything stops cleanly.
     until_the_broker_is_quiet(&orders, QUIET, RUN_FOR).await;
@@ -208,15 +205,6 @@ async fn relay_race(orders: Orders, broker: &str) {
     );
     assert_eq!(
         count(&db, "SELECT count(*) FROM warehouse_outbox").await,
-        2 * ORDERS,
-        "one OrderPaid and one PickTaskCreated per order in the outbox"
-    );
-    assert_eq!(
-        count(
-            &db,
-            "SELECT count(*) FROM warehouse_outbox WHERE published_at IS NULL"
-        )
-        .await,
         0,
         "nothing left pending"
     );

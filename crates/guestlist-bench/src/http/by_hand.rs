@@ -7,11 +7,15 @@
 //!   Stripe-like Idempotency Keys in Postgres"): the key row found or inserted and locked in a
 //!   first transaction, the work and a recovery point in a second, the response stored and the
 //!   lock cleared in a third.
-//! - `same_guarantees_by_hand`: `handwritten` with what `claim_in_transaction` adds, written as
-//!   tightly as by hand: the key's advisory lock tried and the transaction's idle timeout set to
-//!   the lease in the claim's own statement (a concurrent retry is answered 409 at once instead
-//!   of queueing, a stalled attempt ends at its lease); no savepoint, which only a handler that
-//!   keeps its key locked needs.
+//! - `same_guarantees_by_hand`: `handwritten` with what `claim_in_transaction` guarantees,
+//!   written as tightly as by hand: the key's advisory lock tried and the transaction's idle
+//!   timeout set to the lease in the claim's own statement (a concurrent retry is answered 409 at
+//!   once instead of queueing, a stalled attempt ends at its lease), and the row those answers
+//!   need in a table of the same shape as guestlist's: the client's scope beside the key (keys
+//!   never cross clients), the request's fingerprint (a reused key with another payload is told
+//!   422), the attempt's token and lease (a take-over fences a stale attempt), the stored
+//!   headers, and the creation time with its index (the purge deletes by age). No savepoint,
+//!   which only a handler that keeps its key locked needs.
 
 use axum::Router;
 use axum::body::Bytes;
@@ -23,12 +27,12 @@ use guestlist::sqlx::{self, PgPool};
 
 use super::ANSWER;
 
-/// The key tables of the two handlers.
-const TABLES: [&str; 6] = [
+/// The key tables of the handlers (the same-guarantees one is guestlist's shape, made by
+/// [`routers`]).
+const TABLES: [&str; 5] = [
     "DROP TABLE IF EXISTS bench_http_hand_keys",
     "CREATE TABLE bench_http_hand_keys (key TEXT PRIMARY KEY, status INT, body BYTEA)",
     "DROP TABLE IF EXISTS bench_http_guarded_keys",
-    "CREATE TABLE bench_http_guarded_keys (key TEXT PRIMARY KEY, status INT, body BYTEA)",
     "DROP TABLE IF EXISTS bench_http_phase_keys",
     "CREATE TABLE bench_http_phase_keys (key TEXT PRIMARY KEY, locked_at TIMESTAMPTZ, \
      recovery_point TEXT NOT NULL, status INT, body BYTEA)",
@@ -46,6 +50,9 @@ pub(super) async fn routers(pool: PgPool) -> anyhow::Result<Option<ByHand>> {
     for statement in TABLES {
         sqlx::query(statement).execute(&pool).await?;
     }
+    guestlist::SqlKeyStore::with_table(pool.clone(), GUARDED)?
+        .migrate()
+        .await?;
     let route = |handler| {
         Router::new()
             .route("/payments", handler)
@@ -86,18 +93,66 @@ async fn handwritten(State(pool): State<PgPool>, headers: HeaderMap, body: Bytes
     .await
 }
 
+/// The table of `same_guarantees_by_hand`: guestlist's key table's shape.
+const GUARDED: &str = "bench_http_guarded_keys";
+
+/// What `same_guarantees_by_hand` stores beside the body: the response's `Content-Type`.
+const STORED_HEADERS: &[u8] = b"content-type\0application/json";
+
 async fn same_guarantees(State(pool): State<PgPool>, headers: HeaderMap, body: Bytes) -> Response {
-    one_transaction(
-        &pool,
-        &headers,
-        &body,
-        "WITH lock AS (SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0)) AS held, \
-         set_config('idle_in_transaction_session_timeout', '30000', true)) \
-         INSERT INTO bench_http_guarded_keys (key) SELECT $1 FROM lock WHERE held \
-         ON CONFLICT DO NOTHING",
-        "bench_http_guarded_keys",
+    let Some(key) = key(&headers) else {
+        return StatusCode::BAD_REQUEST.into_response();
+    };
+    let credentials = headers.get("authorization").map(|v| v.as_bytes());
+    let Some(scope) = credentials.and_then(guestlist::http::scope_of_credentials) else {
+        return StatusCode::BAD_REQUEST.into_response();
+    };
+    let fingerprint = guestlist::Fingerprint::builder("POST", "/payments").body(&body);
+    let token = fastrand::i64(1..);
+    answer(
+        async {
+            let mut tx = pool.begin().await?;
+            let claimed = sqlx::query(
+                "WITH lock AS (SELECT pg_try_advisory_xact_lock(hashtextextended($1 || $2, 0)) \
+                 AS held, set_config('idle_in_transaction_session_timeout', '30000', true)) \
+                 INSERT INTO bench_http_guarded_keys \
+                 (scope, idempotency_key, fingerprint, token, locked_until) \
+                 SELECT $1, $2, $3, $4, now() + interval '30 seconds' FROM lock WHERE held \
+                 ON CONFLICT DO NOTHING",
+            )
+            .bind(scope.as_str())
+            .bind(&key)
+            .bind(fingerprint.as_bytes().as_slice())
+            .bind(token)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected()
+                == 1;
+            if !claimed {
+                tx.rollback().await?;
+                return stored(&pool, GUARDED, &key).await;
+            }
+            sqlx::query("INSERT INTO bench_http_payments (body) VALUES ($1)")
+                .bind(&body[..])
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query(
+                "UPDATE bench_http_guarded_keys SET status = 201, headers = $3, body = $4, \
+                 locked_until = NULL \
+                 WHERE scope = $1 AND idempotency_key = $2 AND token = $5 AND status IS NULL",
+            )
+            .bind(scope.as_str())
+            .bind(&key)
+            .bind(STORED_HEADERS)
+            .bind(ANSWER.as_bytes())
+            .bind(token)
+            .execute(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            Ok((201, ANSWER.as_bytes().to_vec()))
+        }
+        .await,
     )
-    .await
 }
 
 /// A key handled in one transaction: `claim` (the key's row inserted, or nothing where it is
@@ -198,8 +253,13 @@ async fn atomic_phases(State(pool): State<PgPool>, headers: HeaderMap, body: Byt
 
 /// The stored answer of `key` in `table`, or 409 while its first attempt runs.
 async fn stored(pool: &PgPool, table: &str, key: &str) -> Result<(u16, Vec<u8>), sqlx::Error> {
+    let column = if table == GUARDED {
+        "idempotency_key"
+    } else {
+        "key"
+    };
     let row: Option<(Option<i32>, Option<Vec<u8>>)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT status, body FROM {table} WHERE key = $1"
+        "SELECT status, body FROM {table} WHERE {column} = $1"
     )))
     .bind(key)
     .fetch_optional(pool)

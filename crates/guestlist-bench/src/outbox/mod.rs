@@ -2,10 +2,14 @@
 //! JetStream and RabbitMQ with PostgreSQL, in one run.
 //!
 //! Each figure moves the same messages to a fresh stream or queue:
-//! - `publish_only` publishes them straight with the broker client, batches of 500 pipelined
-//!   and confirmed together, with no database: the broker's limit;
+//! - `publish_only` publishes them straight with the broker client (the same messages: id,
+//!   ordering key and place, payload), batches of 500 pipelined and confirmed together, with no
+//!   database: the broker's limit;
 //! - `relay` drains an outbox table preloaded with them (committed, 100 ordering keys) with
-//!   guestlist's relay, defaults kept: read a batch, publish, confirm, stamp;
+//!   guestlist's relay, defaults kept: read a batch, publish, confirm, stamp (the stamp
+//!   deletes the confirmed rows);
+//! - `relay_keep_published` is the same relay keeping the rows it publishes
+//!   (`Relay::keep_published`): its stamp sets `published_at`, a second row version each;
 //! - `handwritten` is the polling relay written the obvious way: SELECT 100 unpublished rows,
 //!   publish each and wait for its confirmation, UPDATE each.
 //!
@@ -34,16 +38,23 @@ const TABLE: &str = "bench_outbox";
 enum Figure {
     PublishOnly,
     Relay,
+    RelayKeepPublished,
     Handwritten,
 }
 
 impl Figure {
-    const ALL: [Figure; 3] = [Figure::PublishOnly, Figure::Relay, Figure::Handwritten];
+    const ALL: [Figure; 4] = [
+        Figure::PublishOnly,
+        Figure::Relay,
+        Figure::RelayKeepPublished,
+        Figure::Handwritten,
+    ];
 
     fn name(self) -> &'static str {
         match self {
             Figure::PublishOnly => "publish_only",
             Figure::Relay => "relay",
+            Figure::RelayKeepPublished => "relay_keep_published",
             Figure::Handwritten => "handwritten",
         }
     }
@@ -51,7 +62,9 @@ impl Figure {
     fn batch(self) -> usize {
         match self {
             Figure::PublishOnly => PUBLISH_BATCH,
-            Figure::Relay => Relay::<sqlx::Postgres, JetStreamPublisher>::DEFAULT_BATCH,
+            Figure::Relay | Figure::RelayKeepPublished => {
+                Relay::<sqlx::Postgres, JetStreamPublisher>::DEFAULT_BATCH
+            }
             Figure::Handwritten => HANDWRITTEN_BATCH,
         }
     }
@@ -177,6 +190,29 @@ pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
             }
         }
         report.ratio("relay_vs_publish_only", "relay", "publish_only", label, 1);
+        report.ratio(
+            "relay_keep_published_vs_publish_only",
+            "relay_keep_published",
+            "publish_only",
+            label,
+            1,
+        );
+        // The machine's CPU a relayed message costs over a published one: what bounds the
+        // relay's rate on a small machine, whatever the broker's speed.
+        report.ratio(
+            "relay_cpu_us_per_msg_vs_publish_only",
+            "relay_cpu",
+            "publish_only_cpu",
+            label,
+            1,
+        );
+        report.ratio(
+            "relay_keep_published_cpu_us_per_msg_vs_publish_only",
+            "relay_keep_published_cpu",
+            "publish_only_cpu",
+            label,
+            1,
+        );
         report.ratio("relay_vs_handwritten", "relay", "handwritten", label, 1);
         report.rows.push(Row {
             name: "relay_100_per_sec".to_owned(),
@@ -207,8 +243,14 @@ async fn measure<P: Publish>(
             .map(|secs| secs * 1e6 / messages as f64)
     };
     if figure == Figure::PublishOnly {
+        // The messages the relay publishes, headers and all: its ordering key and place.
         let all: Vec<OutboxMessage> = (0..messages)
-            .map(|n| OutboxMessage::new(format!("evt_{n}"), topic.clone(), payload(n)))
+            .map(|n| {
+                let mut message = OutboxMessage::new(format!("evt_{n}"), topic.clone(), payload(n));
+                message.ordering_key = Some(format!("order-{}", n % KEYS));
+                message.seq = (n / KEYS + 1) as i64;
+                message
+            })
             .collect();
         let (started, cpu) = (Instant::now(), CpuClock::now());
         for batch in all.chunks(PUBLISH_BATCH) {
@@ -224,8 +266,9 @@ async fn measure<P: Publish>(
     preload(pool, &topic, messages).await?;
     let (started, cpu) = (Instant::now(), CpuClock::now());
     match figure {
-        Figure::Relay => {
-            let relay = Relay::new(outbox.clone(), pool.clone(), publisher);
+        Figure::Relay | Figure::RelayKeepPublished => {
+            let relay = Relay::new(outbox.clone(), pool.clone(), publisher)
+                .keep_published(figure == Figure::RelayKeepPublished);
             let relayed = relay
                 .drain()
                 .await?
@@ -250,7 +293,10 @@ async fn measure<P: Publish>(
     Ok((rate, cpu))
 }
 
-/// Empties the outbox and fills it with `messages` committed rows on 100 ordering keys.
+/// The ordering keys the messages are spread over.
+const KEYS: usize = 100;
+
+/// Empties the outbox and fills it with `messages` committed rows on [`KEYS`] ordering keys.
 async fn preload(pool: &PgPool, topic: &str, messages: usize) -> anyhow::Result<()> {
     for table in [TABLE.to_owned(), format!("{TABLE}_keys")] {
         sqlx::query(sqlx::AssertSqlSafe(format!("TRUNCATE {table}")))
@@ -259,7 +305,7 @@ async fn preload(pool: &PgPool, topic: &str, messages: usize) -> anyhow::Result<
     }
     sqlx::query(sqlx::AssertSqlSafe(format!(
         "INSERT INTO {TABLE} (message_id, topic, ordering_key, seq, payload) \
-         SELECT 'evt_' || g, $1, 'order-' || (g % 100), g / 100 + 1, \
+         SELECT 'evt_' || g, $1, 'order-' || (g % {KEYS}), g / {KEYS} + 1, \
          convert_to('{{\"id\":\"evt_' || g || '\",\"type\":\"OrderPaid\",\"order\":' || g || '}}', 'UTF8') \
          FROM generate_series(0, $2 - 1) AS g"
     )))

@@ -1,6 +1,7 @@
 -- guestlist outbox for MySQL 8.0.13+ and MariaDB 10.3+. Table name: guestlist_outbox (rename every
 -- occurrence to use another). A row is an event written on the business change's own transaction;
--- a relay publishes the committed rows and stamps published_at once the broker confirmed.
+-- a relay publishes the committed rows and deletes each once the broker confirmed it
+-- (a relay told to keep them stamps published_at instead, and the purge deletes them by age).
 -- VARBINARY compares byte for byte, as message ids and keys must.
 CREATE TABLE IF NOT EXISTS guestlist_outbox (
     id           BIGINT         NOT NULL AUTO_INCREMENT PRIMARY KEY,

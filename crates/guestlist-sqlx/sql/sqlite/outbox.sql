@@ -1,7 +1,8 @@
 -- guestlist outbox for SQLite. Table name: guestlist_outbox (rename every occurrence to use
 -- another). A row is an event written on the business change's own transaction; a relay publishes
--- the committed rows and stamps published_at once the broker confirmed. Times are UTC text with
--- milliseconds, so that they sort and compare as time.
+-- the committed rows and deletes each once the broker confirmed it
+-- (a relay told to keep them stamps published_at instead, and the purge deletes them by age).
+-- Times are UTC text with milliseconds, so that they sort and compare as time.
 CREATE TABLE IF NOT EXISTS guestlist_outbox (
     id           INTEGER PRIMARY KEY AUTOINCREMENT,
     message_id   TEXT    NOT NULL UNIQUE,

@@ -229,33 +229,18 @@ impl Statement for ClaimLocked<'_> {
     }
 }
 
-/// What a locked claim answers: whether it holds the key's lock, whether it inserted the row,
-/// and the key's row as the statement began (`None` when there was none).
+/// What a locked claim answers: whether it holds the key's lock, and whether it inserted the
+/// key's row.
 pub(crate) struct LockedClaim {
     pub(crate) held: bool,
     pub(crate) inserted: bool,
-    pub(crate) row: Option<KeyRow>,
 }
 
 impl Columns for LockedClaim {
     fn read<DB: Codec>(row: &DB::Row) -> Result<Self, sqlx::Error> {
-        let fingerprint: Option<Vec<u8>> = DB::get(row, 2)?;
-        let found = match fingerprint {
-            None => None,
-            Some(fingerprint) => Some(KeyRow {
-                fingerprint,
-                status: DB::get(row, 3)?,
-                headers: DB::get(row, 4)?,
-                body: DB::get(row, 5)?,
-                attempt: DB::get::<Option<i64>>(row, 6)?.unwrap_or(0),
-                token: DB::get::<Option<i64>>(row, 7)?.unwrap_or(0),
-                lease_left_ms: DB::get(row, 8)?,
-            }),
-        };
         Ok(Self {
             held: DB::get(row, 0)?,
             inserted: DB::get(row, 1)?,
-            row: found,
         })
     }
 }

@@ -76,26 +76,20 @@ impl<DB: Backend> SqlKeyStore<DB> {
             if !claim.held {
                 // The holder may be an attempt running now, or a retry reading a stored
                 // response: a stored response is replayed, anything else is in flight.
-                let found = self
-                    .settle_row(tx, scope, key, fingerprint, claim.row, None)
-                    .await?;
+                let found = self.settle(tx, scope, key, fingerprint, None).await?;
                 return Ok(found.unwrap_or(Begin::InFlight {
                     retry_after: LOCK_HELD_RETRY,
                 }));
             }
-            let begin = match claim.row {
-                _ if claim.inserted => Some(Begin::Run {
+            let begin = if claim.inserted {
+                Some(Begin::Run {
                     attempt: Attempt::new(1, token),
-                }),
-                // Committed after the statement began: read it now.
-                None => {
-                    self.settle(tx, scope, key, fingerprint, Some(lease_ms))
-                        .await?
-                }
-                row => {
-                    self.settle_row(tx, scope, key, fingerprint, row, Some(lease_ms))
-                        .await?
-                }
+                })
+            } else {
+                // The key's row is there: a stored response, another request's, or an attempt
+                // whose lease may have ended.
+                self.settle(tx, scope, key, fingerprint, Some(lease_ms))
+                    .await?
             };
             if let Some(begin) = begin {
                 return Ok(begin);

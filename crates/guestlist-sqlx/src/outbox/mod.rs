@@ -202,8 +202,9 @@ impl<DB: Backend> Outbox<DB> {
         })
     }
 
-    /// A purge of the published messages older than `retention`; messages not yet published
-    /// are never purged.
+    /// A purge of the published messages older than `retention`, for rows a relay kept
+    /// ([`Relay::keep_published`]: by default it deletes each message's row once published);
+    /// messages not yet published are never purged.
     pub fn purge(&self, retention: Retention) -> Purge<'_, DB> {
         Purge::new(&self.sql.common, retention)
     }

@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 
 use guestlist_core::Backoff;
 
-use crate::backend::Backend;
 use crate::backend::Wake;
+use crate::backend::{Backend, Stamp};
 use crate::fencing::new_token;
 use crate::outbox::Outbox;
 use crate::outbox::progress::{Progress, Round};
@@ -14,7 +14,9 @@ use crate::{Error, Health};
 use guestlist_core::{Publish, PublishError};
 
 /// Publishes an [`Outbox`]'s committed messages to a broker, and stamps each one published once
-/// the broker has confirmed it.
+/// the broker has confirmed it: its row is deleted (or, with
+/// [`keep_published`](Relay::keep_published), kept with the time it was published until the
+/// [purge](Outbox::purge) removes it by age).
 ///
 /// - **Order.** Messages go out in the order they committed for each ordering key (the outbox
 ///   gives each key's messages their places as their transactions commit), in batches whose
@@ -66,6 +68,7 @@ pub struct Relay<DB: Backend, P> {
     pub(super) max_attempts: u32,
     pub(super) confirm_timeout: Duration,
     pub(super) health: Health,
+    pub(super) stamp: Stamp,
 }
 
 /// What a relay did until it stopped.
@@ -117,7 +120,24 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
             max_attempts: Self::DEFAULT_MAX_ATTEMPTS,
             confirm_timeout: Self::DEFAULT_CONFIRM_TIMEOUT,
             health,
+            stamp: Stamp::Delete,
         }
+    }
+
+    /// Keeps each published message's row, stamped with when it was published (`published_at`),
+    /// until [`Outbox::purge`] deletes it by age, instead of deleting it once the broker has
+    /// confirmed it (the default).
+    ///
+    /// Kept rows answer "was it published, and when?" in the table itself, and make an enqueue
+    /// retried after its message went out (a commit whose answer was lost, tried again) add
+    /// nothing, as it does while the message is pending. They cost a second row version and
+    /// its index entries per message (the relay's stamp becomes an `UPDATE`: in the guide's
+    /// performance chapter, the database's work per message rises from a `DELETE`'s to a few
+    /// times that), and a purge to run. Without them, such a retry publishes its message a
+    /// second time, which the consumers' inbox drops as a duplicate (its id is the same).
+    pub fn keep_published(mut self, keep: bool) -> Self {
+        self.stamp = if keep { Stamp::Keep } else { Stamp::Delete };
+        self
     }
 
     /// At most `messages` per round (at least 1).

@@ -85,8 +85,15 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
         let stamp = async {
             let asked = Instant::now();
             let mut conn = self.pool.acquire().await?;
-            let mut kept =
-                DB::relay_stamp(&mut conn, sql, lease.token, lease_ms, &settled.stamp).await?;
+            let mut kept = DB::relay_stamp(
+                &mut conn,
+                sql,
+                lease.token,
+                lease_ms,
+                &settled.stamp,
+                self.stamp,
+            )
+            .await?;
             for (row, why) in &dead {
                 if !kept {
                     break;

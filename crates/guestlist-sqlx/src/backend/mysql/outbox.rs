@@ -68,6 +68,7 @@ impl RelayStatements for MySql {
     // Followed by the literal id list; run after the renewal, on its transaction.
     const RELAY_STAMP: &'static str =
         "UPDATE {table} SET published_at = UTC_TIMESTAMP(6) WHERE id IN ";
+    const RELAY_DELETE: &'static str = "DELETE FROM {table} WHERE id IN ";
     const OUTBOX_BACKLOG: &'static str = "SELECT COUNT(*), \
          CAST(TIMESTAMPDIFF(MICROSECOND, MIN(created_at), UTC_TIMESTAMP(6)) DIV 1000 AS SIGNED) \
          FROM {table} WHERE published_at IS NULL";

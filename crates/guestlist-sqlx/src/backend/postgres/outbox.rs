@@ -6,7 +6,7 @@ use sqlx::{AssertSqlSafe, Postgres};
 use crate::backend::Codec;
 use crate::backend::RelaySql;
 use crate::backend::Wake;
-use crate::backend::relay::{PendingRow, RelayStatements};
+use crate::backend::relay::{PendingRow, RelayStatements, Stamp};
 use crate::backend::sealed::OutboxStatements;
 use crate::backend::statement::Columns;
 
@@ -56,6 +56,12 @@ impl RelayStatements for Postgres {
          stamped AS (UPDATE {table} SET published_at = now() \
          WHERE id = ANY($3) AND EXISTS (SELECT 1 FROM lease) RETURNING 1) \
          SELECT EXISTS (SELECT 1 FROM lease)";
+    const RELAY_DELETE: &'static str = "WITH lease AS (UPDATE {table}_relay \
+         SET lease_until = now() + $1 * interval '1 millisecond' \
+         WHERE shard = 0 AND token = $2 AND holder IS NOT NULL RETURNING 1), \
+         deleted AS (DELETE FROM {table} \
+         WHERE id = ANY($3) AND EXISTS (SELECT 1 FROM lease) RETURNING 1) \
+         SELECT EXISTS (SELECT 1 FROM lease)";
     const OUTBOX_BACKLOG: &'static str = "SELECT COUNT(*)::bigint, \
          (EXTRACT(EPOCH FROM (now() - MIN(created_at))) * 1000)::bigint \
          FROM {table} WHERE published_at IS NULL";
@@ -88,8 +94,9 @@ impl RelayStatements for Postgres {
         token: i64,
         lease_ms: i64,
         ids: &'c [i64],
+        stamp: Stamp,
     ) -> Result<bool, sqlx::Error> {
-        sqlx::query_scalar(AssertSqlSafe(sql.stamp.clone()))
+        sqlx::query_scalar(AssertSqlSafe(sql.stamp(stamp).clone()))
             .bind(lease_ms)
             .bind(token)
             .bind(ids)

@@ -33,9 +33,12 @@ pub struct RelaySql {
     /// on PostgreSQL the ids to leave out (elsewhere the text holds `{exclude}` where a
     /// literal `AND id NOT IN (…)` goes).
     pub(crate) pending: Arc<str>,
-    /// Stamps rows as published: on PostgreSQL one statement that also renews the lease
-    /// (lease, token, ids); elsewhere the text before a literal list of ids.
+    /// Stamps rows as published, keeping them ([`Stamp::Keep`]): on PostgreSQL one statement
+    /// that also renews the lease (lease, token, ids); elsewhere the text before a literal list
+    /// of ids.
     pub(crate) stamp: Arc<str>,
+    /// Deletes published rows ([`Stamp::Delete`]), written as [`RelaySql::stamp`] is.
+    pub(crate) delete: Arc<str>,
     /// Moves a pending row to `{table}_dead`: the reason, the row's id (run after the lease's
     /// renewal, on its transaction, followed by [`RelaySql::unpend`]).
     pub(crate) bury: Arc<str>,
@@ -67,6 +70,7 @@ impl RelaySql {
             release: fill(DB::RELAY_RELEASE),
             pending: fill(DB::RELAY_PENDING),
             stamp: fill(DB::RELAY_STAMP),
+            delete: fill(DB::RELAY_DELETE),
             bury: fill(DB::RELAY_BURY),
             unpend: fill(DB::RELAY_UNPEND),
             dead_list: fill(DB::DEAD_LIST),
@@ -78,6 +82,26 @@ impl RelaySql {
             lease: fill(DB::RELAY_LEASE),
         }
     }
+}
+
+impl RelaySql {
+    /// The text of the stamp `stamp`.
+    pub(crate) fn stamp(&self, stamp: Stamp) -> &Arc<str> {
+        match stamp {
+            Stamp::Delete => &self.delete,
+            Stamp::Keep => &self.stamp,
+        }
+    }
+}
+
+/// What the relay's stamp does with a row the broker confirmed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
+pub enum Stamp {
+    /// Deletes it: no second row version, no index entry written.
+    Delete,
+    /// Sets its `published_at`, and the purge deletes it by age.
+    Keep,
 }
 
 /// One pending row as the relay reads it.
@@ -170,6 +194,8 @@ pub trait RelayStatements: OutboxStatements {
     const RELAY_PENDING: &'static str;
     /// Template of [`RelaySql::stamp`].
     const RELAY_STAMP: &'static str;
+    /// Template of [`RelaySql::delete`].
+    const RELAY_DELETE: &'static str;
     /// Template of [`RelaySql::bury`].
     const RELAY_BURY: &'static str;
     /// Template of [`RelaySql::unpend`].
@@ -256,17 +282,19 @@ pub trait RelayStatements: OutboxStatements {
         shared::bury_in_transaction::<Self>(conn, sql, token, lease_ms, id, reason)
     }
 
-    /// Renews the lease and, if `token` still holds it, stamps the rows `ids` as published,
-    /// atomically: `false` (and nothing stamped) when the lease was lost. Written for the
-    /// databases whose statements cannot do both in one: a transaction of its own.
+    /// Renews the lease and, if `token` still holds it, stamps the rows `ids` as published
+    /// (deleting or keeping them, as `stamp` says), atomically: `false` (and nothing stamped)
+    /// when the lease was lost. Written for the databases whose statements cannot do both in
+    /// one: a transaction of its own.
     fn relay_stamp<'c>(
         conn: &'c mut Self::Connection,
         sql: &'c RelaySql,
         token: i64,
         lease_ms: i64,
         ids: &'c [i64],
+        stamp: Stamp,
     ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send + 'c {
-        shared::stamp_in_transaction::<Self>(conn, sql, token, lease_ms, ids)
+        shared::stamp_in_transaction::<Self>(conn, sql, token, lease_ms, ids, stamp)
     }
 
     /// The oldest `limit` dead letters.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use sqlx::{AssertSqlSafe, Connection};
 
-use super::{PendingRow, RelaySql, RelayStatements};
+use super::{PendingRow, RelaySql, RelayStatements, Stamp};
 use crate::backend::statement::{Args, Codec, Columns, Plain};
 
 /// The lease's take: holder, lease (ms).
@@ -69,6 +69,7 @@ pub(crate) async fn stamp_in_transaction<DB: RelayStatements>(
     token: i64,
     lease_ms: i64,
     ids: &[i64],
+    stamp: Stamp,
 ) -> Result<bool, sqlx::Error> {
     let mut tx = conn.begin().await?;
     if !renewed_on::<DB>(&mut tx, sql, token, lease_ms).await? {
@@ -77,7 +78,7 @@ pub(crate) async fn stamp_in_transaction<DB: RelayStatements>(
     if !ids.is_empty() {
         // Plain integers, formatted here: nothing to escape, and not kept as a prepared
         // statement since every batch's list differs.
-        let stamp = format!("{}{}", sql.stamp, id_list(ids));
+        let stamp = format!("{}{}", sql.stamp(stamp), id_list(ids));
         let query = sqlx::query(AssertSqlSafe(stamp)).persistent(false);
         DB::run_query(&mut tx, query).await?;
     }

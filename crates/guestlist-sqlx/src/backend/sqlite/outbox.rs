@@ -46,6 +46,7 @@ impl RelayStatements for Sqlite {
     // Followed by the literal id list; run after the renewal, on its transaction.
     const RELAY_STAMP: &'static str = "UPDATE {table} \
          SET published_at = strftime('%Y-%m-%d %H:%M:%f', 'now') WHERE id IN ";
+    const RELAY_DELETE: &'static str = "DELETE FROM {table} WHERE id IN ";
     const OUTBOX_BACKLOG: &'static str = "SELECT COUNT(*), \
          CAST(round((julianday('now') - julianday(MIN(created_at))) * 86400000.0) AS INTEGER) \
          FROM {table} WHERE published_at IS NULL";

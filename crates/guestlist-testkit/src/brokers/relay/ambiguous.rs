@@ -30,12 +30,13 @@ impl StampCut {
         ambiguity: Ambiguity,
     ) -> Self {
         match DB::COMMIT_FRAME {
+            // The relay's stamp deletes the rows the broker confirmed.
             Some(fault_proxy::POSTGRES_COMMIT) => {
-                let stamped = Change::Update("NEW.published_at IS NOT NULL");
-                StampCut::Held(HeldCommit::on(url, table, stamped).await)
+                StampCut::Held(HeldCommit::on(url, table, Change::Delete).await)
             }
             Some(commit) => {
-                StampCut::Trap(proxy.trap_after(b"SET published_at", commit, ambiguity))
+                let stamp = format!("DELETE FROM {table} WHERE id IN");
+                StampCut::Trap(proxy.trap_after(stamp.as_bytes(), commit, ambiguity))
             }
             None => panic!("{}: a database with a wire", DB::LABEL),
         }

@@ -151,6 +151,16 @@ impl<B: Broker, DB: Fixture> Line<B, DB> {
         self.outbox.stats(&self.rig.db.pool).await.unwrap().pending
     }
 
+    /// Of the `enqueued` messages enqueued so far, those published: no longer in the outbox
+    /// (a relay deletes a message's row once the broker confirmed it) nor among its dead
+    /// letters.
+    pub async fn published_of(&self, enqueued: u64) -> u64 {
+        let pool = &self.rig.db.pool;
+        let rows = self.outbox.stats(pool).await.unwrap().rows;
+        let dead = self.outbox.dead_count(pool).await.unwrap();
+        enqueued.saturating_sub(rows + dead)
+    }
+
     /// Waits until the database says the relays' lease has run out: a stopped or killed holder
     /// renews it no more, though a renewal it sent just before may still land, later on a busy
     /// machine than any fixed pause allows for.

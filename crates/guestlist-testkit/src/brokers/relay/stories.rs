@@ -116,7 +116,11 @@ pub async fn a_relay_that_lost_its_lease_stamps_nothing<B: Broker, DB: Fixture>(
     // Paused (by itself, so exactly there) between the broker's confirmation and its stamp, past
     // the end of its lease.
     line.until_lease_ran_out().await;
-    let relay = line.relay(line.rig.broker.publisher().await, Duration::from_secs(5));
+    // The successor keeps the rows it publishes, so that the paused relay's stamp (it deletes
+    // the rows it stamps) would show.
+    let relay = line
+        .relay(line.rig.broker.publisher().await, Duration::from_secs(5))
+        .keep_published(true);
     let relayed = relay
         .drain()
         .await
