@@ -21,12 +21,13 @@ impl CpuClock {
             .skip(1)
             .filter_map(|field| field.parse().ok())
             .collect();
-        // user nice system idle iowait irq softirq steal …: all but idle and iowait are busy.
-        let busy = fields
+        // user nice system idle iowait irq softirq steal guest guest_nice: busy is user, nice,
+        // system, irq and softirq. Not steal, the time a virtual machine's host ran something
+        // else (on a shared host it comes and goes, and would be charged to the figure that
+        // happened to run), nor guest, counted in user already.
+        let busy = [0, 1, 2, 5, 6]
             .iter()
-            .enumerate()
-            .filter(|(column, _)| *column != 3 && *column != 4)
-            .map(|(_, ticks)| ticks)
+            .filter_map(|&column| fields.get(column))
             .sum();
         Some(Self { busy_ticks: busy })
     }

@@ -45,6 +45,9 @@ impl Latency {
 pub(crate) struct Report {
     pub(crate) rows: Vec<Row>,
     pub(crate) ratios: BTreeMap<String, f64>,
+    /// Each round's rate of the figures measured round by round (name, backend), in the order
+    /// the rounds ran: a ratio of two of them is the median of their ratios round by round.
+    pub(crate) rounds: BTreeMap<(String, String), Vec<f64>>,
 }
 
 impl Report {
@@ -71,6 +74,10 @@ impl Report {
     }
 
     /// `over / under` for `backend` with `at` workers; `None` unless both figures were measured.
+    ///
+    /// Where both were measured round by round, it is the median of the two figures' ratios
+    /// round by round: on a machine whose speed drifts (a shared host), each round's pair ran
+    /// close together, where the medians of the two figures may come from different moments.
     pub(crate) fn quotient(
         &self,
         over: &str,
@@ -78,6 +85,14 @@ impl Report {
         backend: &str,
         at: usize,
     ) -> Option<f64> {
+        let rounds = |name: &str| self.rounds.get(&(name.to_owned(), backend.to_owned()));
+        if let (Some(overs), Some(unders)) = (rounds(over), rounds(under))
+            && overs.len() == unders.len()
+            && !overs.is_empty()
+        {
+            let paired = overs.iter().zip(unders).map(|(o, u)| o / u).collect();
+            return Some(crate::measure::median(paired));
+        }
         let (over, under) = (self.get(over, backend, at), self.get(under, backend, at));
         (!over.is_nan() && !under.is_nan()).then(|| over / under)
     }

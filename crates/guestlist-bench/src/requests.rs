@@ -4,8 +4,9 @@
 use std::future::Future;
 use std::time::Duration;
 
+use crate::cpu::CpuClock;
 use crate::measure::{Plan, load, median};
-use crate::report::{Latency, Row};
+use crate::report::{Latency, Report, Row};
 
 /// Concurrent keep-alive connections of the load generator.
 pub(crate) const CONNECTIONS: usize = 32;
@@ -24,44 +25,87 @@ pub(crate) trait Figure: Copy + PartialEq + Send + Sync + 'static {
 }
 
 /// Measures `figures` round by round (in [`Plan::order`]) with [`CONNECTIONS`] connections in a
-/// closed loop, `request(figure, round, connection, n)` sending each request; one row per figure.
+/// closed loop, `request(figure, round, connection, n)` sending each request: a row per figure
+/// (and one of its CPU per request) in `report`, with its rate round by round.
 pub(crate) async fn measure<F, R, Fut>(
     plan: Plan,
     figures: &[F],
     backend: &'static str,
     request: R,
-) -> anyhow::Result<Vec<Row>>
+    report: &mut Report,
+) -> anyhow::Result<()>
 where
     F: Figure,
     R: Fn(F, usize, usize, u64) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = anyhow::Result<u64>> + Send,
 {
-    let mut samples: Vec<(F, f64, Vec<Duration>)> = Vec::new();
+    measure_settled(plan, figures, backend, request, async || Ok(()), report).await
+}
+
+/// [`measure`], with `settle` run before each figure's load and outside its clock: a database
+/// checkpoint, so that no figure pays for flushing what the one before it wrote.
+pub(crate) async fn measure_settled<F, R, Fut>(
+    plan: Plan,
+    figures: &[F],
+    backend: &'static str,
+    request: R,
+    settle: impl AsyncFn() -> anyhow::Result<()>,
+    report: &mut Report,
+) -> anyhow::Result<()>
+where
+    F: Figure,
+    R: Fn(F, usize, usize, u64) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = anyhow::Result<u64>> + Send,
+{
+    let mut samples: Vec<(F, f64, Option<f64>, Vec<Duration>)> = Vec::new();
     for round in 0..plan.rounds {
         for figure in plan.order(round, figures) {
+            settle().await?;
             let request = request.clone();
+            let cpu = CpuClock::now();
             let measured = load(CONNECTIONS, plan.each, move |worker, n| {
                 request(figure, round, worker, n)
             })
             .await?;
+            // The machine's CPU per request (server, client and database together).
+            let requests = measured.latencies.len() as f64;
+            let cpu = cpu
+                .and_then(|cpu| cpu.busy_since())
+                .filter(|_| requests > 0.0)
+                .map(|secs| secs * 1e6 / requests);
+            let cpu_text = cpu.map_or_else(String::new, |us| format!("  {us:>6.0} CPU µs/req"));
             eprintln!(
-                "  {:<15} round {round}  {:>8.0} req/s",
+                "  {:<15} round {round}  {:>8.0} req/s{cpu_text}",
                 figure.name(),
                 measured.per_sec
             );
-            samples.push((figure, measured.per_sec, measured.latencies));
+            samples.push((figure, measured.per_sec, cpu, measured.latencies));
         }
     }
-    Ok(figures
-        .iter()
-        .map(|&figure| {
-            let rounds = samples
-                .iter()
-                .filter(|(f, ..)| *f == figure)
-                .map(|(_, rate, latencies)| (*rate, latencies.as_slice()));
-            row(figure.name(), backend, rounds)
-        })
-        .collect())
+    let mut rows = Vec::new();
+    for &figure in figures {
+        let of = || samples.iter().filter(move |(f, ..)| *f == figure);
+        let rates = of().map(|(_, rate, ..)| *rate).collect();
+        report
+            .rounds
+            .insert((figure.name().to_owned(), backend.to_owned()), rates);
+        let rounds = of().map(|(_, rate, _, latencies)| (*rate, latencies.as_slice()));
+        rows.push(row(figure.name(), backend, rounds));
+        let cpu: Vec<f64> = of().filter_map(|(_, _, cpu, _)| *cpu).collect();
+        if !cpu.is_empty() {
+            report.rows.push(Row {
+                name: format!("{}_cpu", figure.name()),
+                backend,
+                workers: CONNECTIONS,
+                batch: 1,
+                per_sec: median(cpu),
+                unit: "CPU µs/req",
+                latency: None,
+            });
+        }
+    }
+    report.rows.extend(rows);
+    Ok(())
 }
 
 /// What every request sends: a payment, as a client would.

@@ -240,7 +240,7 @@ async fn measure(
     report: &mut Report,
 ) -> anyhow::Result<()> {
     let (client, targets) = (client.clone(), targets.clone());
-    let rows = requests::measure(
+    requests::measure(
         plan,
         &Figure::on(backend),
         backend,
@@ -270,8 +270,8 @@ async fn measure(
                 }
             }
         },
+        report,
     )
     .await?;
-    report.rows.extend(rows);
     Ok(())
 }

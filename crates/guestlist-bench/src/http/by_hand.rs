@@ -16,6 +16,9 @@
 //!   422), the attempt's token and lease (a take-over fences a stale attempt), the stored
 //!   headers, and the creation time with its index (the purge deletes by age). No savepoint,
 //!   which only a handler that keeps its key locked needs.
+//! - `replay_by_hand`: a retry answered the least a stored answer takes, the floor of the
+//!   layer's replays: the key's row read by primary key from the layer's own table, and its
+//!   status and body sent back (no fingerprint compared, no stored headers replayed).
 
 use axum::Router;
 use axum::body::Bytes;
@@ -43,6 +46,7 @@ pub(super) struct ByHand {
     pub(super) handwritten: Router,
     pub(super) phases: Router,
     pub(super) same_guarantees: Router,
+    pub(super) replay: Router,
 }
 
 /// Creates the tables and returns the routers.
@@ -62,6 +66,7 @@ pub(super) async fn routers(pool: PgPool) -> anyhow::Result<Option<ByHand>> {
         handwritten: route(post(handwritten)),
         phases: route(post(atomic_phases)),
         same_guarantees: route(post(same_guarantees)),
+        replay: route(post(replay)),
     }))
 }
 
@@ -153,6 +158,36 @@ async fn same_guarantees(State(pool): State<PgPool>, headers: HeaderMap, body: B
         }
         .await,
     )
+}
+
+/// A retry of a stored key, answered from the layer's key table by hand.
+async fn replay(State(pool): State<PgPool>, headers: HeaderMap) -> Response {
+    let Some(key) = key(&headers) else {
+        return StatusCode::BAD_REQUEST.into_response();
+    };
+    let credentials = headers.get("authorization").map(|v| v.as_bytes());
+    let Some(scope) = credentials.and_then(guestlist::http::scope_of_credentials) else {
+        return StatusCode::BAD_REQUEST.into_response();
+    };
+    let row: Result<Option<StoredRow>, _> = sqlx::query_as(
+        "SELECT status, body FROM bench_http_keys WHERE scope = $1 AND idempotency_key = $2",
+    )
+    .bind(scope.as_str())
+    .bind(&key)
+    .fetch_optional(&pool)
+    .await;
+    answer(row.map(stored_answer))
+}
+
+/// A key's stored status and body, as read.
+type StoredRow = (Option<i32>, Option<Vec<u8>>);
+
+/// What a retry is told from its key's row: the stored answer, or 409 while none is stored.
+fn stored_answer(row: Option<StoredRow>) -> (u16, Vec<u8>) {
+    match row {
+        Some((Some(status), Some(body))) => (u16::try_from(status).unwrap_or(500), body),
+        _ => (409, Vec::new()),
+    }
 }
 
 /// A key handled in one transaction: `claim` (the key's row inserted, or nothing where it is
@@ -258,14 +293,11 @@ async fn stored(pool: &PgPool, table: &str, key: &str) -> Result<(u16, Vec<u8>),
     } else {
         "key"
     };
-    let row: Option<(Option<i32>, Option<Vec<u8>>)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+    let row: Option<StoredRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT status, body FROM {table} WHERE {column} = $1"
     )))
     .bind(key)
     .fetch_optional(pool)
     .await?;
-    Ok(match row {
-        Some((Some(status), Some(body))) => (u16::try_from(status).unwrap_or(500), body),
-        _ => (409, Vec::new()),
-    })
+    Ok(stored_answer(row))
 }

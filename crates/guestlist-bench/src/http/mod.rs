@@ -13,7 +13,14 @@
 //! with the layer's replay cache on: after a key's first replay, no statement at all.
 //! `fresh_encrypted` is `fresh` with the stored bodies sealed at
 //! rest (AES-256-GCM). Guarded handlers answer 512 bytes of JSON. The load generator runs in the same process: 32 keep-alive
-//! connections in a closed loop.
+//! connections in a closed loop. The floors written by hand (`handwritten`, `atomic_phases`,
+//! `same_guarantees_by_hand`, `replay_by_hand`) are in `by_hand`.
+//!
+//! Each layer writes its own key table, as each hand-written figure does, and a checkpoint runs
+//! before each figure (outside its clock), so that no figure works on a table another grew or
+//! flushes what another wrote. Figures a goal compares run side by side in a round, and their
+//! ratio is the median of their ratios round by round (see `Report::quotient`); each figure's
+//! CPU per request (the whole machine's, without a shared host's steal) is reported beside it.
 
 mod by_hand;
 mod workload;
@@ -28,7 +35,7 @@ use guestlist::SqlKeyStore;
 use guestlist::http::{IdempotencyLayer, IdempotentTx, ReplayCache};
 use guestlist::sqlx::{self, Pool};
 
-use self::workload::{HttpWorkload, KEYS};
+use self::workload::{HttpWorkload, KEYS, KEYS_IN_TX, KEYS_SEALED};
 use crate::Common;
 use crate::measure::Plan;
 use crate::report::Report;
@@ -48,21 +55,25 @@ enum Figure {
     Handwritten,
     AtomicPhases,
     SameGuaranteesByHand,
+    ReplayByHand,
 }
 
 impl Figure {
-    const ALL: [Figure; 12] = [
+    /// In the order each round runs them (reversed every other round): the figures the goals
+    /// compare side by side, so that each round's pair runs close together.
+    const ALL: [Figure; 13] = [
+        Figure::ReplayCached,
+        Figure::ReplayByHand,
+        Figure::Replay,
         Figure::Unprotected,
+        Figure::ReplayInTxCached,
+        Figure::ReplayInTx,
         Figure::UnprotectedTx,
         Figure::Fresh,
-        Figure::Replay,
-        Figure::ReplayCached,
-        Figure::FreshInTx,
-        Figure::ReplayInTx,
-        Figure::ReplayInTxCached,
         Figure::FreshSealed,
-        Figure::Handwritten,
         Figure::AtomicPhases,
+        Figure::Handwritten,
+        Figure::FreshInTx,
         Figure::SameGuaranteesByHand,
     ];
 
@@ -76,7 +87,10 @@ impl Figure {
     fn by_hand(self) -> bool {
         matches!(
             self,
-            Figure::Handwritten | Figure::AtomicPhases | Figure::SameGuaranteesByHand
+            Figure::Handwritten
+                | Figure::AtomicPhases
+                | Figure::SameGuaranteesByHand
+                | Figure::ReplayByHand
         )
     }
 }
@@ -96,6 +110,7 @@ impl requests::Figure for Figure {
             Figure::Handwritten => "handwritten",
             Figure::AtomicPhases => "atomic_phases",
             Figure::SameGuaranteesByHand => "same_guarantees_by_hand",
+            Figure::ReplayByHand => "replay_by_hand",
         }
     }
 }
@@ -151,6 +166,12 @@ pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
             ),
             ("fresh_vs_atomic_phases", "fresh", "atomic_phases"),
             ("replay_vs_unprotected", "replay", "unprotected"),
+            ("replay_vs_replay_by_hand", "replay", "replay_by_hand"),
+            (
+                "replay_by_hand_vs_unprotected",
+                "replay_by_hand",
+                "unprotected",
+            ),
             ("replay_in_tx_vs_unprotected", "replay_in_tx", "unprotected"),
             (
                 "replay_cached_vs_unprotected",
@@ -255,12 +276,18 @@ async fn measure_backend<DB: HttpWorkload>(
     for table in [
         "DROP TABLE IF EXISTS bench_http_payments",
         "DROP TABLE IF EXISTS bench_http_keys",
+        "DROP TABLE IF EXISTS bench_http_keys_in_tx",
+        "DROP TABLE IF EXISTS bench_http_keys_sealed",
     ] {
         DB::exec(&pool, table).await?;
     }
     DB::exec(&pool, DB::CREATE).await?;
     let keys = SqlKeyStore::with_table(pool.clone(), KEYS)?;
-    keys.migrate().await?;
+    let keys_in_tx = SqlKeyStore::with_table(pool.clone(), KEYS_IN_TX)?;
+    let keys_sealed = SqlKeyStore::with_table(pool.clone(), KEYS_SEALED)?;
+    for store in [&keys, &keys_in_tx, &keys_sealed] {
+        store.migrate().await?;
+    }
     let plain = serve(
         Router::new()
             .route("/payments", post(unprotected::<DB>))
@@ -283,9 +310,7 @@ async fn measure_backend<DB: HttpWorkload>(
     let sealed = serve(
         Router::new()
             .route("/payments", post(protected::<DB>))
-            .layer(IdempotencyLayer::transactional(
-                keys.clone().sealed(sealing),
-            )),
+            .layer(IdempotencyLayer::transactional(keys_sealed.sealed(sealing))),
     )
     .await?;
     let cached = serve(
@@ -294,7 +319,7 @@ async fn measure_backend<DB: HttpWorkload>(
             .layer(IdempotencyLayer::transactional(keys.clone()).replay_cache(replay_cache())),
     )
     .await?;
-    let guarded_in_tx = match DB::claim_in_transaction(keys.clone()) {
+    let guarded_in_tx = match DB::claim_in_transaction(keys_in_tx) {
         Some(layer) => {
             let plain = Router::new()
                 .route("/payments", post(protected::<DB>))
@@ -311,6 +336,7 @@ async fn measure_backend<DB: HttpWorkload>(
             serve(routers.handwritten).await?,
             serve(routers.phases).await?,
             serve(routers.same_guarantees).await?,
+            serve(routers.replay).await?,
         )),
         None => None,
     };
@@ -320,13 +346,16 @@ async fn measure_backend<DB: HttpWorkload>(
         .filter(|figure| by_hand.is_some() || !figure.by_hand())
         .collect();
     let (guarded_in_tx, cached_in_tx) = guarded_in_tx.unwrap_or_default();
-    let (handwritten, phases, same_guarantees) = by_hand.unwrap_or_default();
+    let (handwritten, phases, same_guarantees, replay_by_hand) = by_hand.unwrap_or_default();
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(CONNECTIONS)
         .build()?;
-    // The keys the replay figure retries.
+    // The keys the replay figures retry, in each table they are retried from.
     for n in 0..STORED_KEYS {
         send(&client, &guarded, Some(&format!("stored-{n}"))).await?;
+        if !guarded_in_tx.is_empty() {
+            send(&client, &guarded_in_tx, Some(&format!("stored-{n}"))).await?;
+        }
     }
 
     let urls = (
@@ -337,9 +366,10 @@ async fn measure_backend<DB: HttpWorkload>(
         sealed,
         handwritten,
         phases,
-        (cached, cached_in_tx, same_guarantees),
+        (cached, cached_in_tx, same_guarantees, replay_by_hand),
     );
-    let rows = requests::measure(
+    let settle_pool = pool.clone();
+    requests::measure_settled(
         plan,
         &figures,
         DB::LABEL,
@@ -354,7 +384,7 @@ async fn measure_backend<DB: HttpWorkload>(
                     sealed,
                     handwritten,
                     phases,
-                    (cached, cached_in_tx, same_guarantees),
+                    (cached, cached_in_tx, same_guarantees, replay_by_hand),
                 ),
             ) = (client.clone(), urls.clone());
             async move {
@@ -375,11 +405,13 @@ async fn measure_backend<DB: HttpWorkload>(
                     Figure::SameGuaranteesByHand => {
                         send(&client, &same_guarantees, Some(&fresh)).await
                     }
+                    Figure::ReplayByHand => send(&client, &replay_by_hand, Some(&stored)).await,
                 }
             }
         },
+        async || Ok(DB::exec(&settle_pool, DB::SETTLE).await?),
+        report,
     )
     .await?;
-    report.rows.extend(rows);
     Ok(())
 }

@@ -9,11 +9,18 @@ use crate::work_future::WorkFuture;
 
 /// The key table of the protected handlers.
 pub(super) const KEYS: &str = "bench_http_keys";
+/// The key table of the layer with the claim on the handler's transaction: its own, as each
+/// hand-written figure has its own, so that no figure works on a table another one grew.
+pub(super) const KEYS_IN_TX: &str = "bench_http_keys_in_tx";
+/// The key table of the layer that seals stored bodies.
+pub(super) const KEYS_SEALED: &str = "bench_http_keys_sealed";
 
 /// A backend's SQL for the HTTP bench.
 pub(super) trait HttpWorkload: Backend {
     const LABEL: &'static str;
     const CREATE: &'static str;
+    /// What flushes the last figure's writes before the next figure runs (a checkpoint).
+    const SETTLE: &'static str;
     /// Connections in the pool. SQLite has one writer: a few connections queue fairly in the
     /// pool, where many would poll for the file lock in its busy handler.
     const POOL: u32;
@@ -33,10 +40,11 @@ pub(super) trait HttpWorkload: Backend {
 }
 
 macro_rules! http_workload {
-    ($db:ty, $conn:ty, $label:literal, $pool:literal, $create:literal, $insert:literal, $in_tx:expr, $by_hand:expr) => {
+    ($db:ty, $conn:ty, $label:literal, $pool:literal, $create:literal, $insert:literal, $settle:literal, $in_tx:expr, $by_hand:expr) => {
         impl HttpWorkload for $db {
             const LABEL: &'static str = $label;
             const CREATE: &'static str = $create;
+            const SETTLE: &'static str = $settle;
             const POOL: u32 = $pool;
 
             fn insert<'c>(conn: &'c mut $conn, body: &'c [u8]) -> WorkFuture<'c, (), sqlx::Error> {
@@ -80,6 +88,7 @@ http_workload!(
     32,
     "CREATE TABLE bench_http_payments (id BIGSERIAL PRIMARY KEY, body BYTEA NOT NULL)",
     "INSERT INTO bench_http_payments (body) VALUES ($1)",
+    "CHECKPOINT",
     |keys| Some(IdempotencyLayer::transactional(keys).claim_in_transaction()),
     |pool| Box::pin(super::by_hand::routers(pool))
 );
@@ -90,6 +99,7 @@ http_workload!(
     4,
     "CREATE TABLE bench_http_payments (id INTEGER PRIMARY KEY, body BLOB NOT NULL)",
     "INSERT INTO bench_http_payments (body) VALUES (?1)",
+    "PRAGMA wal_checkpoint(TRUNCATE)",
     |_| None,
     |_| Box::pin(async { Ok(None) })
 );
@@ -100,6 +110,7 @@ http_workload!(
     32,
     "CREATE TABLE bench_http_payments (id BIGINT AUTO_INCREMENT PRIMARY KEY, body BLOB NOT NULL)",
     "INSERT INTO bench_http_payments (body) VALUES (?)",
+    "FLUSH TABLES",
     |_| None,
     |_| Box::pin(async { Ok(None) })
 );
