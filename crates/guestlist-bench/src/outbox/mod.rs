@@ -11,7 +11,10 @@
 //! - `relay_keep_published` is the same relay keeping the rows it publishes
 //!   (`Relay::keep_published`): its stamp sets `published_at`, a second row version each;
 //! - `handwritten` is the polling relay written the obvious way: SELECT 100 unpublished rows,
-//!   publish each and wait for its confirmation, UPDATE each.
+//!   publish each and wait for its confirmation, UPDATE each;
+//! - `database_part_by_hand` is the database's share of relaying, by hand and with no broker:
+//!   read the oldest 500 pending rows, delete them, commit, until none is left. Publishing's CPU
+//!   plus this one's is the floor of the relay's (`relay_cpu_floor_vs_publish_only`).
 //!
 //! Then the relay runs on its own while messages commit at 100 a second, for the latency from
 //! a commit to the message's arrival at a subscriber.
@@ -40,10 +43,12 @@ enum Figure {
     Relay,
     RelayKeepPublished,
     Handwritten,
+    DatabasePartByHand,
 }
 
 impl Figure {
-    const ALL: [Figure; 4] = [
+    const ALL: [Figure; 5] = [
+        Figure::DatabasePartByHand,
         Figure::PublishOnly,
         Figure::Relay,
         Figure::RelayKeepPublished,
@@ -56,12 +61,13 @@ impl Figure {
             Figure::Relay => "relay",
             Figure::RelayKeepPublished => "relay_keep_published",
             Figure::Handwritten => "handwritten",
+            Figure::DatabasePartByHand => "database_part_by_hand",
         }
     }
 
     fn batch(self) -> usize {
         match self {
-            Figure::PublishOnly => PUBLISH_BATCH,
+            Figure::PublishOnly | Figure::DatabasePartByHand => PUBLISH_BATCH,
             Figure::Relay | Figure::RelayKeepPublished => {
                 Relay::<sqlx::Postgres, JetStreamPublisher>::DEFAULT_BATCH
             }
@@ -164,7 +170,12 @@ pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
         }
         for figure in Figure::ALL {
             let of = |figure| samples.iter().filter(move |(f, ..)| *f == figure);
-            let rates = of(figure).map(|(_, rate, _)| *rate).collect();
+            let rates: Vec<f64> = of(figure).map(|(_, rate, _)| *rate).collect();
+            let rounds = rates.len();
+            // Round by round too: a ratio of two figures is the median of theirs by round.
+            report
+                .rounds
+                .insert((figure.name().to_owned(), label.to_owned()), rates.clone());
             report.rows.push(Row {
                 name: figure.name().to_owned(),
                 backend: label,
@@ -177,6 +188,12 @@ pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
             // The machine's CPU per message (bench, database and broker together): on a small
             // machine, what bounds a figure that waits on nothing.
             let cpu: Vec<f64> = of(figure).filter_map(|(_, _, cpu)| *cpu).collect();
+            if cpu.len() == rounds {
+                report.rounds.insert(
+                    (format!("{}_cpu", figure.name()), label.to_owned()),
+                    cpu.clone(),
+                );
+            }
             if !cpu.is_empty() {
                 report.rows.push(Row {
                     name: format!("{}_cpu", figure.name()),
@@ -205,6 +222,14 @@ pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
             "publish_only_cpu",
             label,
             1,
+        );
+        // The relay's floor: publishing, and the database's part of it done by hand.
+        let floor = report.get("publish_only_cpu", label, 1)
+            + report.get("database_part_by_hand_cpu", label, 1);
+        let publish = report.get("publish_only_cpu", label, 1);
+        report.record(
+            &format!("relay_cpu_floor_vs_publish_only_{label}"),
+            (floor.is_finite() && publish > 0.0).then(|| floor / publish),
         );
         report.ratio(
             "relay_keep_published_cpu_us_per_msg_vs_publish_only",
@@ -280,6 +305,7 @@ async fn measure<P: Publish>(
             );
         }
         Figure::Handwritten => handwritten(pool, &publisher).await?,
+        Figure::DatabasePartByHand => read_and_delete(pool).await?,
         Figure::PublishOnly => unreachable!("measured above"),
     }
     let rate = messages as f64 / started.elapsed().as_secs_f64();
@@ -349,6 +375,37 @@ async fn handwritten<P: Publish>(pool: &PgPool, publisher: &P) -> anyhow::Result
             .execute(pool)
             .await?;
         }
+    }
+}
+
+/// The database's part of relaying, by hand: the oldest pending rows read, then deleted, a
+/// batch at a time, until none is left.
+async fn read_and_delete(pool: &PgPool) -> anyhow::Result<()> {
+    loop {
+        let rows: Vec<(
+            i64,
+            String,
+            String,
+            Option<String>,
+            i64,
+            Option<Vec<u8>>,
+            Vec<u8>,
+        )> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT id, message_id, topic, ordering_key, seq, headers, payload FROM {TABLE} \
+                 WHERE published_at IS NULL ORDER BY id LIMIT {PUBLISH_BATCH}"
+        )))
+        .fetch_all(pool)
+        .await?;
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<i64> = rows.iter().map(|row| row.0).collect();
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "DELETE FROM {TABLE} WHERE id = ANY($1)"
+        )))
+        .bind(&ids)
+        .execute(pool)
+        .await?;
     }
 }
 
