@@ -378,19 +378,23 @@ async fn handwritten<P: Publish>(pool: &PgPool, publisher: &P) -> anyhow::Result
     }
 }
 
+/// An outbox row as the relay reads it: id, message id, topic, ordering key, seq, headers,
+/// payload.
+type PendingRow = (
+    i64,
+    String,
+    String,
+    Option<String>,
+    i64,
+    Option<Vec<u8>>,
+    Vec<u8>,
+);
+
 /// The database's part of relaying, by hand: the oldest pending rows read, then deleted, a
 /// batch at a time, until none is left.
 async fn read_and_delete(pool: &PgPool) -> anyhow::Result<()> {
     loop {
-        let rows: Vec<(
-            i64,
-            String,
-            String,
-            Option<String>,
-            i64,
-            Option<Vec<u8>>,
-            Vec<u8>,
-        )> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        let rows: Vec<PendingRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "SELECT id, message_id, topic, ordering_key, seq, headers, payload FROM {TABLE} \
                  WHERE published_at IS NULL ORDER BY id LIMIT {PUBLISH_BATCH}"
         )))
