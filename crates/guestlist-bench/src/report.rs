@@ -134,7 +134,12 @@ impl Report {
                     "backend": r.backend,
                     "workers": r.workers,
                     "batch": r.batch,
-                    "per_sec": r.per_sec.round(),
+                    // CPU per item to a tenth of a µs; rates to the unit.
+                    "per_sec": if r.unit.starts_with("CPU") {
+                        (r.per_sec * 10.0).round() / 10.0
+                    } else {
+                        r.per_sec.round()
+                    },
                     "unit": r.unit,
                 });
                 if let Some(latency) = r.latency {

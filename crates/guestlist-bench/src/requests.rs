@@ -82,7 +82,6 @@ where
             samples.push((figure, measured.per_sec, cpu, measured.latencies));
         }
     }
-    let mut rows = Vec::new();
     for &figure in figures {
         let of = || samples.iter().filter(move |(f, ..)| *f == figure);
         let rates = of().map(|(_, rate, ..)| *rate).collect();
@@ -90,7 +89,7 @@ where
             .rounds
             .insert((figure.name().to_owned(), backend.to_owned()), rates);
         let rounds = of().map(|(_, rate, _, latencies)| (*rate, latencies.as_slice()));
-        rows.push(row(figure.name(), backend, rounds));
+        report.rows.push(row(figure.name(), backend, rounds));
         let cpu: Vec<f64> = of().filter_map(|(_, _, cpu, _)| *cpu).collect();
         if !cpu.is_empty() {
             report.rows.push(Row {
@@ -104,7 +103,6 @@ where
             });
         }
     }
-    report.rows.extend(rows);
     Ok(())
 }
 

@@ -94,6 +94,19 @@ pub(super) trait Preload: Workload {
     /// status 201 with a JSON content type and a body of `BODY_BYTES`.
     fn key_chunk(table: &str, from: u64, to: u64, total: u64) -> String;
 
+    /// The batch claim written by hand on `table`, as guestlist's batches are compared with it
+    /// (loaded against empty): the sorted `ids` inserted for `handler` on a transaction of
+    /// their own, and how many were new; `None`, doing nothing, where it is not written here.
+    fn raw_claim_batch<'a>(
+        pool: &'a Pool<Self>,
+        table: &'a str,
+        handler: &'a str,
+        ids: &'a [String],
+    ) -> impl Future<Output = anyhow::Result<Option<u64>>> + Send + 'a {
+        let _ = (pool, table, handler, ids);
+        async { Ok(None) }
+    }
+
     /// Drops `table`'s indexes before a bulk load and returns the SQL that builds them again
     /// as they were; `None`, dropping nothing, where this backend has no such path.
     fn take_indexes_off(
@@ -146,6 +159,26 @@ fn pg_spread(total: u64) -> String {
 impl Preload for guestlist::sqlx::Postgres {
     const CHUNK: u64 = 1_000_000;
     const ANALYZE: &'static str = "ANALYZE";
+
+    // The statement guestlist's batch claim runs, with its begin and commit.
+    async fn raw_claim_batch<'a>(
+        pool: &'a Pool<Self>,
+        table: &'a str,
+        handler: &'a str,
+        ids: &'a [String],
+    ) -> anyhow::Result<Option<u64>> {
+        let mut tx = pool.begin().await?;
+        let fresh: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "INSERT INTO {table} (handler, message_id) SELECT $1, id FROM unnest($2::text[]) \
+             AS batch(id) ON CONFLICT DO NOTHING RETURNING message_id"
+        )))
+        .bind(handler)
+        .bind(ids)
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(Some(fresh.len() as u64))
+    }
 
     fn chunk(table: &str, shape: Shape, from: u64, to: u64, total: u64) -> String {
         const EVT: &str = "'evt_' || left(translate(encode(uuid_send(gen_random_uuid()), \

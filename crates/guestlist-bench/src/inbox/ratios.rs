@@ -42,24 +42,31 @@ pub(super) fn add_ratios(
     loaded: &InboxStats,
 ) {
     let n = rows_label(rows);
-    for figure in ["single", "batch100"] {
+    for figure in ["single", "batch100", "raw_batch100"] {
         let (loaded, empty) = (format!("{figure}_loaded"), format!("{figure}_empty"));
         let ratio = report.quotient(&loaded, &empty, backend, workers);
         report.record(&format!("{figure}_{n}_vs_empty_{backend}"), ratio);
     }
-    let p99 = |name: &str| {
-        report
-            .rows
-            .iter()
-            .find(|r| r.name == name && r.backend == backend)
-            .and_then(|r| r.latency)
-            .map_or(f64::NAN, |l| l.p99_ms)
-    };
-    let (idle, during) = (p99("claims_idle"), p99("claims_during_purge"));
-    report.ratios.insert(
-        format!("idle_p99_vs_purge_p99_{n}_{backend}"),
-        idle / during,
-    );
+    // How much more guestlist's batches slow down on the loaded table than the same batch in
+    // raw SQL does: each round's loaded/empty over raw SQL's, the median of the rounds.
+    let rounds = |name: &str| report.rounds.get(&(name.to_owned(), backend.to_owned()));
+    if let [Some(bl), Some(be), Some(rl), Some(re)] = [
+        rounds("batch100_loaded"),
+        rounds("batch100_empty"),
+        rounds("raw_batch100_loaded"),
+        rounds("raw_batch100_empty"),
+    ] {
+        let per_round = (0..bl.len().min(be.len()).min(rl.len()).min(re.len()))
+            .map(|i| (bl[i] / be[i]) / (rl[i] / re[i]))
+            .collect();
+        report.record(
+            &format!("batch100_{n}_vs_raw_sql_ratio_{backend}"),
+            Some(crate::measure::median(per_round)),
+        );
+    }
+    // The median of the purge rounds' ratios of p99s.
+    let p99s = report.quotient("claims_idle_p99", "claims_during_purge_p99", backend, 1);
+    report.record(&format!("idle_p99_vs_purge_p99_{n}_{backend}"), p99s);
     let purge = report.get("purge", backend, 1);
     report
         .ratios

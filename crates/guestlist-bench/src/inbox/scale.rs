@@ -3,9 +3,11 @@
 //! Fills one inbox with N rows spread over a week (a seventh of them a day), then measures in
 //! one run, with 4 workers:
 //! - single claims and batch-100 claims on the loaded table and on an empty one, interleaved
-//!   round by round;
-//! - live single claims while nothing else runs (`claims_idle`), then while a purge deletes the
-//!   oldest day (`claims_during_purge`), and the purge's own rate;
+//!   round by round, and beside them (PostgreSQL) the same batch claim written by hand in raw
+//!   SQL on the same two tables: the database's own loaded/empty floor;
+//! - three times over: live single claims while nothing else runs (`claims_idle`), then while a
+//!   purge deletes the oldest day left (`claims_during_purge`), and the purge's own rate; the
+//!   ratios are the medians of the three;
 //! - the bytes each row costs, table and indexes, for each id shape;
 //! - the HTTP key table loaded with N stored responses too (see `key_table`).
 //!
@@ -60,14 +62,18 @@ enum Figure {
     SingleLoaded,
     BatchEmpty,
     BatchLoaded,
+    RawBatchEmpty,
+    RawBatchLoaded,
 }
 
 impl Figure {
-    const ALL: [Figure; 4] = [
+    const ALL: [Figure; 6] = [
         Figure::SingleEmpty,
         Figure::SingleLoaded,
+        Figure::RawBatchEmpty,
         Figure::BatchEmpty,
         Figure::BatchLoaded,
+        Figure::RawBatchLoaded,
     ];
 
     fn name(self) -> &'static str {
@@ -76,18 +82,27 @@ impl Figure {
             Figure::SingleLoaded => "single_loaded",
             Figure::BatchEmpty => "batch100_empty",
             Figure::BatchLoaded => "batch100_loaded",
+            Figure::RawBatchEmpty => "raw_batch100_empty",
+            Figure::RawBatchLoaded => "raw_batch100_loaded",
         }
     }
 
     fn batch(self) -> usize {
         match self {
             Figure::SingleEmpty | Figure::SingleLoaded => 1,
-            Figure::BatchEmpty | Figure::BatchLoaded => BATCH,
+            _ => BATCH,
         }
     }
 
     fn loaded(self) -> bool {
-        matches!(self, Figure::SingleLoaded | Figure::BatchLoaded)
+        matches!(
+            self,
+            Figure::SingleLoaded | Figure::BatchLoaded | Figure::RawBatchLoaded
+        )
+    }
+
+    fn raw(self) -> bool {
+        matches!(self, Figure::RawBatchEmpty | Figure::RawBatchLoaded)
     }
 }
 
@@ -221,9 +236,26 @@ struct Claims<DB: Preload> {
 }
 
 impl<DB: Preload> Claims<DB> {
-    /// One transaction: a single claim, or a batch of 100; returns the ids claimed.
-    async fn step(&self, inbox: &Inbox<DB>, batch: usize, n: u64) -> anyhow::Result<u64> {
-        if batch == 1 {
+    /// One transaction: a single claim, or a batch of 100 (through guestlist, or in raw SQL when
+    /// `raw`); returns the ids claimed.
+    async fn step(
+        &self,
+        inbox: &Inbox<DB>,
+        batch: usize,
+        raw: bool,
+        n: u64,
+    ) -> anyhow::Result<u64> {
+        if raw {
+            let mut ids: Vec<String> = (0..batch as u64)
+                .map(|i| Shape::Mixed.random_id(n * batch as u64 + i))
+                .collect();
+            ids.sort_unstable();
+            let table = inbox.table().as_str();
+            let fresh = DB::raw_claim_batch(&self.pool, table, self.handler.as_str(), &ids)
+                .await?
+                .context("no raw batch claim is written for this database")?;
+            anyhow::ensure!(fresh == batch as u64, "random ids were duplicates");
+        } else if batch == 1 {
             let id = MessageId::new(Shape::Mixed.random_id(n))?;
             let done = inbox
                 .process(&self.pool, &self.handler, &id, async |_tx| {
@@ -256,7 +288,7 @@ impl<DB: Preload> Claims<DB> {
                 } else {
                     &claims.empty
                 };
-                claims.step(inbox, figure.batch(), n).await
+                claims.step(inbox, figure.batch(), figure.raw(), n).await
             }
         })
         .await
@@ -269,9 +301,18 @@ async fn claims<DB: Preload>(
     plan: Plan,
     report: &mut Report,
 ) -> anyhow::Result<()> {
+    // The raw SQL beside guestlist's batches, where it is written for this database.
+    let probe = [Shape::Mixed.random_id(0)];
+    let raw = DB::raw_claim_batch(&bench.pool, EMPTY_TABLE, "probe", &probe)
+        .await?
+        .is_some();
+    let figures: Vec<Figure> = Figure::ALL
+        .into_iter()
+        .filter(|figure| raw || !figure.raw())
+        .collect();
     let mut samples: Vec<(Figure, f64, Vec<Duration>)> = Vec::new();
     for round in 0..plan.rounds {
-        for figure in plan.order(round, &Figure::ALL) {
+        for figure in plan.order(round, &figures) {
             if !figure.loaded() {
                 DB::exec(&bench.pool, format!("{} {EMPTY_TABLE}", DB::EMPTY)).await?;
             }
@@ -284,8 +325,12 @@ async fn claims<DB: Preload>(
             samples.push((figure, measured.per_sec, measured.latencies));
         }
     }
-    for figure in Figure::ALL {
+    for &figure in &figures {
         let mine: Vec<_> = samples.iter().filter(|(f, ..)| *f == figure).collect();
+        report.rounds.insert(
+            (figure.name().to_owned(), DB::LABEL.to_owned()),
+            mine.iter().map(|(_, rate, _)| *rate).collect(),
+        );
         let mut latencies: Vec<Duration> = mine.iter().flat_map(|(.., l)| l.clone()).collect();
         report.rows.push(Row {
             name: figure.name().to_owned(),
@@ -300,31 +345,94 @@ async fn claims<DB: Preload>(
     Ok(())
 }
 
-/// Live claims alone, then during a purge of the oldest day; the purge's rate.
+/// How many times the purge is measured, each on the oldest day left.
+const PURGE_ROUNDS: usize = 3;
+
+/// Three times: live claims alone, then during a purge of the oldest day left; the purge's
+/// rate. Returns the rows the purges deleted.
 async fn purge<DB: Preload>(
     bench: &Arc<Claims<DB>>,
     plan: Plan,
     scale: Scale,
     report: &mut Report,
 ) -> anyhow::Result<u64> {
-    let window = plan.each * 4;
-    let mut idle = bench.run(Figure::SingleLoaded, window).await?;
-    let idle_latency = Latency::of(&mut idle.latencies);
-    eprintln!(
-        "  claims_idle          {:>9.0} ids/s  p99 {:.2} ms",
-        idle.per_sec, idle_latency.p99_ms
-    );
+    let batch = scale
+        .purge_batch
+        .unwrap_or(guestlist::Purge::<DB>::DEFAULT_BATCH_SIZE);
+    let (mut idle_all, mut during_all) = (Vec::new(), Vec::new());
+    let (mut idle_p99, mut during_p99, mut rates) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut idle_rates, mut during_rates) = (Vec::new(), Vec::new());
+    let mut deleted_all = 0;
+    for round in 0..PURGE_ROUNDS {
+        let mut idle = bench.run(Figure::SingleLoaded, plan.each * 4).await?;
+        let idle_latency = Latency::of(&mut idle.latencies);
+        eprintln!(
+            "  claims_idle          round {round}  {:>9.0} ids/s  p99 {:.2} ms",
+            idle.per_sec, idle_latency.p99_ms
+        );
+        let (deleted, rate, mut during) = purge_oldest_day(bench, batch, scale.purge_pause).await?;
+        let during_latency = Latency::of(&mut during.latencies);
+        eprintln!(
+            "  purge                round {round}  deleted {deleted} rows ({rate:.0} rows/s, batches of {batch}, pauses of {:?})",
+            scale.purge_pause
+        );
+        eprintln!(
+            "  claims_during_purge  round {round}  {:>9.0} ids/s  p99 {:.2} ms",
+            during.per_sec, during_latency.p99_ms
+        );
+        deleted_all += deleted;
+        idle_p99.push(idle_latency.p99_ms);
+        during_p99.push(during_latency.p99_ms);
+        rates.push(rate);
+        idle_rates.push(idle.per_sec);
+        during_rates.push(during.per_sec);
+        idle_all.append(&mut idle.latencies);
+        during_all.append(&mut during.latencies);
+    }
+    let label = DB::LABEL;
+    for (name, latencies, per_sec) in [
+        ("claims_idle", &mut idle_all, idle_rates),
+        ("claims_during_purge", &mut during_all, during_rates),
+    ] {
+        report.rows.push(Row {
+            name: name.to_owned(),
+            backend: label,
+            workers: WORKERS,
+            batch: 1,
+            per_sec: median(per_sec),
+            unit: "msgs/s",
+            latency: Some(Latency::of(latencies)),
+        });
+    }
+    // Each round's p99 on its own, so that their ratio is the median of the rounds' ratios.
+    for (name, values) in [
+        ("claims_idle_p99", idle_p99),
+        ("claims_during_purge_p99", during_p99),
+    ] {
+        report
+            .rounds
+            .insert((name.to_owned(), label.to_owned()), values);
+    }
     report.rows.push(Row {
-        name: "claims_idle".to_owned(),
-        backend: DB::LABEL,
-        workers: WORKERS,
-        batch: 1,
-        per_sec: idle.per_sec,
-        unit: "msgs/s",
-        latency: Some(idle_latency),
+        name: "purge".to_owned(),
+        backend: label,
+        workers: 1,
+        batch: batch as usize,
+        per_sec: median(rates),
+        unit: "rows/s",
+        latency: None,
     });
+    Ok(deleted_all)
+}
 
-    // The oldest day: everything older than the oldest row's age less a day.
+/// Purges the oldest day left while four workers claim: the rows deleted, their rate, and the
+/// claims made meanwhile.
+async fn purge_oldest_day<DB: Preload>(
+    bench: &Arc<Claims<DB>>,
+    batch: u32,
+    pause: Duration,
+) -> anyhow::Result<(u64, f64, Load)> {
+    // Everything older than the oldest row's age less a day.
     let oldest = bench
         .loaded
         .stats(&bench.pool)
@@ -333,16 +441,6 @@ async fn purge<DB: Preload>(
         .context("the loaded table is empty")?;
     let keep = oldest.saturating_sub(DAY).max(Duration::from_secs(1));
     let retention = Retention::new(keep, Duration::ZERO)?;
-    let batch = scale
-        .purge_batch
-        .unwrap_or(guestlist::Purge::<DB>::DEFAULT_BATCH_SIZE);
-    let purge = bench.loaded.purge(retention).batch_size(batch);
-    let candidates = purge.count(&bench.pool).await?;
-    eprintln!(
-        "  purging {candidates} rows older than {} s …",
-        keep.as_secs()
-    );
-
     let done = Arc::new(AtomicBool::new(false));
     let purging = {
         let (bench, done) = (bench.clone(), done.clone());
@@ -352,7 +450,7 @@ async fn purge<DB: Preload>(
                 .loaded
                 .purge(retention)
                 .batch_size(batch)
-                .pause(scale.purge_pause)
+                .pause(pause)
                 .run(&bench.pool)
                 .await;
             done.store(true, Ordering::Relaxed);
@@ -360,46 +458,16 @@ async fn purge<DB: Preload>(
         })
     };
     let claims = bench.clone();
-    let mut during = load_while(WORKERS, done, move |_worker, n| {
+    let during = load_while(WORKERS, done, move |_worker, n| {
         let claims = claims.clone();
-        async move { claims.step(&claims.loaded, 1, n).await }
+        async move { claims.step(&claims.loaded, 1, false, n).await }
     })
     .await?;
     let (purged, took) = purging.await??;
     let Purged::Deleted(deleted) = purged else {
         anyhow::bail!("another purger held {LOADED_TABLE}");
     };
-    let rate = deleted as f64 / took.as_secs_f64();
-    let during_latency = Latency::of(&mut during.latencies);
-    eprintln!(
-        "  purge                deleted {deleted} rows in {:.1} s ({rate:.0} rows/s, batches of {}, pauses of {:?})",
-        took.as_secs_f64(),
-        batch,
-        scale.purge_pause
-    );
-    eprintln!(
-        "  claims_during_purge  {:>9.0} ids/s  p99 {:.2} ms",
-        during.per_sec, during_latency.p99_ms
-    );
-    report.rows.push(Row {
-        name: "claims_during_purge".to_owned(),
-        backend: DB::LABEL,
-        workers: WORKERS,
-        batch: 1,
-        per_sec: during.per_sec,
-        unit: "msgs/s",
-        latency: Some(during_latency),
-    });
-    report.rows.push(Row {
-        name: "purge".to_owned(),
-        backend: DB::LABEL,
-        workers: 1,
-        batch: batch as usize,
-        per_sec: rate,
-        unit: "rows/s",
-        latency: None,
-    });
-    Ok(deleted)
+    Ok((deleted, deleted as f64 / took.as_secs_f64(), during))
 }
 
 /// Bytes per row, table and indexes, for each id shape on a table of its own.
