@@ -128,6 +128,11 @@ impl<'a, DB: Backend> Purge<'a, DB> {
             tracing::debug!(table = %self.table.table, "another purger holds the lock");
             return Ok(Purged::Busy);
         }
+        if !DB::PURGE_SESSION.is_empty() {
+            sqlx::raw_sql(sqlx::AssertSqlSafe(DB::PURGE_SESSION))
+                .execute(DB::executor(&mut conn))
+                .await?;
+        }
         match self.delete_batches(&mut conn, &mut progress).await {
             Ok(deleted) => {
                 DB::unlock(&mut conn, &lock).await?;

@@ -84,6 +84,8 @@ pub(super) trait Preload: Workload {
     const ANALYZE: &'static str;
     /// Statements run once before the first chunk (helper tables).
     const PREPARE: &'static [&'static str] = &[];
+    /// What flushes the last figure's writes before the next figure runs (a checkpoint).
+    const SETTLE: &'static str;
 
     /// Inserts the rows numbered `from..=to` of `total` into `table`, as `shape`, under the
     /// handler `warehouse`.
@@ -159,6 +161,7 @@ fn pg_spread(total: u64) -> String {
 impl Preload for guestlist::sqlx::Postgres {
     const CHUNK: u64 = 1_000_000;
     const ANALYZE: &'static str = "ANALYZE";
+    const SETTLE: &'static str = "CHECKPOINT";
 
     // The statement guestlist's batch claim runs, with its begin and commit.
     async fn raw_claim_batch<'a>(
@@ -259,6 +262,7 @@ fn sqlite_numbers(from: u64, to: u64, total: u64) -> (String, String) {
 impl Preload for guestlist::sqlx::Sqlite {
     const CHUNK: u64 = 100_000;
     const ANALYZE: &'static str = "ANALYZE";
+    const SETTLE: &'static str = "PRAGMA wal_checkpoint(TRUNCATE)";
 
     // SQLite has no hash functions: random hex of each shape's length stands in for base62
     // and for digests.
@@ -309,6 +313,7 @@ fn mysql_numbers(from: u64, to: u64, total: u64) -> (String, String) {
 impl Preload for guestlist::sqlx::MySql {
     const CHUNK: u64 = 100_000;
     const ANALYZE: &'static str = "ANALYZE TABLE";
+    const SETTLE: &'static str = "FLUSH TABLES";
     const PREPARE: &'static [&'static str] = &[
         "CREATE TABLE IF NOT EXISTS bench_digits (d INT NOT NULL PRIMARY KEY)",
         "INSERT IGNORE INTO bench_digits VALUES (0), (1), (2), (3), (4), (5), (6), (7), (8), (9)",

@@ -122,6 +122,8 @@ pub(crate) mod sealed {
         const SINGLE_WRITER: bool = false;
         /// Rows per purge batch unless set (see [`crate::Purge::DEFAULT_BATCH_SIZE`]).
         const PURGE_BATCH_SIZE: u32 = 1_000;
+        /// Run once on the purge's own session before its batches (empty: nothing).
+        const PURGE_SESSION: &'static str = "";
         /// Template of [`InboxSql::claim`].
         const CLAIM: &'static str;
         /// Template of [`InboxSql::claim_batch`].
