@@ -20,7 +20,9 @@ use crate::backend::{Backend, TableSql};
 /// SQLite, where one writer holds the whole file, the pause lasts at least as long as the batch
 /// did, so that writers polling for the lock find it free half the time. On PostgreSQL and
 /// MySQL a session lock lets only one purger work on a table at a time; a second one returns
-/// [`Purged::Busy`] at once.
+/// [`Purged::Busy`] at once. On PostgreSQL the purge's session commits without waiting for the
+/// disk (`synchronous_commit = off`): a batch a crash loses is deleted again by the next purge,
+/// and live commits do not queue behind the purge's flushes.
 ///
 /// ```no_run
 /// # async fn run(pool: sqlx::PgPool) -> Result<(), guestlist_sqlx::Error> {

@@ -21,6 +21,14 @@ async fn a_database_restarted_under_four_writers_loses_and_doubles_nothing() {
     .await;
 }
 
+/// The key store's purge skips a row a live request's transaction holds (the inbox's purge, whose
+/// rows nothing else locks, deletes without locking first).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_old_key_a_live_request_holds_is_skipped_not_waited_for() {
+    common::retention::an_old_key_a_live_request_holds_is_skipped_not_waited_for("pg_held_key")
+        .await;
+}
+
 /// The table `migrate` makes is laid out for a life of inserts and one kind of delete: ids
 /// compared byte for byte whatever the server's locale, the `seen_at` index's pages filled
 /// whole (the time only grows), and a vacuum after each day's purge instead of every fifth.

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use guestlist_core::TableName;
 
 use super::statement::{Args, Bound, Codec, Statement};
-use super::table::filler;
+use super::table::{Rows, filler};
 use super::{TableSql, sealed};
 
 /// SQL text for one inbox table, formatted once when the [`crate::Inbox`] is built.
@@ -35,6 +35,7 @@ impl InboxSql {
             common: Arc::new(TableSql::new::<DB>(
                 table,
                 "seen_at",
+                Rows::Appended,
                 DB::INBOX_DDL,
                 "guestlist_inbox",
             )),

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use guestlist_core::{IdempotencyKey, Scope, TableName};
 
 use super::statement::{Args, Bound, Codec, Columns, Plain, Statement, Value};
-use super::table::filler;
+use super::table::{Rows, filler};
 use super::{TableSql, sealed};
 
 /// SQL text for one idempotency-key table, formatted once when the store is built.
@@ -47,6 +47,7 @@ impl KeysSql {
             common: Arc::new(TableSql::new::<DB>(
                 table,
                 "created_at",
+                Rows::Rewritten,
                 DB::KEYS_DDL,
                 "guestlist_keys",
             )),

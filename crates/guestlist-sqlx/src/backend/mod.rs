@@ -134,7 +134,8 @@ pub(crate) mod sealed {
         const DEFERRALS: &'static str;
         /// Template of [`InboxSql::forget_deferrals`].
         const FORGET_DEFERRALS: &'static str;
-        /// Template of [`TableSql::purge_batch`], with `{table}` and the time column `{at}`.
+        /// Template of [`TableSql::purge_batch`], with `{table}`, the time column `{at}` and, where
+        /// the database locks rows before deleting them, `{skip_locked}` (see `Rows`).
         const PURGE_BATCH: &'static str;
         /// Template of [`TableSql::count_older`], with `{table}` and the time column `{at}`.
         const COUNT_OLDER: &'static str;

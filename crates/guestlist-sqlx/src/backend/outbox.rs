@@ -5,7 +5,7 @@ use std::sync::Arc;
 use guestlist_core::TableName;
 
 use super::statement::{Args, Bound, Codec, Statement};
-use super::table::filler;
+use super::table::{Rows, filler};
 use super::{TableSql, sealed};
 
 /// SQL text for one outbox table, formatted once when the [`crate::Outbox`] is built.
@@ -34,6 +34,7 @@ impl OutboxSql {
             common: Arc::new(TableSql::new::<DB>(
                 table,
                 "published_at",
+                Rows::Appended,
                 DB::OUTBOX_DDL,
                 "guestlist_outbox",
             )),

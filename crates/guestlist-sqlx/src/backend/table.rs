@@ -8,6 +8,19 @@ use guestlist_core::TableName;
 use super::statement::Codec;
 use super::{Backend, sealed};
 
+/// What live traffic does to a table's rows once they are in, which decides how the purge treats
+/// a row a live transaction holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Rows {
+    /// Inserted and never changed (the inbox, the outbox's published rows): nothing but a purge
+    /// ever locks an old row, so the purge deletes without locking first, which on PostgreSQL
+    /// halves the WAL a batch writes (each locked row logs its lock, then its deletion).
+    Appended,
+    /// Changed in place by live requests (the key store's in-flight rows): the purge skips a row a
+    /// live transaction holds instead of waiting for it.
+    Rewritten,
+}
+
 /// SQL text every guestlist table needs: its name, its DDL, and its purge.
 #[derive(Debug)]
 #[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
@@ -25,11 +38,12 @@ pub struct TableSql {
 }
 
 impl TableSql {
-    /// Formats `DB`'s purge templates for `table`, whose age is in the column `at`, and its DDL
-    /// file, written for the table `default_name`.
+    /// Formats `DB`'s purge templates for `table`, whose age is in the column `at` and whose rows
+    /// live traffic treats as `rows` says, and its DDL file, written for the table `default_name`.
     pub(crate) fn new<DB: sealed::Statements>(
         table: &TableName,
         at: &str,
+        rows: Rows,
         ddl: &str,
         default_name: &str,
     ) -> Self {
@@ -37,6 +51,13 @@ impl TableSql {
             template
                 .replace("{table}", table.as_str())
                 .replace("{at}", at)
+                .replace(
+                    "{skip_locked}",
+                    match rows {
+                        Rows::Appended => "",
+                        Rows::Rewritten => " FOR UPDATE SKIP LOCKED",
+                    },
+                )
                 .into()
         };
         Self {

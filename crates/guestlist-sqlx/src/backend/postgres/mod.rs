@@ -59,13 +59,16 @@ impl Statements for Postgres {
     // rows it deleted stay in the index, dead, until vacuum, and a batch that started from the
     // oldest entry would step over all of them again (measured at 10 million rows: 25 ms a
     // batch, a core busy for the whole purge). EXTRACT gives numeric and whole microseconds
-    // multiply an interval exactly, so the time goes and comes back unchanged.
+    // multiply an interval exactly, so the time goes and comes back unchanged. {skip_locked}
+    // locks the key store's rows first, skipping those a live request holds; the inbox's and the
+    // outbox's rows nothing else locks, and a batch deleting them unlocked writes half the WAL
+    // (56 kB against 112 kB for 1,000 rows) in half the time.
     const PURGE_BATCH: &'static str = "WITH batch AS ( \
          SELECT ctid, {at} FROM {table} \
          WHERE {at} < now() - make_interval(secs => $1::bigint) \
          AND {at} >= COALESCE('epoch'::timestamptz + $3::bigint * interval '1 microsecond', \
          '-infinity') \
-         ORDER BY {at} LIMIT $2 FOR UPDATE SKIP LOCKED), \
+         ORDER BY {at} LIMIT $2{skip_locked}), \
          gone AS (DELETE FROM {table} WHERE ctid = ANY(ARRAY(SELECT ctid FROM batch)) RETURNING 1) \
          SELECT (SELECT count(*) FROM gone)::bigint, \
          (EXTRACT(EPOCH FROM (SELECT max({at}) FROM batch)) * 1000000)::bigint";
