@@ -8,11 +8,17 @@
 //! steps); sort the outcomes ([`Settled::sort`], the relay's own function); stamp the confirmed
 //! rows on a transaction that renews the lease first ([`RelayLeaseRow::renew`]), or stand by
 //! when that renewal finds the lease gone; renew when idle ([`HeldLease::due`]), and renew a
-//! lease no longer usable on its clock before standing by.
+//! lease no longer usable on its clock before standing by; give the lease back once its batch
+//! is stamped ([`RelayLeaseRow::release`]: a relay that stops on SIGTERM, or that holds more
+//! than its share of the shards), so that another takes it at once.
+//!
+//! One lease is one shard: a key's rows all fall in one shard, shards share nothing, and a
+//! shard's hand-over is the release and the take modelled here.
 //!
 //! Left out: the relay reads its next batch while the last one's stamp commits (that read
 //! leaves out the rows being stamped, so the order of steps is the same), the broker refusing
-//! a message (the held keys and dead letters), and many shards.
+//! a message (the held keys and dead letters), and which shards a relay asks for (its share:
+//! [`guestlist_core::protocol::ShardMoves`], tested on its own).
 
 use guestlist_core::protocol::{HeldLease, RelayLeaseRow, Settled, SettledRow};
 use guestlist_core::{Confirmed, PublishError};
@@ -32,6 +38,8 @@ pub struct RelayMoves {
     pub renew: fn(&mut RelayLeaseRow, i64, i64, i64) -> bool,
     /// Which rows of a published batch to stamp.
     pub stamp: fn(&[Pending], Vec<Said>) -> Vec<i64>,
+    /// The holder of a token gives the lease back.
+    pub release: fn(&mut RelayLeaseRow, i64),
 }
 
 impl RelayMoves {
@@ -40,6 +48,7 @@ impl RelayMoves {
         take: RelayLeaseRow::take,
         renew: RelayLeaseRow::renew,
         stamp: |rows, outcomes| Settled::sort(rows, outcomes).stamp,
+        release: RelayLeaseRow::release,
     };
 }
 
@@ -58,6 +67,8 @@ pub struct RelayModel {
     pub crashes: u8,
     /// Cut connections and lost confirmations allowed in a run, in all.
     pub losses: u8,
+    /// Leases given back in a run, in all.
+    pub releases: u8,
     /// Faults stop here; then the clock moves only while nothing else can.
     pub horizon: i64,
     /// Leases granted in a run, at most (a broken take could hand them out forever).
@@ -130,6 +141,8 @@ pub struct RelayState {
     pub crashes: u8,
     /// Losses so far.
     pub losses: u8,
+    /// Releases so far.
+    pub releases: u8,
 }
 
 /// One step.
@@ -154,6 +167,8 @@ pub enum RelayAction {
     /// Relay `r` finds its lease no longer usable on its clock: it renews it with its token,
     /// or stands by to take it again when that renewal finds it gone.
     Expire(usize),
+    /// Relay `r`, its batch stamped, gives the lease back and stands by.
+    Release(usize),
     /// Relay `r` crashes (SIGKILL) and starts again, standing by.
     Crash(usize),
     /// The clock moves one tick.
@@ -170,6 +185,7 @@ impl RelayModel {
             batch: 2,
             crashes: 1,
             losses: 1,
+            releases: 1,
             horizon: 8,
             takes: 6,
             moves: RelayMoves::PROTOCOL,
@@ -223,6 +239,9 @@ impl RelayModel {
                     outcomes,
                 } => {
                     if batch.is_empty() {
+                        if faults && state.releases < self.releases {
+                            actions.push(RelayAction::Release(r));
+                        }
                         if !lease.usable(now) {
                             actions.push(RelayAction::Expire(r));
                         } else if !self.pending(state).is_empty() {
@@ -272,6 +291,7 @@ impl Model for RelayModel {
             relays: vec![RelayProc::Standby; self.relays],
             crashes: 0,
             losses: 0,
+            releases: 0,
         }]
     }
 
@@ -382,6 +402,14 @@ impl Model for RelayModel {
                 } else {
                     next.relays[r] = RelayProc::Standby;
                 }
+            }
+            RelayAction::Release(r) => {
+                let RelayProc::Holding { lease, .. } = &next.relays[r] else {
+                    return None;
+                };
+                (self.moves.release)(&mut next.lease, lease.token);
+                next.releases += 1;
+                next.relays[r] = RelayProc::Standby;
             }
             RelayAction::Crash(r) => {
                 next.crashes += 1;

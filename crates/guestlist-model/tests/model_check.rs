@@ -190,6 +190,18 @@ fn a_lease_taken_before_it_ends_is_caught() {
 }
 
 #[test]
+fn a_release_without_its_token_is_caught() {
+    let mut model = RelayModel::new();
+    model.moves = RelayMoves {
+        release: |row: &mut RelayLeaseRow, _token| row.lease_until = i64::MIN,
+        ..RelayMoves::PROTOCOL
+    };
+    let property = "no two relays may publish at once";
+    let broken = break_of("relay, release unfenced", model, property);
+    assert!(broken.contains(&property), "{broken:?}");
+}
+
+#[test]
 fn the_consumer_protocol_holds() {
     let mut model = ConsumerModel::new();
     (

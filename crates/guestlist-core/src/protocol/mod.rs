@@ -14,8 +14,10 @@ mod key_lease;
 mod redelivery;
 mod relay_lease;
 mod settled;
+mod shard_share;
 
 pub use key_lease::{KeyLeaseRow, KeyRowView, Settlement, settle};
 pub use redelivery::{AfterDeferral, Redelivery};
 pub use relay_lease::{HeldLease, RelayLeaseRow};
 pub use settled::{Settled, SettledRow};
+pub use shard_share::{SLOTS, ShardMoves, quota, shard_of, slot};
