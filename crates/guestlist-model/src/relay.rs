@@ -8,9 +8,10 @@
 //! steps); sort the outcomes ([`Settled::sort`], the relay's own function); stamp the confirmed
 //! rows on a transaction that renews the lease first ([`RelayLeaseRow::renew`]), or stand by
 //! when that renewal finds the lease gone; renew when idle ([`HeldLease::due`]), and renew a
-//! lease no longer usable on its clock before standing by; give the lease back once its batch
-//! is stamped ([`RelayLeaseRow::release`]: a relay that stops on SIGTERM, or that holds more
-//! than its share of the shards), so that another takes it at once.
+//! lease no longer usable on its clock before standing by; give the lease back
+//! ([`RelayLeaseRow::release`]: a relay that stops on SIGTERM, or that holds more than its
+//! share of the shards) once its batch is stamped, or, stopping, after its last stamp failed,
+//! so that another takes it at once.
 //!
 //! One lease is one shard: a key's rows all fall in one shard, shards share nothing, and a
 //! shard's hand-over is the release and the take modelled here.
@@ -167,7 +168,8 @@ pub enum RelayAction {
     /// Relay `r` finds its lease no longer usable on its clock: it renews it with its token,
     /// or stands by to take it again when that renewal finds it gone.
     Expire(usize),
-    /// Relay `r`, its batch stamped, gives the lease back and stands by.
+    /// Relay `r` gives the lease back and stands by: its batch stamped, or (stopping, its last
+    /// stamp failed) published and not stamped.
     Release(usize),
     /// Relay `r` crashes (SIGKILL) and starts again, standing by.
     Crash(usize),
@@ -257,6 +259,11 @@ impl RelayModel {
                         }
                     } else {
                         actions.push(RelayAction::Stamp(r));
+                        // Stopping, the relay whose last stamp failed lets the lease go anyway:
+                        // the batch is published again by whoever takes it.
+                        if faults && state.releases < self.releases {
+                            actions.push(RelayAction::Release(r));
+                        }
                     }
                 }
             }

@@ -133,7 +133,8 @@ impl<'a, DB: Backend> Purge<'a, DB> {
         if !DB::PURGE_SESSION.is_empty() {
             sqlx::raw_sql(sqlx::AssertSqlSafe(DB::PURGE_SESSION))
                 .execute(DB::executor(&mut conn))
-                .await?;
+                .await
+                .map_err(|err| self.error(err))?;
         }
         match self.delete_batches(&mut conn, &mut progress).await {
             Ok(deleted) => {

@@ -25,10 +25,12 @@ pub fn shard_of(slot: u16, shards: u32) -> u32 {
     u32::from(slot) % shards.max(1)
 }
 
-/// How many of `shards` the relay `me` should hold while `relays` (the registry's live relays,
-/// in any order) run: `shards / relays`, one more for the first `shards % relays` relays in the
-/// order of their ids. 0 when `me` is not among them (not yet registered, or counted dead).
+/// How many of `shards` (at least one, at most [`SLOTS`]) the relay `me` should hold while
+/// `relays` (the registry's live relays, in any order) run: `shards / relays`, one more for the
+/// first `shards % relays` relays in the order of their ids. 0 when `me` is not among them (not
+/// yet registered, or counted dead).
 pub fn quota(me: &str, relays: &[impl AsRef<str>], shards: u32) -> u32 {
+    let shards = shards.clamp(1, SLOTS);
     let mut ids: Vec<&str> = relays.iter().map(AsRef::as_ref).collect();
     ids.sort_unstable();
     ids.dedup();
@@ -52,18 +54,19 @@ pub struct ShardMoves {
 }
 
 impl ShardMoves {
-    /// The moves of relay `me` holding `held`, whose share is `quota`, when `free` are the
-    /// shards no relay holds. Surplus goes highest-numbered first; a relay at its share moves
-    /// nothing, so a join moves only the shards the newcomer takes.
-    pub fn plan(me: &str, quota: u32, held: &BTreeSet<u32>, free: &[u32]) -> Self {
+    /// The moves of relay `me` holding `held`, whose share of the table's `shards` is `quota`,
+    /// when `free` are the shards no relay holds. Shards past the count (it was lowered) go
+    /// first, then the surplus, highest-numbered first; a relay at its share moves nothing, so
+    /// a join moves only the shards the newcomer takes.
+    pub fn plan(me: &str, quota: u32, shards: u32, held: &BTreeSet<u32>, free: &[u32]) -> Self {
+        let shards = shards.clamp(1, SLOTS);
         let quota = quota as usize;
-        if held.len() > quota {
-            let release = held
-                .iter()
-                .rev()
-                .take(held.len() - quota)
-                .copied()
-                .collect();
+        let (kept, mut release): (Vec<u32>, Vec<u32>) =
+            held.iter().partition(|shard| **shard < shards);
+        if kept.len() > quota {
+            release.extend(kept.iter().rev().take(kept.len() - quota));
+        }
+        if !release.is_empty() {
             return Self {
                 release,
                 take: Vec::new(),
@@ -72,11 +75,11 @@ impl ShardMoves {
         let mut candidates: Vec<u32> = free
             .iter()
             .copied()
-            .filter(|shard| !held.contains(shard))
+            .filter(|shard| *shard < shards && !held.contains(shard))
             .collect();
         candidates.sort_unstable_by_key(|shard| preference(me, *shard));
         candidates.dedup();
-        candidates.truncate(quota - held.len());
+        candidates.truncate(quota - kept.len());
         Self {
             release: Vec::new(),
             take: candidates,
@@ -141,6 +144,7 @@ mod tests {
             }
         }
         assert_eq!(quota("late", &["a", "b"], 16), 0);
+        assert_eq!(quota("a", &["a", "b"], 0), 1, "no shards counts as one");
         assert_eq!(
             quota("b", &["b", "a", "b"], 3),
             1,
@@ -148,16 +152,15 @@ mod tests {
         );
     }
 
-    /// Relays join one by one, then one leaves; each step every relay plans on the same
-    /// registry and the holdings it sees, releases first, then takes what is still free (in
+    /// Relays join one by one (the last with the lowest id, so that every share shifts), then
+    /// one leaves, then the table's shard count is lowered; each step every relay plans on the
+    /// same registry and the holdings it sees, releases first, then takes what is still free (in
     /// turn, as the leases' takes would let them). No shard ever has two holders, every relay
-    /// ends at its share, and a join moves no more shards than the newcomer's share.
+    /// ends at its share, every shard is held and none past the count, and a join moves no more
+    /// shards than the newcomer's share.
     #[test]
     fn relays_that_join_and_leave_settle_on_fair_disjoint_shares() {
-        const SHARDS: u32 = 16;
-        let mut holders: BTreeMap<u32, String> = BTreeMap::new();
-        let mut registry: Vec<String> = Vec::new();
-        let settle = |registry: &[String], holders: &mut BTreeMap<u32, String>| {
+        let settle = |registry: &[String], shards: u32, holders: &mut BTreeMap<u32, String>| {
             let mut moved = 0;
             for _round in 0..4 {
                 for me in registry {
@@ -166,10 +169,11 @@ mod tests {
                         .filter(|(_, holder)| *holder == me)
                         .map(|(shard, _)| *shard)
                         .collect();
-                    let free: Vec<u32> = (0..SHARDS).filter(|s| !holders.contains_key(s)).collect();
-                    let moves = ShardMoves::plan(me, quota(me, registry, SHARDS), &held, &free);
+                    let free: Vec<u32> = (0..shards).filter(|s| !holders.contains_key(s)).collect();
+                    let share = quota(me, registry, shards);
+                    let moves = ShardMoves::plan(me, share, shards, &held, &free);
                     for shard in &moves.release {
-                        holders.remove(shard);
+                        assert_eq!(holders.remove(shard).as_ref(), Some(me), "its own");
                     }
                     for shard in moves.take {
                         assert!(holders.insert(shard, me.clone()).is_none(), "taken twice");
@@ -179,21 +183,29 @@ mod tests {
             }
             for me in registry {
                 let held = holders.values().filter(|holder| *holder == me).count() as u32;
-                assert_eq!(held, quota(me, registry, SHARDS), "{me} at its share");
+                assert_eq!(held, quota(me, registry, shards), "{me} at its share");
             }
-            assert_eq!(holders.len() as u32, SHARDS, "every shard held");
+            let held: Vec<u32> = holders.keys().copied().collect();
+            assert_eq!(
+                held,
+                (0..shards).collect::<Vec<_>>(),
+                "every shard held, none past"
+            );
             moved
         };
-        for n in 0..4 {
-            registry.push(format!("relay-{n}"));
-            let moved = settle(&registry, &mut holders);
-            let newcomer = registry.last().unwrap();
-            let share = quota(newcomer, &registry, SHARDS) as usize;
-            assert!(moved <= share, "joining relay-{n} moved {moved} shards");
+        let mut holders: BTreeMap<u32, String> = BTreeMap::new();
+        let mut registry: Vec<String> = Vec::new();
+        for newcomer in ["relay-1", "relay-2", "relay-3", "relay-0"] {
+            registry.push(newcomer.to_owned());
+            let moved = settle(&registry, 17, &mut holders);
+            let share = quota(newcomer, &registry, 17) as usize;
+            assert!(moved <= share, "{newcomer} joining moved {moved} shards");
         }
         // relay-1 stops: its shards are released (or their leases end) and the rest take them.
         registry.retain(|id| id != "relay-1");
         holders.retain(|_, holder| holder != "relay-1");
-        settle(&registry, &mut holders);
+        settle(&registry, 17, &mut holders);
+        // The count lowered to 5: shards 5 and up are given back, and 0..5 shared anew.
+        settle(&registry, 5, &mut holders);
     }
 }
