@@ -7,6 +7,7 @@ guestlist_testkit::relay_suite!(qpg, common::Rabbit, sqlx::Postgres);
 guestlist_testkit::relay_suite!(qlite, common::Rabbit, sqlx::Sqlite);
 guestlist_testkit::relay_suite!(qmy, common::Rabbit, sqlx::MySql);
 guestlist_testkit::relay_wire_suite!(qwire, common::Rabbit);
+guestlist_testkit::relay_shares_suite!(qshpg, common::Rabbit, sqlx::Postgres);
 
 use common::Rabbit;
 use guestlist_sqlx::{OutboxMessage, Outcomes, Publish};

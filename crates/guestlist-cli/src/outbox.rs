@@ -1,5 +1,6 @@
 //! `guestlist outbox dead`: the outgoing dead letters, for the operator who fixes what the
 //! broker refused (creates the queue, raises a limit) and puts the message back, or drops it.
+//! `guestlist outbox shards`: how many relays can publish the table at once.
 
 use clap::{Args, Subcommand};
 use guestlist::{Backend, Outbox};
@@ -12,6 +13,20 @@ pub(crate) enum OutboxCommand {
     /// The outgoing dead letters: messages a broker refused for good, or too many times.
     #[command(subcommand)]
     Dead(DeadCommand),
+    /// Show the table's shard count, or change it: at most that many relays publish at once,
+    /// each on its share. Stop the relays first (SIGTERM gives their shards back at once).
+    Shards(ShardsArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ShardsArgs {
+    #[command(flatten)]
+    table: OutboxTableArgs,
+    /// The new shard count (1 to 65536); without it, the count is shown.
+    count: Option<u32>,
+    /// How long to wait for shards still held (a killed relay's, until its lease ends).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "30s")]
+    wait: std::time::Duration,
 }
 
 /// What to do with the dead letters.
@@ -53,7 +68,13 @@ pub(crate) struct OneArgs {
 }
 
 pub(crate) async fn run(command: OutboxCommand) -> anyhow::Result<()> {
-    let OutboxCommand::Dead(command) = command;
+    let command = match command {
+        OutboxCommand::Dead(command) => command,
+        OutboxCommand::Shards(args) => {
+            let pool = database::connect_existing(&args.table.database, 1).await?;
+            return with_pool!(pool, |pool| shards(pool, &args).await);
+        }
+    };
     let table = match &command {
         DeadCommand::List(args) => &args.table,
         DeadCommand::Retry(args) | DeadCommand::Drop(args) => &args.table,
@@ -116,5 +137,30 @@ async fn dead<DB: Backend>(
             println!("dead letter {} dropped", args.id);
         }
     }
+    Ok(())
+}
+
+async fn shards<DB: Backend>(
+    pool: guestlist::sqlx::Pool<DB>,
+    args: &ShardsArgs,
+) -> anyhow::Result<()> {
+    let outbox = Outbox::<DB>::with_table(&args.table.outbox_table)?;
+    let Some(count) = args.count else {
+        let count = outbox.shard_count(&pool).await?;
+        println!(
+            "{} has {count} shards: up to {count} relays publish it at once",
+            outbox.table()
+        );
+        return Ok(());
+    };
+    anyhow::ensure!(
+        (1..=65_536).contains(&count),
+        "a shard count is 1 to 65536, not {count}"
+    );
+    outbox.set_shards(&pool, count, args.wait).await?;
+    println!(
+        "{} has {count} shards now: start the relays again",
+        outbox.table()
+    );
     Ok(())
 }

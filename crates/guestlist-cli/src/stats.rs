@@ -138,13 +138,36 @@ fn print_outbox(args: &StatsArgs, (stats, dead): &(OutboxStats, Option<u64>)) {
         ),
     }
     println!("oldest     {} (pending)", age(stats.oldest_pending));
-    let relay = match (&stats.lease.holder, stats.lease.expires_in) {
-        (Some(holder), Some(left)) => {
-            format!("{holder} holds the lease ({} left)", age(Some(left)))
-        }
-        (Some(holder), None) => format!("none: {holder}'s lease expired"),
-        (None, _) => "none holds the lease".to_owned(),
-    };
-    println!("relay      {relay}");
+    let count = stats.shard_count();
+    let mut holding = stats.relays.iter().filter(|relay| !relay.shards.is_empty());
+    if holding.clone().next().is_none() {
+        println!("relay      none holds a shard ({count} shards)");
+    }
+    for relay in holding.by_ref() {
+        let shards: Vec<String> = relay.shards.iter().map(u32::to_string).collect();
+        println!(
+            "relay      {} holds {} of {count} shards ({}), {} pending, lag {}",
+            relay.holder,
+            relay.shards.len(),
+            shards.join(" "),
+            relay.pending,
+            age(relay.oldest_pending)
+        );
+    }
+    let waiting = stats.relays.iter().filter(|relay| relay.shards.is_empty());
+    for relay in waiting {
+        println!(
+            "relay      {} runs and holds no shard yet (or stands by)",
+            relay.holder
+        );
+    }
+    let unheld = stats.unheld();
+    if !unheld.is_empty() && unheld.len() < stats.shards.len() {
+        let list: Vec<String> = unheld.iter().map(u32::to_string).collect();
+        println!(
+            "unheld     shards {} (their leases ran out: a running relay takes them within a poll)",
+            list.join(" ")
+        );
+    }
     println!("size       {}", size(stats.bytes, &args.table.database));
 }

@@ -331,7 +331,7 @@ async fn relay_publishes_what_another_language_wrote_and_stats_show_it() {
     let shown = stdout(&stats);
     assert!(shown.contains("outbox     guestlist_outbox"), "{shown}");
     assert!(shown.contains("pending    3"), "{shown}");
-    assert!(shown.contains("none holds the lease"), "{shown}");
+    assert!(shown.contains("none holds a shard (16 shards)"), "{shown}");
 
     let nats = async_nats::connect(nats_url()).await.expect("NATS runs");
     let jetstream = async_nats::jetstream::new(nats);
@@ -348,13 +348,13 @@ async fn relay_publishes_what_another_language_wrote_and_stats_show_it() {
     let nats = nats_url();
     let relay = spawn_relay(&url, &["--nats", &nats, "--holder", "cli-relay"]);
     let shown = until_shown(&["stats", "--database", &url], "pending    0").await;
-    assert!(shown.contains("cli-relay holds the lease"), "{shown}");
+    assert!(shown.contains("cli-relay holds 16 of 16 shards"), "{shown}");
 
     let (out, _) = terminate(relay);
     assert!(out.contains("published 3 (0 dropped"), "{out}");
     let shown = stdout(&guestlist(&["stats", "--database", &url]));
     assert!(
-        shown.contains("none holds the lease"),
+        shown.contains("none holds a shard"),
         "given up on SIGTERM:\n{shown}"
     );
 
@@ -627,7 +627,7 @@ async fn relays_whose_clocks_are_off_take_no_lease_over_early_or_late() {
         .connect(&url)
         .await
         .expect("PostgreSQL runs");
-    for suffix in ["", "_keys", "_relay", "_dead"] {
+    for suffix in ["", "_keys", "_relay", "_relays", "_dead"] {
         sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
             "DROP TABLE IF EXISTS {TABLE}{suffix}"
         )))
@@ -637,6 +637,22 @@ async fn relays_whose_clocks_are_off_take_no_lease_over_early_or_late() {
     }
     let outbox = guestlist::Outbox::<sqlx::Postgres>::with_table(TABLE).unwrap();
     outbox.migrate(&pool).await.unwrap();
+    // One shard: the relays take turns through its lease, as the story needs.
+    let shards = guestlist(&[
+        "outbox",
+        "shards",
+        "--database",
+        &url,
+        "--outbox-table",
+        TABLE,
+        "1",
+    ]);
+    assert!(shards.status.success(), "{}", stderr(&shards));
+    assert!(
+        stdout(&shards).contains("has 1 shards now"),
+        "{}",
+        stdout(&shards)
+    );
     let enqueue = async |from: usize, to: usize| {
         for n in from..to {
             let mut tx = pool.begin().await.unwrap();
@@ -664,7 +680,7 @@ async fn relays_whose_clocks_are_off_take_no_lease_over_early_or_late() {
     let stats = ["stats", "--database", &url, "--outbox-table", TABLE];
     let holder_is = |holder: &str| {
         let shown = stdout(&guestlist(&stats));
-        shown.contains(&format!("{holder} holds the lease"))
+        shown.contains(&format!("{holder} holds 1 of 1 shards"))
     };
     let nats = nats_url();
     let relay = |holder: &'static str, offset: Option<&str>| {
@@ -686,7 +702,7 @@ async fn relays_whose_clocks_are_off_take_no_lease_over_early_or_late() {
 
     enqueue(0, 30).await;
     let mut behind = relay("behind", Some("-10m"));
-    until_shown(&stats, "behind holds the lease").await;
+    until_shown(&stats, "behind holds 1 of 1 shards").await;
     let on_time = relay("on-time", None);
     enqueue(30, 60).await;
     for _ in 0..25 {
@@ -700,7 +716,7 @@ async fn relays_whose_clocks_are_off_take_no_lease_over_early_or_late() {
     behind.kill().unwrap();
     behind.wait().unwrap();
     let killed = Instant::now();
-    until_shown(&stats, "on-time holds the lease").await;
+    until_shown(&stats, "on-time holds 1 of 1 shards").await;
     let took_over = killed.elapsed();
     assert!(
         took_over < Duration::from_secs(6),

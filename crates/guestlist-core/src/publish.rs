@@ -21,6 +21,13 @@ pub struct OutboxMessage {
     pub headers: Vec<(String, String)>,
     /// The body.
     pub payload: Vec<u8>,
+    /// The outbox shard it belongs to (0 outside a relay).
+    pub shard: u32,
+    /// The fencing token of the shard's lease the relay publishes it under (0 outside a
+    /// relay): each take of a shard raises it, so a repeat sent by a relay that has since lost
+    /// the shard carries a lower token than its successor's. A publisher may pass it on for
+    /// tracing.
+    pub token: i64,
 }
 
 impl OutboxMessage {
@@ -39,6 +46,8 @@ impl OutboxMessage {
             seq: 0,
             headers: Vec::new(),
             payload: payload.into(),
+            shard: 0,
+            token: 0,
         }
     }
 

@@ -60,6 +60,21 @@ pub enum Error {
     /// it stays pending and goes again on the next round.
     #[error("the broker did not confirm a published message, which stays pending: {0}")]
     Publish(#[source] crate::PublishError),
+    /// The outbox's shard count can change only while no relay publishes
+    /// ([`Outbox::set_shards`](crate::Outbox::set_shards)), and some relays held shards for
+    /// the whole wait.
+    #[error(
+        "relays {} still hold shards of {table}: stop them first (SIGTERM gives their shards back \
+         at once; a killed relay's expire after its lease), change the count, then start them \
+         again",
+        holders.join(", ")
+    )]
+    ShardsHeld {
+        /// The outbox's table.
+        table: String,
+        /// The relays that held shards when the wait ended.
+        holders: Vec<String>,
+    },
     /// The statement that carried this request together with others failed
     /// ([`BatchedKeyStore`](crate::BatchedKeyStore)); every request in it gets the same cause.
     #[error(transparent)]

@@ -54,7 +54,7 @@ pub use keys::{BatchBackend, BatchedKeyStore};
 pub use keys::{KeyHashing, KeyRecord, KeyState, KeyStats, Sealing, SqlKeyStore};
 pub use outbox::{
     Confirmed, DeadLetter, Enqueued, Outbox, OutboxMessage, OutboxStats, Outcomes, Outgoing,
-    Publish, PublishError, Relay, RelayLease, Relayed,
+    Publish, PublishError, Relay, RelayLease, RelayStats, Relayed, ShardStats,
 };
 pub use purge::{Purge, Purgeable, Purged};
 pub use purger::{Purger, PurgerHandle};

@@ -73,6 +73,9 @@ pub trait Fixture: Backend {
     /// SQL for "now, minus `secs` seconds" in the type of `seen_at`.
     fn ago(secs: i64) -> String;
 
+    /// SQL for "now, plus `secs` seconds" in the type of `seen_at`.
+    fn later(secs: i64) -> String;
+
     /// SQL that narrows `table`'s `message_id` column to 8 characters, where the backend
     /// enforces column widths (SQLite does not).
     fn narrow_message_id(table: &str) -> Option<String>;
@@ -136,6 +139,10 @@ impl Fixture for sqlx::Postgres {
         format!("now() - make_interval(secs => {secs})")
     }
 
+    fn later(secs: i64) -> String {
+        format!("now() + make_interval(secs => {secs})")
+    }
+
     fn narrow_message_id(table: &str) -> Option<String> {
         Some(format!(
             "ALTER TABLE {table} ALTER COLUMN message_id TYPE VARCHAR(8)"
@@ -171,6 +178,10 @@ impl Fixture for sqlx::Sqlite {
         format!("strftime('%Y-%m-%d %H:%M:%f', 'now', '-{secs} seconds')")
     }
 
+    fn later(secs: i64) -> String {
+        format!("strftime('%Y-%m-%d %H:%M:%f', 'now', '+{secs} seconds')")
+    }
+
     fn narrow_message_id(_: &str) -> Option<String> {
         None
     }
@@ -201,6 +212,10 @@ impl Fixture for sqlx::MySql {
             Self::ago(age_secs),
             limit = n + 1
         )
+    }
+
+    fn later(secs: i64) -> String {
+        format!("UTC_TIMESTAMP(6) + INTERVAL {secs} SECOND")
     }
 
     fn ago(secs: i64) -> String {

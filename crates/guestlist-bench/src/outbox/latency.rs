@@ -33,12 +33,12 @@ pub(super) async fn measure<P: Publish + 'static>(
             })
             .await
     });
-    // The stream starts once the relay is up: connected, holding the lease.
+    // The stream starts once the relay is up: connected, holding every shard.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while outbox.stats(pool).await?.lease.expires_in.is_none() {
+    while !outbox.stats(pool).await?.unheld().is_empty() {
         anyhow::ensure!(
             tokio::time::Instant::now() < deadline,
-            "the relay never took the lease"
+            "the relay never took the shards"
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }

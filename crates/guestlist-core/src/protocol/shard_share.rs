@@ -26,18 +26,24 @@ pub fn shard_of(slot: u16, shards: u32) -> u32 {
 }
 
 /// How many of `shards` (at least one, at most [`SLOTS`]) the relay `me` should hold while
-/// `relays` (the registry's live relays, in any order) run: `shards / relays`, one more for the
-/// first `shards % relays` relays in the order of their ids. 0 when `me` is not among them (not
-/// yet registered, or counted dead).
-pub fn quota(me: &str, relays: &[impl AsRef<str>], shards: u32) -> u32 {
+/// `relays` run (the registry's live relays, each with how many shards it holds now, in any
+/// order): `shards / relays`, one more for the first `shards % relays` relays, those holding
+/// the most first, then in the order of their ids. Ranking the holders first keeps a relay that
+/// comes back (resumed, reconnected) from taking a shard back from the one that took it over
+/// when there are fewer shards than relays. 0 when `me` is not among them (not yet registered,
+/// or counted dead).
+pub fn quota(me: &str, relays: &[(impl AsRef<str>, u32)], shards: u32) -> u32 {
     let shards = shards.clamp(1, SLOTS);
-    let mut ids: Vec<&str> = relays.iter().map(AsRef::as_ref).collect();
-    ids.sort_unstable();
-    ids.dedup();
-    let Some(rank) = ids.iter().position(|id| *id == me) else {
+    let mut ranked: Vec<(&str, u32)> = relays
+        .iter()
+        .map(|(id, held)| (id.as_ref(), *held))
+        .collect();
+    ranked.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    ranked.dedup_by(|a, b| a.0 == b.0);
+    let Some(rank) = ranked.iter().position(|(id, _)| *id == me) else {
         return 0;
     };
-    let n = ids.len() as u32;
+    let n = ranked.len() as u32;
     shards / n + u32::from((rank as u32) < shards % n)
 }
 
@@ -131,9 +137,9 @@ mod tests {
     #[test]
     fn shares_add_up_differ_by_one_at_most_and_leave_the_unregistered_out() {
         for relays in 1..=7 {
-            let ids: Vec<String> = (0..relays).map(|n| format!("relay-{n}")).collect();
+            let ids: Vec<(String, u32)> = (0..relays).map(|n| (format!("relay-{n}"), 0)).collect();
             for shards in [1, 4, 16, 17, 64] {
-                let shares: Vec<u32> = ids.iter().map(|id| quota(id, &ids, shards)).collect();
+                let shares: Vec<u32> = ids.iter().map(|(id, _)| quota(id, &ids, shards)).collect();
                 assert_eq!(
                     shares.iter().sum::<u32>(),
                     shards,
@@ -143,12 +149,24 @@ mod tests {
                 assert!(max.unwrap() - min.unwrap() <= 1, "{shares:?}");
             }
         }
-        assert_eq!(quota("late", &["a", "b"], 16), 0);
-        assert_eq!(quota("a", &["a", "b"], 0), 1, "no shards counts as one");
+        assert_eq!(quota("late", &[("a", 0), ("b", 0)], 16), 0);
         assert_eq!(
-            quota("b", &["b", "a", "b"], 3),
+            quota("a", &[("a", 0), ("b", 0)], 0),
+            1,
+            "no shards counts as one"
+        );
+        assert_eq!(
+            quota("b", &[("b", 0), ("a", 0), ("b", 0)], 3),
             1,
             "order and repeats do not matter"
+        );
+        assert_eq!(
+            (
+                quota("a", &[("a", 0), ("b", 1)], 1),
+                quota("b", &[("a", 0), ("b", 1)], 1)
+            ),
+            (0, 1),
+            "the one shard stays with the relay that holds it"
         );
     }
 
@@ -162,6 +180,17 @@ mod tests {
     fn relays_that_join_and_leave_settle_on_fair_disjoint_shares() {
         let settle = |registry: &[String], shards: u32, holders: &mut BTreeMap<u32, String>| {
             let mut moved = 0;
+            let shares = |holders: &BTreeMap<u32, String>| -> Vec<(String, u32)> {
+                registry
+                    .iter()
+                    .map(|id| {
+                        (
+                            id.clone(),
+                            holders.values().filter(|h| *h == id).count() as u32,
+                        )
+                    })
+                    .collect()
+            };
             for _round in 0..4 {
                 for me in registry {
                     let held: BTreeSet<u32> = holders
@@ -170,7 +199,7 @@ mod tests {
                         .map(|(shard, _)| *shard)
                         .collect();
                     let free: Vec<u32> = (0..shards).filter(|s| !holders.contains_key(s)).collect();
-                    let share = quota(me, registry, shards);
+                    let share = quota(me, &shares(holders), shards);
                     let moves = ShardMoves::plan(me, share, shards, &held, &free);
                     for shard in &moves.release {
                         assert_eq!(holders.remove(shard).as_ref(), Some(me), "its own");
@@ -181,9 +210,9 @@ mod tests {
                     }
                 }
             }
-            for me in registry {
-                let held = holders.values().filter(|holder| *holder == me).count() as u32;
-                assert_eq!(held, quota(me, registry, shards), "{me} at its share");
+            let settled = shares(holders);
+            for (me, held) in &settled {
+                assert_eq!(*held, quota(me, &settled, shards), "{me} at its share");
             }
             let held: Vec<u32> = holders.keys().copied().collect();
             assert_eq!(
@@ -198,7 +227,7 @@ mod tests {
         for newcomer in ["relay-1", "relay-2", "relay-3", "relay-0"] {
             registry.push(newcomer.to_owned());
             let moved = settle(&registry, 17, &mut holders);
-            let share = quota(newcomer, &registry, 17) as usize;
+            let share = holders.values().filter(|h| *h == newcomer).count();
             assert!(moved <= share, "{newcomer} joining moved {moved} shards");
         }
         // relay-1 stops: its shards are released (or their leases end) and the rest take them.

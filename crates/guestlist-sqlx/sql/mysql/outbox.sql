@@ -41,14 +41,37 @@ CREATE TABLE IF NOT EXISTS guestlist_outbox_keys (
     ordering_key VARBINARY(255) NOT NULL PRIMARY KEY,
     last_seq     BIGINT         NOT NULL
 ) ENGINE = InnoDB;
--- Relays take turns through one lease: the relay whose lease has not expired publishes, the others
--- stand by and take it over once it expires. Each take-over raises token; a relay stamps rows only
--- while its token still holds the lease, so one that lost it (paused, cut off) stamps nothing.
+-- The relays share the table's shards (their number is the rows here, 16 for a new table).
+-- Each shard has its own lease: the relay whose lease has not expired publishes that shard's
+-- rows, and the others take it once it is released or expires. Each take raises token; a relay
+-- stamps a shard's rows only while its token still holds the shard's lease, so one that lost
+-- it (paused, cut off) stamps nothing. shards is the count every row was taken under: a relay
+-- takes a shard only under the count it planned with (guestlist outbox shards N changes it).
 CREATE TABLE IF NOT EXISTS guestlist_outbox_relay (
     shard       INT            NOT NULL PRIMARY KEY,
     token       BIGINT         NOT NULL,
     holder      VARBINARY(255) NULL,
     lease_until DATETIME(6)    NOT NULL
 ) ENGINE = InnoDB;
-INSERT IGNORE INTO guestlist_outbox_relay (shard, token, lease_until)
-    VALUES (0, 0, '1970-01-01 00:00:01');
+-- The columns shards brought, added to tables made before them (run again, each says its column
+-- is there already: guestlist's migration takes that as done). A row's slot: which relay
+-- publishes it, its shard being slot modulo the table's shard count; the first two bytes,
+-- big-endian, of the SHA-256 of its ordering key (of its message id when it has none). A writer
+-- that leaves it 0 puts the row in shard 0.
+ALTER TABLE guestlist_outbox ADD COLUMN slot INT NOT NULL DEFAULT 0;
+ALTER TABLE guestlist_outbox_dead ADD COLUMN slot INT NOT NULL DEFAULT 0;
+ALTER TABLE guestlist_outbox_relay ADD COLUMN shards INT NOT NULL DEFAULT 1;
+INSERT INTO guestlist_outbox_relay (shard, token, lease_until, shards)
+    SELECT n.shard, 0, '1970-01-01 00:00:01', 16 FROM (SELECT 0 AS shard UNION ALL SELECT 1
+        UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 UNION ALL SELECT 5
+        UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9
+        UNION ALL SELECT 10 UNION ALL SELECT 11 UNION ALL SELECT 12 UNION ALL SELECT 13
+        UNION ALL SELECT 14 UNION ALL SELECT 15) AS n
+    WHERE NOT EXISTS (SELECT 1 FROM guestlist_outbox_relay);
+-- The relays running: each one's heartbeat, renewed while it runs and deleted when it stops.
+-- Every relay computes the same fair share from it, and releases or takes shards to reach its
+-- own.
+CREATE TABLE IF NOT EXISTS guestlist_outbox_relays (
+    holder     VARBINARY(255) NOT NULL PRIMARY KEY,
+    seen_until DATETIME(6)    NOT NULL
+) ENGINE = InnoDB;

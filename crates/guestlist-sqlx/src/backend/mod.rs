@@ -6,7 +6,7 @@
 
 use std::future::Future;
 
-pub(crate) use relay::{PendingRow, RelaySql, Stamp};
+pub(crate) use relay::{Held, Pending, PendingRow, RelaySql, Stamp};
 use sqlx::{Database, Pool, Transaction};
 pub(crate) use statement::Codec;
 use statement::{Args, Bound, Plain, prepared};

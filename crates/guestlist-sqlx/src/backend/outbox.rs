@@ -20,7 +20,7 @@ pub struct OutboxSql {
     #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
     pub(crate) read_seq: Arc<str>,
     /// Inserts a message unless its id is there: id, topic, ordering key, seq, headers,
-    /// payload; 1 row when new.
+    /// payload, slot; 1 row when new.
     pub(crate) insert: Arc<str>,
     /// Takes back the seq [`OutboxSql::next_seq`] took for a message that was there already:
     /// key, seq.
@@ -56,6 +56,8 @@ pub struct OutboxRow<'a> {
     pub(crate) seq: i64,
     pub(crate) headers: Option<&'a [u8]>,
     pub(crate) payload: &'a [u8],
+    /// Which shard publishes it, whatever the shard count: see `protocol::slot`.
+    pub(crate) slot: u16,
 }
 
 impl Statement for OutboxRow<'_> {
@@ -69,7 +71,8 @@ impl Statement for OutboxRow<'_> {
             .arg(self.message_id)
             .arg(self.topic)
             .arg(self.ordering_key);
-        query.arg(self.seq).arg(self.headers).arg(self.payload)
+        let query = query.arg(self.seq).arg(self.headers).arg(self.payload);
+        query.arg(i32::from(self.slot))
     }
 }
 

@@ -93,13 +93,23 @@ pub(crate) fn filler(table: &TableName) -> impl Fn(&str) -> Arc<str> + '_ {
     move |template| template.replace("{table}", table.as_str()).into()
 }
 
-/// Runs each DDL statement in turn on `conn`, stopping at the first that fails.
+/// Runs each DDL statement in turn on `conn`, stopping at the first that fails. An `ALTER TABLE`
+/// whose failure `added_already` recognises (a column that is there: the databases without
+/// `ADD COLUMN IF NOT EXISTS` upgrade a table that way, and a table made after the column came
+/// has it) counts as done.
 pub(crate) async fn run_ddl<DB: Codec>(
     conn: &mut DB::Connection,
     ddl: &[String],
+    added_already: fn(&sqlx::Error) -> bool,
 ) -> Result<(), sqlx::Error> {
     for statement in ddl {
-        DB::run_query(conn, sqlx::query(sqlx::AssertSqlSafe(statement.as_str()))).await?;
+        let query = sqlx::query(sqlx::AssertSqlSafe(statement.as_str()));
+        match DB::run_query(conn, query).await {
+            Err(err) if statement.starts_with("ALTER TABLE") && added_already(&err) => {}
+            outcome => {
+                outcome?;
+            }
+        }
     }
     Ok(())
 }

@@ -136,6 +136,12 @@ impl HeldKeys {
     pub(crate) fn clear(&mut self) {
         self.keys.clear();
     }
+
+    /// Forgets the held keys whose head `keep` refuses: their shard is given back, and its
+    /// next holder finds them again.
+    pub(crate) fn retain(&mut self, keep: impl Fn(&PendingRow) -> bool) {
+        self.keys.retain(|_, held| keep(&held.head));
+    }
 }
 
 #[cfg(test)]

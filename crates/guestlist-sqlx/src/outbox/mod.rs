@@ -18,7 +18,9 @@ mod lease;
 mod progress;
 mod publication;
 mod relay;
+mod reshard;
 mod round;
+mod shards;
 mod stats;
 
 pub use dead::DeadLetter;
@@ -26,7 +28,7 @@ pub use dead::DeadLetter;
 // too, where the outbox and its relay use them.
 pub use guestlist_core::{Confirmed, OutboxMessage, Outcomes, Outgoing, Publish, PublishError};
 pub use relay::{Relay, Relayed};
-pub use stats::{OutboxStats, RelayLease};
+pub use stats::{OutboxStats, RelayLease, RelayStats, ShardStats};
 
 /// The default table name.
 const DEFAULT_TABLE: &str = "guestlist_outbox";
@@ -184,6 +186,7 @@ impl<DB: Backend> Outbox<DB> {
             seq,
             headers: headers.as_deref(),
             payload: message.payload(),
+            slot: guestlist_core::protocol::slot(ordering_key, message_id.as_str()),
         };
         let added = DB::outbox_insert(conn, &self.sql, row)
             .await
@@ -209,7 +212,7 @@ impl<DB: Backend> Outbox<DB> {
         Purge::new(&self.sql.common, retention)
     }
 
-    fn error(&self, err: sqlx::Error) -> Error {
+    pub(crate) fn error(&self, err: sqlx::Error) -> Error {
         Error::from_store::<DB>(self.table(), err)
     }
 }

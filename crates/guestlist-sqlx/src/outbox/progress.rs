@@ -4,13 +4,17 @@ use std::time::Instant;
 
 use crate::backend::PendingRow;
 use crate::outbox::held::HeldKeys;
-use crate::outbox::lease::Lease;
+use crate::outbox::lease::Leases;
 use guestlist_core::{Confirmed, PublishError};
 
 /// Where a relay stands between rounds.
 pub(super) struct Progress {
-    /// The lease, while this relay holds it.
-    pub(super) lease: Option<Lease>,
+    /// The shards this relay holds, while it holds any.
+    pub(super) lease: Option<Leases>,
+    /// When the relay last beat its heartbeat and looked at its share of the shards.
+    pub(super) coordinated_at: Option<std::time::Instant>,
+    /// Its share when it last looked.
+    pub(super) quota: usize,
     /// The batch published last round, to be settled and stamped this round.
     pub(super) carried: Option<Published>,
     /// Keys whose head the broker refused: nothing after the head goes out meanwhile.
@@ -29,6 +33,8 @@ impl Progress {
     pub(super) fn new(batch: usize) -> Self {
         Self {
             lease: None,
+            coordinated_at: None,
+            quota: 0,
             carried: None,
             held: HeldKeys::default(),
             batch,
@@ -51,7 +57,7 @@ pub(super) enum Round {
     More,
     /// Nothing more to publish now: wait for a commit, the poll, or a held key's turn.
     Idle,
-    /// Another relay holds the lease.
+    /// This relay holds no shard: other relays hold them all.
     Standby,
     /// The broker or the way to it is down: back off as a whole.
     Outage(PublishError),

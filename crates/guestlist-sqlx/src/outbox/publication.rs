@@ -4,8 +4,8 @@
 use std::time::Instant;
 
 use crate::Error;
-use crate::backend::Backend;
-use crate::outbox::lease::Lease;
+use crate::backend::{Backend, Held};
+use crate::outbox::lease::Leases;
 use crate::outbox::progress::Progress;
 use crate::outbox::relay::Relay;
 use guestlist_core::{Confirmed, OutboxMessage, Outcomes, Publish, PublishError};
@@ -33,7 +33,7 @@ enum Ended {
 impl<DB: Backend, P: Publish> Relay<DB, P> {
     /// Publishes `messages` and waits for their confirmations, up to the confirm timeout,
     /// renewing the lease while it waits; the outcomes given by then are kept.
-    pub(super) async fn publish(&self, messages: &[OutboxMessage], lease: Lease) -> Publication {
+    pub(super) async fn publish(&self, messages: &[OutboxMessage], held: &Held) -> Publication {
         let mut publication = Publication::default();
         if messages.is_empty() {
             return publication;
@@ -45,7 +45,7 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
             tokio::select! {
                 () = publish => Ended::Confirmed,
                 () = tokio::time::sleep(self.confirm_timeout) => Ended::TimedOut,
-                () = self.keep_lease(lease, &renewed) => Ended::LeaseLost,
+                () = self.keep_lease(held, &renewed) => Ended::LeaseLost,
             }
         };
         publication.timed_out = ended == Ended::TimedOut;
@@ -55,14 +55,14 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
         publication
     }
 
-    /// Renews the lease every third of it while a round waits on the broker; returns once it
-    /// is lost (never, while it holds), recording each renewal in `renewed`.
-    async fn keep_lease(&self, lease: Lease, renewed: &std::sync::Mutex<Option<Instant>>) {
+    /// Renews the leases every third of one while a round waits on the broker; returns once one
+    /// is lost (never, while they hold), recording each renewal in `renewed`.
+    async fn keep_lease(&self, held: &Held, renewed: &std::sync::Mutex<Option<Instant>>) {
         let lease_ms = i64::try_from(self.lease.as_millis()).unwrap_or(i64::MAX);
         loop {
             tokio::time::sleep(self.lease / 3).await;
             let asked = Instant::now();
-            match self.renew(lease, lease_ms).await {
+            match self.renew(held, lease_ms).await {
                 Ok(true) => *renewed.lock().unwrap_or_else(|p| p.into_inner()) = Some(asked),
                 Ok(false) => return,
                 // The database is down: the lease runs out by itself; the stamp will tell.
@@ -73,11 +73,11 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
         }
     }
 
-    /// Renews an idle relay's lease once a third of it has gone by.
+    /// Renews an idle relay's leases once a third of one has gone by.
     pub(super) async fn renew_if_due(
         &self,
         progress: &mut Progress,
-        lease: Lease,
+        lease: &Leases,
         lease_ms: i64,
     ) -> Result<(), Error> {
         if !lease.due(Instant::now()) {
@@ -85,13 +85,13 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
         }
         let asked = Instant::now();
         let kept = self
-            .renew(lease, lease_ms)
+            .renew(&lease.held(), lease_ms)
             .await
             .map_err(|e| self.error(e))?;
         match progress.lease.as_mut() {
             Some(held) if kept => held.renewed(asked),
             _ => {
-                self.lost(progress, lease);
+                self.lost(progress).await;
             }
         }
         Ok(())
@@ -103,12 +103,12 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
     pub(super) async fn renew_lapsed(
         &self,
         progress: &mut Progress,
-        lease: Lease,
+        lease: &Leases,
         lease_ms: i64,
     ) -> Result<bool, Error> {
         let asked = Instant::now();
         let kept = self
-            .renew(lease, lease_ms)
+            .renew(&lease.held(), lease_ms)
             .await
             .map_err(|e| self.error(e))?;
         match progress.lease.as_mut() {
@@ -120,21 +120,27 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
         }
     }
 
-    /// Renews `lease` for `lease_ms`; `false` when another relay holds it now.
-    async fn renew(&self, lease: Lease, lease_ms: i64) -> Result<bool, sqlx::Error> {
+    /// Renews the leases of `held` for `lease_ms`; `false` when another relay holds one now.
+    async fn renew(&self, held: &Held, lease_ms: i64) -> Result<bool, sqlx::Error> {
         let mut conn = self.pool.acquire().await?;
-        DB::relay_renew(&mut conn, &self.outbox.relay, lease.token, lease_ms).await
+        DB::relay_renew(&mut conn, &self.outbox.relay, held, lease_ms).await
     }
 
-    /// Gives the lease up, so that a standing-by relay takes over at once.
-    pub(super) async fn release(&self, lease: Lease) {
+    /// Gives the shards `held` up, so that other relays take them at once.
+    pub(super) async fn release(&self, held: &Held) {
+        if held.is_empty() {
+            return;
+        }
         let released = async {
             let mut conn = self.pool.acquire().await?;
-            DB::relay_release(&mut conn, &self.outbox.relay, lease.token).await
+            for (shard, token) in held {
+                DB::relay_release(&mut conn, &self.outbox.relay, *shard, *token).await?;
+            }
+            Ok::<_, sqlx::Error>(())
         };
         if let Err(err) = released.await {
             tracing::warn!(table = %self.outbox.table(), error = %err,
-                "outbox relay could not give its lease up; it expires on its own");
+                "outbox relay could not give its shards up; their leases expire on their own");
         }
     }
 }

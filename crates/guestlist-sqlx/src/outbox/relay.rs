@@ -81,7 +81,7 @@ pub struct Relayed {
     pub duplicates: u64,
     /// Publishes the broker did not confirm (each message is tried again).
     pub failures: u64,
-    /// Times this relay took the lease.
+    /// Shards' leases this relay took (a relay alone on a table takes each of its shards once).
     pub leases_taken: u64,
     /// Messages moved to the outgoing dead letters (`<table>_dead`): refused for good, or
     /// refused [`max_attempts`](Relay::max_attempts) times.
@@ -219,7 +219,17 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
             if stopping(&mut shutdown).await {
                 break;
             }
+            if self.coordination_due(&progress)
+                && let Err(err) = self.coordinate(&mut progress, &mut totals).await
+            {
+                self.health.outage(format_args!("the database: {err}"));
+                tokio::select! {
+                    () = &mut shutdown => break,
+                    () = tokio::time::sleep(outage.next_pause()) => continue,
+                }
+            }
             let round = self.round(&mut progress, &mut totals, true).await;
+            self.release_left(&mut progress).await;
             // Read beside the rounds, never in their way: on a large table the count can take
             // longer than a thin stream's messages may wait.
             if progress.lease.is_some()
@@ -277,13 +287,17 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
         Ok(totals)
     }
 
-    /// Publishes what is pending now, one round after another, until nothing more can go
-    /// out; `None` when another relay holds the lease. For tests and one-off drains: a message
-    /// the broker refused (its key held back) or an outage ends it with
-    /// [`Error::Publish`], after everything else went out.
+    /// Publishes what is pending now on the shards it can take, one round after another, until
+    /// nothing more can go out; `None` when other relays hold every shard. For tests and
+    /// one-off drains: a message the broker refused (its key held back) or an outage ends it
+    /// with [`Error::Publish`], after everything else went out.
     pub async fn drain(&self) -> Result<Option<Relayed>, Error> {
         let mut totals = Relayed::default();
         let mut progress = Progress::new(self.batch);
+        if let Err(err) = self.coordinate(&mut progress, &mut totals).await {
+            self.leave_registry().await;
+            return Err(err);
+        }
         let outcome = loop {
             match self.round(&mut progress, &mut totals, true).await {
                 Ok(Round::More) => continue,
@@ -301,7 +315,7 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
         outcome.map(|relayed| relayed.map(|_| totals))
     }
 
-    /// Stamps the batch in hand, then gives the lease up.
+    /// Stamps the batch in hand, then gives its shards up and leaves the registry.
     async fn finish(&self, mut progress: Progress, totals: &mut Relayed) {
         if progress.carried.is_some()
             && let Err(err) = self.round(&mut progress, totals, false).await
@@ -309,9 +323,10 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
             tracing::warn!(table = %self.outbox.table(), error = %err,
                 "the last batch was not stamped: it is published again later");
         }
-        if let Some(lease) = progress.lease {
-            self.release(lease).await;
+        if let Some(lease) = progress.lease.take() {
+            self.release(&lease.held()).await;
         }
+        self.leave_registry().await;
     }
 
     /// Opens the connections the relay uses at once (the round's, the stamp's, the lease's

@@ -4,9 +4,9 @@
 use std::time::Instant;
 
 use crate::Error;
-use crate::backend::{Backend, PendingRow};
+use crate::backend::{Backend, Pending, PendingRow};
 use crate::outbox::held::HeldKeys;
-use crate::outbox::lease::Lease;
+use crate::outbox::lease::Leases;
 use crate::outbox::progress::{Progress, Published, Round};
 use crate::outbox::publication::Publication;
 use crate::outbox::relay::{Relay, Relayed};
@@ -25,34 +25,21 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
     ) -> Result<Round, Error> {
         let sql = &self.outbox.relay;
         let lease_ms = i64::try_from(self.lease.as_millis()).unwrap_or(i64::MAX);
-        let held = progress.lease;
-        let lease = match held {
+        let lease = match progress.lease.clone() {
             Some(lease) if lease.usable(Instant::now()) => lease,
             // No longer usable on this relay's clock (a slow renewal on a busy machine): a
-            // renewal with its token keeps it when no other relay can have taken it, and the
-            // batch in hand is stamped under the same token, not published again.
-            Some(lease) if self.renew_lapsed(progress, lease, lease_ms).await? => lease,
-            _ => {
-                // A batch published under a lease now gone stays pending: it goes again.
-                progress.lease = None;
+            // renewal with its tokens keeps them when no other relay can have taken them, and
+            // the batch in hand is stamped under the same tokens, not published again.
+            Some(lease) if self.renew_lapsed(progress, &lease, lease_ms).await? => lease,
+            // A batch published under leases now gone stays pending: it goes again.
+            Some(_) => return Ok(self.lost(progress).await),
+            None => {
                 progress.carried = None;
                 progress.held.clear();
-                let asked = Instant::now();
-                let mut conn = self.connection().await?;
-                let taken = DB::relay_take(&mut conn, sql, &self.holder, lease_ms)
-                    .await
-                    .map_err(|e| self.error(e))?;
-                let Some(token) = taken else {
-                    return Ok(Round::Standby);
-                };
-                totals.leases_taken += 1;
-                tracing::info!(table = %self.outbox.table(), holder = %self.holder, token,
-                    "outbox relay took the lease");
-                let lease = Lease::taken(token, self.lease, asked);
-                progress.lease = Some(lease);
-                lease
+                return Ok(Round::Standby);
             }
         };
+        let held = lease.held();
 
         // What the broker said of the last batch: known already, so that nothing read now is
         // sent behind a head that just failed.
@@ -67,14 +54,20 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
 
         // An outage publishes nothing more this round: the relay backs off first.
         let rows = if read_more && settled.outage.is_none() {
-            self.next_batch(progress, &settled, &dead).await?
+            self.next_batch(progress, &lease, &settled, &dead).await?
         } else {
             Vec::new()
         };
-        let (rows, messages) = self.checked(rows, &mut dead, &mut progress.held);
+        let (mut rows, mut messages) = self.checked(rows, &lease, &mut dead, &mut progress.held);
+        // Reading the batch took time: a lease no longer usable publishes nothing more (the
+        // rows stay pending), so that no other relay's take can come before this publish.
+        if !rows.is_empty() && !lease.usable(Instant::now()) {
+            rows.clear();
+            messages.clear();
+        }
 
         if !had_carried && dead.is_empty() && rows.is_empty() {
-            self.renew_if_due(progress, lease, lease_ms).await?;
+            self.renew_if_due(progress, &lease, lease_ms).await?;
             if progress.held.is_empty() {
                 progress.moved_at = Instant::now();
             }
@@ -85,27 +78,21 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
         let stamp = async {
             let asked = Instant::now();
             let mut conn = self.pool.acquire().await?;
-            let mut kept = DB::relay_stamp(
-                &mut conn,
-                sql,
-                lease.token,
-                lease_ms,
-                &settled.stamp,
-                self.stamp,
-            )
-            .await?;
+            let mut kept =
+                DB::relay_stamp(&mut conn, sql, &held, lease_ms, &settled.stamp, self.stamp)
+                    .await?;
             for (row, why) in &dead {
                 if !kept {
                     break;
                 }
-                kept = DB::relay_bury(&mut conn, sql, lease.token, lease_ms, row.id, why).await?;
+                kept = DB::relay_bury(&mut conn, sql, &held, lease_ms, row.id, why).await?;
             }
             Ok::<_, sqlx::Error>((kept, asked))
         };
-        let (published, stamped) = tokio::join!(self.publish(&messages, lease), stamp);
+        let (published, stamped) = tokio::join!(self.publish(&messages, &held), stamp);
         let (kept, asked) = stamped.map_err(|e| self.error(e))?;
         if !kept {
-            return Ok(self.lost(progress, lease));
+            return Ok(self.lost(progress).await);
         }
         if let Some(held) = progress.lease.as_mut() {
             held.renewed(published.renewed_at.map_or(asked, |at| at.max(asked)));
@@ -115,7 +102,7 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
             progress.moved_at = Instant::now();
         }
         if published.lost {
-            return Ok(self.lost(progress, lease));
+            return Ok(self.lost(progress).await);
         }
         self.resize(progress, &published);
         if let Some(err) = settled.outage {
@@ -179,10 +166,13 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
     async fn next_batch(
         &self,
         progress: &Progress,
+        lease: &Leases,
         settled: &Settled,
         dead: &[(PendingRow, String)],
     ) -> Result<Vec<PendingRow>, Error> {
         let mut rows = progress.held.due(progress.batch);
+        // A head of a shard being given back waits for its next holder.
+        rows.retain(|row| lease.publishes(row));
         let room = progress.batch.saturating_sub(rows.len());
         if room == 0 {
             return Ok(rows);
@@ -192,9 +182,16 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
         exclude.extend(dead.iter().map(|(row, _)| row.id));
         exclude.extend(progress.held.rows());
         let keys = progress.held.keys();
-        let limit = i64::try_from(room).unwrap_or(i64::MAX);
+        let shards = lease.publishing();
+        let read = Pending {
+            limit: i64::try_from(room).unwrap_or(i64::MAX),
+            exclude: &exclude,
+            held: &keys,
+            count: lease.count,
+            shards: &shards,
+        };
         let mut conn = self.connection().await?;
-        let pending = DB::relay_pending(&mut conn, &self.outbox.relay, limit, &exclude, &keys)
+        let pending = DB::relay_pending(&mut conn, &self.outbox.relay, read)
             .await
             .map_err(|e| self.error(e))?;
         rows.extend(pending);
@@ -206,13 +203,14 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
     fn checked(
         &self,
         rows: Vec<PendingRow>,
+        lease: &Leases,
         dead: &mut Vec<(PendingRow, String)>,
         held: &mut HeldKeys,
     ) -> (Vec<PendingRow>, Vec<OutboxMessage>) {
         let mut kept = Vec::with_capacity(rows.len());
         let mut messages = Vec::with_capacity(rows.len());
         for row in rows {
-            let message = message(&row);
+            let message = message(&row, lease);
             match self.publisher.check(&message) {
                 Ok(()) => {
                     kept.push(row);
@@ -276,29 +274,20 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
         totals.duplicates += settled.duplicates;
         totals.failures += settled.failures;
         totals.dead_lettered += dead.len() as u64;
-        metrics::counter!("guestlist_outbox_published_total", "table" => table.clone())
-            .increment(published);
-        metrics::counter!("guestlist_outbox_broker_duplicates_total", "table" => table.clone())
+        let relay = self.holder.clone();
+        let labels = [("table", table), ("relay", relay)];
+        metrics::counter!("guestlist_outbox_published_total", &labels).increment(published);
+        metrics::counter!("guestlist_outbox_broker_duplicates_total", &labels)
             .increment(settled.duplicates);
-        metrics::counter!("guestlist_outbox_publish_failures_total", "table" => table.clone())
+        metrics::counter!("guestlist_outbox_publish_failures_total", &labels)
             .increment(settled.failures);
-        metrics::counter!("guestlist_outbox_dead_lettered_total", "table" => table)
+        metrics::counter!("guestlist_outbox_dead_lettered_total", &labels)
             .increment(dead.len() as u64);
-    }
-
-    /// Forgets a lease another relay took over, and the keys held under it (the new holder
-    /// finds their heads pending), and logs it.
-    pub(super) fn lost(&self, progress: &mut Progress, lease: Lease) -> Round {
-        progress.lease = None;
-        progress.held.clear();
-        tracing::warn!(table = %self.outbox.table(), holder = %self.holder, token = lease.token,
-            "outbox relay lost its lease to another relay; standing by");
-        Round::Standby
     }
 }
 
-/// A pending row as the publisher sees it.
-fn message(row: &PendingRow) -> OutboxMessage {
+/// A pending row as the publisher sees it, fenced by its shard's lease in `lease`.
+fn message(row: &PendingRow, lease: &Leases) -> OutboxMessage {
     let mut message = OutboxMessage::new(
         row.message_id.clone(),
         row.topic.clone(),
@@ -307,5 +296,7 @@ fn message(row: &PendingRow) -> OutboxMessage {
     message.ordering_key = row.ordering_key.clone();
     message.seq = row.seq;
     message.headers = OutboxMessage::decode_headers(row.headers.as_deref());
+    message.shard = row.shard(lease.count);
+    message.token = lease.token(message.shard).unwrap_or(0);
     message
 }

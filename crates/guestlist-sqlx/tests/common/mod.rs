@@ -99,6 +99,8 @@ macro_rules! outbox_suite {
                 an_id_enqueued_twice_is_added_once,
                 a_keys_messages_take_their_places_in_commit_order,
                 published_messages_are_purged_and_pending_ones_stay,
+                rows_carry_their_slot_and_the_shard_count_changes_under_every_lease,
+                a_table_made_before_shards_is_upgraded_to_one_shard,
             );
         }
     };

@@ -19,6 +19,7 @@ impl<DB: Fixture> Setup<DB> {
         for table in [
             format!("{}_keys", outbox.table()),
             format!("{}_relay", outbox.table()),
+            format!("{}_relays", outbox.table()),
             format!("{}_dead", outbox.table()),
             outbox.table().to_string(),
         ] {
@@ -219,4 +220,141 @@ pub async fn published_messages_are_purged_and_pending_ones_stay<DB: Fixture>(na
         2,
         "published an hour ago, and not yet published, stay"
     );
+}
+
+/// A row's slot is the hash of its key (of its id without one), the same from every writer; a new
+/// table has 16 shards; the count changes only under every shard's lease: while a relay holds
+/// one, the change waits, gives up naming it and changes nothing, and once the lease has ended
+/// it changes the count, up or down, as often as asked.
+pub async fn rows_carry_their_slot_and_the_shard_count_changes_under_every_lease<DB: Fixture>(
+    name: &str,
+) {
+    let setup = Setup::<DB>::new(name).await;
+    let (outbox, pool) = (&setup.outbox, &setup.database.pool);
+    let table = outbox.table();
+    let mut tx = pool.begin().await.unwrap();
+    let keyed = paid(42).ordering_key(OrderingKey::new("order-42").unwrap());
+    let keyed = outbox.enqueue(&mut *tx, &keyed).await.unwrap();
+    let keyless = outbox.enqueue(&mut *tx, &paid(43)).await.unwrap();
+    tx.commit().await.unwrap();
+    let slot = |id: MessageId| {
+        let database = &setup.database;
+        async move {
+            database
+                .scalar(format!(
+                    "SELECT slot + 0 * id FROM {table} WHERE message_id = '{}'",
+                    id.as_str()
+                ))
+                .await
+        }
+    };
+    // `printf order-42 | sha256sum` begins 3bf8.
+    assert_eq!(slot(keyed.message_id).await, 0x3bf8);
+    let expected = guestlist_core::protocol::slot(None, keyless.message_id.as_str());
+    assert_eq!(slot(keyless.message_id).await, i64::from(expected));
+    assert_eq!(outbox.shard_count(pool).await.unwrap(), 16);
+
+    // A relay holds shard 3.
+    setup
+        .database
+        .exec(format!(
+            "UPDATE {table}_relay SET holder = 'relay-a', token = token + 1, lease_until = {} \
+             WHERE shard = 3",
+            DB::later(3600)
+        ))
+        .await;
+    let refused = outbox
+        .set_shards(pool, 4, Duration::from_millis(300))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&refused, Error::ShardsHeld { holders, .. } if holders == &["relay-a"]),
+        "{refused:?}"
+    );
+    assert!(refused.to_string().contains("stop them first"), "{refused}");
+    assert_eq!(outbox.shard_count(pool).await.unwrap(), 16, "unchanged");
+    let stats = outbox.stats(pool).await.unwrap();
+    assert_eq!(
+        stats.unheld().len(),
+        15,
+        "the change gave back what it took"
+    );
+
+    setup
+        .database
+        .exec(format!(
+            "UPDATE {table}_relay SET lease_until = {} WHERE shard = 3",
+            DB::ago(1)
+        ))
+        .await;
+    outbox
+        .set_shards(pool, 4, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(outbox.shard_count(pool).await.unwrap(), 4);
+    let stats = outbox.stats(pool).await.unwrap();
+    assert_eq!(stats.shards.len(), 4);
+    assert_eq!(stats.unheld().len(), 4, "every lease given back");
+    assert_eq!(
+        stats.shards.iter().map(|s| s.pending).sum::<u64>(),
+        2,
+        "each shard's backlog adds up to the table's"
+    );
+    outbox
+        .set_shards(pool, 32, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(outbox.shard_count(pool).await.unwrap(), 32);
+    assert_eq!(outbox.stats(pool).await.unwrap().shards.len(), 32);
+}
+
+/// A table made before shards (no `slot`, one lease row without a count) is upgraded by the
+/// migration in place: its rows and new ones get a slot (0 for the old: shard 0), it keeps one
+/// shard until an operator changes the count, and migrating again changes nothing.
+pub async fn a_table_made_before_shards_is_upgraded_to_one_shard<DB: Fixture>(name: &str) {
+    let setup = Setup::<DB>::new(name).await;
+    let (outbox, pool, database) = (&setup.outbox, &setup.database.pool, &setup.database);
+    let table = outbox.table();
+    // Back to the tables as they were.
+    database
+        .exec(format!("ALTER TABLE {table} DROP COLUMN slot"))
+        .await;
+    database
+        .exec(format!("ALTER TABLE {table}_dead DROP COLUMN slot"))
+        .await;
+    database
+        .exec(format!("ALTER TABLE {table}_relay DROP COLUMN shards"))
+        .await;
+    database
+        .exec(format!("DELETE FROM {table}_relay WHERE shard > 0"))
+        .await;
+    database
+        .exec(format!(
+            "INSERT INTO {table} (message_id, topic, seq, payload) VALUES ('evt_old', 't', 0, {})",
+            "'{}'"
+        ))
+        .await;
+    outbox.migrate(pool).await.unwrap();
+    outbox.migrate(pool).await.unwrap();
+    assert_eq!(outbox.shard_count(pool).await.unwrap(), 1);
+    assert_eq!(
+        database
+            .scalar(format!(
+                "SELECT slot + 0 * id FROM {table} WHERE message_id = 'evt_old'"
+            ))
+            .await,
+        0
+    );
+    let mut tx = pool.begin().await.unwrap();
+    let keyed = paid(42).ordering_key(OrderingKey::new("order-42").unwrap());
+    outbox.enqueue(&mut *tx, &keyed).await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(
+        database
+            .scalar(format!("SELECT max(slot + 0 * id) FROM {table}"))
+            .await,
+        0x3bf8
+    );
+    let stats = outbox.stats(pool).await.unwrap();
+    assert_eq!((stats.pending, stats.shards.len()), (2, 1));
 }

@@ -297,6 +297,10 @@ impl<const FIFO: bool> Broker for SqsQueue<FIFO> {
     const CHAOS_EVENTS: usize = 2_500;
     // moto's FIFO queue checks each message sent against every one it holds.
     const RELAY_STORY_EVENTS: usize = 50;
+    // The sharing story sized for moto: its FIFO queue checks each message sent against every
+    // one it holds (about 200 ms for ten at 155 held), so 300 messages, not 20,000, and a lease
+    // of 4 s that a round's publish of a relay's share outlasts only with its renewals.
+    const SHARE_STORY: (usize, u64) = (300, 4_000);
 
     fn topic(&self) -> String {
         self.name.clone()

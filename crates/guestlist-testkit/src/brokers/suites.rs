@@ -208,6 +208,27 @@ macro_rules! relay_suite {
     };
 }
 
+/// Generates the story of four relays sharing an outbox's shards for the broker `$broker` with
+/// the database `$db`, in module `$m` (named as for [`broker_suite!`]), and its relay child.
+#[macro_export]
+macro_rules! relay_shares_suite {
+    ($m:ident, $broker:ty, $db:ty) => {
+        mod $m {
+            // The caller's paths (its broker type, its `common` module) resolve as they would
+            // beside the macro call.
+            #[allow(unused_imports)]
+            use super::*;
+            use $crate::brokers::relay;
+            $crate::stories!(relay, [$broker, $db], (stringify!($m), "_");
+                four_relays_share_the_shards_through_joins_kills_and_a_pause,
+            );
+            $crate::children!(relay, [$broker, $db];
+                share_relay: "child process of four_relays_share_the_shards_through_joins_kills_and_a_pause",
+            );
+        }
+    };
+}
+
 /// Generates the stories of a fault between the relay to `$broker` and its database, in module
 /// `$m` (named as for [`broker_suite!`]), on PostgreSQL and on MariaDB, each through a
 /// [`FaultProxy`](crate::fault_proxy::FaultProxy): a stamp's answer is lost; a relay's traffic

@@ -21,6 +21,7 @@ const ER_DUP_ENTRY: u16 = 1062;
 const ER_LOCK_WAIT_TIMEOUT: u16 = 1205;
 const ER_LOCK_DEADLOCK: u16 = 1213;
 const ER_NO_SUCH_TABLE: u16 = 1146;
+const ER_DUP_FIELDNAME: u16 = 1060;
 
 pub(super) fn is_retryable(err: &dyn DatabaseError) -> Option<bool> {
     let err = err.try_downcast_ref::<MySqlDatabaseError>()?;
@@ -143,7 +144,10 @@ impl Statements for MySql {
                 "another migration held the lock {lock} for {MIGRATE_WAIT_SECS}s; run the migration again"
             )));
         }
-        let result = run_ddl::<MySql>(&mut *conn, ddl).await;
+        let result = run_ddl::<MySql>(&mut *conn, ddl, |err| {
+            error_number(err) == Some(ER_DUP_FIELDNAME)
+        })
+        .await;
         Self::unlock(conn, lock).await?;
         result
     }

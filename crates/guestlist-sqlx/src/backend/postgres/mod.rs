@@ -124,7 +124,7 @@ impl Statements for Postgres {
         .bind(lock)
         .execute(&mut *tx)
         .await?;
-        run_ddl::<Postgres>(&mut tx, ddl).await?;
+        run_ddl::<Postgres>(&mut tx, ddl, |_| false).await?;
         tx.commit().await
     }
 

@@ -13,33 +13,37 @@ use super::statement::{Codec, Columns, Plain};
 
 mod shared;
 
-pub(crate) use shared::{dead_drop, renew, take};
+pub(crate) use shared::{dead_drop, take};
 
 /// SQL text for one outbox's relay, formatted once when the [`crate::Relay`] is built.
 #[derive(Debug)]
 #[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
 pub struct RelaySql {
-    /// Takes the lease if it has expired: holder, lease (ms); the new token (MySQL reads it
-    /// with [`RelaySql::read_token`]).
+    /// Takes a shard's lease if it has expired and the table's shard count is the one the relay
+    /// planned with: holder, lease (ms), shard, count; the new token (MySQL reads it with
+    /// [`RelaySql::read_token`]).
     pub(crate) take: Arc<str>,
-    /// Reads the token after a take (MySQL only; empty elsewhere).
+    /// Reads a shard's token after a take (MySQL only; empty elsewhere): shard.
     #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
     pub(crate) read_token: Arc<str>,
-    /// Extends the lease if the token still holds it: lease (ms), token; 1 row when held.
+    /// Extends the leases of the shards held if every token still holds its own: on PostgreSQL
+    /// lease (ms), shards, tokens, and whether all held; elsewhere `{held}` stands where the
+    /// literal pairs go, lease (ms) bound, and the rows changed tell.
     pub(crate) renew: Arc<str>,
-    /// Gives the lease up at once: token.
+    /// Gives a shard's lease up at once: shard, token.
     pub(crate) release: Arc<str>,
-    /// The oldest pending rows, at most a number, leaving out the rows in flight: limit, and
-    /// on PostgreSQL the ids to leave out (elsewhere the text holds `{exclude}` where a
-    /// literal `AND id NOT IN (…)` goes).
+    /// The oldest pending rows of the shards a relay publishes, at most a number, leaving out
+    /// the rows in flight: limit, and on PostgreSQL the ids to leave out, the held keys, the
+    /// shard count and the shards (elsewhere the text holds `{exclude}` where the literal
+    /// filters go).
     pub(crate) pending: Arc<str>,
     /// Stamps rows as published, keeping them ([`Stamp::Keep`]): on PostgreSQL one statement
-    /// that also renews the lease (lease, token, ids); elsewhere the text before a literal list
-    /// of ids.
+    /// that also renews the leases (lease, shards, tokens, ids); elsewhere the text before a
+    /// literal list of ids.
     pub(crate) stamp: Arc<str>,
     /// Deletes published rows ([`Stamp::Delete`]), written as [`RelaySql::stamp`] is.
     pub(crate) delete: Arc<str>,
-    /// Moves a pending row to `{table}_dead`: the reason, the row's id (run after the lease's
+    /// Moves a pending row to `{table}_dead`: the reason, the row's id (run after the leases'
     /// renewal, on its transaction, followed by [`RelaySql::unpend`]).
     pub(crate) bury: Arc<str>,
     /// Deletes a pending row once buried: its id.
@@ -56,8 +60,24 @@ pub struct RelaySql {
     pub(crate) backlog: Arc<str>,
     /// Rows, pending rows, the oldest pending one's age (ms), table size (bytes).
     pub(crate) stats: Arc<str>,
-    /// The lease's token, holder, and milliseconds left.
-    pub(crate) lease: Arc<str>,
+    /// Every shard's lease: shard, token, holder, milliseconds left, shard count.
+    pub(crate) shards: Arc<str>,
+    /// Pending rows per shard: count; shard, pending, the oldest one's age (ms).
+    pub(crate) lag: Arc<str>,
+    /// A relay's heartbeat in the registry: holder, lease (ms).
+    pub(crate) beat: Arc<str>,
+    /// Forgets relays not seen for an hour.
+    pub(crate) sweep: Arc<str>,
+    /// The relays whose heartbeat holds, by holder.
+    pub(crate) live: Arc<str>,
+    /// A relay leaves the registry: holder.
+    pub(crate) leave: Arc<str>,
+    /// Drops the shards from a number up (a lowered count): count.
+    pub(crate) reshard_drop: Arc<str>,
+    /// Adds a shard's row unless there: shard, count.
+    pub(crate) reshard_add: Arc<str>,
+    /// Sets every shard's count and gives every lease up: count.
+    pub(crate) reshard_set: Arc<str>,
 }
 
 impl RelaySql {
@@ -79,7 +99,15 @@ impl RelaySql {
             dead_count: fill(DB::DEAD_COUNT),
             backlog: fill(DB::OUTBOX_BACKLOG),
             stats: fill(DB::OUTBOX_STATS),
-            lease: fill(DB::RELAY_LEASE),
+            shards: fill(DB::RELAY_SHARDS),
+            lag: fill(DB::RELAY_LAG),
+            beat: fill(DB::RELAY_BEAT),
+            sweep: fill(DB::RELAY_SWEEP),
+            live: fill(DB::RELAY_LIVE),
+            leave: fill(DB::RELAY_LEAVE),
+            reshard_drop: fill(DB::RESHARD_DROP),
+            reshard_add: fill(DB::RESHARD_ADD),
+            reshard_set: fill(DB::RESHARD_SET),
         }
     }
 }
@@ -115,6 +143,16 @@ pub struct PendingRow {
     pub(crate) seq: i64,
     pub(crate) headers: Option<Vec<u8>>,
     pub(crate) payload: Vec<u8>,
+    /// Its slot: its shard is this modulo the table's shard count.
+    pub(crate) slot: i64,
+}
+
+impl PendingRow {
+    /// The row's shard when the table has `count` shards.
+    pub(crate) fn shard(&self, count: u32) -> u32 {
+        let slot = u16::try_from(self.slot).unwrap_or(0);
+        guestlist_core::protocol::shard_of(slot, count)
+    }
 }
 
 impl guestlist_core::protocol::SettledRow for PendingRow {
@@ -139,6 +177,7 @@ impl PendingRow {
             seq: id,
             headers: None,
             payload: Vec::new(),
+            slot: 0,
         }
     }
 }
@@ -153,7 +192,27 @@ impl Columns for PendingRow {
             seq: DB::get(row, 4)?,
             headers: DB::get(row, 5)?,
             payload: DB::get(row, 6)?,
+            slot: DB::get(row, 7)?,
         })
+    }
+}
+
+/// What a relay reads next: at most `limit` pending rows of `shards` (of `count`), leaving out
+/// the rows `exclude` and the ordering keys `held`.
+#[derive(Debug, Clone, Copy)]
+#[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
+pub struct Pending<'a> {
+    pub(crate) limit: i64,
+    pub(crate) exclude: &'a [i64],
+    pub(crate) held: &'a [String],
+    pub(crate) count: u32,
+    pub(crate) shards: &'a [u32],
+}
+
+impl Pending<'_> {
+    /// Whether the relay reads only some shards: all of them need no filter.
+    pub(crate) fn filters_shards(&self) -> bool {
+        (self.shards.len() as u64) < u64::from(self.count.max(1))
     }
 }
 
@@ -175,9 +234,24 @@ pub type DeadRow = (
     i64,
 );
 
-/// The lease as read: token, holder, milliseconds left (negative once expired).
+/// A shard's lease as read: shard, token, holder, milliseconds left (negative once expired,
+/// `None` once released), the table's shard count it belongs to.
 #[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
-pub type LeaseRow = (i64, Option<String>, Option<i64>);
+pub type ShardRow = (i64, i64, Option<String>, Option<i64>, i64);
+
+/// The shard count the table's lease rows carry (1 when there are none).
+pub(crate) fn shard_count(rows: &[ShardRow]) -> u32 {
+    let slots = i64::from(guestlist_core::protocol::SLOTS);
+    rows.first().map_or(1, |row| row.4).clamp(1, slots) as u32
+}
+
+/// A shard's backlog as read: shard, pending rows, the oldest one's age (ms).
+#[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
+pub type LagRow = (i64, i64, Option<i64>);
+
+/// The shards a relay holds, each with its token.
+#[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
+pub type Held = [(u32, i64)];
 
 /// The per-database half of the relay. Sealed: implemented here for the three backends.
 #[allow(unreachable_pub)]
@@ -216,85 +290,107 @@ pub trait RelayStatements: OutboxStatements {
     const OUTBOX_BACKLOG: &'static str;
     /// Template of [`RelaySql::stats`].
     const OUTBOX_STATS: &'static str;
-    /// Template of [`RelaySql::lease`].
-    const RELAY_LEASE: &'static str;
+    /// Template of [`RelaySql::shards`].
+    const RELAY_SHARDS: &'static str;
+    /// Template of [`RelaySql::lag`].
+    const RELAY_LAG: &'static str;
+    /// Template of [`RelaySql::beat`].
+    const RELAY_BEAT: &'static str;
+    /// Template of [`RelaySql::sweep`].
+    const RELAY_SWEEP: &'static str;
+    /// Template of [`RelaySql::live`].
+    const RELAY_LIVE: &'static str;
+    /// Template of [`RelaySql::leave`].
+    const RELAY_LEAVE: &'static str;
+    /// Template of [`RelaySql::reshard_drop`].
+    const RESHARD_DROP: &'static str;
+    /// Template of [`RelaySql::reshard_add`].
+    const RESHARD_ADD: &'static str;
+    /// Template of [`RelaySql::reshard_set`].
+    const RESHARD_SET: &'static str;
 
-    /// Takes the lease for `holder` if it has expired: the new token, or `None` while another
-    /// relay holds it. Written for an update that returns the token.
+    /// Takes `shard`'s lease for `holder` if it has expired and the table still has `count`
+    /// shards: the new token, or `None` while another relay holds it (or the count changed).
+    /// Written for an update that returns the token.
     fn relay_take<'c>(
         conn: &'c mut Self::Connection,
         sql: &'c RelaySql,
+        shard: u32,
+        count: u32,
         holder: &'c str,
         lease_ms: i64,
     ) -> impl Future<Output = Result<Option<i64>, sqlx::Error>> + Send + 'c {
-        let taken = Self::fetch_first(conn, sql, Plain::reading(take, (holder, lease_ms)));
+        let args = (holder, lease_ms, i64::from(shard), i64::from(count));
+        let taken = Self::fetch_first(conn, sql, Plain::reading(take, args));
         async move { Ok(taken.await?.map(|(token,)| token)) }
     }
 
-    /// Extends the lease if `token` still holds it: `true` when held.
+    /// Extends the leases of the shards `held` if each token still holds its own: `false` when
+    /// any was lost (those still held are extended all the same). Written for the databases
+    /// that cannot bind a list: the pairs go into the text.
     fn relay_renew<'c>(
         conn: &'c mut Self::Connection,
         sql: &'c RelaySql,
-        token: i64,
+        held: &'c Held,
         lease_ms: i64,
     ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send + 'c {
-        let renewed = Self::run(conn, sql, Plain::new(renew, (lease_ms, token)));
-        async move { Ok(renewed.await? == 1) }
+        shared::renew_held::<Self>(conn, sql, held, lease_ms)
     }
 
-    /// Gives the lease up so that a standing-by relay takes it at once.
+    /// Gives `shard`'s lease up so that another relay takes it at once.
     fn relay_release<'c>(
         conn: &'c mut Self::Connection,
         sql: &'c RelaySql,
+        shard: u32,
         token: i64,
     ) -> impl Future<Output = Result<(), sqlx::Error>> + Send + 'c {
         let released = Self::run(
             conn,
             sql,
-            Plain::new(|sql: &RelaySql| &sql.release, (token,)),
+            Plain::new(|sql: &RelaySql| &sql.release, (i64::from(shard), token)),
         );
         async move { released.await.map(drop) }
     }
 
-    /// The oldest `limit` pending rows, oldest first, leaving out the rows `exclude` (in
-    /// flight) and every row of the ordering keys `held` (their head failed). Written for the
-    /// databases that cannot bind a list: the lists go into the text.
+    /// The oldest `limit` pending rows of the `shards` (of `count`) a relay publishes, oldest
+    /// first, leaving out the rows `exclude` (in flight) and every row of the ordering keys
+    /// `held` (their head failed). Written for the databases that cannot bind a list: the
+    /// lists go into the text.
     fn relay_pending<'c>(
         conn: &'c mut Self::Connection,
         sql: &'c RelaySql,
-        limit: i64,
-        exclude: &'c [i64],
-        held: &'c [String],
+        pending: Pending<'c>,
     ) -> impl Future<Output = Result<Vec<PendingRow>, sqlx::Error>> + Send + 'c {
-        shared::pending_excluding::<Self>(conn, sql, limit, exclude, held)
+        shared::pending_excluding::<Self>(conn, sql, pending)
     }
 
-    /// Moves the pending row `id` to the outgoing dead letters with `reason`, if `token`
-    /// still holds the lease (renewing it): `false` (and nothing moved) when it was lost.
+    /// Moves the pending row `id` to the outgoing dead letters with `reason`, if every token of
+    /// `held` still holds its shard (renewing them): `false` (and nothing moved) when one was
+    /// lost.
     fn relay_bury<'c>(
         conn: &'c mut Self::Connection,
         sql: &'c RelaySql,
-        token: i64,
+        held: &'c Held,
         lease_ms: i64,
         id: i64,
         reason: &'c str,
     ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send + 'c {
-        shared::bury_in_transaction::<Self>(conn, sql, token, lease_ms, id, reason)
+        shared::bury_in_transaction::<Self>(conn, sql, held, lease_ms, id, reason)
     }
 
-    /// Renews the lease and, if `token` still holds it, stamps the rows `ids` as published
-    /// (deleting or keeping them, as `stamp` says), atomically: `false` (and nothing stamped)
-    /// when the lease was lost. Written for the databases whose statements cannot do both in
-    /// one: a transaction of its own.
+    /// Renews the leases of `held` and, if every token still holds its shard, stamps the rows
+    /// `ids` as published (deleting or keeping them, as `stamp` says), atomically: `false`
+    /// (and nothing stamped) when a lease was lost. Written for the databases whose statements
+    /// cannot do both in one: a transaction of its own.
     fn relay_stamp<'c>(
         conn: &'c mut Self::Connection,
         sql: &'c RelaySql,
-        token: i64,
+        held: &'c Held,
         lease_ms: i64,
         ids: &'c [i64],
         stamp: Stamp,
     ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send + 'c {
-        shared::stamp_in_transaction::<Self>(conn, sql, token, lease_ms, ids, stamp)
+        shared::stamp_in_transaction::<Self>(conn, sql, held, lease_ms, ids, stamp)
     }
 
     /// The oldest `limit` dead letters.
@@ -362,12 +458,77 @@ pub trait RelayStatements: OutboxStatements {
         Self::fetch_one(conn, sql, Plain::reading(|sql: &RelaySql| &sql.stats, ()))
     }
 
-    /// The lease as it stands.
-    fn relay_lease<'c>(
+    /// Every shard's lease as it stands, by shard.
+    fn relay_shards<'c>(
         conn: &'c mut Self::Connection,
         sql: &'c RelaySql,
-    ) -> impl Future<Output = Result<LeaseRow, sqlx::Error>> + Send + 'c {
-        Self::fetch_one(conn, sql, Plain::reading(|sql: &RelaySql| &sql.lease, ()))
+    ) -> impl Future<Output = Result<Vec<ShardRow>, sqlx::Error>> + Send + 'c {
+        Self::fetch(conn, sql, Plain::reading(|sql: &RelaySql| &sql.shards, ()))
+    }
+
+    /// Pending rows per shard when the table has `count` shards.
+    fn relay_lag<'c>(
+        conn: &'c mut Self::Connection,
+        sql: &'c RelaySql,
+        count: u32,
+    ) -> impl Future<Output = Result<Vec<LagRow>, sqlx::Error>> + Send + 'c {
+        let lag = Plain::reading(|sql: &RelaySql| &sql.lag, (i64::from(count),));
+        Self::fetch(conn, sql, lag)
+    }
+
+    /// Renews `holder`'s heartbeat for `lease_ms` (registering it), forgets relays long gone,
+    /// and reads the relays whose heartbeat holds.
+    fn relay_beat<'c>(
+        conn: &'c mut Self::Connection,
+        sql: &'c RelaySql,
+        holder: &'c str,
+        lease_ms: i64,
+    ) -> impl Future<Output = Result<Vec<String>, sqlx::Error>> + Send + 'c {
+        async move {
+            let beat = Plain::new(|sql: &RelaySql| &sql.beat, (holder, lease_ms));
+            Self::run(&mut *conn, sql, beat).await?;
+            Self::run(&mut *conn, sql, Plain::new(|sql: &RelaySql| &sql.sweep, ())).await?;
+            let live = Plain::reading(|sql: &RelaySql| &sql.live, ());
+            let live: Vec<(String,)> = Self::fetch(conn, sql, live).await?;
+            Ok(live.into_iter().map(|(holder,)| holder).collect())
+        }
+    }
+
+    /// The relays whose heartbeat holds.
+    fn relay_live<'c>(
+        conn: &'c mut Self::Connection,
+        sql: &'c RelaySql,
+    ) -> impl Future<Output = Result<Vec<String>, sqlx::Error>> + Send + 'c {
+        async move {
+            let live = Plain::reading(|sql: &RelaySql| &sql.live, ());
+            let live: Vec<(String,)> = Self::fetch(conn, sql, live).await?;
+            Ok(live.into_iter().map(|(holder,)| holder).collect())
+        }
+    }
+
+    /// `holder` leaves the registry.
+    fn relay_leave<'c>(
+        conn: &'c mut Self::Connection,
+        sql: &'c RelaySql,
+        holder: &'c str,
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send + 'c {
+        let left = Self::run(
+            conn,
+            sql,
+            Plain::new(|sql: &RelaySql| &sql.leave, (holder,)),
+        );
+        async move { left.await.map(drop) }
+    }
+
+    /// Changes the table's shard count to `count` under the leases of every shard (`held`),
+    /// giving them all up: `false` (and nothing changed) when one was lost.
+    fn relay_reshard<'c>(
+        conn: &'c mut Self::Connection,
+        sql: &'c RelaySql,
+        held: &'c Held,
+        count: u32,
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send + 'c {
+        shared::reshard_in_transaction::<Self>(conn, sql, held, count)
     }
 
     /// Something that wakes the relay when messages commit: a `LISTEN` on PostgreSQL, nothing

@@ -6,17 +6,12 @@ use std::sync::Arc;
 
 use sqlx::{AssertSqlSafe, Connection};
 
-use super::{PendingRow, RelaySql, RelayStatements, Stamp};
+use super::{Held, Pending, PendingRow, RelaySql, RelayStatements, Stamp};
 use crate::backend::statement::{Args, Codec, Columns, Plain};
 
 /// The lease's take: holder, lease (ms).
 pub(crate) fn take(sql: &RelaySql) -> &Arc<str> {
     &sql.take
-}
-
-/// The lease's renewal: lease (ms), token.
-pub(crate) fn renew(sql: &RelaySql) -> &Arc<str> {
-    &sql.renew
 }
 
 /// A dead letter's deletion: its id.
@@ -30,23 +25,36 @@ fn id_list(ids: &[i64]) -> String {
     format!("({})", list.join(","))
 }
 
-/// The pending rows for the backends that cannot bind a list: the ids to leave out go into the
-/// text, which is then not kept as a prepared statement (every list differs).
+/// The pairs of `held` as a literal SQL condition on a shard's row: plain integers, formatted
+/// here, so nothing to escape.
+fn held_pairs(held: &Held) -> String {
+    if held.is_empty() {
+        return "1 = 0".to_owned();
+    }
+    let pairs: Vec<String> = held
+        .iter()
+        .map(|(shard, token)| format!("(shard = {shard} AND token = {token})"))
+        .collect();
+    format!("({})", pairs.join(" OR "))
+}
+
+/// The pending rows for the backends that cannot bind a list: the ids to leave out, the held
+/// keys and the shards go into the text, which is then not kept as a prepared statement (every
+/// list differs).
 pub(crate) async fn pending_excluding<DB: RelayStatements>(
     conn: &mut DB::Connection,
     sql: &RelaySql,
-    limit: i64,
-    exclude: &[i64],
-    held: &[String],
+    pending: Pending<'_>,
 ) -> Result<Vec<PendingRow>, sqlx::Error> {
     let mut exclusion = String::new();
-    if !exclude.is_empty() {
-        exclusion.push_str(&format!(" AND id NOT IN {}", id_list(exclude)));
+    if !pending.exclude.is_empty() {
+        exclusion.push_str(&format!(" AND id NOT IN {}", id_list(pending.exclude)));
     }
-    if !held.is_empty() {
+    if !pending.held.is_empty() {
         // Hex digits, formatted here: nothing to escape, whatever bytes the key holds.
         let (before, after) = DB::HEX_KEY;
-        let keys: Vec<String> = held
+        let keys: Vec<String> = pending
+            .held
             .iter()
             .map(|key| format!("{before}{}{after}", hex::encode(key.as_bytes())))
             .collect();
@@ -55,24 +63,32 @@ pub(crate) async fn pending_excluding<DB: RelayStatements>(
             keys.join(",")
         ));
     }
+    if pending.filters_shards() {
+        let shards: Vec<i64> = pending.shards.iter().map(|s| i64::from(*s)).collect();
+        exclusion.push_str(&format!(
+            " AND slot % {} IN {}",
+            pending.count.max(1),
+            id_list(&shards)
+        ));
+    }
     let text = sql.pending.replace("{exclude}", &exclusion);
     let query = sqlx::query(AssertSqlSafe(text)).persistent(exclusion.is_empty());
-    let rows = DB::fetch_query(conn, query.arg(limit)).await?;
+    let rows = DB::fetch_query(conn, query.arg(pending.limit)).await?;
     rows.iter().map(PendingRow::read::<DB>).collect()
 }
 
-/// Stamps `ids` on a transaction after renewing the lease, for the backends whose statements
-/// cannot do both in one: the stamp's text ends where the literal id list goes.
+/// Stamps `ids` on a transaction after renewing the leases of `held`, for the backends whose
+/// statements cannot do both in one: the stamp's text ends where the literal id list goes.
 pub(crate) async fn stamp_in_transaction<DB: RelayStatements>(
     conn: &mut DB::Connection,
     sql: &RelaySql,
-    token: i64,
+    held: &Held,
     lease_ms: i64,
     ids: &[i64],
     stamp: Stamp,
 ) -> Result<bool, sqlx::Error> {
     let mut tx = conn.begin().await?;
-    if !renewed_on::<DB>(&mut tx, sql, token, lease_ms).await? {
+    if !renewed_on::<DB>(&mut tx, sql, held, lease_ms).await? {
         return Ok(false);
     }
     if !ids.is_empty() {
@@ -86,29 +102,43 @@ pub(crate) async fn stamp_in_transaction<DB: RelayStatements>(
     Ok(true)
 }
 
-/// Renews the lease on `tx` if `token` still holds it: what fences a stamp or a dead letter's
-/// move on the same transaction.
+/// Renews the leases of `held` on `conn` for the backends that cannot bind a list: `true` when
+/// every token still held its shard.
+pub(crate) async fn renew_held<DB: Codec>(
+    conn: &mut DB::Connection,
+    sql: &RelaySql,
+    held: &Held,
+    lease_ms: i64,
+) -> Result<bool, sqlx::Error> {
+    renewed_on::<DB>(conn, sql, held, lease_ms).await
+}
+
+/// Renews the leases of `held` on `tx` if every token still holds its shard: what fences a
+/// stamp or a dead letter's move on the same transaction. The pairs go into the text, which
+/// stays prepared while the relay holds the same shards.
 async fn renewed_on<DB: Codec>(
     tx: &mut DB::Connection,
     sql: &RelaySql,
-    token: i64,
+    held: &Held,
     lease_ms: i64,
 ) -> Result<bool, sqlx::Error> {
-    Ok(DB::run(tx, sql, Plain::new(renew, (lease_ms, token))).await? == 1)
+    let text = sql.renew.replace("{held}", &held_pairs(held));
+    let query = sqlx::query(AssertSqlSafe(text)).arg(lease_ms);
+    Ok(DB::run_query(tx, query).await? == held.len() as u64)
 }
 
-/// Moves the row `id` to the dead letters on a transaction after renewing the lease: the lease
-/// fences the move as it fences a stamp.
+/// Moves the row `id` to the dead letters on a transaction after renewing the leases: they
+/// fence the move as they fence a stamp.
 pub(crate) async fn bury_in_transaction<DB: Codec>(
     conn: &mut DB::Connection,
     sql: &RelaySql,
-    token: i64,
+    held: &Held,
     lease_ms: i64,
     id: i64,
     reason: &str,
 ) -> Result<bool, sqlx::Error> {
     let mut tx = conn.begin().await?;
-    if !renewed_on::<DB>(&mut tx, sql, token, lease_ms).await? {
+    if !renewed_on::<DB>(&mut tx, sql, held, lease_ms).await? {
         return Ok(false);
     }
     let bury = Plain::new(|sql: &RelaySql| &sql.bury, (reason, id));
@@ -132,6 +162,32 @@ pub(crate) async fn retry_in_transaction<DB: Codec>(
         return Ok(false);
     }
     DB::run(&mut tx, sql, Plain::new(dead_drop, (id,))).await?;
+    tx.commit().await?;
+    Ok(true)
+}
+
+/// Changes the table's shard count to `count` on one transaction, under the leases of every
+/// shard (`held`): drops the shards past it, adds the missing ones, and gives every lease up
+/// with the new count, so that a relay takes a shard only under it.
+pub(crate) async fn reshard_in_transaction<DB: Codec>(
+    conn: &mut DB::Connection,
+    sql: &RelaySql,
+    held: &Held,
+    count: u32,
+) -> Result<bool, sqlx::Error> {
+    let count = i64::from(count.max(1));
+    let mut tx = conn.begin().await?;
+    if !renewed_on::<DB>(&mut tx, sql, held, 60_000).await? {
+        return Ok(false);
+    }
+    let drop = Plain::new(|sql: &RelaySql| &sql.reshard_drop, (count,));
+    DB::run(&mut tx, sql, drop).await?;
+    for shard in 0..count {
+        let add = Plain::new(|sql: &RelaySql| &sql.reshard_add, (shard, count));
+        DB::run(&mut tx, sql, add).await?;
+    }
+    let set = Plain::new(|sql: &RelaySql| &sql.reshard_set, (count,));
+    DB::run(&mut tx, sql, set).await?;
     tx.commit().await?;
     Ok(true)
 }

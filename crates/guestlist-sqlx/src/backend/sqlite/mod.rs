@@ -118,7 +118,11 @@ impl Statements for Sqlite {
     ) -> Result<(), sqlx::Error> {
         // One file, one writer: the write lock taken up front is the turn.
         let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
-        run_ddl::<Sqlite>(&mut tx, ddl).await?;
+        run_ddl::<Sqlite>(&mut tx, ddl, |err| {
+            err.as_database_error()
+                .is_some_and(|e| e.message().starts_with("duplicate column name"))
+        })
+        .await?;
         tx.commit().await
     }
 

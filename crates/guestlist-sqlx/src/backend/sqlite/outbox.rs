@@ -11,8 +11,8 @@ impl OutboxStatements for Sqlite {
          VALUES (?1, 1) ON CONFLICT (ordering_key) DO UPDATE SET last_seq = k.last_seq + 1 \
          RETURNING last_seq";
     const OUTBOX_INSERT: &'static str = "INSERT INTO {table} \
-         (message_id, topic, ordering_key, seq, headers, payload) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (message_id) DO NOTHING";
+         (message_id, topic, ordering_key, seq, headers, payload, slot) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (message_id) DO NOTHING";
     const OUTBOX_GIVE_BACK_SEQ: &'static str =
         "UPDATE {table}_keys SET last_seq = last_seq - 1 WHERE ordering_key = ?1 AND last_seq = ?2";
 }
@@ -20,26 +20,27 @@ impl OutboxStatements for Sqlite {
 impl RelayStatements for Sqlite {
     const RELAY_TAKE: &'static str = "UPDATE {table}_relay SET token = token + 1, holder = ?1, \
          lease_until = strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || (?2 / 1000.0) || ' seconds') \
-         WHERE shard = 0 AND lease_until < strftime('%Y-%m-%d %H:%M:%f', 'now') \
+         WHERE shard = ?3 AND shards = ?4 AND lease_until < strftime('%Y-%m-%d %H:%M:%f', 'now') \
          RETURNING token";
     const RELAY_RENEW: &'static str = "UPDATE {table}_relay \
          SET lease_until = strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || (?1 / 1000.0) || ' seconds') \
-         WHERE shard = 0 AND token = ?2 AND holder IS NOT NULL";
+         WHERE {held} AND holder IS NOT NULL";
     const RELAY_RELEASE: &'static str = "UPDATE {table}_relay SET holder = NULL, lease_until = '' \
-         WHERE shard = 0 AND token = ?1";
+         WHERE shard = ?1 AND token = ?2";
     const RELAY_PENDING: &'static str = "SELECT id, message_id, topic, ordering_key, seq, \
-         headers, payload FROM {table} WHERE published_at IS NULL{exclude} ORDER BY id LIMIT ?1";
+         headers, payload, slot FROM {table} WHERE published_at IS NULL{exclude} \
+         ORDER BY id LIMIT ?1";
     const DEAD_LIST: &'static str = "SELECT id, message_id, topic, ordering_key, seq, reason, \
          CAST(round((julianday('now') - julianday(dead_at)) * 86400000.0) AS INTEGER), length(payload) \
          FROM {table}_dead ORDER BY id LIMIT ?1";
     const DEAD_RETRY: &'static str = "INSERT INTO {table} \
-         (message_id, topic, ordering_key, seq, headers, payload) \
-         SELECT message_id, topic, ordering_key, seq, headers, payload \
+         (message_id, topic, ordering_key, seq, headers, payload, slot) \
+         SELECT message_id, topic, ordering_key, seq, headers, payload, slot \
          FROM {table}_dead WHERE id = ?1";
     const DEAD_DROP: &'static str = "DELETE FROM {table}_dead WHERE id = ?1";
     const RELAY_BURY: &'static str = "INSERT INTO {table}_dead \
-         (id, message_id, topic, ordering_key, seq, headers, payload, created_at, reason) \
-         SELECT id, message_id, topic, ordering_key, seq, headers, payload, created_at, ?1 \
+         (id, message_id, topic, ordering_key, seq, headers, payload, created_at, reason, slot) \
+         SELECT id, message_id, topic, ordering_key, seq, headers, payload, created_at, ?1, slot \
          FROM {table} WHERE id = ?2 AND published_at IS NULL ON CONFLICT (id) DO NOTHING";
     const RELAY_UNPEND: &'static str = "DELETE FROM {table} WHERE id = ?1 AND published_at IS NULL";
     const HEX_KEY: (&'static str, &'static str) = ("CAST(X'", "' AS TEXT)");
@@ -55,7 +56,23 @@ impl RelayStatements for Sqlite {
          THEN created_at END))) * 86400000.0) AS INTEGER), \
          (SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()) \
          FROM {table}";
-    const RELAY_LEASE: &'static str = "SELECT token, holder, CASE WHEN lease_until = '' \
+    const RELAY_SHARDS: &'static str = "SELECT shard, token, holder, CASE WHEN lease_until = '' \
          THEN NULL ELSE CAST(round((julianday(lease_until) - julianday('now')) * 86400000.0) \
-         AS INTEGER) END FROM {table}_relay WHERE shard = 0";
+         AS INTEGER) END, shards FROM {table}_relay ORDER BY shard";
+    const RELAY_LAG: &'static str = "SELECT slot % ?1, COUNT(*), \
+         CAST(round((julianday('now') - julianday(MIN(created_at))) * 86400000.0) AS INTEGER) \
+         FROM {table} WHERE published_at IS NULL GROUP BY 1 ORDER BY 1";
+    const RELAY_BEAT: &'static str = "INSERT INTO {table}_relays (holder, seen_until) \
+         VALUES (?1, strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || (?2 / 1000.0) || ' seconds')) \
+         ON CONFLICT (holder) DO UPDATE SET seen_until = excluded.seen_until";
+    const RELAY_SWEEP: &'static str = "DELETE FROM {table}_relays \
+         WHERE seen_until < strftime('%Y-%m-%d %H:%M:%f', 'now', '-1 hour')";
+    const RELAY_LIVE: &'static str = "SELECT holder FROM {table}_relays \
+         WHERE seen_until > strftime('%Y-%m-%d %H:%M:%f', 'now') ORDER BY holder";
+    const RELAY_LEAVE: &'static str = "DELETE FROM {table}_relays WHERE holder = ?1";
+    const RESHARD_DROP: &'static str = "DELETE FROM {table}_relay WHERE shard >= ?1";
+    const RESHARD_ADD: &'static str = "INSERT OR IGNORE INTO {table}_relay \
+         (shard, token, lease_until, shards) VALUES (?1, 0, '', ?2)";
+    const RESHARD_SET: &'static str =
+        "UPDATE {table}_relay SET shards = ?1, holder = NULL, lease_until = ''";
 }

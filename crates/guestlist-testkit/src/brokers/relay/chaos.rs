@@ -19,6 +19,7 @@ pub async fn two_relays_one_killed_again_and_again_keep_each_keys_order<B: Broke
     const WRITERS: usize = 4;
     const KEYS: usize = 10;
     let line = Arc::new(Line::<B, DB>::open(name).await);
+    line.single_shard().await;
     let lease = [(CHILD_LEASE_MS, "600".to_owned())];
     let mut relays = [
         line.child(name, "chaos_relay", &lease),
@@ -48,13 +49,7 @@ pub async fn two_relays_one_killed_again_and_again_keep_each_keys_order<B: Broke
         let wait = 700 + random.hash_one(("kill", round)) % 500;
         tokio::time::sleep(Duration::from_millis(wait)).await;
         // The relay holding the lease is the one killed: its name carries its process id.
-        let holder = line
-            .outbox
-            .stats(&line.rig.db.pool)
-            .await
-            .unwrap()
-            .lease
-            .holder;
+        let holder = line.lease().await.holder;
         let Some(doomed) = relays
             .iter()
             .position(|relay| holder == Some(relay_name(relay.id())))
@@ -81,13 +76,7 @@ pub async fn two_relays_one_killed_again_and_again_keep_each_keys_order<B: Broke
             || async { line.pending().await == 0 },
         )
         .await;
-    let taken = line
-        .outbox
-        .stats(&line.rig.db.pool)
-        .await
-        .unwrap()
-        .lease
-        .token;
+    let taken = line.lease().await.token;
     for mut relay in relays {
         relay.kill().unwrap();
         relay.wait().unwrap();

@@ -39,7 +39,7 @@ impl<P: Publish, DB: Fixture> Publish for HeldAfterConfirm<P, DB> {
             // the story sends SIGCONT; until then nothing of this process runs.
             let left = async || {
                 let stats = outbox.stats(pool).await.ok()?;
-                stats.lease.expires_in
+                stats.shards.iter().filter_map(|s| s.lease.expires_in).max()
             };
             let mut before = left().await;
             loop {

@@ -8,6 +8,7 @@ mod held;
 mod line;
 mod refusals;
 mod restarted;
+mod shares;
 mod stalled;
 mod stories;
 
@@ -18,5 +19,6 @@ pub use held::{HeldAfterConfirm, held_relay};
 pub use line::Line;
 pub use refusals::*;
 pub use restarted::*;
+pub use shares::*;
 pub use stalled::*;
 pub use stories::*;

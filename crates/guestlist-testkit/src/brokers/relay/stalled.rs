@@ -19,6 +19,7 @@ use crate::run_until_stopped;
 pub async fn a_relay_stalled_past_its_lease_takes_nothing_back<B: Broker, DB: Fixture>(name: &str) {
     const LEASE: Duration = Duration::from_secs(1);
     let line = Line::<B, DB>::open(name).await;
+    line.single_shard().await;
     let (proxy, url) = FaultProxy::for_url(&line.rig.db.url).await;
     let pool = DB::connect(&url, 4)
         .await
@@ -51,7 +52,7 @@ pub async fn a_relay_stalled_past_its_lease_takes_nothing_back<B: Broker, DB: Fi
     };
     enqueue(0).await;
     drained("relay A publishes the first ten").await;
-    let a_lease = line.outbox.stats(&line.rig.db.pool).await.unwrap().lease;
+    let a_lease = line.lease().await;
 
     proxy.stall();
     enqueue(10).await;
@@ -63,7 +64,7 @@ pub async fn a_relay_stalled_past_its_lease_takes_nothing_back<B: Broker, DB: Fi
     );
     let (stop_b, b) = run_until_stopped!(relay(line.rig.db.pool.clone()).await);
     drained("relay B takes over and publishes the next ten").await;
-    let b_lease = line.outbox.stats(&line.rig.db.pool).await.unwrap().lease;
+    let b_lease = line.lease().await;
     assert!(
         b_lease.token > a_lease.token && b_lease.holder != a_lease.holder,
         "{}: B took the lease over ({a_lease:?} then {b_lease:?})",
@@ -73,7 +74,7 @@ pub async fn a_relay_stalled_past_its_lease_takes_nothing_back<B: Broker, DB: Fi
     tokio::time::sleep(LEASE).await;
     enqueue(20).await;
     drained("the last ten are published").await;
-    let lease = line.outbox.stats(&line.rig.db.pool).await.unwrap().lease;
+    let lease = line.lease().await;
     assert_eq!(
         (lease.token, &lease.holder),
         (b_lease.token, &b_lease.holder),
