@@ -97,6 +97,7 @@ pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
     for table in [
         format!("{TABLE}_keys"),
         format!("{TABLE}_relay"),
+        format!("{TABLE}_relays"),
         TABLE.into(),
     ] {
         sqlx::query(sqlx::AssertSqlSafe(format!("DROP TABLE IF EXISTS {table}")))
