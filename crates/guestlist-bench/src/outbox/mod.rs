@@ -17,9 +17,11 @@
 //!   plus this one's is the floor of the relay's (`relay_cpu_floor_vs_publish_only`).
 //!
 //! Then the relay runs on its own while messages commit at 100 a second, for the latency from
-//! a commit to the message's arrival at a subscriber.
+//! a commit to the message's arrival at a subscriber; and last, relays side by side (see
+//! `scale`): four against one on a broker 5 ms away, two against one at hand.
 
 mod latency;
+mod scale;
 
 use std::time::Instant;
 
@@ -250,6 +252,38 @@ pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
             latency: Some(latency),
         });
     }
+    eprintln!("measuring relays side by side on 16 shards …");
+    let scale_messages = if common.quick { 10_000 } else { 40_000 };
+    let rates = scale::measure(&common.database, &nats_url, scale_messages).await?;
+    let rate = |relays, far| {
+        rates
+            .iter()
+            .find(|(r, f, _)| *r == relays && *f == far)
+            .map(|(.., rate)| *rate)
+    };
+    for (relays, far, per_sec) in &rates {
+        report.rows.push(Row {
+            name: format!(
+                "relays{relays}_{}",
+                if *far { "slow_broker" } else { "fast_broker" }
+            ),
+            backend: "nats_postgres",
+            workers: *relays,
+            batch: if *far { 50 } else { 500 },
+            per_sec: *per_sec,
+            unit: "msgs/s",
+            latency: None,
+        });
+    }
+    let over = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| a / b);
+    report.record(
+        "relays4_vs_relay1_slow_broker_nats_postgres",
+        over(rate(4, true), rate(1, true)),
+    );
+    report.record(
+        "relays2_vs_relay1_fast_broker_nats_postgres",
+        over(rate(2, false), rate(1, false)),
+    );
     Ok(report)
 }
 

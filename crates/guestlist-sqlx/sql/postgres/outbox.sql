@@ -60,20 +60,21 @@ CREATE TABLE IF NOT EXISTS guestlist_outbox_relay (
     shards      INTEGER     NOT NULL DEFAULT 1
 );
 -- Tables made before shards: their rows gain a slot (0: shard 0), and their single lease
--- becomes a table of one shard (guestlist outbox shards N spreads it).
+-- becomes a table of one shard (guestlist outbox shards N spreads it). The catalog is read
+-- first, so that a table that has them takes no lock; unquoted names are stored in lower case.
 DO $$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema()
-                   AND table_name = 'guestlist_outbox' AND column_name = 'slot') THEN
-        ALTER TABLE guestlist_outbox ADD COLUMN slot INTEGER NOT NULL DEFAULT 0;
+                   AND table_name = lower('guestlist_outbox') AND column_name = 'slot') THEN
+        ALTER TABLE guestlist_outbox ADD COLUMN IF NOT EXISTS slot INTEGER NOT NULL DEFAULT 0;
     END IF;
     IF NOT EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema()
-                   AND table_name = 'guestlist_outbox_dead' AND column_name = 'slot') THEN
-        ALTER TABLE guestlist_outbox_dead ADD COLUMN slot INTEGER NOT NULL DEFAULT 0;
+                   AND table_name = lower('guestlist_outbox_dead') AND column_name = 'slot') THEN
+        ALTER TABLE guestlist_outbox_dead ADD COLUMN IF NOT EXISTS slot INTEGER NOT NULL DEFAULT 0;
     END IF;
     IF NOT EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema()
-                   AND table_name = 'guestlist_outbox_relay' AND column_name = 'shards') THEN
-        ALTER TABLE guestlist_outbox_relay ADD COLUMN shards INTEGER NOT NULL DEFAULT 1;
+                   AND table_name = lower('guestlist_outbox_relay') AND column_name = 'shards') THEN
+        ALTER TABLE guestlist_outbox_relay ADD COLUMN IF NOT EXISTS shards INTEGER NOT NULL DEFAULT 1;
     END IF;
 END
 $$;

@@ -81,20 +81,25 @@ impl<DB: Backend> Outbox<DB> {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         };
-        if let Err(err) = outcome {
-            for (shard, token) in &held {
-                let _ = DB::relay_release(&mut conn, sql, *shard, *token).await;
+        let changed = match outcome {
+            Ok(()) => DB::relay_reshard(&mut conn, sql, &held, count)
+                .await
+                .map_err(|e| self.error(e)),
+            Err(err) => Err(err),
+        };
+        match changed {
+            Ok(true) => {}
+            outcome => {
+                // Whatever failed, the leases taken go back at once: held, they would keep
+                // every relay from publishing until they ran out.
+                for (shard, token) in &held {
+                    let _ = DB::relay_release(&mut conn, sql, *shard, *token).await;
+                }
+                return Err(outcome.err().unwrap_or_else(|| Error::ShardsHeld {
+                    table: self.table().to_string(),
+                    holders: vec!["a relay that took a shard mid-change".to_owned()],
+                }));
             }
-            return Err(err);
-        }
-        let changed = DB::relay_reshard(&mut conn, sql, &held, count)
-            .await
-            .map_err(|e| self.error(e))?;
-        if !changed {
-            return Err(Error::ShardsHeld {
-                table: self.table().to_string(),
-                holders: vec!["a relay that took a shard mid-change".to_owned()],
-            });
         }
         tracing::info!(table = %self.table(), shards = count, "outbox shard count changed");
         Ok(())

@@ -181,8 +181,12 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
         let mut exclude = settled.stamp.clone();
         exclude.extend(dead.iter().map(|(row, _)| row.id));
         exclude.extend(progress.held.rows());
-        let keys = progress.held.keys();
         let shards = lease.publishing();
+        if shards.is_empty() {
+            // Every shard held is being given back: nothing more of theirs goes out.
+            return Ok(rows);
+        }
+        let keys = progress.held.keys();
         let read = Pending {
             limit: i64::try_from(room).unwrap_or(i64::MAX),
             exclude: &exclude,
