@@ -30,7 +30,9 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
             // No longer usable on this relay's clock (a slow renewal on a busy machine): a
             // renewal with its tokens keeps them when no other relay can have taken them, and
             // the batch in hand is stamped under the same tokens, not published again.
-            Some(lease) if self.renew_lapsed(progress, &lease, lease_ms).await? => lease,
+            Some(lease) if self.renew_lapsed(progress, &lease, lease_ms).await? => {
+                progress.lease.clone().unwrap_or(lease)
+            }
             // A batch published under leases now gone stays pending: it goes again.
             Some(_) => return Ok(self.lost(progress).await),
             None => {
@@ -61,7 +63,11 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
         let (mut rows, mut messages) = self.checked(rows, &lease, &mut dead, &mut progress.held);
         // Reading the batch took time: a lease no longer usable publishes nothing more (the
         // rows stay pending), so that no other relay's take can come before this publish.
-        if !rows.is_empty() && !lease.usable(Instant::now()) {
+        let usable = progress
+            .lease
+            .as_ref()
+            .is_some_and(|held| held.usable(Instant::now()));
+        if !rows.is_empty() && !usable {
             rows.clear();
             messages.clear();
         }
