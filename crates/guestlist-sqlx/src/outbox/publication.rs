@@ -63,7 +63,18 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
             tokio::time::sleep(self.lease / 3).await;
             let asked = Instant::now();
             match self.renew(held, lease_ms).await {
-                Ok(true) => *renewed.lock().unwrap_or_else(|p| p.into_inner()) = Some(asked),
+                Ok(true) => {
+                    *renewed.lock().unwrap_or_else(|p| p.into_inner()) = Some(asked);
+                    // The heartbeat too: a round that waits longer than a lease would
+                    // otherwise count this relay out, and the others would take its share.
+                    let beat = async {
+                        let mut conn = self.pool.acquire().await?;
+                        DB::relay_beat(&mut conn, &self.outbox.relay, &self.holder, lease_ms).await
+                    };
+                    if let Err(err) = beat.await {
+                        tracing::debug!(error = %err, "outbox relay could not beat mid-round");
+                    }
+                }
                 Ok(false) => return,
                 // The database is down: the lease runs out by itself; the stamp will tell.
                 Err(err) => {

@@ -30,9 +30,7 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
             // No longer usable on this relay's clock (a slow renewal on a busy machine): a
             // renewal with its tokens keeps them when no other relay can have taken them, and
             // the batch in hand is stamped under the same tokens, not published again.
-            Some(lease) if self.renew_lapsed(progress, &lease, lease_ms).await? => {
-                progress.lease.clone().unwrap_or(lease)
-            }
+            Some(lease) if self.renew_lapsed(progress, &lease, lease_ms).await? => lease,
             // A batch published under leases now gone stays pending: it goes again.
             Some(_) => return Ok(self.lost(progress).await),
             None => {
@@ -63,15 +61,17 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
         let (mut rows, mut messages) = self.checked(rows, &lease, &mut dead, &mut progress.held);
         // Reading the batch took time: a lease no longer usable publishes nothing more (the
         // rows stay pending), so that no other relay's take can come before this publish.
-        let usable = progress
-            .lease
-            .as_ref()
-            .is_some_and(|held| held.usable(Instant::now()));
-        if !rows.is_empty() && !usable {
+        // (The next round reads them again, under the lease as renewed.)
+        let dropped = !rows.is_empty() && !lease.usable(Instant::now());
+        if dropped {
             rows.clear();
             messages.clear();
         }
 
+        if dropped && !had_carried && dead.is_empty() {
+            self.renew_if_due(progress, &lease, lease_ms).await?;
+            return Ok(Round::More);
+        }
         if !had_carried && dead.is_empty() && rows.is_empty() {
             self.renew_if_due(progress, &lease, lease_ms).await?;
             if progress.held.is_empty() {
@@ -115,7 +115,7 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
             return Ok(Round::Outage(err));
         }
         if rows.is_empty() {
-            return Ok(Round::Idle);
+            return Ok(if dropped { Round::More } else { Round::Idle });
         }
         // More may be waiting; and even less than a batch is stamped at once, the next round.
         progress.carried = Some(Published {
