@@ -488,9 +488,7 @@ pub trait RelayStatements: OutboxStatements {
             let beat = Plain::new(|sql: &RelaySql| &sql.beat, (holder, lease_ms));
             Self::run(&mut *conn, sql, beat).await?;
             Self::run(&mut *conn, sql, Plain::new(|sql: &RelaySql| &sql.sweep, ())).await?;
-            let live = Plain::reading(|sql: &RelaySql| &sql.live, ());
-            let live: Vec<(String,)> = Self::fetch(conn, sql, live).await?;
-            Ok(live.into_iter().map(|(holder,)| holder).collect())
+            Self::relay_live(conn, sql).await
         }
     }
 
