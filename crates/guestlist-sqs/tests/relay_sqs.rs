@@ -40,3 +40,4 @@ fifo_relay_suite!(fpg, sqlx::Postgres);
 fifo_relay_suite!(flite, sqlx::Sqlite);
 fifo_relay_suite!(fmy, sqlx::MySql);
 guestlist_testkit::relay_wire_suite!(fwire, common::SqsFifo);
+guestlist_testkit::relay_shares_suite!(fshpg, common::SqsFifo, sqlx::Postgres);

@@ -69,7 +69,8 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
                     // otherwise count this relay out, and the others would take its share.
                     let beat = async {
                         let mut conn = self.pool.acquire().await?;
-                        DB::relay_beat(&mut conn, &self.outbox.relay, &self.holder, lease_ms).await
+                        DB::relay_heartbeat(&mut conn, &self.outbox.relay, &self.holder, lease_ms)
+                            .await
                     };
                     if let Err(err) = beat.await {
                         tracing::debug!(error = %err, "outbox relay could not beat mid-round");

@@ -33,6 +33,10 @@ impl<DB: Backend> Outbox<DB> {
     /// same). It waits up to `wait` for leases still held (a relay that was killed holds its
     /// shards until its lease ends), then gives up with [`Error::ShardsHeld`] naming the relays,
     /// having changed nothing.
+    ///
+    /// From one shard to more (a table made before shards), the pending rows at slot 0 get
+    /// their own slot on the change's transaction, so a key's older rows go where its newer
+    /// ones do. A shard added back after a lowered count starts past every token given.
     pub async fn set_shards(
         &self,
         pool: &sqlx::Pool<DB>,

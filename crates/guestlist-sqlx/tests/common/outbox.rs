@@ -300,11 +300,25 @@ pub async fn rows_carry_their_slot_and_the_shard_count_changes_under_every_lease
         2,
         "each shard's backlog adds up to the table's"
     );
+    // The highest token given so far: the shards dropped and added back start past it, so
+    // that a relay still holding one of their old tokens cannot fence them.
+    let newest = setup
+        .database
+        .scalar(format!("SELECT max(token) FROM {table}_relay"))
+        .await;
     outbox
         .set_shards(pool, 32, Duration::from_secs(5))
         .await
         .unwrap();
     assert_eq!(outbox.shard_count(pool).await.unwrap(), 32);
+    let oldest = setup
+        .database
+        .scalar(format!("SELECT min(token) FROM {table}_relay"))
+        .await;
+    assert!(
+        oldest >= newest,
+        "tokens from {oldest}, given up to {newest}"
+    );
     assert_eq!(outbox.stats(pool).await.unwrap().shards.len(), 32);
 }
 
@@ -334,6 +348,13 @@ pub async fn a_table_made_before_shards_is_upgraded_to_one_shard<DB: Fixture>(na
             "'{}'"
         ))
         .await;
+    database
+        .exec(format!(
+            "INSERT INTO {table} (message_id, topic, ordering_key, seq, payload) \
+             VALUES ('evt_old_keyed', 't', 'order-42', 1, {})",
+            "'{}'"
+        ))
+        .await;
     outbox.migrate(pool).await.unwrap();
     outbox.migrate(pool).await.unwrap();
     assert_eq!(outbox.shard_count(pool).await.unwrap(), 1);
@@ -356,5 +377,20 @@ pub async fn a_table_made_before_shards_is_upgraded_to_one_shard<DB: Fixture>(na
         0x3bf8
     );
     let stats = outbox.stats(pool).await.unwrap();
-    assert_eq!((stats.pending, stats.shards.len()), (2, 1));
+    assert_eq!((stats.pending, stats.shards.len()), (3, 1));
+
+    // Spread over shards, the older rows take their own slots: the key's older message goes
+    // where its newer one is, not to shard 0.
+    outbox
+        .set_shards(pool, 16, Duration::from_secs(5))
+        .await
+        .unwrap();
+    let slot = |id: &'static str| {
+        database.scalar(format!(
+            "SELECT slot + 0 * id FROM {table} WHERE message_id = '{id}'"
+        ))
+    };
+    assert_eq!(slot("evt_old_keyed").await, 0x3bf8);
+    let own = guestlist_core::protocol::slot(None, "evt_old");
+    assert_eq!(slot("evt_old").await, i64::from(own));
 }

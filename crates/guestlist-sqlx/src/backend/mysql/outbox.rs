@@ -98,8 +98,11 @@ impl RelayStatements for MySql {
     const RESHARD_DROP: &'static str = "DELETE FROM {table}_relay WHERE shard >= ?";
     const RESHARD_ADD: &'static str = "INSERT IGNORE INTO {table}_relay \
          (shard, token, lease_until, shards) VALUES (?, 0, '1970-01-01 00:00:01', ?)";
+    const RESHARD_UNSLOTTED: &'static str = "SELECT id, CAST(ordering_key AS CHAR), \
+         CAST(message_id AS CHAR) FROM {table} WHERE published_at IS NULL AND slot = 0";
+    const RESHARD_SLOT: &'static str = "UPDATE {table} SET slot = ? WHERE id = ?";
     const RESHARD_SET: &'static str = "UPDATE {table}_relay \
-         SET shards = ?, holder = NULL, lease_until = '1970-01-01 00:00:01'";
+         SET shards = ?, token = ?, holder = NULL, lease_until = '1970-01-01 00:00:01'";
 
     async fn relay_take<'c>(
         conn: &'c mut MySqlConnection,

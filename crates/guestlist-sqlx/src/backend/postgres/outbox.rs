@@ -94,7 +94,7 @@ impl RelayStatements for Postgres {
          (shard, token, lease_until, shards) VALUES ($1, 0, '-infinity', $2) \
          ON CONFLICT (shard) DO NOTHING";
     const RESHARD_SET: &'static str = "UPDATE {table}_relay \
-         SET shards = $1, holder = NULL, lease_until = '-infinity'";
+         SET shards = $1, token = $2, holder = NULL, lease_until = '-infinity'";
 
     async fn relay_pending<'c>(
         conn: &'c mut PgConnection,

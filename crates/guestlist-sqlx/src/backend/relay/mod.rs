@@ -76,7 +76,12 @@ pub struct RelaySql {
     pub(crate) reshard_drop: Arc<str>,
     /// Adds a shard's row unless there: shard, count.
     pub(crate) reshard_add: Arc<str>,
-    /// Sets every shard's count and gives every lease up: count.
+    /// The pending rows of slot 0: id, ordering key, message id.
+    pub(crate) unslotted: Arc<str>,
+    /// Sets a row's slot: slot, id.
+    pub(crate) slot: Arc<str>,
+    /// Sets every shard's count and token (the newest given) and gives every lease up: count,
+    /// token.
     pub(crate) reshard_set: Arc<str>,
 }
 
@@ -108,6 +113,8 @@ impl RelaySql {
             reshard_drop: fill(DB::RESHARD_DROP),
             reshard_add: fill(DB::RESHARD_ADD),
             reshard_set: fill(DB::RESHARD_SET),
+            unslotted: fill(DB::RESHARD_UNSLOTTED),
+            slot: fill(DB::RESHARD_SLOT),
         }
     }
 }
@@ -308,6 +315,11 @@ pub trait RelayStatements: OutboxStatements {
     const RESHARD_ADD: &'static str;
     /// Template of [`RelaySql::reshard_set`].
     const RESHARD_SET: &'static str;
+    /// Template of [`RelaySql::unslotted`].
+    const RESHARD_UNSLOTTED: &'static str = "SELECT id, ordering_key, message_id FROM {table} \
+         WHERE published_at IS NULL AND slot = 0";
+    /// Template of [`RelaySql::slot`].
+    const RESHARD_SLOT: &'static str = "UPDATE {table} SET slot = $1 WHERE id = $2";
 
     /// Takes `shard`'s lease for `holder` if it has expired and the table still has `count`
     /// shards: the new token, or `None` while another relay holds it (or the count changed).
@@ -485,11 +497,26 @@ pub trait RelayStatements: OutboxStatements {
         lease_ms: i64,
     ) -> impl Future<Output = Result<Vec<String>, sqlx::Error>> + Send + 'c {
         async move {
-            let beat = Plain::new(|sql: &RelaySql| &sql.beat, (holder, lease_ms));
-            Self::run(&mut *conn, sql, beat).await?;
+            Self::relay_heartbeat(&mut *conn, sql, holder, lease_ms).await?;
             Self::run(&mut *conn, sql, Plain::new(|sql: &RelaySql| &sql.sweep, ())).await?;
             Self::relay_live(conn, sql).await
         }
+    }
+
+    /// Renews `holder`'s heartbeat for `lease_ms` (registering it), and only that: the beat of a
+    /// round that waits on the broker.
+    fn relay_heartbeat<'c>(
+        conn: &'c mut Self::Connection,
+        sql: &'c RelaySql,
+        holder: &'c str,
+        lease_ms: i64,
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send + 'c {
+        let beat = Self::run(
+            conn,
+            sql,
+            Plain::new(|sql: &RelaySql| &sql.beat, (holder, lease_ms)),
+        );
+        async move { beat.await.map(drop) }
     }
 
     /// The relays whose heartbeat holds.

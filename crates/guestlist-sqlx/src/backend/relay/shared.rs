@@ -180,14 +180,42 @@ pub(crate) async fn reshard_in_transaction<DB: Codec>(
     if !renewed_on::<DB>(&mut tx, sql, held, 60_000).await? {
         return Ok(false);
     }
+    if held.len() == 1 && count > 1 {
+        slot_unslotted::<DB>(&mut tx, sql).await?;
+    }
     let drop = Plain::new(|sql: &RelaySql| &sql.reshard_drop, (count,));
     DB::run(&mut tx, sql, drop).await?;
     for shard in 0..count {
         let add = Plain::new(|sql: &RelaySql| &sql.reshard_add, (shard, count));
         DB::run(&mut tx, sql, add).await?;
     }
-    let set = Plain::new(|sql: &RelaySql| &sql.reshard_set, (count,));
+    // Every shard starts again from the highest token given so far (the change holds every
+    // shard, so its tokens are the newest): a shard dropped and later added back never hands
+    // out a token that a relay from before the drop still holds.
+    let newest = held.iter().map(|(_, token)| *token).max().unwrap_or(0);
+    let set = Plain::new(|sql: &RelaySql| &sql.reshard_set, (count, newest));
     DB::run(&mut tx, sql, set).await?;
     tx.commit().await?;
     Ok(true)
+}
+
+/// Gives the pending rows of slot 0 their own slot, as the table goes from one shard to more:
+/// the rows of a table made before shards, or written by a writer from before them, all have
+/// slot 0 (one shard had no need of more), and left there a key's older messages would sit on
+/// shard 0 while its newer ones went to the key's own shard, two relays publishing the key at
+/// once. A row whose slot is 0 by its hash keeps it.
+async fn slot_unslotted<DB: Codec>(
+    tx: &mut DB::Connection,
+    sql: &RelaySql,
+) -> Result<(), sqlx::Error> {
+    let unslotted = Plain::reading(|sql: &RelaySql| &sql.unslotted, ());
+    let rows: Vec<(i64, Option<String>, String)> = DB::fetch(&mut *tx, sql, unslotted).await?;
+    for (id, key, message_id) in rows {
+        let slot = i64::from(guestlist_core::protocol::slot(key.as_deref(), &message_id));
+        if slot != 0 {
+            let set = Plain::new(|sql: &RelaySql| &sql.slot, (slot, id));
+            DB::run(&mut *tx, sql, set).await?;
+        }
+    }
+    Ok(())
 }

@@ -74,5 +74,5 @@ impl RelayStatements for Sqlite {
     const RESHARD_ADD: &'static str = "INSERT OR IGNORE INTO {table}_relay \
          (shard, token, lease_until, shards) VALUES (?1, 0, '', ?2)";
     const RESHARD_SET: &'static str =
-        "UPDATE {table}_relay SET shards = ?1, holder = NULL, lease_until = ''";
+        "UPDATE {table}_relay SET shards = ?1, token = ?2, holder = NULL, lease_until = ''";
 }
