@@ -53,6 +53,11 @@ pub(crate) enum Command {
     /// The key table's figures (rows, in flight, oldest, size), and the outbox's when there is
     /// one (pending, oldest pending, the relay holding the lease).
     Stats(crate::stats::StatsArgs),
+    /// Everything the inbox, the outbox and the key table know of a message id, an
+    /// Idempotency-Key or a key carried from one, in the order it happened: each handler's
+    /// claim and deferrals, the message committed, published or dead-lettered (its shard and
+    /// the relay holding it), and the keys carried downstream (state, status, attempts, lease).
+    Trace(crate::trace::TraceArgs),
     /// Publish an outbox table's committed messages to NATS JetStream, RabbitMQ, Kafka or
     /// Amazon SQS, each key's in commit order, stamping each once the broker confirmed it; a
     /// message the broker refuses holds back its own key only, and goes to the outgoing dead

@@ -17,6 +17,7 @@ mod purge;
 mod relay;
 mod signal;
 mod stats;
+mod trace;
 
 use std::process::ExitCode;
 
@@ -72,6 +73,7 @@ fn main() -> ExitCode {
             Command::Gateway(args) => gateway::run(*args).await,
             Command::Keys(command) => keys::run(command).await,
             Command::Stats(args) => stats::run(args).await,
+            Command::Trace(args) => trace::run(args).await,
             Command::Relay(args) => relay::run(args).await,
             Command::Outbox(command) => outbox::run(command).await,
             Command::Demo(args) => demo::run(args).await,

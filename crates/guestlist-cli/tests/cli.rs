@@ -5,6 +5,8 @@ use std::time::{Duration, Instant};
 
 use guestlist::sqlx::{self, SqlitePool};
 
+mod trace;
+
 fn guestlist(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_guestlist"))
         .args(args)

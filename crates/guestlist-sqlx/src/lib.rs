@@ -30,6 +30,7 @@ mod purger;
 mod retry;
 mod schema;
 mod table_size;
+mod trace;
 mod work_error;
 
 pub use backend::Backend;
@@ -61,4 +62,5 @@ pub use purger::{Purger, PurgerHandle};
 pub use schema::Schema;
 pub use sqlx;
 pub use table_size::TableSize;
+pub use trace::{Found, Seen, Sighting, Trace};
 pub use work_error::WorkError;

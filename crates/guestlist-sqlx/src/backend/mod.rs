@@ -45,6 +45,7 @@ pub trait Backend:
     + sealed::KeyStatements
     + sealed::OutboxStatements
     + relay::RelayStatements
+    + trace::TraceStatements
     + Database<Arguments: sqlx::IntoArguments<Self>>
 {
     /// The connection as an executor sqlx runs queries on: `&mut` the connection.
@@ -90,6 +91,7 @@ pub(crate) mod relay;
 pub(crate) mod sqlite;
 pub(crate) mod statement;
 pub(crate) mod table;
+pub(crate) mod trace;
 mod wake;
 
 pub(crate) use classify::{

@@ -176,3 +176,10 @@ impl Statements for MySql {
         error_number(err) == Some(ER_NO_SUCH_TABLE)
     }
 }
+
+impl crate::backend::trace::TraceStatements for MySql {
+    const AGE_MS: &'static str =
+        "CAST(TIMESTAMPDIFF(MICROSECOND, {at}, UTC_TIMESTAMP(6)) DIV 1000 AS SIGNED)";
+    const TEXT: &'static str = "CAST({col} AS CHAR)";
+    const NUMBERED: bool = false;
+}

@@ -153,3 +153,7 @@ impl Statements for Postgres {
             .is_some_and(|e| e.code() == UNDEFINED_TABLE)
     }
 }
+
+impl crate::backend::trace::TraceStatements for Postgres {
+    const AGE_MS: &'static str = "(EXTRACT(EPOCH FROM (now() - {at})) * 1000)::bigint";
+}

@@ -150,3 +150,8 @@ impl Statements for Sqlite {
             .is_some_and(|code| code & 0xff == SQLITE_BUSY)
     }
 }
+
+impl crate::backend::trace::TraceStatements for Sqlite {
+    const AGE_MS: &'static str =
+        "CAST(round((julianday('now') - julianday({at})) * 86400000.0) AS INTEGER)";
+}

@@ -1,0 +1,222 @@
+//! `guestlist trace ID`: everything the inbox, the outbox and the key table know of a message
+//! id, an idempotency key or a key carried from one, in the order it happened.
+
+use std::time::SystemTime;
+
+use clap::Args;
+use guestlist::{Backend, Found, KeyState, Seen, Sighting, TableName, Trace};
+use serde_json::{Value, json};
+
+use crate::database::{self, DatabaseUrl, with_pool};
+
+#[derive(Debug, Args)]
+pub(crate) struct TraceArgs {
+    /// A message id (`evt_9f3k`), an Idempotency-Key, or a key carried downstream
+    /// (`warehouse:evt_9f3k/charge`, which also traces `evt_9f3k`).
+    id: String,
+    #[command(flatten)]
+    database: DatabaseUrl,
+    /// The inbox table.
+    #[arg(long, default_value = "guestlist_inbox")]
+    inbox_table: String,
+    /// The outbox table.
+    #[arg(long, default_value = "guestlist_outbox")]
+    outbox_table: String,
+    /// The key table.
+    #[arg(long, default_value = "guestlist_keys")]
+    key_table: String,
+    /// One JSON object instead of lines for people.
+    #[arg(long)]
+    json: bool,
+}
+
+pub(crate) async fn run(args: TraceArgs) -> anyhow::Result<()> {
+    let tables = (
+        TableName::new(&args.inbox_table)?,
+        TableName::new(&args.outbox_table)?,
+        TableName::new(&args.key_table)?,
+    );
+    let pool = database::connect_existing(&args.database, 1).await?;
+    let found = with_pool!(pool, |pool| find(&pool, tables.clone(), &args.id).await)?;
+    let now = SystemTime::now();
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&as_json(&found, now))?);
+    } else {
+        print_found(&found, now);
+    }
+    Ok(())
+}
+
+async fn find<DB: Backend>(
+    pool: &guestlist::sqlx::Pool<DB>,
+    (inbox, outbox, keys): (TableName, TableName, TableName),
+    id: &str,
+) -> anyhow::Result<Found> {
+    Ok(Trace::<DB>::with_tables(inbox, outbox, keys)
+        .find(pool, id)
+        .await?)
+}
+
+/// When a sighting happened, by this machine's clock, to the millisecond.
+fn when(sighting: &Sighting, now: SystemTime) -> String {
+    let at = now.checked_sub(sighting.age).unwrap_or(now);
+    humantime::format_rfc3339_millis(at).to_string()
+}
+
+fn print_found(found: &Found, now: SystemTime) {
+    if !found.carried_from.is_empty() {
+        println!(
+            "{}: carried from {}",
+            found.id,
+            found.carried_from.join(", then ")
+        );
+    }
+    if found.sightings.is_empty() {
+        println!(
+            "{}: no table knows it (never seen here, or purged past the retention)",
+            found.id
+        );
+    }
+    for sighting in &found.sightings {
+        println!(
+            "{}  {:<24} {}",
+            when(sighting, now),
+            sighting.table,
+            describe(&sighting.seen)
+        );
+    }
+    if !found.missing.is_empty() {
+        println!("not in this database: {}", found.missing.join(", "));
+    }
+}
+
+/// One line for a person.
+fn describe(seen: &Seen) -> String {
+    match seen {
+        Seen::Claimed {
+            handler,
+            message_id,
+        } => format!("{message_id} handled by {handler} (claim committed with its work)"),
+        Seen::Deferred {
+            handler,
+            message_id,
+            deferrals,
+        } => format!(
+            "{message_id} deferred by {handler}, {deferrals} times so far (the first shown)"
+        ),
+        Seen::Enqueued {
+            message_id,
+            topic,
+            ordering_key,
+            seq,
+            shard,
+            relay,
+            pending,
+        } => {
+            let key = ordering_key
+                .as_ref()
+                .map_or_else(String::new, |key| format!(", key {key} #{seq}"));
+            let state = match (pending, relay) {
+                (false, _) => "published".to_owned(),
+                (true, Some((holder, token))) => {
+                    format!("pending, relay {holder} holds the shard (token {token})")
+                }
+                (true, None) => "pending, no relay holds the shard".to_owned(),
+            };
+            format!(
+                "{message_id} committed to the outbox for {topic}{key} on shard {shard}: {state}"
+            )
+        }
+        Seen::Published { message_id } => {
+            format!("{message_id} published (the broker confirmed it)")
+        }
+        Seen::DeadLettered {
+            message_id,
+            topic,
+            reason,
+            id,
+        } => format!(
+            "{message_id} dead-lettered for {topic}: {reason} \
+             (guestlist outbox dead retry {id})"
+        ),
+        Seen::Key {
+            scope,
+            key,
+            state,
+            attempt,
+        } => format!("key {key} taken in scope {scope}, attempt {attempt}: {state}"),
+        other => format!("{other:?}"),
+    }
+}
+
+fn as_json(found: &Found, now: SystemTime) -> Value {
+    let sightings: Vec<Value> = found
+        .sightings
+        .iter()
+        .map(|sighting| {
+            let mut entry = sighting_json(&sighting.seen);
+            entry["at"] = json!(when(sighting, now));
+            entry["age_ms"] = json!(sighting.age.as_millis() as u64);
+            entry["table"] = json!(sighting.table);
+            entry
+        })
+        .collect();
+    json!({
+        "id": found.id,
+        "carried_from": found.carried_from,
+        "sightings": sightings,
+        "missing_tables": found.missing,
+    })
+}
+
+fn sighting_json(seen: &Seen) -> Value {
+    match seen {
+        Seen::Claimed {
+            handler,
+            message_id,
+        } => json!({"what": "claimed", "handler": handler, "message_id": message_id}),
+        Seen::Deferred {
+            handler,
+            message_id,
+            deferrals,
+        } => json!({"what": "deferred", "handler": handler, "message_id": message_id,
+            "deferrals": deferrals}),
+        Seen::Enqueued {
+            message_id,
+            topic,
+            ordering_key,
+            seq,
+            shard,
+            relay,
+            pending,
+        } => json!({"what": "enqueued", "message_id": message_id, "topic": topic,
+            "ordering_key": ordering_key, "seq": seq, "shard": shard, "pending": pending,
+            "relay": relay.as_ref().map(|(holder, _)| holder),
+            "token": relay.as_ref().map(|(_, token)| token)}),
+        Seen::Published { message_id } => json!({"what": "published", "message_id": message_id}),
+        Seen::DeadLettered {
+            message_id,
+            topic,
+            reason,
+            id,
+        } => json!({"what": "dead_lettered", "message_id": message_id, "topic": topic,
+            "reason": reason, "dead_letter_id": id}),
+        Seen::Key {
+            scope,
+            key,
+            state,
+            attempt,
+        } => {
+            let (state, status, lease_left_ms) = match state {
+                KeyState::Stored { status, .. } => ("stored", Some(*status), None),
+                KeyState::InFlight { lease_left } => {
+                    ("in_flight", None, Some(lease_left.as_millis() as u64))
+                }
+                _ => ("abandoned", None, None),
+            };
+            json!({"what": "key", "scope": scope, "key": key, "state": state,
+                "status": status, "lease_left_ms": lease_left_ms, "attempt": attempt})
+        }
+        other => json!({"what": format!("{other:?}")}),
+    }
+}

@@ -1,0 +1,119 @@
+//! A trace's SQL: what each table knows of one id, written once from each database's fragments
+//! (an age in milliseconds, a column read as text, a placeholder).
+
+use std::sync::Arc;
+
+use guestlist_core::TableName;
+
+use super::statement::Codec;
+
+/// The per-database fragments of a trace. Sealed: implemented here for the three backends only.
+#[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
+pub trait TraceStatements: Codec {
+    /// Milliseconds since the time in column `{at}` (`NULL` where it is `NULL`), as a 64-bit
+    /// integer.
+    const AGE_MS: &'static str;
+    /// Column `{col}` read as text (MySQL keeps ids as bytes).
+    const TEXT: &'static str = "{col}";
+    /// Whether placeholders are numbered (`$1`) or all `?`.
+    const NUMBERED: bool = true;
+}
+
+/// SQL text for one trace's tables, formatted once when the [`crate::Trace`] is built.
+#[derive(Debug)]
+pub(crate) struct TraceSql {
+    /// The inbox's rows of a message: handler, age (ms). Binds the id.
+    pub(crate) inbox: Arc<str>,
+    /// The inbox's deferrals of a message: handler, deferrals, the first's Unix ms. Binds the id.
+    pub(crate) deferrals: Arc<str>,
+    /// The outbox's row of a message: id, topic, ordering key, seq, slot, age (ms), published
+    /// age (ms). Binds the id.
+    pub(crate) outbox: Arc<str>,
+    /// The outgoing dead letters of a message: id, topic, ordering key, seq, slot, age (ms),
+    /// dead age (ms), reason. Binds the id.
+    pub(crate) dead: Arc<str>,
+    /// The stored keys that are the id or derived from it: scope, key, status, attempt, age
+    /// (ms), lease left (ms), body bytes. Binds the key, then two `LIKE` patterns (`!`
+    /// escapes).
+    pub(crate) keys: Arc<str>,
+}
+
+impl TraceSql {
+    pub(crate) fn new<DB: TraceStatements>(
+        inbox: &TableName,
+        outbox: &TableName,
+        keys: &TableName,
+    ) -> Self {
+        let age = |at: &str| DB::AGE_MS.replace("{at}", at);
+        let text = |col: &str| DB::TEXT.replace("{col}", col);
+        let param = |n: usize| {
+            if DB::NUMBERED {
+                format!("${n}")
+            } else {
+                "?".to_owned()
+            }
+        };
+        let (p1, p2, p3) = (param(1), param(2), param(3));
+        let outbox_columns = format!(
+            "id, {}, {}, seq, slot + 0 * id",
+            text("topic"),
+            text("ordering_key")
+        );
+        Self {
+            inbox: format!(
+                "SELECT {}, {} FROM {inbox} WHERE message_id = {p1}",
+                text("handler"),
+                age("seen_at")
+            )
+            .into(),
+            deferrals: format!(
+                "SELECT {}, deferrals, first_at FROM {inbox}_deferrals WHERE message_id = {p1}",
+                text("handler")
+            )
+            .into(),
+            outbox: format!(
+                "SELECT {outbox_columns}, {}, {} FROM {outbox} WHERE message_id = {p1}",
+                age("created_at"),
+                age("published_at")
+            )
+            .into(),
+            dead: format!(
+                "SELECT {outbox_columns}, {}, {}, {} FROM {outbox}_dead WHERE message_id = {p1}",
+                age("created_at"),
+                age("dead_at"),
+                text("reason")
+            )
+            .into(),
+            keys: format!(
+                "SELECT {}, {}, status + 0 * attempt, attempt, {}, 0 - {}, \
+                 length(body) + 0 * attempt FROM {keys} WHERE idempotency_key = {p1} \
+                 OR idempotency_key LIKE {p2} ESCAPE '!' OR idempotency_key LIKE {p3} ESCAPE '!'",
+                text("scope"),
+                text("idempotency_key"),
+                age("created_at"),
+                age("locked_until")
+            )
+            .into(),
+        }
+    }
+}
+
+/// An outbox row of a trace as read: id, topic, ordering key, seq, slot, age (ms), published
+/// age (ms).
+pub(crate) type OutboxTraceRow = (i64, String, Option<String>, i64, i64, i64, Option<i64>);
+
+/// An outgoing dead letter of a trace as read: id, topic, ordering key, seq, slot, age (ms),
+/// dead age (ms), reason.
+pub(crate) type DeadTraceRow = (i64, String, Option<String>, i64, i64, i64, i64, String);
+
+/// A stored key of a trace as read: scope, key, status, attempt, age (ms), lease left (ms),
+/// body bytes.
+pub(crate) type KeyTraceRow = (
+    String,
+    String,
+    Option<i64>,
+    i64,
+    i64,
+    Option<i64>,
+    Option<i64>,
+);

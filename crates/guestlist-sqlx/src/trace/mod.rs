@@ -1,0 +1,219 @@
+//! What every table knows of one id, in the order it happened: an operator's answer to "what
+//! happened to order 42's event?".
+//!
+//! Given a message id, an idempotency key or a key derived from one (`warehouse:evt_9f3k/charge`),
+//! a [`Trace`] reads the inbox (each handler's claim, its deferrals), the outbox (the message
+//! committed, published, dead-lettered and why, the shard and the relay holding it) and the key
+//! table (the key and every key carried downstream from it: state, status, attempts, lease).
+//! `guestlist trace ID` prints it.
+
+mod find;
+mod ids;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use guestlist_core::{KeyState, TableName};
+
+use crate::Error;
+use crate::backend::Backend;
+use crate::backend::trace::TraceSql;
+use crate::outbox::Outbox;
+
+/// Looks an id up in an inbox, an outbox and a key table of one database.
+///
+/// ```no_run
+/// # async fn run(pool: sqlx::PgPool) -> Result<(), guestlist_sqlx::Error> {
+/// use guestlist_sqlx::Trace;
+///
+/// let found = Trace::<sqlx::Postgres>::new().find(&pool, "evt_9f3k").await?;
+/// for sighting in &found.sightings {
+///     println!("{:?} ago in {}: {:?}", sighting.age, sighting.table, sighting.seen);
+/// }
+/// # Ok(())
+/// # }
+/// ```
+pub struct Trace<DB: Backend> {
+    inbox: TableName,
+    outbox: Outbox<DB>,
+    keys: TableName,
+    sql: Arc<TraceSql>,
+}
+
+impl<DB: Backend> Clone for Trace<DB> {
+    fn clone(&self) -> Self {
+        Self {
+            inbox: self.inbox.clone(),
+            outbox: self.outbox.clone(),
+            keys: self.keys.clone(),
+            sql: Arc::clone(&self.sql),
+        }
+    }
+}
+
+impl<DB: Backend> std::fmt::Debug for Trace<DB> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Trace")
+            .field("backend", &DB::BACKEND)
+            .field("inbox", &self.inbox.as_str())
+            .field("outbox", &self.outbox.table().as_str())
+            .field("keys", &self.keys.as_str())
+            .finish()
+    }
+}
+
+impl<DB: Backend> Default for Trace<DB> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<DB: Backend> Trace<DB> {
+    /// A trace of the tables of their default names: `guestlist_inbox`, `guestlist_outbox`,
+    /// `guestlist_keys`.
+    pub fn new() -> Self {
+        let name = |name: &str| TableName::new(name).expect("the default table names are valid");
+        Self::with_tables(
+            name("guestlist_inbox"),
+            name("guestlist_outbox"),
+            name("guestlist_keys"),
+        )
+    }
+
+    /// A trace of the tables named: the inbox, the outbox and the key table (each of them may be
+    /// absent from the database: [`Found::missing`] says which were).
+    pub fn with_tables(inbox: TableName, outbox: TableName, keys: TableName) -> Self {
+        let sql = Arc::new(TraceSql::new::<DB>(&inbox, &outbox, &keys));
+        Self {
+            outbox: Outbox::in_table(outbox),
+            inbox,
+            keys,
+            sql,
+        }
+    }
+
+    /// Everything the tables know of `id`, oldest first, and of the work it was carried from
+    /// where it is a key carried downstream (`handler:message/step`: the message too). Reads the inbox and the key table whole where their indexes do not
+    /// lead with the id (an operator's lookup, not a hot path).
+    pub async fn find(&self, pool: &sqlx::Pool<DB>, id: &str) -> Result<Found, Error> {
+        let messages = ids::messages_of(id);
+        let mut found = Found {
+            id: id.to_owned(),
+            carried_from: messages[1..].to_vec(),
+            sightings: Vec::new(),
+            missing: Vec::new(),
+        };
+        self.find_in_inbox(pool, &messages, &mut found).await?;
+        self.find_in_outbox(pool, &messages, &mut found).await?;
+        self.find_in_keys(pool, id, &messages, &mut found).await?;
+        // A table beside one that is missing is missing with it: name the one.
+        let main: Vec<String> = found.missing.clone();
+        found.missing.retain(|table| {
+            !["_deferrals", "_relay", "_dead"].iter().any(|suffix| {
+                table
+                    .strip_suffix(suffix)
+                    .is_some_and(|owner| main.iter().any(|m| m == owner))
+            })
+        });
+        // Oldest first; what happened at one moment keeps the order the tables were read in.
+        found
+            .sightings
+            .sort_by_key(|sighting| std::cmp::Reverse(sighting.age));
+        Ok(found)
+    }
+}
+
+/// What the tables know of one id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Found {
+    /// The id looked up.
+    pub id: String,
+    /// Where `id` is a key carried downstream, the work it was carried from, nearest first
+    /// (`warehouse:evt_9f3k/charge`: `evt_9f3k`), traced too.
+    pub carried_from: Vec<String>,
+    /// What each table knows, oldest first.
+    pub sightings: Vec<Sighting>,
+    /// The tables the database does not have (not every service keeps all three).
+    pub missing: Vec<String>,
+}
+
+/// One thing a table knows of the id, and when it happened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Sighting {
+    /// How long ago it happened, by the database's clock (by the writer's, for a deferral).
+    pub age: Duration,
+    /// The table that knows it.
+    pub table: String,
+    /// What it knows.
+    pub seen: Seen,
+}
+
+/// What a table knows of an id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Seen {
+    /// A handler claimed the message: its work committed with the claim.
+    Claimed {
+        /// The handler.
+        handler: String,
+        /// The message id.
+        message_id: String,
+    },
+    /// A handler said "not yet" to the message (the time is the first deferral's).
+    Deferred {
+        /// The handler.
+        handler: String,
+        /// The message id.
+        message_id: String,
+        /// How many times so far.
+        deferrals: u64,
+    },
+    /// The message committed to the outbox.
+    Enqueued {
+        /// The message id.
+        message_id: String,
+        /// Its topic.
+        topic: String,
+        /// Its ordering key, if it has one.
+        ordering_key: Option<String>,
+        /// Its place among its key's messages.
+        seq: i64,
+        /// Its shard (its slot modulo the table's shard count).
+        shard: u32,
+        /// The relay holding the shard's lease now and its fencing token, while the message
+        /// waits.
+        relay: Option<(String, i64)>,
+        /// Whether it waits to be published (a relay that deletes what it published leaves no
+        /// row to say it was).
+        pending: bool,
+    },
+    /// A relay stamped the message published (a relay that keeps what it published).
+    Published {
+        /// The message id.
+        message_id: String,
+    },
+    /// The message went to the outgoing dead letters.
+    DeadLettered {
+        /// The message id.
+        message_id: String,
+        /// Its topic.
+        topic: String,
+        /// Why.
+        reason: String,
+        /// The dead letter's id (`guestlist outbox dead retry ID`).
+        id: i64,
+    },
+    /// A request took the idempotency key (the key itself, or one carried downstream from it).
+    Key {
+        /// The scope it is stored under.
+        scope: String,
+        /// The key.
+        key: String,
+        /// Where it stands now.
+        state: KeyState,
+        /// Attempts so far.
+        attempt: u64,
+    },
+}
