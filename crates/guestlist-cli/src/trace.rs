@@ -42,7 +42,7 @@ pub(crate) async fn run(args: TraceArgs) -> anyhow::Result<()> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&as_json(&found, now))?);
     } else {
-        print_found(&found, now);
+        print_found(&found);
     }
     Ok(())
 }
@@ -57,13 +57,12 @@ async fn find<DB: Backend>(
         .await?)
 }
 
-/// When a sighting happened, by this machine's clock, to the millisecond.
-fn when(sighting: &Sighting, now: SystemTime) -> String {
-    let at = now.checked_sub(sighting.age).unwrap_or(now);
-    humantime::format_rfc3339_millis(at).to_string()
+/// When a sighting happened, to the millisecond.
+fn when(sighting: &Sighting) -> String {
+    humantime::format_rfc3339_millis(sighting.at).to_string()
 }
 
-fn print_found(found: &Found, now: SystemTime) {
+fn print_found(found: &Found) {
     if !found.carried_from.is_empty() {
         println!(
             "{}: carried from {}",
@@ -80,7 +79,7 @@ fn print_found(found: &Found, now: SystemTime) {
     for sighting in &found.sightings {
         println!(
             "{}  {:<24} {}",
-            when(sighting, now),
+            when(sighting),
             sighting.table,
             describe(&sighting.seen)
         );
@@ -155,8 +154,9 @@ fn as_json(found: &Found, now: SystemTime) -> Value {
         .iter()
         .map(|sighting| {
             let mut entry = sighting_json(&sighting.seen);
-            entry["at"] = json!(when(sighting, now));
-            entry["age_ms"] = json!(sighting.age.as_millis() as u64);
+            let age = now.duration_since(sighting.at).unwrap_or_default();
+            entry["at"] = json!(when(sighting));
+            entry["age_ms"] = json!(age.as_millis() as u64);
             entry["table"] = json!(sighting.table);
             entry
         })

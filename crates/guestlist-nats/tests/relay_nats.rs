@@ -9,7 +9,6 @@ guestlist_testkit::relay_suite!(jmy, common::Nats, sqlx::MySql);
 guestlist_testkit::relay_wire_suite!(jwire, common::Nats);
 guestlist_testkit::relay_shares_suite!(jshpg, common::Nats, sqlx::Postgres);
 guestlist_testkit::relay_shares_suite!(jhmy, common::Nats, sqlx::MySql);
-guestlist_testkit::relay_shares_suite!(jtlite, common::Nats, sqlx::Sqlite);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wake_on_commit() {

@@ -10,6 +10,10 @@ use super::statement::Codec;
 /// The per-database fragments of a trace. Sealed: implemented here for the three backends only.
 #[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
 pub trait TraceStatements: Codec {
+    /// The time in column `{at}` in Unix milliseconds (`NULL` where it is `NULL`), as a 64-bit
+    /// integer: times read by several statements compare, where ages would each be measured
+    /// at their own statement.
+    const EPOCH_MS: &'static str;
     /// Milliseconds since the time in column `{at}` (`NULL` where it is `NULL`), as a 64-bit
     /// integer.
     const AGE_MS: &'static str;
@@ -22,18 +26,18 @@ pub trait TraceStatements: Codec {
 /// SQL text for one trace's tables, formatted once when the [`crate::Trace`] is built.
 #[derive(Debug)]
 pub(crate) struct TraceSql {
-    /// The inbox's rows of a message: handler, age (ms). Binds the id.
+    /// The inbox's rows of a message: handler, when (Unix ms). Binds the id.
     pub(crate) inbox: Arc<str>,
     /// The inbox's deferrals of a message: handler, deferrals, the first's Unix ms. Binds the id.
     pub(crate) deferrals: Arc<str>,
-    /// The outbox's row of a message: id, topic, ordering key, seq, slot, age (ms), published
-    /// age (ms). Binds the id.
+    /// The outbox's row of a message: id, topic, ordering key, seq, slot, when committed and
+    /// published (Unix ms). Binds the id.
     pub(crate) outbox: Arc<str>,
-    /// The outgoing dead letters of a message: id, topic, ordering key, seq, slot, age (ms),
-    /// dead age (ms), reason. Binds the id.
+    /// The outgoing dead letters of a message: id, topic, ordering key, seq, slot, when
+    /// committed and dead-lettered (Unix ms), reason. Binds the id.
     pub(crate) dead: Arc<str>,
-    /// The stored keys that are the id or derived from it: scope, key, status, attempt, age
-    /// (ms), lease left (ms), body bytes. Binds the key, then two `LIKE` patterns (`!`
+    /// The stored keys that are the id or derived from it: scope, key, status, attempt, when
+    /// (Unix ms), lease left (ms), body bytes. Binds the key, then two `LIKE` patterns (`!`
     /// escapes).
     pub(crate) keys: Arc<str>,
 }
@@ -45,6 +49,7 @@ impl TraceSql {
         keys: &TableName,
     ) -> Self {
         let age = |at: &str| DB::AGE_MS.replace("{at}", at);
+        let epoch = |at: &str| DB::EPOCH_MS.replace("{at}", at);
         let text = |col: &str| DB::TEXT.replace("{col}", col);
         let param = |n: usize| {
             if DB::NUMBERED {
@@ -63,7 +68,7 @@ impl TraceSql {
             inbox: format!(
                 "SELECT {}, {} FROM {inbox} WHERE message_id = {p1}",
                 text("handler"),
-                age("seen_at")
+                epoch("seen_at")
             )
             .into(),
             deferrals: format!(
@@ -73,14 +78,14 @@ impl TraceSql {
             .into(),
             outbox: format!(
                 "SELECT {outbox_columns}, {}, {} FROM {outbox} WHERE message_id = {p1}",
-                age("created_at"),
-                age("published_at")
+                epoch("created_at"),
+                epoch("published_at")
             )
             .into(),
             dead: format!(
                 "SELECT {outbox_columns}, {}, {}, {} FROM {outbox}_dead WHERE message_id = {p1}",
-                age("created_at"),
-                age("dead_at"),
+                epoch("created_at"),
+                epoch("dead_at"),
                 text("reason")
             )
             .into(),
@@ -90,7 +95,7 @@ impl TraceSql {
                  OR idempotency_key LIKE {p2} ESCAPE '!' OR idempotency_key LIKE {p3} ESCAPE '!'",
                 text("scope"),
                 text("idempotency_key"),
-                age("created_at"),
+                epoch("created_at"),
                 age("locked_until")
             )
             .into(),
@@ -98,16 +103,16 @@ impl TraceSql {
     }
 }
 
-/// An outbox row of a trace as read: id, topic, ordering key, seq, slot, age (ms), published
-/// age (ms).
+/// An outbox row of a trace as read: id, topic, ordering key, seq, slot, when committed and
+/// published (Unix ms).
 pub(crate) type OutboxTraceRow = (i64, String, Option<String>, i64, i64, i64, Option<i64>);
 
-/// An outgoing dead letter of a trace as read: id, topic, ordering key, seq, slot, age (ms),
-/// dead age (ms), reason.
+/// An outgoing dead letter of a trace as read: id, topic, ordering key, seq, slot, when
+/// committed and dead-lettered (Unix ms), reason.
 pub(crate) type DeadTraceRow = (i64, String, Option<String>, i64, i64, i64, i64, String);
 
-/// A stored key of a trace as read: scope, key, status, attempt, age (ms), lease left (ms),
-/// body bytes.
+/// A stored key of a trace as read: scope, key, status, attempt, when (Unix ms), lease left
+/// (ms), body bytes.
 pub(crate) type KeyTraceRow = (
     String,
     String,

@@ -32,9 +32,9 @@ fn present<T>(
     }
 }
 
-/// An age read in milliseconds (a time a little ahead of the database's clock counts as now).
-fn age(ms: i64) -> Duration {
-    Duration::from_millis(ms.max(0).unsigned_abs())
+/// A time read in Unix milliseconds.
+fn at(ms: i64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(ms.max(0).unsigned_abs())
 }
 
 impl<DB: Backend> Trace<DB> {
@@ -56,7 +56,7 @@ impl<DB: Backend> Trace<DB> {
                 present(claims, inbox, found, DB::is_missing_table)?.unwrap_or_default()
             {
                 found.sightings.push(Sighting {
-                    age: age(ms),
+                    at: at(ms),
                     table: inbox.to_owned(),
                     seen: Seen::Claimed {
                         handler,
@@ -67,15 +67,12 @@ impl<DB: Backend> Trace<DB> {
             let deferred = Plain::reading(|sql: &TraceSql| &sql.deferrals, (message_id.as_str(),));
             let deferred: Result<Vec<(String, i64, i64)>, _> =
                 DB::fetch(&mut conn, &*self.sql, deferred).await;
-            let now_ms = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |now| i64::try_from(now.as_millis()).unwrap_or(i64::MAX));
             for (handler, deferrals, first_at) in
                 present(deferred, &deferrals_table, found, DB::is_missing_table)?
                     .unwrap_or_default()
             {
                 found.sightings.push(Sighting {
-                    age: age(now_ms.saturating_sub(first_at)),
+                    at: at(first_at),
                     table: deferrals_table.clone(),
                     seen: Seen::Deferred {
                         handler,
@@ -128,7 +125,7 @@ impl<DB: Backend> Trace<DB> {
                     });
                 let pending = published_ms.is_none();
                 found.sightings.push(Sighting {
-                    age: age(created_ms),
+                    at: at(created_ms),
                     table: table.to_owned(),
                     seen: Seen::Enqueued {
                         message_id: message_id.clone(),
@@ -142,7 +139,7 @@ impl<DB: Backend> Trace<DB> {
                 });
                 if let Some(ms) = published_ms {
                     found.sightings.push(Sighting {
-                        age: age(ms),
+                        at: at(ms),
                         table: table.to_owned(),
                         seen: Seen::Published {
                             message_id: message_id.clone(),
@@ -156,7 +153,7 @@ impl<DB: Backend> Trace<DB> {
                 present(dead, &dead_table, found, DB::is_missing_table)?.unwrap_or_default()
             {
                 found.sightings.push(Sighting {
-                    age: age(dead_ms),
+                    at: at(dead_ms),
                     table: dead_table.clone(),
                     seen: Seen::DeadLettered {
                         message_id: message_id.clone(),
@@ -209,13 +206,13 @@ impl<DB: Backend> Trace<DB> {
                 },
                 None => match lease_left_ms {
                     Some(left) if left > 0 => KeyState::InFlight {
-                        lease_left: age(left),
+                        lease_left: Duration::from_millis(left.unsigned_abs()),
                     },
                     _ => KeyState::Abandoned,
                 },
             };
             found.sightings.push(Sighting {
-                age: age(created_ms),
+                at: at(created_ms),
                 table: table.as_str().to_owned(),
                 seen: Seen::Key {
                     scope,

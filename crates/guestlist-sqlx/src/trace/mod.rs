@@ -11,7 +11,7 @@ mod find;
 mod ids;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::SystemTime;
 
 use guestlist_core::{KeyState, TableName};
 
@@ -28,7 +28,7 @@ use crate::outbox::Outbox;
 ///
 /// let found = Trace::<sqlx::Postgres>::new().find(&pool, "evt_9f3k").await?;
 /// for sighting in &found.sightings {
-///     println!("{:?} ago in {}: {:?}", sighting.age, sighting.table, sighting.seen);
+///     println!("{:?} in {}: {:?}", sighting.at, sighting.table, sighting.seen);
 /// }
 /// # Ok(())
 /// # }
@@ -116,9 +116,7 @@ impl<DB: Backend> Trace<DB> {
             })
         });
         // Oldest first; what happened at one moment keeps the order the tables were read in.
-        found
-            .sightings
-            .sort_by_key(|sighting| std::cmp::Reverse(sighting.age));
+        found.sightings.sort_by_key(|sighting| sighting.at);
         Ok(found)
     }
 }
@@ -142,8 +140,9 @@ pub struct Found {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Sighting {
-    /// How long ago it happened, by the database's clock (by the writer's, for a deferral).
-    pub age: Duration,
+    /// When it happened, by the database's clock (by the handler's machine's, for a deferral),
+    /// to the millisecond.
+    pub at: SystemTime,
     /// The table that knows it.
     pub table: String,
     /// What it knows.

@@ -152,6 +152,9 @@ impl Statements for Sqlite {
 }
 
 impl crate::backend::trace::TraceStatements for Sqlite {
+    // The times are UTC text; the Unix epoch is Julian day 2440587.5.
+    const EPOCH_MS: &'static str =
+        "CAST(round((julianday({at}) - 2440587.5) * 86400000.0) AS INTEGER)";
     const AGE_MS: &'static str =
         "CAST(round((julianday('now') - julianday({at})) * 86400000.0) AS INTEGER)";
 }
