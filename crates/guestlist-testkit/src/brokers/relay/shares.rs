@@ -87,15 +87,19 @@ pub async fn four_relays_share_the_shards_through_joins_kills_and_a_pause<
             "SIGTERM stops a relay cleanly: {stopped}"
         );
         tokio::time::sleep(second).await;
+        // The last move lands while messages still flow: written, or still to be published
+        // (on moto the clean stop before it can outlast the writers).
+        let flowing =
+            writers.iter().any(|writer| !writer.is_finished()) || line.pending().await > 0;
         relays[3]
             .kill()
             .expect("SIGKILL the last relay that joined");
         relays[3].wait().unwrap();
+        flowing
     };
-    moves.await;
     assert!(
-        writers.iter().any(|writer| !writer.is_finished()),
-        "{}: the moves landed while the writers wrote",
+        moves.await,
+        "{}: the moves landed while messages flowed",
         B::LABEL
     );
     for writer in writers {
