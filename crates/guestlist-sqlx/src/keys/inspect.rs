@@ -38,24 +38,14 @@ impl<DB: Backend> SqlKeyStore<DB> {
         let row = DB::fetch_first(&mut conn, &*self.sql, select)
             .await
             .map_err(|err| self.error(err))?;
-        Ok(row.map(|row| {
-            let state = match row.status {
-                Some(status) => KeyState::Stored {
-                    status: u16::try_from(status).unwrap_or(0),
-                    body_bytes: row.body.as_ref().map(Vec::len),
-                },
-                None => match row.lease_left_ms {
-                    Some(left) if left > 0 => KeyState::InFlight {
-                        lease_left: Duration::from_millis(left as u64),
-                    },
-                    _ => KeyState::Abandoned,
-                },
-            };
-            KeyRecord {
-                attempt: u64::try_from(row.attempt).unwrap_or(0),
-                fingerprint: hex::encode(&row.fingerprint),
-                state,
-            }
+        Ok(row.map(|row| KeyRecord {
+            attempt: u64::try_from(row.attempt).unwrap_or(0),
+            fingerprint: hex::encode(&row.fingerprint),
+            state: key_state(
+                row.status.map(i64::from),
+                row.body.as_ref().map(Vec::len),
+                row.lease_left_ms,
+            ),
         }))
     }
 
@@ -89,5 +79,26 @@ impl<DB: Backend> SqlKeyStore<DB> {
             in_flight: unsigned(in_flight),
             keys: unsigned(keys),
         })
+    }
+}
+
+/// Where a key stands, from its row: a status means a stored response (of `body_bytes`, `None`
+/// when too large to keep); without one, the lease left says in flight or abandoned.
+pub(crate) fn key_state(
+    status: Option<i64>,
+    body_bytes: Option<usize>,
+    lease_left_ms: Option<i64>,
+) -> KeyState {
+    match status {
+        Some(status) => KeyState::Stored {
+            status: u16::try_from(status).unwrap_or(0),
+            body_bytes,
+        },
+        None => match lease_left_ms {
+            Some(left) if left > 0 => KeyState::InFlight {
+                lease_left: Duration::from_millis(left.unsigned_abs()),
+            },
+            _ => KeyState::Abandoned,
+        },
     }
 }

@@ -20,6 +20,7 @@ use crate::purge::{Purge, Purgeable, sealed};
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 mod batched;
 mod inspect;
+pub(crate) use inspect::key_state;
 mod locked;
 mod sealing;
 

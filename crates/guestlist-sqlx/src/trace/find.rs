@@ -3,7 +3,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use guestlist_core::{KeyState, TableName};
+use guestlist_core::TableName;
 
 use super::ids::{carried_from, like_escaped};
 use super::{Found, Seen, Sighting, Trace};
@@ -12,17 +12,17 @@ use crate::backend::Backend;
 use crate::backend::relay::shard_count;
 use crate::backend::statement::Plain;
 use crate::backend::trace::{DeadTraceRow, KeyTraceRow, OutboxTraceRow, TraceSql};
+use crate::keys::key_state;
 
 /// A read's rows, or `None` (the table noted in `found`) when the table does not exist.
-fn present<T>(
+fn present<DB: Backend, T>(
     read: Result<T, sqlx::Error>,
     table: &str,
     found: &mut Found,
-    is_missing: fn(&sqlx::Error) -> bool,
 ) -> Result<Option<T>, Error> {
     match read {
         Ok(rows) => Ok(Some(rows)),
-        Err(err) if is_missing(&err) => {
+        Err(err) if DB::is_missing_table(&err) => {
             if !found.missing.iter().any(|t| t == table) {
                 found.missing.push(table.to_owned());
             }
@@ -52,9 +52,7 @@ impl<DB: Backend> Trace<DB> {
             let claims = Plain::reading(|sql: &TraceSql| &sql.inbox, (message_id.as_str(),));
             let claims: Result<Vec<(String, i64)>, _> =
                 DB::fetch(&mut conn, &*self.sql, claims).await;
-            for (handler, ms) in
-                present(claims, inbox, found, DB::is_missing_table)?.unwrap_or_default()
-            {
+            for (handler, ms) in present::<DB, _>(claims, inbox, found)?.unwrap_or_default() {
                 found.sightings.push(Sighting {
                     at: at(ms),
                     table: inbox.to_owned(),
@@ -68,8 +66,7 @@ impl<DB: Backend> Trace<DB> {
             let deferred: Result<Vec<(String, i64, i64)>, _> =
                 DB::fetch(&mut conn, &*self.sql, deferred).await;
             for (handler, deferrals, first_at) in
-                present(deferred, &deferrals_table, found, DB::is_missing_table)?
-                    .unwrap_or_default()
+                present::<DB, _>(deferred, &deferrals_table, found)?.unwrap_or_default()
             {
                 found.sightings.push(Sighting {
                     at: at(first_at),
@@ -97,19 +94,14 @@ impl<DB: Backend> Trace<DB> {
         let table = self.outbox.table().as_str();
         let dead_table = format!("{table}_dead");
         let shards = DB::relay_shards(&mut conn, &self.outbox.relay).await;
-        let shards = present(
-            shards,
-            &format!("{table}_relay"),
-            found,
-            DB::is_missing_table,
-        )?
-        .unwrap_or_default();
+        let shards =
+            present::<DB, _>(shards, &format!("{table}_relay"), found)?.unwrap_or_default();
         let count = shard_count(&shards);
         for message_id in messages {
             let rows = Plain::reading(|sql: &TraceSql| &sql.outbox, (message_id.as_str(),));
             let rows: Result<Vec<OutboxTraceRow>, _> = DB::fetch(&mut conn, &*self.sql, rows).await;
             for (_, topic, ordering_key, seq, slot, created_ms, published_ms) in
-                present(rows, table, found, DB::is_missing_table)?.unwrap_or_default()
+                present::<DB, _>(rows, table, found)?.unwrap_or_default()
             {
                 let slot = u16::try_from(slot).unwrap_or(0);
                 let shard = guestlist_core::protocol::shard_of(slot, count);
@@ -150,7 +142,7 @@ impl<DB: Backend> Trace<DB> {
             let dead = Plain::reading(|sql: &TraceSql| &sql.dead, (message_id.as_str(),));
             let dead: Result<Vec<DeadTraceRow>, _> = DB::fetch(&mut conn, &*self.sql, dead).await;
             for (id, topic, _, _, _, _, dead_ms, reason) in
-                present(dead, &dead_table, found, DB::is_missing_table)?.unwrap_or_default()
+                present::<DB, _>(dead, &dead_table, found)?.unwrap_or_default()
             {
                 found.sightings.push(Sighting {
                     at: at(dead_ms),
@@ -189,9 +181,7 @@ impl<DB: Backend> Trace<DB> {
                 (*exact, anywhere.as_str(), leading.as_str()),
             );
             let read: Result<Vec<KeyTraceRow>, _> = DB::fetch(&mut conn, &*self.sql, read).await;
-            for row in
-                present(read, table.as_str(), found, DB::is_missing_table)?.unwrap_or_default()
-            {
+            for row in present::<DB, _>(read, table.as_str(), found)?.unwrap_or_default() {
                 let new = !keys.iter().any(|k| (&k.0, &k.1) == (&row.0, &row.1));
                 if carried_from(&row.1, exact) && new {
                     keys.push(row);
@@ -199,18 +189,8 @@ impl<DB: Backend> Trace<DB> {
             }
         }
         for (scope, key, status, attempt, created_ms, lease_left_ms, body_bytes) in keys {
-            let state = match status {
-                Some(status) => KeyState::Stored {
-                    status: u16::try_from(status).unwrap_or(0),
-                    body_bytes: body_bytes.and_then(|b| usize::try_from(b).ok()),
-                },
-                None => match lease_left_ms {
-                    Some(left) if left > 0 => KeyState::InFlight {
-                        lease_left: Duration::from_millis(left.unsigned_abs()),
-                    },
-                    _ => KeyState::Abandoned,
-                },
-            };
+            let body_bytes = body_bytes.and_then(|b| usize::try_from(b).ok());
+            let state = key_state(status, body_bytes, lease_left_ms);
             found.sightings.push(Sighting {
                 at: at(created_ms),
                 table: table.as_str().to_owned(),
