@@ -57,25 +57,24 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
 
     /// Renews the leases every third of one while a round waits on the broker; returns once one
     /// is lost (never, while they hold), recording each renewal in `renewed`.
+    ///
+    /// Each time the relay's heartbeat goes first: a round that waits longer than a lease would
+    /// otherwise count this relay out, and the others would take its share. The renewal is the
+    /// last write of the beat, so that whoever sees a lease renewed knows the beat is done.
     async fn keep_lease(&self, held: &Held, renewed: &std::sync::Mutex<Option<Instant>>) {
         let lease_ms = i64::try_from(self.lease.as_millis()).unwrap_or(i64::MAX);
         loop {
             tokio::time::sleep(self.lease / 3).await;
+            let beat = async {
+                let mut conn = self.pool.acquire().await?;
+                DB::relay_heartbeat(&mut conn, &self.outbox.relay, &self.holder, lease_ms).await
+            };
+            if let Err(err) = beat.await {
+                tracing::debug!(error = %err, "outbox relay could not beat mid-round");
+            }
             let asked = Instant::now();
             match self.renew(held, lease_ms).await {
-                Ok(true) => {
-                    *renewed.lock().unwrap_or_else(|p| p.into_inner()) = Some(asked);
-                    // The heartbeat too: a round that waits longer than a lease would
-                    // otherwise count this relay out, and the others would take its share.
-                    let beat = async {
-                        let mut conn = self.pool.acquire().await?;
-                        DB::relay_heartbeat(&mut conn, &self.outbox.relay, &self.holder, lease_ms)
-                            .await
-                    };
-                    if let Err(err) = beat.await {
-                        tracing::debug!(error = %err, "outbox relay could not beat mid-round");
-                    }
-                }
+                Ok(true) => *renewed.lock().unwrap_or_else(|p| p.into_inner()) = Some(asked),
                 Ok(false) => return,
                 // The database is down: the lease runs out by itself; the stamp will tell.
                 Err(err) => {

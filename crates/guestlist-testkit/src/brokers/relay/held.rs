@@ -32,10 +32,11 @@ impl<P: Publish, DB: Fixture> Publish for HeldAfterConfirm<P, DB> {
         self.inner.publish(messages, &mut confirmed).await;
         std::fs::write(&self.marker, messages.len().to_string()).unwrap();
         if let Some((outbox, pool)) = &self.stops {
-            // While it waits on the broker the relay renews its lease every third of it, in a
-            // write of its own, and a process stopped inside a write keeps SQLite's lock (or a
-            // MariaDB row lock) from its successor: the pause comes right after a renewal has
-            // committed, a third of a lease before the next. Then the pause, which returns once
+            // While it waits on the broker the relay beats its heartbeat and renews its lease
+            // every third of one, in writes of their own, and a process stopped inside a write
+            // keeps SQLite's lock (or a MariaDB row lock) from its successor: the pause comes
+            // right after a renewal (the beat's last write) has committed, a third of a lease
+            // before the next. Then the pause, which returns once
             // the story sends SIGCONT; until then nothing of this process runs.
             let left = async || {
                 let stats = outbox.stats(pool).await.ok()?;
@@ -45,7 +46,7 @@ impl<P: Publish, DB: Fixture> Publish for HeldAfterConfirm<P, DB> {
             loop {
                 tokio::time::sleep(Duration::from_millis(2)).await;
                 let now = left().await;
-                if now > before {
+                if before.is_some() && now > before {
                     break;
                 }
                 before = now;
