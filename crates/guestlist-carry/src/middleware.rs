@@ -2,10 +2,12 @@
 
 use std::time::{Duration, SystemTime};
 
-use guestlist_core::Deferral;
+use guestlist_core::{Deferral, trace_context};
 use http::Extensions;
-use reqwest::{Method, Request, Response, StatusCode, header::HeaderValue};
+use reqwest::header::{HeaderName, HeaderValue};
+use reqwest::{Method, Request, Response, StatusCode};
 use reqwest_middleware::{Middleware, Next, Result};
+use tracing::Instrument;
 
 /// The wait for a "not yet" that names none (a 429 or 503 without `Retry-After`, a refused
 /// connection).
@@ -143,15 +145,27 @@ impl Middleware for CarryKey {
         extensions: &mut Extensions,
         next: Next<'_>,
     ) -> Result<Response> {
+        let span = tracing::info_span!(
+            "guestlist.carry",
+            otel.name = %request.method(),
+            otel.kind = "client",
+            http.request.method = %request.method(),
+            url.full = %request.url(),
+            guestlist.step = tracing::field::Empty,
+            guestlist.key = tracing::field::Empty,
+            http.response.status_code = tracing::field::Empty,
+        );
         if self.methods.contains(request.method()) && !request.headers().contains_key(&self.header)
         {
             let step = extensions
                 .get::<Step>()
                 .map_or_else(|| default_step(&request), |step| step.0.clone());
+            span.record("guestlist.step", step.as_str());
             match crate::key_for(&step) {
                 Ok(key) => {
                     let value = HeaderValue::from_str(&key.header_value())
                         .map_err(reqwest_middleware::Error::middleware)?;
+                    span.record("guestlist.key", &*key.header_value());
                     request.headers_mut().insert(self.header.clone(), value);
                 }
                 Err(no_key) if !self.allow_without_key => {
@@ -164,13 +178,33 @@ impl Middleware for CarryKey {
                 Err(_) => {}
             }
         }
+        carry_trace_context(&span, &mut request);
         let (method, url) = (request.method().clone(), request.url().to_string());
-        let outcome = next.run(request, extensions).await;
+        let outcome = next.run(request, extensions).instrument(span.clone()).await;
+        if let Ok(response) = &outcome {
+            span.record("http.response.status_code", response.status().as_u16());
+        }
         match not_yet(&method, &url, &outcome) {
             Some(deferral) if self.defer_not_yet => Err(reqwest_middleware::Error::middleware(
                 crate::defer(deferral),
             )),
             _ => outcome,
+        }
+    }
+}
+
+/// Sets the call's span context on `request` as W3C Trace Context headers, unless it carries a
+/// `traceparent` already (set by a tracing middleware of the caller's).
+fn carry_trace_context(span: &tracing::Span, request: &mut Request) {
+    if request.headers().contains_key(trace_context::TRACEPARENT) {
+        return;
+    }
+    for (name, value) in trace_context::headers_of(span) {
+        if let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(&value),
+        ) {
+            request.headers_mut().insert(name, value);
         }
     }
 }

@@ -27,6 +27,16 @@ pub(crate) struct Cli {
         default_value = "text"
     )]
     pub(crate) log_format: LogFormat,
+    /// Export spans over OTLP/HTTP to the collector at this URL (such as
+    /// http://127.0.0.1:4318): the gateway's and the relay's, with the trace context carried
+    /// from the outbox's headers onto the broker and from the client's request upstream.
+    #[arg(
+        long,
+        global = true,
+        env = "OTEL_EXPORTER_OTLP_ENDPOINT",
+        value_name = "URL"
+    )]
+    pub(crate) otlp_endpoint: Option<String>,
 }
 
 /// How log lines look.

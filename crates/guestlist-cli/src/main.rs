@@ -28,7 +28,9 @@ use crate::cli::{Cli, Command, LogFormat};
 fn main() -> ExitCode {
     // The gateway's help shows each default from the one table of them.
     let command = Cli::command().mut_subcommand("gateway", gateway::args::annotate);
-    let cli = match Cli::from_arg_matches(&command.get_matches()) {
+    let matches = command.get_matches();
+    let service = format!("guestlist-{}", matches.subcommand_name().unwrap_or("cli"));
+    let cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,
         Err(err) => err.exit(),
     };
@@ -55,13 +57,13 @@ fn main() -> ExitCode {
     } else {
         filter.add_directive("lapin=error".parse().expect("a valid directive"))
     };
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match cli.log_format {
-        LogFormat::Text => logs.init(),
-        LogFormat::Json => logs.json().init(),
-    }
+    let _export = match tracing_init(&cli, &service, filter) {
+        Ok(export) => export,
+        Err(err) => {
+            eprintln!("error: {err}");
+            return ExitCode::from(2);
+        }
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -87,4 +89,34 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Logs to stderr through `filter`, as text or JSON; and, given an OTLP endpoint, spans to it
+/// as `service` (at info, whatever the logs' filter), until the returned export is dropped.
+fn tracing_init(
+    cli: &Cli,
+    service: &str,
+    filter: tracing_subscriber::EnvFilter,
+) -> Result<Option<guestlist_otel::Export>, guestlist_otel::Error> {
+    use tracing_subscriber::prelude::*;
+    let export = match cli
+        .otlp_endpoint
+        .as_deref()
+        .filter(|url| !url.trim().is_empty())
+    {
+        Some(endpoint) => Some(guestlist_otel::Export::start(service, endpoint)?),
+        None => None,
+    };
+    let spans = export.as_ref().map(|export| {
+        export
+            .layer()
+            .with_filter(tracing_subscriber::filter::LevelFilter::INFO)
+    });
+    let logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let registry = tracing_subscriber::registry().with(spans);
+    match cli.log_format {
+        LogFormat::Text => registry.with(logs.with_filter(filter)).init(),
+        LogFormat::Json => registry.with(logs.json().with_filter(filter)).init(),
+    }
+    Ok(export)
 }

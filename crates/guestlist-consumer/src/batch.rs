@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use guestlist_core::{Backoff, Deferral, FailureKind, MessageId};
 use guestlist_sqlx::{Backend, ProcessError, Processed, WorkError, failure_kind};
+use tracing::Instrument;
 
 use crate::failure::Failure;
 use crate::handled::Handled;
@@ -216,7 +217,7 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
                 return Ok(None);
             }
         }
-        Ok(Some(Arc::new(Message::of(id, delivery))))
+        Ok(Some(Arc::new(Message::of(id, delivery, &self.name))))
     }
 
     /// A committed batch: counted, acknowledged, its deferrals forgotten.
@@ -242,6 +243,11 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
             tracing::warn!(handler = %self.name, error = %err, "acknowledgements failed; the redeliveries will be duplicates");
         }
         for (delivery, message) in ready {
+            message.outcome(if fresh.contains(&message.id) {
+                "fresh"
+            } else {
+                "duplicate"
+            });
             self.forget_deferrals(delivery.as_ref(), &message.id).await;
         }
     }
@@ -258,6 +264,7 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
             // A message handed back withdraws the later ones of its partition (Kafka) or FIFO
             // group (SQS): they come again after it.
             if delivery.withdrawn() {
+                message.outcome("withdrawn");
                 self.withdrawn(delivery.as_ref(), &message.id).await;
                 continue;
             }
@@ -316,7 +323,8 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
                         guestlist_core::watch_deferral(guestlist_carry::scope_message(
                             &self.name,
                             &message.id,
-                            self.run_handler(&mut tx, message),
+                            self.run_handler(&mut tx, message)
+                                .instrument(message.span().clone()),
                         ))
                         .await;
                     if let Err(failure) = ran {
@@ -379,15 +387,18 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
             &message.id,
             async move |tx| timed(timeout, handler.handle(tx, &message_for_work)).await,
         ))
+        .instrument(message.span().clone())
         .await;
         match outcome {
             Ok(Processed::Ran(())) => {
+                message.outcome("fresh");
                 handled.fresh += 1;
                 self.count("fresh", 1);
                 self.ack(delivery).await;
                 self.forget_deferrals(delivery, &message.id).await;
             }
             Ok(Processed::Duplicate) => {
+                message.outcome("duplicate");
                 handled.duplicates += 1;
                 self.count("duplicate", 1);
                 self.ack(delivery).await;
@@ -399,10 +410,12 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
                     .await;
             }
             Err(ProcessError::Store(err)) if err.kind() == FailureKind::Outage => {
+                message.outcome("outage");
                 return Err(Outage(format!("the database: {err}")));
             }
             Err(err) => {
                 // The store failed, not the message: back it goes, without counting against it.
+                message.outcome("store failed");
                 tracing::warn!(handler = %self.name, id = %message.id, error = %err, "store failed; the message comes back later");
                 let _ = delivery.nak(self.backoff.0).await;
             }

@@ -4,7 +4,7 @@ use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 
-use guestlist_core::MessageId;
+use guestlist_core::{HandlerName, MessageId};
 
 use crate::Delivery;
 
@@ -23,7 +23,7 @@ use crate::Delivery;
 ///
 /// ```
 /// use guestlist_consumer::Message;
-/// use guestlist_core::MessageId;
+/// use guestlist_core::{HandlerName, MessageId};
 ///
 /// let message = Message::new(MessageId::new("evt_1")?, b"{}".to_vec())
 ///     .with_header("seq", "7")
@@ -50,6 +50,8 @@ pub struct Message {
     pub topic: Option<String>,
     /// The adapter's delivery, for the broker's own details.
     delivery: Option<Arc<dyn Any + Send + Sync>>,
+    /// The span of its processing, ended once the last copy of the message is dropped.
+    span: tracing::Span,
 }
 
 impl Message {
@@ -64,6 +66,7 @@ impl Message {
             key: None,
             topic: None,
             delivery: None,
+            span: tracing::Span::none(),
         }
     }
 
@@ -107,17 +110,46 @@ impl Message {
         self.delivery.as_deref()?.downcast_ref::<D>()
     }
 
-    /// The message of `delivery`, claimed as `id`.
-    pub(crate) fn of<D: Delivery>(id: MessageId, delivery: &Arc<D>) -> Self {
+    /// The message of `delivery`, claimed as `id` for `handler`, with the span of its
+    /// processing: the child of the context its headers carry (the relay's send), in
+    /// OpenTelemetry's messaging conventions.
+    pub(crate) fn of<D: Delivery>(id: MessageId, delivery: &Arc<D>, handler: &HandlerName) -> Self {
+        let headers = delivery.headers();
+        let topic = delivery.topic();
+        let span = tracing::info_span!(
+            "guestlist.consumer.process",
+            otel.name = format!("process {}", topic.as_deref().unwrap_or(handler.as_str())),
+            otel.kind = "consumer",
+            messaging.operation.type = "process",
+            messaging.destination.name = topic.as_deref(),
+            messaging.message.id = id.as_str(),
+            messaging.consumer.group.name = handler.as_str(),
+            guestlist.handler = handler.as_str(),
+            guestlist.delivery_count = delivery.delivery_count(),
+            guestlist.outcome = tracing::field::Empty,
+        );
+        guestlist_core::trace_context::adopt_from(&span, &headers);
         Self {
             id,
             payload: delivery.payload().to_vec(),
             delivery_count: delivery.delivery_count(),
-            headers: delivery.headers(),
+            headers,
             key: delivery.key(),
-            topic: delivery.topic(),
+            topic,
             delivery: Some(Arc::clone(delivery) as Arc<dyn Any + Send + Sync>),
+            span,
         }
+    }
+
+    /// The span of its processing, for the handler's run to be instrumented with.
+    pub(crate) fn span(&self) -> &tracing::Span {
+        &self.span
+    }
+
+    /// Records how its processing ended on its span: fresh, duplicate, deferred, failed,
+    /// poison, withdrawn or outage.
+    pub(crate) fn outcome(&self, outcome: &'static str) {
+        self.span.record("guestlist.outcome", outcome);
     }
 }
 

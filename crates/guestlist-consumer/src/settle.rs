@@ -29,6 +29,7 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
             return self.defer(delivery, message, &deferral, handled).await;
         }
         if let Some(outage) = Outage::of("the database, as the handler met it", &failure) {
+            message.outcome("outage");
             return Err(outage);
         }
         let failed = self.failed_deliveries(delivery, &message.id).await?;
@@ -39,8 +40,10 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
                 "failed on delivery {failed} of {} (deferrals aside): {failure}",
                 self.max_deliveries
             );
+            message.outcome("poison");
             self.dead_letter(delivery, &message.id, &why, handled).await;
         } else {
+            message.outcome("failed");
             let delay = self.delay(failed);
             tracing::warn!(handler = %self.name, id = %message.id, error = %failure, ?delay, "handler failed; the message comes back later");
             if let Err(err) = delivery.nak(delay).await {
@@ -78,9 +81,11 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
                 "deferred {} times over {age:?}, past the consumer's max_deferral of {:?}; the last: {deferral}",
                 deferrals.count, self.max_deferral
             );
+            message.outcome("poison");
             self.dead_letter(delivery, &message.id, &why, handled).await;
             return Ok(());
         };
+        message.outcome("deferred");
         handled.deferred += 1;
         self.count("deferred", 1);
         tracing::info!(handler = %self.name, id = %message.id, reason = deferral.reason(), ?delay, deferrals = deferrals.count, "not yet; the message comes back later");

@@ -49,6 +49,7 @@ mod scope;
 mod stored_response;
 mod table_name;
 mod topic;
+pub mod trace_context;
 
 pub use backoff::Backoff;
 pub use box_error::BoxError;

@@ -78,15 +78,29 @@ impl Outgoing {
         self.ordering_key.as_ref()
     }
 
-    /// The headers as the outbox stores them ([`crate::header_lines`]); `None` when there are
-    /// none.
+    /// The headers as the outbox stores them ([`crate::header_lines`]), with the current span's
+    /// trace context ([`crate::trace_context`]) added unless the message carries a
+    /// `traceparent` of its own; `None` when there are none.
     pub fn stored_headers(&self) -> Option<Vec<u8>> {
-        (!self.headers.is_empty()).then(|| {
-            crate::header_lines::encode(
-                self.headers
+        let own = self
+            .headers
+            .iter()
+            .any(|(name, _)| name.eq_ignore_ascii_case(crate::trace_context::TRACEPARENT));
+        let traced = if own {
+            Vec::new()
+        } else {
+            crate::trace_context::headers_of(&tracing::Span::current())
+        };
+        let headers = self
+            .headers
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.as_bytes()))
+            .chain(
+                traced
                     .iter()
                     .map(|(name, value)| (name.as_str(), value.as_bytes())),
-            )
-        })
+            );
+        let stored = crate::header_lines::encode(headers);
+        (!stored.is_empty()).then_some(stored)
     }
 }

@@ -48,6 +48,6 @@ impl Outcome {
     /// Counts this outcome and records it on the current span.
     pub(crate) fn record(self) {
         metrics::counter!("guestlist_http_requests_total", "outcome" => self.as_str()).increment(1);
-        tracing::Span::current().record("outcome", self.as_str());
+        tracing::Span::current().record("guestlist.outcome", self.as_str());
     }
 }

@@ -14,6 +14,8 @@ pub mod fault_proxy;
 pub mod hang_up;
 pub mod held_commit;
 pub mod metrics;
+#[cfg(feature = "otlp")]
+pub mod otlp;
 pub mod private_mariadb;
 pub mod private_postgres;
 pub mod private_server;

@@ -23,6 +23,7 @@
 //! | `carry` (`reqwest` for its middleware) | `guestlist::carry`, `guestlist::defer` | keys carried downstream |
 //! | `consumer` | `guestlist::consumer` | the broker consumer runtime |
 //! | `nats`, `amqp` (or `rabbitmq`), `kafka`, `sqs` | `guestlist::nats`, `::amqp`, `::kafka`, `::sqs` | each broker's source and the relay's publisher |
+//! | `otel` | `guestlist::otel` | OTLP export of the spans, the trace context through every hop |
 //!
 //! ```toml
 //! # inbox + NATS consumer + carried keys
@@ -73,6 +74,7 @@
 /// instead: `guestlist_core::Error`, named for what it is beside the store's [`Error`], which
 /// wraps it as [`Error::Invalid`].
 pub use guestlist_core::Error as InvalidValue;
+pub use guestlist_core::trace_context;
 pub use guestlist_core::{
     Attempt, Backoff, Begin, BoxError, Claim, Completed, Deferral, FailureKind, Fingerprint,
     FingerprintBuilder, HandlerName, IdempotencyKey, KeyStore, MessageId, OrderingKey, Retention,
@@ -129,6 +131,11 @@ pub use guestlist_kafka as kafka;
 /// Amazon SQS: `SqsSource` and the relay's `SqsPublisher` (feature `sqs`).
 #[cfg(feature = "sqs")]
 pub use guestlist_sqs as sqs;
+
+/// OpenTelemetry for programs: `Export` (OTLP/HTTP) and `W3c`, the trace context carried
+/// through the outbox, the brokers and the carried keys (feature `otel`).
+#[cfg(feature = "otel")]
+pub use guestlist_otel as otel;
 
 #[cfg(doctest)]
 mod guide_doctests;

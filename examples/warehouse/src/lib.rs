@@ -15,4 +15,5 @@ pub mod broker;
 pub mod db;
 pub mod payments;
 pub mod ready;
+pub mod telemetry;
 pub mod warehouse;

@@ -9,8 +9,9 @@ use axum::body::Body;
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use guestlist::IdempotencyKey;
 use guestlist::http::{IdempotencyContext, KeepLocked};
+use guestlist::{IdempotencyKey, trace_context};
+use tracing::Instrument;
 
 /// The upstream and the client that reaches it.
 #[derive(Debug)]
@@ -132,6 +133,8 @@ pub(crate) async fn forward(
     if let Some(host) = parts.headers.get(header::HOST) {
         headers.insert("x-forwarded-host", host.clone());
     }
+    let span = forward_span(&parts, path);
+    carry_trace_context(&span, &mut headers);
     let mut request = proxy
         .client
         .request(parts.method.clone(), format!("{}{path}", proxy.base))
@@ -140,7 +143,10 @@ pub(crate) async fn forward(
     if context.is_some() {
         request = request.timeout(proxy.timeout);
     }
-    let sent = request.send().await;
+    let sent = request.send().instrument(span.clone()).await;
+    if let Ok(upstream) = &sent {
+        span.record("http.response.status_code", upstream.status().as_u16());
+    }
     let response = match sent {
         Ok(upstream) => {
             let (status, headers) = (upstream.status(), end_to_end(upstream.headers()));
@@ -164,6 +170,43 @@ pub(crate) async fn forward(
         "proxied"
     );
     response
+}
+
+/// The span of the call upstream: the child of the keyed request's span, or, for a request
+/// without a key, of the trace context the client sent.
+fn forward_span(parts: &axum::http::request::Parts, path: &str) -> tracing::Span {
+    let span = tracing::info_span!(
+        "guestlist.gateway.forward",
+        otel.name = %parts.method,
+        otel.kind = "client",
+        http.request.method = %parts.method,
+        url.path = path,
+        http.response.status_code = tracing::field::Empty,
+    );
+    if tracing::Span::current().is_none() {
+        trace_context::adopt(&span, |name| {
+            Some(parts.headers.get(name)?.to_str().ok()?.to_owned())
+        });
+    }
+    span
+}
+
+/// Puts the call's span context in the headers sent upstream, in place of the client's (which
+/// travel on untouched when the program installed no propagation).
+fn carry_trace_context(span: &tracing::Span, headers: &mut HeaderMap) {
+    let traced = trace_context::headers_of(span);
+    if traced.is_empty() {
+        return;
+    }
+    headers.remove(trace_context::TRACESTATE);
+    for (name, value) in traced {
+        if let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(&value),
+        ) {
+            headers.insert(name, value);
+        }
+    }
 }
 
 /// The answer to a request that is not for the upstream: `CONNECT` (the gateway tunnels

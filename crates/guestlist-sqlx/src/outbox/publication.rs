@@ -1,6 +1,7 @@
 //! A batch handed to the broker under the lease: its confirmations awaited up to the confirm
 //! timeout while the lease is renewed, and the lease renewed or given up between rounds.
 
+use std::borrow::Cow;
 use std::time::Instant;
 
 use crate::Error;
@@ -8,7 +9,7 @@ use crate::backend::{Backend, Held};
 use crate::outbox::lease::Leases;
 use crate::outbox::progress::Progress;
 use crate::outbox::relay::Relay;
-use guestlist_core::{Confirmed, OutboxMessage, Outcomes, Publish, PublishError};
+use guestlist_core::{Confirmed, OutboxMessage, Outcomes, Publish, PublishError, trace_context};
 
 /// What a batch's publish came to.
 #[derive(Default)]
@@ -40,8 +41,10 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
         }
         let mut outcomes = Outcomes::with_capacity(messages.len());
         let renewed = std::sync::Mutex::new(None::<Instant>);
+        let spans: Vec<tracing::Span> = messages.iter().map(send_span).collect();
+        let traced = carry_context(messages, &spans);
         let ended = {
-            let publish = self.publisher.publish(messages, &mut outcomes);
+            let publish = self.publisher.publish(&traced, &mut outcomes);
             tokio::select! {
                 () = publish => Ended::Confirmed,
                 () = tokio::time::sleep(self.confirm_timeout) => Ended::TimedOut,
@@ -52,6 +55,9 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
         publication.lost = ended == Ended::LeaseLost;
         publication.renewed_at = *renewed.lock().unwrap_or_else(|p| p.into_inner());
         publication.outcomes = outcomes.into_slots(messages.len());
+        for (span, outcome) in spans.iter().zip(&publication.outcomes) {
+            span.record("guestlist.outcome", outcome_name(outcome, ended));
+        }
         publication
     }
 
@@ -153,5 +159,62 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
             tracing::warn!(table = %self.outbox.table(), error = %err,
                 "outbox relay could not give its shards up; their leases expire on their own");
         }
+    }
+}
+
+/// The span of one message's send: the child of the context it was enqueued under (its
+/// `traceparent` header), in OpenTelemetry's messaging conventions.
+fn send_span(message: &OutboxMessage) -> tracing::Span {
+    let span = tracing::info_span!(
+        "guestlist.relay.send",
+        otel.name = format!("send {}", message.topic),
+        otel.kind = "producer",
+        messaging.operation.type = "send",
+        messaging.destination.name = message.topic.as_str(),
+        messaging.message.id = message.message_id.as_str(),
+        guestlist.ordering_key = message.ordering_key.as_deref(),
+        guestlist.shard = message.shard,
+        guestlist.token = message.token,
+        guestlist.outcome = tracing::field::Empty,
+    );
+    trace_context::adopt_from(&span, &message.headers);
+    span
+}
+
+/// The messages as the broker gets them: each with the context of its send span in place of
+/// the one it was enqueued with, so that its consumer's span is the send's child. Borrowed as
+/// they are when the program installed no propagation.
+fn carry_context<'a>(
+    messages: &'a [OutboxMessage],
+    spans: &[tracing::Span],
+) -> Cow<'a, [OutboxMessage]> {
+    if !trace_context::installed() {
+        return Cow::Borrowed(messages);
+    }
+    let traced = messages
+        .iter()
+        .zip(spans)
+        .map(|(message, span)| {
+            let mut message = message.clone();
+            message
+                .headers
+                .retain(|(name, _)| !trace_context::is_trace_header(name));
+            message.headers.extend(trace_context::headers_of(span));
+            message
+        })
+        .collect();
+    Cow::Owned(traced)
+}
+
+/// How one message's send ended, for its span.
+fn outcome_name(outcome: &Option<Result<Confirmed, PublishError>>, ended: Ended) -> &'static str {
+    match outcome {
+        Some(Ok(Confirmed::Duplicate)) => "duplicate",
+        Some(Ok(_)) => "confirmed",
+        Some(Err(err)) if err.is_permanent() => "unpublishable",
+        Some(Err(err)) if err.kind() == guestlist_core::FailureKind::Outage => "outage",
+        Some(Err(_)) => "refused",
+        None if ended == Ended::LeaseLost => "lease lost",
+        None => "unconfirmed",
     }
 }

@@ -24,14 +24,15 @@ struct Args {
     /// How long each charge takes before it commits (a slow card network; for crash drills).
     #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
     charge_takes: Duration,
+    /// Export spans over OTLP/HTTP to the collector at this URL (http://host:4318).
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
+    otlp_endpoint: Option<String>,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .init();
     let args = Args::parse();
+    let _export = warehouse_example::telemetry::init("payments", args.otlp_endpoint.as_deref())?;
     let listener = tokio::net::TcpListener::bind(&args.listen).await?;
     let addr = listener.local_addr()?;
     let readiness = Readiness::waiting_for("its tables");

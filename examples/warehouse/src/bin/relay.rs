@@ -33,14 +33,16 @@ struct Args {
     /// How long a relay that died keeps the other waiting.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     lease: Duration,
+    /// Export spans over OTLP/HTTP to the collector at this URL (http://host:4318).
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
+    otlp_endpoint: Option<String>,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .init();
     let args = Args::parse();
+    let _export =
+        warehouse_example::telemetry::init("warehouse-relay", args.otlp_endpoint.as_deref())?;
     let orders = Orders::new(&args.broker, &args.queue);
     with_pool!(&args.database, |pool| {
         warehouse::migrate(&pool).await?;

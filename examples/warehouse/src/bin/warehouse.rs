@@ -40,14 +40,15 @@ struct Args {
     /// How long NATS waits for an acknowledgement before it redelivers (e.g. 30s).
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     ack_wait: Duration,
+    /// Export spans over OTLP/HTTP to the collector at this URL (http://host:4318).
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
+    otlp_endpoint: Option<String>,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .init();
     let args = Args::parse();
+    let _export = warehouse_example::telemetry::init("warehouse", args.otlp_endpoint.as_deref())?;
     let orders = Orders::new(&args.broker, &args.queue);
     let topics = Topics::of(&orders)?;
     let listener = tokio::net::TcpListener::bind(&args.listen).await?;
