@@ -200,6 +200,14 @@ ensure_sqs() {
     export GUESTLIST_TEST_SQS_ENDPOINT="$endpoint"
 }
 
+# Headless Chromium and its WebDriver, from Debian's packages: the console's story drives the
+# page in a real browser (crates/guestlist-cli/tests/console).
+ensure_chromium() {
+    if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
+        apt_install chromium chromium-driver
+    fi
+}
+
 # What building the tests needs beyond cargo: a C compiler and make for librdkafka (under the
 # Kafka crate, built from source), and cargo-nextest, which runs each test in its own process
 # with a timeout (.config/nextest.toml), so that a hung lock fails one test instead of the run.

@@ -12,6 +12,7 @@ ensure_nats
 ensure_rabbitmq
 ensure_kafka
 ensure_sqs
+ensure_chromium
 
 ensure_build_tools
 cargo nextest run --workspace --all-features --no-fail-fast "$@"

@@ -68,6 +68,11 @@ pub(crate) enum Command {
     /// claim and deferrals, the message committed, published or dead-lettered (its shard and
     /// the relay holding it), and the keys carried downstream (state, status, attempts, lease).
     Trace(crate::trace::TraceArgs),
+    /// A web page for operators, on 127.0.0.1:8089 by default: what stats shows, kept fresh
+    /// (keys, inbox handlers, outbox backlog, relays and shards, purge, dead letters), trace
+    /// lookups, and, with GUESTLIST_CONSOLE_TOKEN set, retry or drop an outgoing dead letter
+    /// and evict a key (signed-in session, CSRF-checked forms). Read-only without the token.
+    Console(crate::console::ConsoleArgs),
     /// Publish an outbox table's committed messages to NATS JetStream, RabbitMQ, Kafka or
     /// Amazon SQS, each key's in commit order, stamping each once the broker confirmed it; a
     /// message the broker refuses holds back its own key only, and goes to the outgoing dead

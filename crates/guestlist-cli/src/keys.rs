@@ -87,13 +87,22 @@ pub(crate) async fn run(command: KeysCommand) -> anyhow::Result<()> {
     }
     let pool = database::connect_existing(&args.table.database, 1).await?;
     with_pool!(pool, |pool| {
-        // Keys stored as keyed hashes are looked up by the raw key, hashed the gateway's way.
-        let mut keys = SqlKeyStore::with_table(pool, table)?;
-        if let Some(hashing) = crate::gateway::parse::key_hashing()? {
-            keys = keys.hashing_keys(hashing);
-        }
+        let keys = sql_keys(pool, table)?;
         one_key(&keys, table, &scope, &key, evict, force).await
     })
+}
+
+/// The key table `table` as the gateway keeps it: keys stored as keyed hashes
+/// (GUESTLIST_KEY_HASHING_SECRET) are looked up by the raw key, hashed the gateway's way.
+pub(crate) fn sql_keys<DB: Backend>(
+    pool: guestlist::sqlx::Pool<DB>,
+    table: &str,
+) -> anyhow::Result<SqlKeyStore<DB>> {
+    let mut keys = SqlKeyStore::with_table(pool, table)?;
+    if let Some(hashing) = crate::gateway::parse::key_hashing()? {
+        keys = keys.hashing_keys(hashing);
+    }
+    Ok(keys)
 }
 
 /// The Redis keys under the prefix `--table` names.
@@ -167,9 +176,7 @@ async fn one_key(
         println!("{describe}");
         return Ok(());
     }
-    if let KeyState::InFlight { lease_left } = record.state
-        && !force
-    {
+    if let Some(lease_left) = held(&record, force) {
         anyhow::bail!(
             "key {key} in scope {scope} is in flight (its lease ends in {:.0}s): evicting it now \
              lets a retry run the request again while the first may still be running, and the \
@@ -188,6 +195,15 @@ async fn one_key(
         );
     }
     Ok(())
+}
+
+/// The lease left on a key in flight, which an eviction waits for unless forced: evicting it
+/// lets a retry run the request again while the first may still be running.
+pub(crate) fn held(record: &KeyRecord, force: bool) -> Option<std::time::Duration> {
+    match record.state {
+        KeyState::InFlight { lease_left } if !force => Some(lease_left),
+        _ => None,
+    }
 }
 
 /// Prints the key table's figures (`guestlist stats`).

@@ -6,6 +6,7 @@
 //! (or build it locally with `mdbook serve docs/guide`).
 
 mod cli;
+mod console;
 mod database;
 mod demo;
 mod figures;
@@ -36,7 +37,7 @@ fn main() -> ExitCode {
     };
     // A server says what it does; a one-off command speaks only of trouble.
     let level = match cli.command {
-        Command::Gateway(_) | Command::Relay(_) => "info",
+        Command::Gateway(_) | Command::Relay(_) | Command::Console(_) => "info",
         _ => "warn",
     };
     let filter = match std::env::var("GUESTLIST_LOG") {
@@ -76,6 +77,7 @@ fn main() -> ExitCode {
             Command::Keys(command) => keys::run(command).await,
             Command::Stats(args) => stats::run(args).await,
             Command::Trace(args) => trace::run(args).await,
+            Command::Console(args) => console::run(args).await,
             Command::Relay(args) => relay::run(args).await,
             Command::Outbox(command) => outbox::run(command).await,
             Command::Demo(args) => demo::run(args).await,

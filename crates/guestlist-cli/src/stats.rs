@@ -59,21 +59,23 @@ pub(crate) async fn run(args: StatsArgs) -> anyhow::Result<()> {
 }
 
 /// A table's figures, or `None` when the table does not exist.
-fn optional<T>(read: anyhow::Result<T>) -> anyhow::Result<Option<T>> {
+pub(crate) fn optional<T>(read: anyhow::Result<T>) -> anyhow::Result<Option<T>> {
     match read {
         Err(err) if missing_table(&err) => Ok(None),
         other => other.map(Some),
     }
 }
 
-async fn read_inbox<DB: Backend>(
+/// The inbox's figures (`guestlist stats`, the console).
+pub(crate) async fn read_inbox<DB: Backend>(
     pool: &guestlist::sqlx::Pool<DB>,
     table: &str,
 ) -> anyhow::Result<InboxStats> {
     Ok(Inbox::<DB>::with_table(table)?.stats(pool).await?)
 }
 
-async fn read_outbox<DB: Backend>(
+/// The outbox's figures and its dead letters' count, `None` where it has no dead-letter table.
+pub(crate) async fn read_outbox<DB: Backend>(
     pool: &guestlist::sqlx::Pool<DB>,
     table: &str,
 ) -> anyhow::Result<(OutboxStats, Option<u64>)> {
@@ -84,7 +86,8 @@ async fn read_outbox<DB: Backend>(
     Ok((stats, dead))
 }
 
-fn missing_table(err: &anyhow::Error) -> bool {
+/// Whether `err` says the table is not there.
+pub(crate) fn missing_table(err: &anyhow::Error) -> bool {
     matches!(
         err.downcast_ref::<guestlist::Error>(),
         Some(guestlist::Error::MissingTable { .. })

@@ -16,26 +16,40 @@ pub(crate) struct TraceArgs {
     id: String,
     #[command(flatten)]
     database: DatabaseUrl,
-    /// The inbox table.
-    #[arg(long, default_value = "guestlist_inbox")]
-    inbox_table: String,
-    /// The outbox table.
-    #[arg(long, default_value = "guestlist_outbox")]
-    outbox_table: String,
-    /// The key table.
-    #[arg(long, default_value = "guestlist_keys")]
-    key_table: String,
+    #[command(flatten)]
+    tables: TraceTables,
     /// One JSON object instead of lines for people.
     #[arg(long)]
     json: bool,
 }
 
+/// The tables a trace reads (`guestlist trace`, the console).
+#[derive(Debug, Args)]
+pub(crate) struct TraceTables {
+    /// The inbox table.
+    #[arg(long, default_value = "guestlist_inbox")]
+    pub(crate) inbox_table: String,
+    /// The outbox table.
+    #[arg(long, default_value = "guestlist_outbox")]
+    pub(crate) outbox_table: String,
+    /// The key table.
+    #[arg(long, default_value = "guestlist_keys")]
+    pub(crate) key_table: String,
+}
+
+impl TraceTables {
+    /// The inbox, the outbox and the key table, each name checked before it reaches SQL.
+    pub(crate) fn names(&self) -> anyhow::Result<(TableName, TableName, TableName)> {
+        Ok((
+            TableName::new(&self.inbox_table)?,
+            TableName::new(&self.outbox_table)?,
+            TableName::new(&self.key_table)?,
+        ))
+    }
+}
+
 pub(crate) async fn run(args: TraceArgs) -> anyhow::Result<()> {
-    let tables = (
-        TableName::new(&args.inbox_table)?,
-        TableName::new(&args.outbox_table)?,
-        TableName::new(&args.key_table)?,
-    );
+    let tables = args.tables.names()?;
     let pool = database::connect_existing(&args.database, 1).await?;
     let found = with_pool!(pool, |pool| find(&pool, tables.clone(), &args.id).await)?;
     let now = SystemTime::now();
@@ -47,7 +61,8 @@ pub(crate) async fn run(args: TraceArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn find<DB: Backend>(
+/// What the three tables know of `id`.
+pub(crate) async fn find<DB: Backend>(
     pool: &guestlist::sqlx::Pool<DB>,
     (inbox, outbox, keys): (TableName, TableName, TableName),
     id: &str,
@@ -58,7 +73,7 @@ async fn find<DB: Backend>(
 }
 
 /// When a sighting happened, to the millisecond.
-fn when(sighting: &Sighting) -> String {
+pub(crate) fn when(sighting: &Sighting) -> String {
     humantime::format_rfc3339_millis(sighting.at).to_string()
 }
 
@@ -90,7 +105,7 @@ fn print_found(found: &Found) {
 }
 
 /// One line for a person.
-fn describe(seen: &Seen) -> String {
+pub(crate) fn describe(seen: &Seen) -> String {
     match seen {
         Seen::Claimed {
             handler,

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use guestlist::sqlx::{self, SqlitePool};
 
+mod console;
 mod trace;
 
 fn guestlist(args: &[&str]) -> Output {

@@ -1,0 +1,350 @@
+//! `guestlist console` in a real browser (headless Chromium through chromedriver): an operator
+//! reads the figures, looks a key up, signs in, retries a dead letter and evicts a key, and
+//! the page keeps up with the database by itself; forms without the session's CSRF token and
+//! a console started without a token take no action.
+
+mod webdriver;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use guestlist::sqlx::{Sqlite, SqlitePool};
+use guestlist::{
+    Begin, Claim, Confirmed, Fingerprint, HandlerName, IdempotencyKey, Inbox, MessageId, Outbox,
+    OutboxMessage, Outcomes, Outgoing, Publish, PublishError, Relay, Scope, SqlKeyStore,
+    StoredBody, StoredResponse, Topic,
+};
+use reqwest::StatusCode;
+
+use self::webdriver::Browser;
+use super::{guestlist, stderr};
+
+const TOKEN: &str = "co-token-0123456789abcdef";
+
+/// What a browser's form sends as.
+const FORM: &str = "application/x-www-form-urlencoded";
+
+/// A broker with no place for topic `nowhere`: it can never take those messages, so the relay
+/// dead-letters them at once; it confirms every other message.
+struct NowhereRefused;
+
+impl Publish for NowhereRefused {
+    fn check(&self, message: &OutboxMessage) -> Result<(), PublishError> {
+        match message.topic.as_str() {
+            "nowhere" => Err(PublishError::unpublishable("no stream takes topic nowhere")),
+            _ => Ok(()),
+        }
+    }
+
+    async fn publish(&self, messages: &[OutboxMessage], outcomes: &mut Outcomes) {
+        for _ in messages {
+            outcomes.push(Ok(Confirmed::New));
+        }
+    }
+}
+
+/// A shop's database after a little traffic: a handled event, a stored key and one in
+/// flight, a dead letter, and a message waiting for the relay.
+struct Shop {
+    _dir: tempfile::TempDir,
+    url: String,
+    pool: SqlitePool,
+    outbox: Outbox<Sqlite>,
+    keys: SqlKeyStore<Sqlite>,
+}
+
+impl Shop {
+    async fn open() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite:{}", dir.path().join("shop.db").display());
+        for args in [
+            &["migrate", "--database", &url][..],
+            &["migrate", "--outbox", "--database", &url],
+        ] {
+            let migrated = guestlist(args);
+            assert!(migrated.status.success(), "{}", stderr(&migrated));
+        }
+        let pool = SqlitePool::connect_with(guestlist::sqlite_options(&url).unwrap())
+            .await
+            .unwrap();
+        let keys = SqlKeyStore::with_table(pool.clone(), "guestlist_keys").unwrap();
+        keys.migrate().await.unwrap();
+        let shop = Self {
+            _dir: dir,
+            url,
+            outbox: Outbox::new(),
+            keys,
+            pool,
+        };
+        let scope = Scope::new("client-shop").unwrap();
+        for (key, answered) in [("order-7", true), ("order-8", false)] {
+            let key = IdempotencyKey::new(key).unwrap();
+            let fingerprint = Fingerprint::builder("POST", "/orders").body(key.as_str().as_bytes());
+            let taken = shop
+                .keys
+                .begin(&scope, &key, &fingerprint, Duration::from_secs(600));
+            let Begin::Run { attempt } = taken.await.unwrap() else {
+                panic!("a new key runs");
+            };
+            if answered {
+                let created = StoredResponse {
+                    status: 201,
+                    headers: vec![],
+                    body: StoredBody::Bytes(b"{}".to_vec()),
+                };
+                shop.keys
+                    .complete(&scope, &key, attempt, &created)
+                    .await
+                    .unwrap();
+            }
+        }
+        let mut tx = shop.pool.begin().await.unwrap();
+        let warehouse = HandlerName::new("warehouse").unwrap();
+        let evt = MessageId::new("evt_1").unwrap();
+        let claim = Inbox::<Sqlite>::new()
+            .claim(&mut *tx, &warehouse, &evt)
+            .await;
+        assert_eq!(claim.unwrap(), Claim::Fresh);
+        tx.commit().await.unwrap();
+        shop.enqueue("evt_refused", "nowhere").await;
+        shop.relay().await;
+        shop.enqueue("evt_next", "orders.paid").await;
+        shop
+    }
+
+    async fn enqueue(&self, id: &str, topic: &str) {
+        let mut tx = self.pool.begin().await.unwrap();
+        let message = Outgoing::new(Topic::new(topic).unwrap(), b"{}".to_vec())
+            .id(MessageId::new(id).unwrap());
+        self.outbox.enqueue(&mut *tx, &message).await.unwrap();
+        tx.commit().await.unwrap();
+    }
+
+    /// Publishes what is pending: `nowhere`'s messages go to the dead letters.
+    async fn relay(&self) {
+        let relay = Relay::new(self.outbox.clone(), self.pool.clone(), NowhereRefused);
+        relay.drain().await.unwrap();
+    }
+
+    async fn dead(&self) -> u64 {
+        self.outbox.dead_count(&self.pool).await.unwrap()
+    }
+
+    async fn dead_letter_id(&self) -> i64 {
+        self.outbox.dead_letters(&self.pool, 1).await.unwrap()[0].id
+    }
+
+    /// Starts `guestlist console` on a free port, with `token` if any, refreshing every 300
+    /// ms; returns it with its address.
+    fn console(&self, token: Option<&str>) -> (Running, String) {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_guestlist"));
+        command
+            .args([
+                "console",
+                "--database",
+                &self.url,
+                "--listen",
+                "127.0.0.1:0",
+            ])
+            .args(["--refresh", "300ms"])
+            .env_remove("GUESTLIST_DATABASE_URL")
+            .env_remove("GUESTLIST_CONSOLE_TOKEN")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if let Some(token) = token {
+            command.env("GUESTLIST_CONSOLE_TOKEN", token);
+        }
+        let mut child = command.spawn().expect("start guestlist console");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let Some(at) = line.split_whitespace().find(|w| w.starts_with("http://")) else {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!("the console did not start: {line:?} {}", stderr(&out));
+        };
+        let address = at.trim_end_matches('/').to_owned();
+        (Running(child), address)
+    }
+}
+
+/// A console that stops with the story.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A client that follows no redirect, to see the console's answers as they are.
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn console_operator_looks_up_a_key_retries_a_dead_letter_and_sees_the_counts_change() {
+    let shop = Shop::open().await;
+    let (_console, at) = shop.console(Some(TOKEN));
+    let browser = Browser::start().await;
+
+    browser.goto(&format!("{at}/")).await;
+    browser.until_shows("#outbox-dead", "1").await;
+    browser.until_shows("#outbox-pending", "1").await;
+    browser.until_shows("#inbox-rows", "1").await;
+    browser.until_shows("#keys-rows", "2").await;
+    browser.until_shows("#keys-in-flight", "1").await;
+    browser
+        .until_text("#handlers", |t| t.contains("warehouse"))
+        .await;
+    assert!(
+        browser.all("form.retry").await.is_empty(),
+        "no action before signing in"
+    );
+
+    browser
+        .type_into("#trace input[name=trace]", "order-7")
+        .await;
+    let found = browser
+        .press("#trace button", "#trace-result", "order-7")
+        .await;
+    assert!(
+        found.contains("key order-7 taken in scope client-shop, attempt 1: stored: status 201"),
+        "{found}"
+    );
+    assert!(browser.all("form.evict").await.is_empty(), "{found}");
+
+    browser.type_into("#login input[name=token]", TOKEN).await;
+    browser.press("#login button", "#flash", "signed in").await;
+    let id = shop.dead_letter_id().await;
+    let retry = format!("#dead-{id} form.retry button");
+    let flash = browser.press(&retry, "#flash", "back in").await;
+    assert!(
+        flash.contains(&format!("dead letter {id} is back in guestlist_outbox")),
+        "{flash}"
+    );
+    browser.until_shows("#outbox-dead", "0").await;
+    browser.until_shows("#outbox-pending", "2").await;
+    assert_eq!(shop.dead().await, 0, "retried in the database too");
+
+    // The page keeps up by itself: the relay refuses the message again, and publishes the other.
+    shop.relay().await;
+    browser.until_shows("#outbox-dead", "1").await;
+    browser.until_shows("#outbox-pending", "0").await;
+
+    browser.goto(&format!("{at}/?trace=order-7")).await;
+    browser.until_shows("#outbox-dead", "1").await;
+    let shot = browser.screenshot().await;
+    assert!(shot.starts_with(b"\x89PNG"), "a PNG");
+    if let Some(path) = std::env::var_os("GUESTLIST_SCREENSHOT") {
+        std::fs::write(path, &shot).unwrap();
+    }
+
+    let evict = "#trace-result form.evict button";
+    let flash = browser.press(evict, "#flash", "evicted").await;
+    assert!(
+        flash.contains("key order-7 in scope client-shop evicted"),
+        "{flash}"
+    );
+    let (scope, key) = (
+        Scope::new("client-shop").unwrap(),
+        IdempotencyKey::new("order-7").unwrap(),
+    );
+    assert_eq!(shop.keys.inspect(&scope, &key).await.unwrap(), None);
+    browser.until_shows("#keys-rows", "1").await;
+    browser.quit().await;
+
+    // A form without this session's CSRF token, or sent from another site, does nothing.
+    let http = client();
+    let signed_in = http
+        .post(format!("{at}/login"))
+        .header("content-type", FORM)
+        .body(format!("token={TOKEN}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(signed_in.status(), StatusCode::SEE_OTHER);
+    let cookie = signed_in.headers()["set-cookie"].to_str().unwrap();
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+    let cookie = cookie.split(';').next().unwrap().to_owned();
+    let id = shop.dead_letter_id().await;
+    for (csrf, origin) in [
+        ("", at.as_str()),
+        ("00ff", at.as_str()),
+        ("", "http://evil.example"),
+    ] {
+        let refused = http
+            .post(format!("{at}/dead/{id}/drop"))
+            .header("cookie", &cookie)
+            .header("origin", origin)
+            .header("content-type", FORM)
+            .body(format!("csrf={csrf}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            refused.status(),
+            StatusCode::FORBIDDEN,
+            "csrf {csrf:?} from {origin}"
+        );
+        let said = refused.text().await.unwrap();
+        assert!(
+            said.contains("CSRF token") || said.contains("another site"),
+            "{said}"
+        );
+    }
+    assert_eq!(shop.dead().await, 1, "nothing dropped");
+}
+
+#[tokio::test]
+async fn console_without_a_token_shows_everything_and_takes_no_action() {
+    let shop = Shop::open().await;
+    let (_console, at) = shop.console(None);
+    let browser = Browser::start().await;
+
+    browser.goto(&format!("{at}/?trace=order-7")).await;
+    browser.until_shows("#outbox-dead", "1").await;
+    let header = browser
+        .until_text("header", |t| t.contains("read-only"))
+        .await;
+    assert!(header.contains("GUESTLIST_CONSOLE_TOKEN"), "{header}");
+    browser
+        .until_text("#trace-result", |t| t.contains("stored: status 201"))
+        .await;
+    let dead = browser
+        .until_text("#dead-letters", |t| t.contains("evt_refused"))
+        .await;
+    assert!(dead.contains("no stream takes topic nowhere"), "{dead}");
+    for form in ["#login", "form.retry", "form.drop", "form.evict"] {
+        assert!(
+            browser.all(form).await.is_empty(),
+            "{form} on a read-only console"
+        );
+    }
+    browser.quit().await;
+
+    let id = shop.dead_letter_id().await;
+    let refused = client()
+        .post(format!("{at}/dead/{id}/retry"))
+        .header("content-type", FORM)
+        .body("csrf=")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), StatusCode::FORBIDDEN);
+    let said = refused.text().await.unwrap();
+    assert!(
+        said.contains("read-only: start it with GUESTLIST_CONSOLE_TOKEN"),
+        "{said}"
+    );
+    assert_eq!(shop.dead().await, 1);
+}
