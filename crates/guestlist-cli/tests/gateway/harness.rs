@@ -100,6 +100,7 @@ async fn execute(State(seen): State<Arc<Seen>>, request: Request) -> Response {
     let (delay, first_delay) = (param("delay_ms"), param("first_delay_ms"));
     let first_status = param("first_status");
     let key = header(request.headers(), "idempotency-key");
+    let traceparent = header(request.headers(), "traceparent");
     let n = seen.executions.fetch_add(1, Ordering::SeqCst) + 1;
     let of_path = {
         let mut by_path = seen.by_path.lock().unwrap();
@@ -134,6 +135,7 @@ async fn execute(State(seen): State<Arc<Seen>>, request: Request) -> Response {
         "path": path,
         "key": key,
         "body_bytes": body.len(),
+        "traceparent": traceparent,
     });
     (
         StatusCode::CREATED,

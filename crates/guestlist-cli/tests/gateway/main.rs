@@ -10,6 +10,7 @@ mod harness;
 mod sealed;
 mod slow_clients;
 mod suite;
+mod traced;
 mod wire_faults;
 
 /// One test per story in [`suite`] for the store `$store`, in module `$m`.
