@@ -58,6 +58,18 @@ pub(crate) enum KeysCommand {
     Inspect(KeyArgs),
     /// Remove one key whatever its state, so that the next request with it runs again.
     Evict(KeyArgs),
+    /// List the keys no response is stored for yet, newest first: in flight with the lease
+    /// left, or abandoned by an attempt that died (SQL tables; not Redis).
+    Held(HeldArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct HeldArgs {
+    #[command(flatten)]
+    table: KeyTableArgs,
+    /// How many at most.
+    #[arg(long, default_value_t = 50)]
+    limit: u32,
 }
 
 impl KeyArgs {
@@ -78,6 +90,7 @@ pub(crate) async fn run(command: KeysCommand) -> anyhow::Result<()> {
     let (args, evict) = match command {
         KeysCommand::Inspect(args) => (args, false),
         KeysCommand::Evict(args) => (args, true),
+        KeysCommand::Held(args) => return list_held(args).await,
     };
     let (scope, key) = (args.scope()?, IdempotencyKey::new(args.key.clone())?);
     let (table, force) = (args.table.table.as_str(), args.force);
@@ -90,6 +103,35 @@ pub(crate) async fn run(command: KeysCommand) -> anyhow::Result<()> {
         let keys = sql_keys(pool, table)?;
         one_key(&keys, table, &scope, &key, evict, force).await
     })
+}
+
+/// Prints the keys without a response, newest first.
+async fn list_held(args: HeldArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        !database::is_redis(&args.table.database),
+        "Redis cannot list its keys without scanning them all: look one up with `guestlist keys \
+         inspect`, or count them with `guestlist stats`"
+    );
+    let pool = database::connect_existing(&args.table.database, 1).await?;
+    let held = with_pool!(pool, |pool| {
+        sql_keys(pool, &args.table.table)?
+            .in_flight(args.limit)
+            .await?
+    });
+    if held.is_empty() {
+        println!("no key in flight (table {})", args.table.table);
+    }
+    for key in held {
+        println!(
+            "key {} in scope {}: {}; attempt {}; claimed {} ago",
+            key.key,
+            key.scope,
+            key.state,
+            key.attempt,
+            figures::age(Some(key.age))
+        );
+    }
+    Ok(())
 }
 
 /// The key table `table` as the gateway keeps it: keys stored as keyed hashes

@@ -59,6 +59,22 @@ impl fmt::Display for KeyState {
     }
 }
 
+/// A key no response is stored for yet, as `SqlKeyStore::in_flight` lists them for an
+/// operator: whose it is, which attempt holds it, and its lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldKey {
+    /// Its scope, as stored (`cred:` and a hash for keys scoped by credentials).
+    pub scope: String,
+    /// The key, as stored (its hash where the store hashes keys).
+    pub key: String,
+    /// Which attempt holds it: above 1 after a take-over of an expired lease.
+    pub attempt: u64,
+    /// In flight with its lease left, or abandoned (its lease ended without a response).
+    pub state: KeyState,
+    /// How long ago its first attempt claimed it.
+    pub age: Duration,
+}
+
 /// A key store's figures, as `SqlKeyStore::stats` and `RedisKeyStore::stats` read them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyStats {

@@ -52,7 +52,7 @@ pub use inbox::{
 };
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub use keys::{BatchBackend, BatchedKeyStore};
-pub use keys::{KeyHashing, KeyRecord, KeyState, KeyStats, Sealing, SqlKeyStore};
+pub use keys::{HeldKey, KeyHashing, KeyRecord, KeyState, KeyStats, Sealing, SqlKeyStore};
 pub use outbox::{
     Confirmed, DeadLetter, Enqueued, Outbox, OutboxMessage, OutboxStats, Outcomes, Outgoing,
     Publish, PublishError, Relay, RelayLease, RelayStats, Relayed, ShardStats,

@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use guestlist::{Found, KeyState, Seen};
 
-use super::snapshot::{DEAD_LETTERS_SHOWN, OutboxFigures, Snapshot};
+use super::snapshot::{DEAD_LETTERS_SHOWN, HELD_KEYS_SHOWN, OutboxFigures, Snapshot};
 use crate::figures::{age, mib};
 
 /// Text made safe to stand in HTML, between tags or inside a quoted attribute.
@@ -245,7 +245,7 @@ pub(crate) fn live(viewer: &Viewer, snapshot: &Snapshot) -> String {
          not to this database: look there. Deferrals (\"not yet\") are counted in the inbox's \
          <code>_deferrals</code> table: trace an id to see them.</p><div class=cols><div>",
     );
-    keys(&mut html, snapshot);
+    keys(&mut html, viewer, snapshot);
     html.push_str("</div><div>");
     inbox(&mut html, snapshot);
     html.push_str("</div><div>");
@@ -281,7 +281,7 @@ fn section<'a, T>(html: &mut String, title: &str, table: Option<&'a T>) -> Optio
     table
 }
 
-fn keys(html: &mut String, snapshot: &Snapshot) {
+fn keys(html: &mut String, viewer: &Viewer, snapshot: &Snapshot) {
     let Some(keys) = section(html, "Idempotency keys", snapshot.keys.as_ref()) else {
         return;
     };
@@ -290,10 +290,53 @@ fn keys(html: &mut String, snapshot: &Snapshot) {
     figure(html, "in flight", "keys-in-flight", keys.in_flight);
     figure(html, "oldest", "keys-oldest", age(keys.oldest));
     figure(html, "size", "keys-size", mib(keys.bytes));
-    html.push_str(
-        "</table><p class=muted>A key in flight holds a lease until its request answers; \
-         look one up under Trace to see its lease, and evict it.</p>",
+    html.push_str("</table>");
+    if snapshot.held.is_empty() {
+        return;
+    }
+    let _ = write!(
+        html,
+        "<h3>In flight</h3><table id=held><tr><th>key<th>scope<th>attempt<th>lease\
+         <th>claimed{}",
+        if viewer.csrf.is_some() { "<th>" } else { "" }
     );
+    for held in &snapshot.held {
+        let lease = match held.state {
+            KeyState::InFlight { lease_left } => format!("{} left", age(Some(lease_left))),
+            _ => "abandoned: the next retry takes over".to_owned(),
+        };
+        let _ = write!(
+            html,
+            "<tr><td>{}<td title=\"{}\">{}<td class=n>{}<td>{}<td>{} ago",
+            Esc(&held.key),
+            Esc(&held.scope),
+            Esc(&short(&held.scope)),
+            held.attempt,
+            Esc(&lease),
+            Esc(&age(Some(held.age)))
+        );
+        if let (Some(csrf), false) = (viewer.csrf, snapshot.keys_hashed) {
+            html.push_str("<td>");
+            evict_form(html, csrf, &held.scope, &held.key, &held.state);
+        }
+    }
+    html.push_str("</table>");
+    if keys.in_flight > u64::from(HELD_KEYS_SHOWN) {
+        let _ = write!(
+            html,
+            "<p class=muted>the newest {HELD_KEYS_SHOWN} of {}</p>",
+            keys.in_flight
+        );
+    }
+}
+
+/// A long scope (`cred:` and a SHA-256) cut to what tells clients apart.
+fn short(scope: &str) -> String {
+    if scope.chars().count() > 20 {
+        format!("{}…", scope.chars().take(16).collect::<String>())
+    } else {
+        scope.to_owned()
+    }
 }
 
 fn inbox(html: &mut String, snapshot: &Snapshot) {

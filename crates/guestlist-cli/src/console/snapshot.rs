@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use guestlist::{Backend, DeadLetter, Inbox, InboxStats, KeyStats, OutboxStats, Retention};
+use guestlist::{
+    Backend, DeadLetter, HeldKey, Inbox, InboxStats, KeyStats, OutboxStats, Retention,
+};
 
 use super::Tables;
 use crate::keys::sql_keys;
@@ -11,6 +13,8 @@ use crate::stats::{missing_table, optional, read_inbox, read_outbox};
 
 /// The most dead letters the page lists (the count covers them all).
 pub(crate) const DEAD_LETTERS_SHOWN: u32 = 50;
+/// The most keys in flight the page lists (the count covers them all).
+pub(crate) const HELD_KEYS_SHOWN: u32 = 20;
 
 /// Every table's figures at one moment; a table that is not there is `None`, and a table that
 /// could not be read says why in `trouble`.
@@ -18,6 +22,11 @@ pub(crate) const DEAD_LETTERS_SHOWN: u32 = 50;
 pub(crate) struct Snapshot {
     /// The key table's figures.
     pub(crate) keys: Option<KeyStats>,
+    /// The keys without a response, newest first, up to [`HELD_KEYS_SHOWN`].
+    pub(crate) held: Vec<HeldKey>,
+    /// Whether the key table holds keyed hashes (GUESTLIST_KEY_HASHING_SECRET): then the keys
+    /// listed are hashes, which no eviction by key finds.
+    pub(crate) keys_hashed: bool,
     /// The inbox's figures.
     pub(crate) inbox: Option<InboxStats>,
     /// The outbox's figures, with its dead letters.
@@ -60,6 +69,12 @@ impl Snapshot {
             Ok(keys) => {
                 snapshot.keys = snapshot.note(&tables.keys, optional(read_keys(&keys).await));
                 if snapshot.keys.is_some() {
+                    let held = keys.in_flight(HELD_KEYS_SHOWN).await.map_err(Into::into);
+                    snapshot.held = snapshot
+                        .note(&tables.keys, held.map(Some))
+                        .unwrap_or_default();
+                    snapshot.keys_hashed =
+                        matches!(crate::gateway::parse::key_hashing(), Ok(Some(_)));
                     let past = past_retention(&keys, retentions.keys).await;
                     snapshot.purge_row(&tables.keys, past, retentions.keys);
                 }

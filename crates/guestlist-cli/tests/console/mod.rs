@@ -200,6 +200,12 @@ async fn console_operator_looks_up_a_key_retries_a_dead_letter_and_sees_the_coun
     browser.until_shows("#inbox-rows", "1").await;
     browser.until_shows("#keys-rows", "2").await;
     browser.until_shows("#keys-in-flight", "1").await;
+    // The key in flight, listed with its lease; not the answered one.
+    browser
+        .until_text("#held", |t| {
+            t.contains("order-8") && t.contains("left") && !t.contains("order-7")
+        })
+        .await;
     browser
         .until_text("#handlers", |t| t.contains("warehouse"))
         .await;

@@ -649,6 +649,18 @@ pub async fn operators_inspect_evict_and_count_keys(store: Store) {
     );
     let (_, slow_key) = keys(&store, "inspect", "alice", "k-slow-op").await;
     assert!(slow_key.contains("in flight, lease ends in"), "{slow_key}");
+    let (listed, held) = operator(&store, &["keys", "held"]).await;
+    if matches!(store, Store::Redis { .. }) {
+        assert!(!listed && held.contains("Redis cannot list"), "{held}");
+    } else {
+        assert!(listed, "{held}");
+        assert!(
+            held.contains("key k-slow-op in scope cred:")
+                && held.contains("in flight, lease ends in")
+                && !held.contains("key k-op "),
+            "the key in flight, not the stored one: {held}"
+        );
+    }
     let (evicted, refused) = keys(&store, "evict", "alice", "k-slow-op").await;
     assert!(
         !evicted && refused.contains("--force"),

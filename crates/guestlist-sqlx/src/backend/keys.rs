@@ -30,6 +30,8 @@ pub struct KeysSql {
     pub(crate) stats: Arc<str>,
     /// One scope's keys in flight and in all: scope.
     pub(crate) usage: Arc<str>,
+    /// The keys without a response, newest first: how many at most.
+    pub(crate) in_flight: Arc<str>,
     /// Claims a key on the caller's transaction behind a transaction-scoped lock (PostgreSQL's
     /// advisory lock; empty where the database has none).
     pub(crate) claim_locked: Arc<str>,
@@ -59,6 +61,7 @@ impl KeysSql {
             evict: fill(DB::KEY_EVICT),
             stats: fill(DB::KEY_STATS),
             usage: fill(DB::KEY_USAGE),
+            in_flight: fill(DB::KEY_IN_FLIGHT),
             claim_locked: fill(DB::KEY_CLAIM_LOCKED),
             hold_lock: fill(DB::KEY_HOLD_LOCK),
             let_go_lock: fill(DB::KEY_LET_GO_LOCK),
@@ -84,6 +87,10 @@ pub struct KeyRow {
 /// The key table's figures as read: rows, in flight, oldest age (ms), size (bytes).
 #[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
 pub type KeyStatsRow = (i64, i64, Option<i64>, Option<i64>);
+
+/// A key without a response as [`KeysSql::in_flight`] reads it: scope, key, attempt, lease
+/// left and age in milliseconds.
+pub(crate) type HeldKeyRow = (String, String, i64, Option<i64>, Option<i64>);
 
 impl Columns for KeyRow {
     fn read<DB: Codec>(row: &DB::Row) -> Result<Self, sqlx::Error> {

@@ -339,6 +339,9 @@ pub(crate) mod sealed {
         const KEY_STATS: &'static str;
         /// Template of [`KeysSql::usage`]: one scope's keys in flight, and in all.
         const KEY_USAGE: &'static str;
+        /// Template of [`KeysSql::in_flight`]: the keys without a response (scope, key,
+        /// attempt, lease left and age in milliseconds), newest first, at most $1.
+        const KEY_IN_FLIGHT: &'static str;
         /// Template of [`KeysSql::claim_locked`]: scope, key, fingerprint, token, lease in
         /// milliseconds; reads (lock held, row inserted, the key's row). Empty where the
         /// database has no transaction-scoped lock to try: its claims cannot be written on the

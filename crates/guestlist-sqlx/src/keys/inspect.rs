@@ -3,13 +3,13 @@
 
 use std::time::Duration;
 
-use guestlist_core::{IdempotencyKey, KeyRecord, KeyState, KeyStats, Scope, ScopeUsage};
+use guestlist_core::{HeldKey, IdempotencyKey, KeyRecord, KeyState, KeyStats, Scope, ScopeUsage};
 
 use super::SqlKeyStore;
 use crate::Error;
 use crate::backend::Backend;
 use crate::backend::KeysSql;
-use crate::backend::keys::KeyStatsRow;
+use crate::backend::keys::{HeldKeyRow, KeyStatsRow};
 use crate::backend::keys::{Key, evict, select};
 use crate::backend::statement::Plain;
 
@@ -64,6 +64,28 @@ impl<DB: Backend> SqlKeyStore<DB> {
             oldest: oldest_ms.map(|ms| Duration::from_millis(unsigned(ms))),
             bytes: bytes.map(unsigned),
         })
+    }
+
+    /// The keys no response is stored for yet (in flight, or abandoned by an attempt that
+    /// died), newest first, `limit` at most: for an operator to see who holds what, and for how
+    /// long.
+    pub async fn in_flight(&self, limit: u32) -> Result<Vec<HeldKey>, Error> {
+        let mut conn = self.pool.acquire().await?;
+        let list = Plain::reading(|sql: &KeysSql| &sql.in_flight, (i64::from(limit),));
+        let rows: Vec<HeldKeyRow> = DB::fetch(&mut conn, &*self.sql, list)
+            .await
+            .map_err(|err| self.error(err))?;
+        let unsigned = |n: i64| u64::try_from(n).unwrap_or(0);
+        Ok(rows
+            .into_iter()
+            .map(|(scope, key, attempt, lease_left_ms, age_ms)| HeldKey {
+                scope,
+                key,
+                attempt: unsigned(attempt),
+                state: key_state(None, None, lease_left_ms),
+                age: Duration::from_millis(unsigned(age_ms.unwrap_or(0))),
+            })
+            .collect())
     }
 
     /// What `scope` holds: its keys in flight, and in all (one indexed count on the scope's

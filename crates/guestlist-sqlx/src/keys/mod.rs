@@ -26,7 +26,7 @@ mod sealing;
 
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub use batched::{BatchBackend, BatchedKeyStore};
-pub use guestlist_core::{KeyRecord, KeyState, KeyStats};
+pub use guestlist_core::{HeldKey, KeyRecord, KeyState, KeyStats};
 pub use sealing::{KeyHashing, Sealing};
 
 /// The default table name.

@@ -27,6 +27,11 @@ impl KeyStatements for MySql {
     const KEY_EVICT: &'static str = "DELETE FROM {table} WHERE scope = ? AND idempotency_key = ?";
     const KEY_USAGE: &'static str = "SELECT CAST(COALESCE(SUM(status IS NULL), 0) AS SIGNED), \
          COUNT(*) FROM {table} WHERE scope = ?";
+    const KEY_IN_FLIGHT: &'static str = "SELECT CAST(scope AS CHAR), CAST(idempotency_key AS CHAR), \
+         CAST(attempt AS SIGNED), \
+         CAST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), locked_until) DIV 1000 AS SIGNED), \
+         CAST(TIMESTAMPDIFF(MICROSECOND, created_at, UTC_TIMESTAMP(6)) DIV 1000 AS SIGNED) \
+         FROM {table} WHERE status IS NULL ORDER BY created_at DESC LIMIT ?";
     const KEY_STATS: &'static str = "SELECT COUNT(*), \
          CAST(COALESCE(SUM(status IS NULL), 0) AS SIGNED), \
          CAST(TIMESTAMPDIFF(MICROSECOND, MIN(created_at), UTC_TIMESTAMP(6)) DIV 1000 AS SIGNED), \

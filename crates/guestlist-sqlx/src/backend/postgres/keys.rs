@@ -33,6 +33,11 @@ impl KeyStatements for Postgres {
     const KEY_EVICT: &'static str = "DELETE FROM {table} WHERE scope = $1 AND idempotency_key = $2";
     const KEY_USAGE: &'static str = "SELECT (COUNT(*) FILTER (WHERE status IS NULL))::bigint, \
          COUNT(*)::bigint FROM {table} WHERE scope = $1";
+    // Newest first, along the created_at index: the keys in flight are mostly the newest.
+    const KEY_IN_FLIGHT: &'static str = "SELECT scope, idempotency_key, attempt::bigint, \
+         (EXTRACT(EPOCH FROM (locked_until - now())) * 1000)::bigint, \
+         (EXTRACT(EPOCH FROM (now() - created_at)) * 1000)::bigint \
+         FROM {table} WHERE status IS NULL ORDER BY created_at DESC LIMIT $1";
     const KEY_STATS: &'static str = "SELECT COUNT(*)::bigint, \
          (COUNT(*) FILTER (WHERE status IS NULL))::bigint, \
          (EXTRACT(EPOCH FROM (now() - MIN(created_at))) * 1000)::bigint, \

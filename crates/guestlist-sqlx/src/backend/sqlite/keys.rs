@@ -41,6 +41,10 @@ impl KeyStatements for Sqlite {
     // SQLite has no size per table without the dbstat module: the whole file's size instead.
     const KEY_USAGE: &'static str =
         "SELECT COALESCE(SUM(status IS NULL), 0), COUNT(*) FROM {table} WHERE scope = ?1";
+    const KEY_IN_FLIGHT: &'static str = "SELECT scope, idempotency_key, attempt, \
+         CAST(round((julianday(locked_until) - julianday('now')) * 86400000.0) AS INTEGER), \
+         CAST(round((julianday('now') - julianday(created_at)) * 86400000.0) AS INTEGER) \
+         FROM {table} WHERE status IS NULL ORDER BY created_at DESC LIMIT ?1";
     const KEY_STATS: &'static str = "SELECT COUNT(*), \
          COALESCE(SUM(status IS NULL), 0), \
          CAST(round((julianday('now') - julianday(MIN(created_at))) * 86400000.0) AS INTEGER), \
