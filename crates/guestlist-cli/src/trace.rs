@@ -141,9 +141,12 @@ pub(crate) fn describe(seen: &Seen) -> String {
                 "{message_id} committed to the outbox for {topic}{key} on shard {shard}: {state}"
             )
         }
-        Seen::Published { message_id } => {
-            format!("{message_id} published (the broker confirmed it)")
-        }
+        Seen::Published { message_id, relay } => match relay {
+            Some((relay, token)) => format!(
+                "{message_id} published (the broker confirmed it) by relay {relay} (token {token})"
+            ),
+            None => format!("{message_id} published (the broker confirmed it)"),
+        },
         Seen::DeadLettered {
             message_id,
             topic,
@@ -208,7 +211,9 @@ fn sighting_json(seen: &Seen) -> Value {
             "ordering_key": ordering_key, "seq": seq, "shard": shard, "pending": pending,
             "relay": relay.as_ref().map(|(holder, _)| holder),
             "token": relay.as_ref().map(|(_, token)| token)}),
-        Seen::Published { message_id } => json!({"what": "published", "message_id": message_id}),
+        Seen::Published { message_id, relay } => json!({"what": "published",
+            "message_id": message_id, "relay": relay.as_ref().map(|(relay, _)| relay),
+            "token": relay.as_ref().map(|(_, token)| token)}),
         Seen::DeadLettered {
             message_id,
             topic,

@@ -4,12 +4,24 @@
 use std::time::Duration;
 
 use guestlist::{
-    Begin, Claim, Fingerprint, HandlerName, IdempotencyKey, Inbox, MessageId, OrderingKey, Outbox,
-    Outgoing, Scope, SqlKeyStore, StoredBody, StoredResponse, Topic,
+    Begin, Claim, Confirmed, Fingerprint, HandlerName, IdempotencyKey, Inbox, MessageId,
+    OrderingKey, Outbox, OutboxMessage, Outcomes, Outgoing, Publish, Relay, Scope, SqlKeyStore,
+    StoredBody, StoredResponse, Topic,
 };
 use guestlist_testkit::{Database, Fixture};
 
 use super::{guestlist, stderr, stdout};
+
+/// A broker that confirms every message.
+struct Confirming;
+
+impl Publish for Confirming {
+    async fn publish(&self, messages: &[OutboxMessage], outcomes: &mut Outcomes) {
+        for _ in messages {
+            outcomes.push(Ok(Confirmed::New));
+        }
+    }
+}
 
 /// An event's story written through the libraries on tables of the test's own: the shop
 /// commits `{p}_evt` to its outbox (key `order-42`), a relay publishes it, the warehouse handler claims it and
@@ -41,14 +53,28 @@ async fn trace_story<DB: Fixture>(p: &str) {
     let (event, dead, next) = (format!("{p}_evt"), format!("{p}_dead"), format!("{p}_next"));
     let outbox = Outbox::<DB>::with_table(&outbox_table).unwrap();
     outbox.migrate(pool).await.unwrap();
-    let mut tx = pool.begin().await.unwrap();
-    for id in [&event, &dead, &next] {
-        let message = Outgoing::new(Topic::new("orders.paid").unwrap(), b"{}".to_vec())
-            .id(MessageId::new(id.as_str()).unwrap())
-            .ordering_key(OrderingKey::new("order-42").unwrap());
-        outbox.enqueue(&mut *tx, &message).await.unwrap();
-    }
-    tx.commit().await.unwrap();
+    let enqueue = async |ids: &[&String]| {
+        let mut tx = pool.begin().await.unwrap();
+        for id in ids {
+            let message = Outgoing::new(Topic::new("orders.paid").unwrap(), b"{}".to_vec())
+                .id(MessageId::new(id.as_str()).unwrap())
+                .ordering_key(OrderingKey::new("order-42").unwrap());
+            outbox.enqueue(&mut *tx, &message).await.unwrap();
+        }
+        tx.commit().await.unwrap();
+    };
+    // The event, published by a relay that keeps what it published: its stamp names it.
+    enqueue(&[&event]).await;
+    let relayed = Relay::new(outbox.clone(), pool.clone(), Confirming)
+        .keep_published(true)
+        .holder("relay-p")
+        .drain()
+        .await
+        .unwrap()
+        .expect("no other relay holds the shards");
+    assert_eq!(relayed.published, 1);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    enqueue(&[&dead, &next]).await;
     database
         .exec(format!(
             "INSERT INTO {outbox_table}_dead (id, message_id, topic, ordering_key, seq, headers, \
@@ -63,13 +89,7 @@ async fn trace_story<DB: Fixture>(p: &str) {
         ))
         .await;
     tokio::time::sleep(Duration::from_millis(20)).await;
-    // A relay that keeps what it published stamped the event; one holds every shard now.
-    database
-        .exec(format!(
-            "UPDATE {outbox_table} SET published_at = {} WHERE message_id = '{event}'",
-            DB::ago(0)
-        ))
-        .await;
+    // Another relay holds every shard now.
     database
         .exec(format!(
             "UPDATE {outbox_table}_relay SET holder = 'relay-a', token = token + 1, \
@@ -154,7 +174,7 @@ async fn trace_story<DB: Fixture>(p: &str) {
     let shown = trace(&event, false);
     let expected = [
         format!("{event} committed to the outbox for orders.paid, key order-42 #1 on shard"),
-        format!("{event} published (the broker confirmed it)"),
+        format!("{event} published (the broker confirmed it) by relay relay-p (token 1)"),
         format!("{event} handled by warehouse"),
         format!(
             "key warehouse:{event}/charge taken in scope client-shop, attempt 1: stored: status 201"
@@ -188,6 +208,8 @@ async fn trace_story<DB: Fixture>(p: &str) {
         "{carried}"
     );
     assert_eq!(json["sightings"][0]["pending"], false, "{carried}");
+    assert_eq!(json["sightings"][1]["relay"], "relay-p", "{carried}");
+    assert_eq!(json["sightings"][1]["token"], 1, "{carried}");
     let key = &json["sightings"][3];
     assert_eq!(key["status"], 201, "{carried}");
     assert_eq!(key["scope"], "client-shop", "{carried}");
@@ -202,7 +224,7 @@ async fn trace_story<DB: Fixture>(p: &str) {
     );
     let shown = trace(&next, false);
     assert!(
-        shown.contains(": pending, relay relay-a holds the shard (token 1)"),
+        shown.contains(": pending, relay relay-a holds the shard (token 2)"),
         "{shown}"
     );
     let shown = trace(&format!("{p}_never"), false);

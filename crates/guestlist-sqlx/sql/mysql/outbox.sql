@@ -61,6 +61,10 @@ CREATE TABLE IF NOT EXISTS guestlist_outbox_relay (
 ALTER TABLE guestlist_outbox ADD COLUMN slot INT NOT NULL DEFAULT 0;
 ALTER TABLE guestlist_outbox_dead ADD COLUMN slot INT NOT NULL DEFAULT 0;
 ALTER TABLE guestlist_outbox_relay ADD COLUMN shards INT NOT NULL DEFAULT 1;
+-- A kept row's publisher (added the same way): the relay that stamped it, and its shard's
+-- fencing token then.
+ALTER TABLE guestlist_outbox ADD COLUMN published_by VARBINARY(255) NULL;
+ALTER TABLE guestlist_outbox ADD COLUMN published_token BIGINT NULL;
 INSERT INTO guestlist_outbox_relay (shard, token, lease_until, shards)
     SELECT n.shard, 0, '1970-01-01 00:00:01', 16 FROM (SELECT 0 AS shard UNION ALL SELECT 1
         UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 UNION ALL SELECT 5

@@ -14,6 +14,9 @@ CREATE TABLE IF NOT EXISTS guestlist_outbox (
     payload      BYTEA       NOT NULL,
     created_at   TIMESTAMPTZ NOT NULL DEFAULT now(),
     published_at TIMESTAMPTZ,
+    -- A kept row's publisher: the relay that stamped it, and its shard's fencing token then.
+    published_by    TEXT,
+    published_token BIGINT,
     -- Which relay publishes the row: its shard is slot modulo the table's shard count. The
     -- first two bytes, big-endian, of the SHA-256 of its ordering key (of its message id when
     -- it has none); a writer that leaves it 0 puts the row in shard 0.
@@ -75,6 +78,11 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema()
                    AND table_name = lower('guestlist_outbox_relay') AND column_name = 'shards') THEN
         ALTER TABLE guestlist_outbox_relay ADD COLUMN IF NOT EXISTS shards INTEGER NOT NULL DEFAULT 1;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema()
+                   AND table_name = lower('guestlist_outbox') AND column_name = 'published_by') THEN
+        ALTER TABLE guestlist_outbox ADD COLUMN IF NOT EXISTS published_by TEXT;
+        ALTER TABLE guestlist_outbox ADD COLUMN IF NOT EXISTS published_token BIGINT;
     END IF;
 END
 $$;

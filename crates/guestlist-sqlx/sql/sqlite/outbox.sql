@@ -61,6 +61,10 @@ CREATE TABLE IF NOT EXISTS guestlist_outbox_relay (
 ALTER TABLE guestlist_outbox ADD COLUMN slot INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE guestlist_outbox_dead ADD COLUMN slot INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE guestlist_outbox_relay ADD COLUMN shards INTEGER NOT NULL DEFAULT 1;
+-- A kept row's publisher (added the same way): the relay that stamped it, and its shard's
+-- fencing token then.
+ALTER TABLE guestlist_outbox ADD COLUMN published_by TEXT;
+ALTER TABLE guestlist_outbox ADD COLUMN published_token INTEGER;
 INSERT INTO guestlist_outbox_relay (shard, token, lease_until, shards)
     WITH RECURSIVE n(shard) AS (SELECT 0 UNION ALL SELECT shard + 1 FROM n WHERE shard < 15)
     SELECT shard, 0, '', 16 FROM n WHERE NOT EXISTS (SELECT 1 FROM guestlist_outbox_relay);

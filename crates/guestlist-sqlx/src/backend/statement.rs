@@ -76,7 +76,8 @@ macro_rules! columns {
 
 columns!((), (A 0), (A 0, B 1), (A 0, B 1, C 2), (A 0, B 1, C 2, D 3),
     (A 0, B 1, C 2, D 3, E 4), (A 0, B 1, C 2, D 3, E 4, F 5, G 6),
-    (A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7));
+    (A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7),
+    (A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8));
 
 /// Binds a [`Value`] onto a query, as sqlx's `bind` does for a concrete database.
 pub trait Args {

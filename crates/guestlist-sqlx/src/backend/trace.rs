@@ -31,7 +31,7 @@ pub(crate) struct TraceSql {
     /// The inbox's deferrals of a message: handler, deferrals, the first's Unix ms. Binds the id.
     pub(crate) deferrals: Arc<str>,
     /// The outbox's row of a message: id, topic, ordering key, seq, slot, when committed and
-    /// published (Unix ms). Binds the id.
+    /// published (Unix ms), the relay that stamped it and its token. Binds the id.
     pub(crate) outbox: Arc<str>,
     /// The outgoing dead letters of a message: id, topic, ordering key, seq, slot, when
     /// committed and dead-lettered (Unix ms), reason. Binds the id.
@@ -77,9 +77,11 @@ impl TraceSql {
             )
             .into(),
             outbox: format!(
-                "SELECT {outbox_columns}, {}, {} FROM {outbox} WHERE message_id = {p1}",
+                "SELECT {outbox_columns}, {}, {}, {}, published_token + 0 * id \
+                 FROM {outbox} WHERE message_id = {p1}",
                 epoch("created_at"),
-                epoch("published_at")
+                epoch("published_at"),
+                text("published_by")
             )
             .into(),
             dead: format!(
@@ -104,8 +106,18 @@ impl TraceSql {
 }
 
 /// An outbox row of a trace as read: id, topic, ordering key, seq, slot, when committed and
-/// published (Unix ms).
-pub(crate) type OutboxTraceRow = (i64, String, Option<String>, i64, i64, i64, Option<i64>);
+/// published (Unix ms), the relay that stamped it and its token.
+pub(crate) type OutboxTraceRow = (
+    i64,
+    String,
+    Option<String>,
+    i64,
+    i64,
+    i64,
+    Option<i64>,
+    Option<String>,
+    Option<i64>,
+);
 
 /// An outgoing dead letter of a trace as read: id, topic, ordering key, seq, slot, when
 /// committed and dead-lettered (Unix ms), reason.

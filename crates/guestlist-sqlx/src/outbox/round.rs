@@ -84,9 +84,9 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
         let stamp = async {
             let asked = Instant::now();
             let mut conn = self.pool.acquire().await?;
+            let stamp = (self.stamp, self.holder.as_str());
             let mut kept =
-                DB::relay_stamp(&mut conn, sql, &held, lease_ms, &settled.stamp, self.stamp)
-                    .await?;
+                DB::relay_stamp(&mut conn, sql, &held, lease_ms, &settled.stamp, stamp).await?;
             for (row, why) in &dead {
                 if !kept {
                     break;

@@ -100,7 +100,7 @@ impl<DB: Backend> Trace<DB> {
         for message_id in messages {
             let rows = Plain::reading(|sql: &TraceSql| &sql.outbox, (message_id.as_str(),));
             let rows: Result<Vec<OutboxTraceRow>, _> = DB::fetch(&mut conn, &*self.sql, rows).await;
-            for (_, topic, ordering_key, seq, slot, created_ms, published_ms) in
+            for (_, topic, ordering_key, seq, slot, created_ms, published_ms, by, by_token) in
                 present::<DB, _>(rows, table, found)?.unwrap_or_default()
             {
                 let slot = u16::try_from(slot).unwrap_or(0);
@@ -135,6 +135,7 @@ impl<DB: Backend> Trace<DB> {
                         table: table.to_owned(),
                         seen: Seen::Published {
                             message_id: message_id.clone(),
+                            relay: by.clone().zip(by_token),
                         },
                     });
                 }

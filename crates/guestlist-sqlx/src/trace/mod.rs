@@ -192,6 +192,9 @@ pub enum Seen {
     Published {
         /// The message id.
         message_id: String,
+        /// The relay that stamped it and its shard's fencing token then (`None` for a row
+        /// stamped before the outbox recorded them).
+        relay: Option<(String, i64)>,
     },
     /// The message went to the outgoing dead letters.
     DeadLettered {

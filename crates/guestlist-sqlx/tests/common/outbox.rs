@@ -322,9 +322,10 @@ pub async fn rows_carry_their_slot_and_the_shard_count_changes_under_every_lease
     assert_eq!(outbox.stats(pool).await.unwrap().shards.len(), 32);
 }
 
-/// A table made before shards (no `slot`, one lease row without a count) is upgraded by the
-/// migration in place: its rows and new ones get a slot (0 for the old: shard 0), it keeps one
-/// shard until an operator changes the count, and migrating again changes nothing.
+/// A table made before shards (no `slot`, one lease row without a count, no publisher columns)
+/// is upgraded by the migration in place: its rows and new ones get a slot (0 for the old:
+/// shard 0), it keeps one shard until an operator changes the count, and migrating again
+/// changes nothing.
 pub async fn a_table_made_before_shards_is_upgraded_to_one_shard<DB: Fixture>(name: &str) {
     let setup = Setup::<DB>::new(name).await;
     let (outbox, pool, database) = (&setup.outbox, &setup.database.pool, &setup.database);
@@ -339,6 +340,11 @@ pub async fn a_table_made_before_shards_is_upgraded_to_one_shard<DB: Fixture>(na
     database
         .exec(format!("ALTER TABLE {table}_relay DROP COLUMN shards"))
         .await;
+    for column in ["published_by", "published_token"] {
+        database
+            .exec(format!("ALTER TABLE {table} DROP COLUMN {column}"))
+            .await;
+    }
     database
         .exec(format!("DELETE FROM {table}_relay WHERE shard > 0"))
         .await;
@@ -378,6 +384,15 @@ pub async fn a_table_made_before_shards_is_upgraded_to_one_shard<DB: Fixture>(na
     );
     let stats = outbox.stats(pool).await.unwrap();
     assert_eq!((stats.pending, stats.shards.len()), (3, 1));
+    // And the columns of a kept row's publisher, empty until a relay stamps one.
+    assert_eq!(
+        database
+            .scalar(format!(
+                "SELECT count(*) FROM {table} WHERE published_by IS NULL AND published_token IS NULL"
+            ))
+            .await,
+        3
+    );
 
     // Spread over shards, the older rows take their own slots: the key's older message goes
     // where its newer one is, not to shard 0.

@@ -68,8 +68,9 @@ impl RelayStatements for MySql {
     const RELAY_UNPEND: &'static str = "DELETE FROM {table} WHERE id = ? AND published_at IS NULL";
     const HEX_KEY: (&'static str, &'static str) = ("X'", "'");
     // Followed by the literal id list; run after the renewal, on its transaction.
-    const RELAY_STAMP: &'static str =
-        "UPDATE {table} SET published_at = UTC_TIMESTAMP(6) WHERE id IN ";
+    const RELAY_STAMP: &'static str = "UPDATE {table} SET published_at = UTC_TIMESTAMP(6), \
+         published_by = ?, published_token = (SELECT r.token FROM {table}_relay AS r \
+         WHERE r.shard = {table}.slot % r.shards) WHERE id IN ";
     const RELAY_DELETE: &'static str = "DELETE FROM {table} WHERE id IN ";
     const OUTBOX_BACKLOG: &'static str = "SELECT COUNT(*), \
          CAST(TIMESTAMPDIFF(MICROSECOND, MIN(created_at), UTC_TIMESTAMP(6)) DIV 1000 AS SIGNED) \

@@ -56,8 +56,10 @@ impl RelayStatements for Postgres {
          FROM unnest($2::int4[], $3::int8[]) AS held(shard, token) \
          WHERE r.shard = held.shard AND r.token = held.token AND r.holder IS NOT NULL \
          RETURNING 1), kept AS (SELECT count(*) = cardinality($2::int4[]) AS held FROM lease), \
-         stamped AS (UPDATE {table} SET published_at = now() \
-         WHERE id = ANY($4) AND (SELECT held FROM kept) RETURNING 1) \
+         stamped AS (UPDATE {table} AS t SET published_at = now(), published_by = $5, \
+         published_token = r.token FROM {table}_relay AS r \
+         WHERE t.id = ANY($4) AND r.shard = t.slot % r.shards AND (SELECT held FROM kept) \
+         RETURNING 1) \
          SELECT held FROM kept";
     const RELAY_DELETE: &'static str = "WITH lease AS (UPDATE {table}_relay AS r \
          SET lease_until = now() + $1 * interval '1 millisecond' \
@@ -122,19 +124,22 @@ impl RelayStatements for Postgres {
         held: &'c Held,
         lease_ms: i64,
         ids: &'c [i64],
-        stamp: Stamp,
+        (stamp, holder): (Stamp, &'c str),
     ) -> Result<bool, sqlx::Error> {
         let (shards, tokens): (Vec<i32>, Vec<i64>) = held
             .iter()
             .map(|(shard, token)| (*shard as i32, *token))
             .unzip();
-        sqlx::query_scalar(AssertSqlSafe(sql.stamp(stamp).clone()))
+        let query = sqlx::query_scalar(AssertSqlSafe(sql.stamp(stamp).clone()))
             .bind(lease_ms)
             .bind(shards)
             .bind(tokens)
-            .bind(ids)
-            .fetch_one(conn)
-            .await
+            .bind(ids);
+        let query = match stamp {
+            Stamp::Keep => query.bind(holder),
+            Stamp::Delete => query,
+        };
+        query.fetch_one(conn).await
     }
 
     async fn listen<'p>(pool: &'p sqlx::PgPool, channel: &'p str) -> Result<Wake, sqlx::Error> {

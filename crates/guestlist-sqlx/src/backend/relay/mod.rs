@@ -135,7 +135,8 @@ impl RelaySql {
 pub enum Stamp {
     /// Deletes it: no second row version, no index entry written.
     Delete,
-    /// Sets its `published_at`, and the purge deletes it by age.
+    /// Sets its `published_at`, with the relay that published it and the shard's token
+    /// (`published_by`, `published_token`), and the purge deletes it by age.
     Keep,
 }
 
@@ -391,16 +392,17 @@ pub trait RelayStatements: OutboxStatements {
     }
 
     /// Renews the leases of `held` and, if every token still holds its shard, stamps the rows
-    /// `ids` as published (deleting or keeping them, as `stamp` says), atomically: `false`
-    /// (and nothing stamped) when a lease was lost. Written for the databases whose statements
-    /// cannot do both in one: a transaction of its own.
+    /// `ids` as published (deleting them, or keeping them marked with the relay `holder` and
+    /// its shard's token, as `stamp` says), atomically: `false` (and nothing stamped) when a
+    /// lease was lost. Written for the databases whose statements cannot do both in one: a
+    /// transaction of its own.
     fn relay_stamp<'c>(
         conn: &'c mut Self::Connection,
         sql: &'c RelaySql,
         held: &'c Held,
         lease_ms: i64,
         ids: &'c [i64],
-        stamp: Stamp,
+        stamp: (Stamp, &'c str),
     ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send + 'c {
         shared::stamp_in_transaction::<Self>(conn, sql, held, lease_ms, ids, stamp)
     }

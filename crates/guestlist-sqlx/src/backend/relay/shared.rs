@@ -85,7 +85,7 @@ pub(crate) async fn stamp_in_transaction<DB: RelayStatements>(
     held: &Held,
     lease_ms: i64,
     ids: &[i64],
-    stamp: Stamp,
+    (stamp, holder): (Stamp, &str),
 ) -> Result<bool, sqlx::Error> {
     let mut tx = conn.begin().await?;
     if !renewed_on::<DB>(&mut tx, sql, held, lease_ms).await? {
@@ -93,9 +93,13 @@ pub(crate) async fn stamp_in_transaction<DB: RelayStatements>(
     }
     if !ids.is_empty() {
         // Plain integers, formatted here: nothing to escape, and not kept as a prepared
-        // statement since every batch's list differs.
-        let stamp = format!("{}{}", sql.stamp(stamp), id_list(ids));
-        let query = sqlx::query(AssertSqlSafe(stamp)).persistent(false);
+        // statement since every batch's list differs. The holder, text, is bound.
+        let text = format!("{}{}", sql.stamp(stamp), id_list(ids));
+        let query = sqlx::query(AssertSqlSafe(text)).persistent(false);
+        let query = match stamp {
+            Stamp::Keep => query.arg(holder),
+            Stamp::Delete => query,
+        };
         DB::run_query(&mut tx, query).await?;
     }
     tx.commit().await?;

@@ -46,7 +46,9 @@ impl RelayStatements for Sqlite {
     const HEX_KEY: (&'static str, &'static str) = ("CAST(X'", "' AS TEXT)");
     // Followed by the literal id list; run after the renewal, on its transaction.
     const RELAY_STAMP: &'static str = "UPDATE {table} \
-         SET published_at = strftime('%Y-%m-%d %H:%M:%f', 'now') WHERE id IN ";
+         SET published_at = strftime('%Y-%m-%d %H:%M:%f', 'now'), published_by = ?, \
+         published_token = (SELECT r.token FROM {table}_relay AS r \
+         WHERE r.shard = {table}.slot % r.shards) WHERE id IN ";
     const RELAY_DELETE: &'static str = "DELETE FROM {table} WHERE id IN ";
     const OUTBOX_BACKLOG: &'static str = "SELECT COUNT(*), \
          CAST(round((julianday('now') - julianday(MIN(created_at))) * 86400000.0) AS INTEGER) \
