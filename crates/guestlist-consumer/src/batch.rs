@@ -324,7 +324,7 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
                             &self.name,
                             &message.id,
                             self.run_handler(&mut tx, message)
-                                .instrument(message.span().clone()),
+                                .instrument(message.handler_span()),
                         ))
                         .await;
                     if let Err(failure) = ran {
@@ -385,7 +385,12 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
             &self.pool,
             &self.name,
             &message.id,
-            async move |tx| timed(timeout, handler.handle(tx, &message_for_work)).await,
+            async move |tx| {
+                let run = message_for_work.handler_span();
+                timed(timeout, handler.handle(tx, &message_for_work))
+                    .instrument(run)
+                    .await
+            },
         ))
         .instrument(message.span().clone())
         .await;

@@ -146,6 +146,18 @@ impl Message {
         &self.span
     }
 
+    /// A span for one run of the handler on it, the child of its processing's span (beside the
+    /// inbox's claim and before the commit and the acknowledgement, which the processing's span
+    /// covers): what the handler does, outbound calls with their carried keys among it, nests
+    /// under it.
+    pub(crate) fn handler_span(&self) -> tracing::Span {
+        tracing::info_span!(
+            parent: &self.span,
+            "guestlist.consumer.handler",
+            otel.name = "handler",
+        )
+    }
+
     /// Records how its processing ended on its span: fresh, duplicate, deferred, failed,
     /// poison, withdrawn or outage.
     pub(crate) fn outcome(&self, outcome: &'static str) {

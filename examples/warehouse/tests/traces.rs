@@ -78,7 +78,7 @@ async fn one_order_makes_one_trace_from_post_orders_to_the_charge_it_carries() {
             .iter()
             .find(|s| s.service == "payments" && s.attribute("url.path") == Some("/v1/charges"));
         if let Some(charge) = charge
-            && ancestry(&all, charge).len() >= 5
+            && ancestry(&all, charge).len() >= 6
         {
             break (charge.clone(), all);
         }
@@ -92,11 +92,12 @@ async fn one_order_makes_one_trace_from_post_orders_to_the_charge_it_carries() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     let chain = ancestry(&all, &charge);
-    // Each hop, told by what it says of itself (its service, and an attribute with its value
-    // or any), nearest first.
+    // Each hop, told by what it says of itself (its service, and an attribute, or its name,
+    // with its value or any), nearest first.
     let hops = [
         ("payments", "url.path", Some("/v1/charges")),
         ("warehouse", "guestlist.step", None),
+        ("warehouse", "name", Some("handler")),
         ("warehouse", "messaging.operation.type", Some("process")),
         ("warehouse-relay", "messaging.operation.type", Some("send")),
         ("warehouse", "url.path", Some("/orders")),
@@ -107,7 +108,10 @@ async fn one_order_makes_one_trace_from_post_orders_to_the_charge_it_carries() {
         .collect();
     assert_eq!(chain.len(), hops.len(), "one span per hop: {names:#?}");
     for (at, (span, (service, attribute, value))) in chain.iter().zip(hops).enumerate() {
-        let said = span.attribute(attribute);
+        let said = match attribute {
+            "name" => Some(span.name.as_str()),
+            _ => span.attribute(attribute),
+        };
         assert!(
             span.service == service && said.is_some() && (value.is_none() || said == value),
             "hop {at} of {names:#?} is not {service}'s span with {attribute} {value:?}"
@@ -124,8 +128,8 @@ async fn one_order_makes_one_trace_from_post_orders_to_the_charge_it_carries() {
     );
 
     // What each hop says of itself.
-    let [charge, carry, process, send, order] = &chain[..] else {
-        unreachable!("five hops")
+    let [charge, carry, _handler, process, send, order] = &chain[..] else {
+        unreachable!("six hops")
     };
     assert_eq!(order.attribute("guestlist.key"), Some("order-traced"));
     assert_eq!(order.attribute("guestlist.outcome"), Some("fresh"));
