@@ -1,6 +1,7 @@
 //! One round of a relay: the lease, the last batch's outcomes settled (stamps, held keys, dead
 //! letters), and the next batch read and sent while those stamps commit.
 
+use tracing::Instrument;
 use std::time::Instant;
 
 use crate::Error;
@@ -80,7 +81,20 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
             return Ok(Round::Idle);
         }
 
-        // The broker confirms the new batch while the database stamps the last one.
+        // The broker confirms the new batch while the database stamps the last one: a span of
+        // its own when there is something to stamp (a round's rows belong to many traces).
+        let stamp_span = if settled.stamp.is_empty() && dead.is_empty() {
+            tracing::Span::none()
+        } else {
+            tracing::info_span!(
+                "guestlist.relay.stamp",
+                otel.name = "stamp",
+                guestlist.table = %self.outbox.table(),
+                guestlist.rows = settled.stamp.len(),
+                guestlist.dead_letters = dead.len(),
+                guestlist.kept = tracing::field::Empty,
+            )
+        };
         let stamp = async {
             let asked = Instant::now();
             let mut conn = self.pool.acquire().await?;
@@ -93,8 +107,10 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
                 }
                 kept = DB::relay_bury(&mut conn, sql, &held, lease_ms, row.id, why).await?;
             }
+            tracing::Span::current().record("guestlist.kept", kept);
             Ok::<_, sqlx::Error>((kept, asked))
-        };
+        }
+        .instrument(stamp_span);
         let (published, stamped) = tokio::join!(self.publish(&messages, &held), stamp);
         let (kept, asked) = stamped.map_err(|e| self.error(e))?;
         if !kept {
