@@ -1,8 +1,8 @@
 //! One round of a relay: the lease, the last batch's outcomes settled (stamps, held keys, dead
 //! letters), and the next batch read and sent while those stamps commit.
 
-use tracing::Instrument;
 use std::time::Instant;
+use tracing::Instrument;
 
 use crate::Error;
 use crate::backend::{Backend, Pending, PendingRow};
