@@ -118,6 +118,15 @@ pub(crate) fn describe(seen: &Seen) -> String {
         } => format!(
             "{message_id} deferred by {handler}, {deferrals} times so far (the first shown)"
         ),
+        Seen::GaveUp {
+            handler,
+            message_id,
+            reason,
+            deliveries,
+        } => format!(
+            "{message_id} dead-lettered by {handler} after {deliveries} deliveries (to the \
+             broker's dead-letter place): {reason}"
+        ),
         Seen::Enqueued {
             message_id,
             topic,
@@ -193,6 +202,13 @@ fn sighting_json(seen: &Seen) -> Value {
             handler,
             message_id,
         } => json!({"what": "claimed", "handler": handler, "message_id": message_id}),
+        Seen::GaveUp {
+            handler,
+            message_id,
+            reason,
+            deliveries,
+        } => json!({"what": "gave_up", "handler": handler, "message_id": message_id,
+            "reason": reason, "deliveries": deliveries}),
         Seen::Deferred {
             handler,
             message_id,

@@ -181,21 +181,36 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
         handled: &mut Handled,
     ) {
         tracing::error!(handler = %self.name, id = %id, reason = why, "dead-lettering a message");
-        self.dead_letter_only(delivery, why, handled).await;
+        if self.dead_letter_only(delivery, why, handled).await {
+            // Beside the guest list, for operators (guestlist console, guestlist trace).
+            let deliveries = delivery.delivery_count();
+            let recorded = self
+                .inbox
+                .record_dead(&self.pool, &self.name, id, why, deliveries)
+                .await;
+            if let Err(err) = recorded {
+                tracing::warn!(handler = %self.name, id = %id, error = %err,
+                    "dead-lettered, but not recorded in the inbox's dead letters (run the inbox's migrate to create its table)");
+            }
+        }
         self.forget_deferrals(delivery, id).await;
     }
 
-    /// Moves a delivery to the dead-letter place.
+    /// Moves a delivery to the dead-letter place: `true` once it is there.
     pub(crate) async fn dead_letter_only<D: Delivery>(
         &self,
         delivery: &D,
         why: &str,
         handled: &mut Handled,
-    ) {
+    ) -> bool {
         handled.dead_lettered += 1;
         self.count("dead_lettered", 1);
-        if let Err(err) = delivery.dead_letter(why).await {
-            tracing::error!(handler = %self.name, error = %err, "cannot dead-letter the message; the broker redelivers it");
+        match delivery.dead_letter(why).await {
+            Ok(_) => true,
+            Err(err) => {
+                tracing::error!(handler = %self.name, error = %err, "cannot dead-letter the message; the broker redelivers it");
+                false
+            }
         }
     }
 }

@@ -48,7 +48,8 @@ pub use guestlist_core::{
 };
 pub use health::Health;
 pub use inbox::{
-    BatchProcessed, Deferrals, HandlerRows, Inbox, InboxStats, ProcessError, Processed,
+    BatchProcessed, Deferrals, HandlerRows, Inbox, InboxStats, IncomingDeadLetter, ProcessError,
+    Processed,
 };
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub use keys::{BatchBackend, BatchedKeyStore};

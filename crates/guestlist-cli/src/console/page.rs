@@ -238,13 +238,8 @@ pub(crate) fn live(viewer: &Viewer, snapshot: &Snapshot) -> String {
             html.push_str("<h2>Outgoing dead letters</h2><p class=muted>no outbox table here</p>")
         }
     }
-    html.push_str(
-        "<h2>Incoming dead letters</h2><p class=muted id=incoming-dead>A message a consumer's \
-         handler fails on every time goes to its broker's dead-letter place (a RabbitMQ \
-         dead-letter exchange, an SQS redrive queue, a JetStream or Kafka dead-letter stream), \
-         not to this database: look there. Deferrals (\"not yet\") are counted in the inbox's \
-         <code>_deferrals</code> table: trace an id to see them.</p><div class=cols><div>",
-    );
+    incoming(&mut html, snapshot);
+    html.push_str("<div class=cols><div>");
     keys(&mut html, viewer, snapshot);
     html.push_str("</div><div>");
     inbox(&mut html, snapshot);
@@ -279,6 +274,46 @@ fn section<'a, T>(html: &mut String, title: &str, table: Option<&'a T>) -> Optio
         );
     }
     table
+}
+
+/// The messages consumers dead-lettered, as their inbox recorded them.
+fn incoming(html: &mut String, snapshot: &Snapshot) {
+    html.push_str("<h2>Incoming dead letters</h2>");
+    let Some((count, letters)) = &snapshot.incoming else {
+        html.push_str(
+            "<p class=muted>no inbox dead-letter table here (the inbox's migrate creates it)</p>",
+        );
+        return;
+    };
+    let _ = write!(
+        html,
+        "<p><span id=incoming-dead>{count}</span> dead-lettered by a handler. Each message is in \
+         its broker's dead-letter place (a RabbitMQ dead-letter exchange, an SQS redrive queue, a \
+         JetStream or Kafka dead-letter stream): replay it from there with the broker's tools.</p>"
+    );
+    if letters.is_empty() {
+        return;
+    }
+    html.push_str("<table id=incoming><tr><th>handler<th>message<th>deliveries<th>when<th>why");
+    for letter in letters {
+        let ago = SystemTime::now().duration_since(letter.at).ok();
+        let _ = write!(
+            html,
+            "<tr><td>{}<td>{}<td class=n>{}<td>{} ago<td>{}",
+            Esc(&letter.handler),
+            Esc(&letter.message_id),
+            letter.deliveries,
+            Esc(&age(ago)),
+            Esc(&letter.reason)
+        );
+    }
+    html.push_str("</table>");
+    if *count > u64::from(DEAD_LETTERS_SHOWN) {
+        let _ = write!(
+            html,
+            "<p class=muted>the newest {DEAD_LETTERS_SHOWN} of {count}</p>"
+        );
+    }
 }
 
 fn keys(html: &mut String, viewer: &Viewer, snapshot: &Snapshot) {

@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use guestlist::{
-    Backend, DeadLetter, HeldKey, Inbox, InboxStats, KeyStats, OutboxStats, Retention,
+    Backend, DeadLetter, HeldKey, Inbox, InboxStats, IncomingDeadLetter, KeyStats, OutboxStats,
+    Retention,
 };
 
 use super::Tables;
@@ -29,6 +30,9 @@ pub(crate) struct Snapshot {
     pub(crate) keys_hashed: bool,
     /// The inbox's figures.
     pub(crate) inbox: Option<InboxStats>,
+    /// The incoming dead letters: how many, and the newest up to [`DEAD_LETTERS_SHOWN`];
+    /// `None` without their table.
+    pub(crate) incoming: Option<(u64, Vec<IncomingDeadLetter>)>,
     /// The outbox's figures, with its dead letters.
     pub(crate) outbox: Option<OutboxFigures>,
     /// Rows past each table's retention, still waiting for a purge: (table, rows, retention).
@@ -86,6 +90,8 @@ impl Snapshot {
         if snapshot.inbox.is_some() {
             let past = inbox_past_retention(pool, tables, retentions.inbox).await;
             snapshot.purge_row(&tables.inbox, past, retentions.inbox);
+            let incoming = optional(read_incoming(pool, tables).await);
+            snapshot.incoming = snapshot.note(&format!("{}_dead", tables.inbox), incoming);
         }
         let outbox = optional(read_outbox(pool, tables.outbox.as_str()).await);
         if let Some((stats, dead)) = snapshot.note(&tables.outbox, outbox) {
@@ -150,6 +156,15 @@ async fn inbox_past_retention<DB: Backend>(
     let retention = Retention::new(retention, Duration::ZERO)?;
     let inbox = Inbox::<DB>::in_table(tables.inbox.clone());
     Ok(inbox.purge(retention).count(pool).await?)
+}
+
+async fn read_incoming<DB: Backend>(
+    pool: &guestlist::sqlx::Pool<DB>,
+    tables: &Tables,
+) -> anyhow::Result<(u64, Vec<IncomingDeadLetter>)> {
+    let inbox = Inbox::<DB>::in_table(tables.inbox.clone());
+    let count = inbox.dead_count(pool).await?;
+    Ok((count, inbox.dead_letters(pool, DEAD_LETTERS_SHOWN).await?))
 }
 
 async fn read_dead_letters<DB: Backend>(

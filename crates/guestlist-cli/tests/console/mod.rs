@@ -107,6 +107,17 @@ impl Shop {
             .await;
         assert_eq!(claim.unwrap(), Claim::Fresh);
         tx.commit().await.unwrap();
+        // A message the warehouse's consumer gave up on.
+        Inbox::<Sqlite>::new()
+            .record_dead(
+                &shop.pool,
+                &warehouse,
+                &MessageId::new("evt_poison").unwrap(),
+                "failed on delivery 5 of 5: no such order",
+                5,
+            )
+            .await
+            .unwrap();
         shop.enqueue("evt_refused", "nowhere").await;
         shop.relay().await;
         shop.enqueue("evt_next", "orders.paid").await;
@@ -198,6 +209,12 @@ async fn console_operator_looks_up_a_key_retries_a_dead_letter_and_sees_the_coun
     browser.until_shows("#outbox-dead", "1").await;
     browser.until_shows("#outbox-pending", "1").await;
     browser.until_shows("#inbox-rows", "1").await;
+    browser.until_shows("#incoming-dead", "1").await;
+    browser
+        .until_text("#incoming", |t| {
+            t.contains("evt_poison") && t.contains("no such order") && t.contains("warehouse")
+        })
+        .await;
     browser.until_shows("#keys-rows", "2").await;
     browser.until_shows("#keys-in-flight", "1").await;
     // The key in flight, listed with its lease; not the answered one.

@@ -26,7 +26,7 @@ impl Publish for Confirming {
 /// An event's story written through the libraries on tables of the test's own: the shop
 /// commits `{p}_evt` to its outbox (key `order-42`), a relay publishes it, the warehouse handler claims it and
 /// charges payments with the key carried from it (`warehouse:{p}_evt/charge`, stored 201), a
-/// billing handler defers it; `{p}_dead` goes to the outgoing dead letters, `{p}_next` waits
+/// billing handler defers it and then gives up on it; `{p}_dead` goes to the outgoing dead letters, `{p}_next` waits
 /// on a shard a relay holds. `guestlist trace`
 /// shows each, oldest first, from the event's id and from the carried key, and knows nothing of
 /// an id never seen.
@@ -39,6 +39,7 @@ async fn trace_story<DB: Fixture>(p: &str) {
     );
     for table in [
         format!("{inbox_table}_deferrals"),
+        format!("{inbox_table}_dead"),
         inbox_table.clone(),
         format!("{outbox_table}_keys"),
         format!("{outbox_table}_relay"),
@@ -146,6 +147,15 @@ async fn trace_story<DB: Fixture>(p: &str) {
              VALUES ('billing', '{event}', 2, {now_ms})"
         ))
         .await;
+    // Then billing gave up on it: its consumer dead-lettered it, and its inbox recorded that.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let billing = HandlerName::new("billing").unwrap();
+    let id = MessageId::new(event.as_str()).unwrap();
+    let why = "deferred 2 times over 1s, past the consumer's max_deferral";
+    inbox
+        .record_dead(pool, &billing, &id, why, 3)
+        .await
+        .unwrap();
 
     let url = if DB::LABEL == "SQLite" {
         format!("sqlite:{}", database.url)
@@ -180,6 +190,7 @@ async fn trace_story<DB: Fixture>(p: &str) {
             "key warehouse:{event}/charge taken in scope client-shop, attempt 1: stored: status 201"
         ),
         format!("{event} deferred by billing, 2 times so far"),
+        format!("{event} dead-lettered by billing after 3 deliveries"),
     ];
     let mut from = 0;
     for line in &expected {
@@ -204,7 +215,14 @@ async fn trace_story<DB: Fixture>(p: &str) {
         .collect();
     assert_eq!(
         what,
-        ["enqueued", "published", "claimed", "key", "deferred"],
+        [
+            "enqueued",
+            "published",
+            "claimed",
+            "key",
+            "deferred",
+            "gave_up"
+        ],
         "{carried}"
     );
     assert_eq!(json["sightings"][0]["pending"], false, "{carried}");

@@ -24,3 +24,16 @@ CREATE TABLE IF NOT EXISTS guestlist_inbox_deferrals (
     first_at   BIGINT           NOT NULL,
     PRIMARY KEY (handler, message_id)
 );
+-- Incoming dead letters: messages a consumer moved to its broker's dead-letter place (poison: it
+-- failed too often, or was deferred past its limit), recorded beside the guest list so that
+-- operators see them with the rest (guestlist console, guestlist trace); the message itself is
+-- in the broker's dead-letter place. dead_at is when, in Unix milliseconds; deliveries, the
+-- broker's count then.
+CREATE TABLE IF NOT EXISTS guestlist_inbox_dead (
+    handler    TEXT COLLATE "C" NOT NULL,
+    message_id TEXT COLLATE "C" NOT NULL,
+    reason     TEXT             NOT NULL,
+    deliveries BIGINT           NOT NULL,
+    dead_at    BIGINT           NOT NULL,
+    PRIMARY KEY (handler, message_id)
+);

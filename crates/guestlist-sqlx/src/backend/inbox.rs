@@ -26,6 +26,12 @@ pub struct InboxSql {
     pub(crate) forget_deferrals: Arc<str>,
     /// Each handler's rows and its oldest row's age in milliseconds.
     pub(crate) handlers: Arc<str>,
+    /// Records an incoming dead letter: handler, id, reason, deliveries, Unix ms.
+    pub(crate) record_dead: Arc<str>,
+    /// The incoming dead letters, newest first: how many at most.
+    pub(crate) dead_letters: Arc<str>,
+    /// How many incoming dead letters there are.
+    pub(crate) dead_count: Arc<str>,
 }
 
 impl InboxSql {
@@ -45,9 +51,15 @@ impl InboxSql {
             deferrals: fill(DB::DEFERRALS),
             forget_deferrals: fill(DB::FORGET_DEFERRALS),
             handlers: fill(DB::INBOX_HANDLERS),
+            record_dead: fill(DB::RECORD_DEAD),
+            dead_letters: fill(DB::DEAD_LETTERS),
+            dead_count: fill("SELECT COUNT(*) + 0 FROM {table}_dead"),
         }
     }
 }
+
+/// An incoming dead letter as read: handler, id, reason, deliveries, when (Unix ms).
+pub(crate) type DeadRow = (String, String, String, i64, i64);
 
 /// One handler's rows in an inbox as read: handler, rows, the oldest row's age (ms).
 #[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate

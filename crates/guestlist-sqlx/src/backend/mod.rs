@@ -136,6 +136,12 @@ pub(crate) mod sealed {
         const DEFERRALS: &'static str;
         /// Template of [`InboxSql::forget_deferrals`].
         const FORGET_DEFERRALS: &'static str;
+        /// Template of [`InboxSql::record_dead`], on the table `{table}_dead`: handler, id,
+        /// reason, deliveries, Unix ms; a message dead-lettered again replaces its row.
+        const RECORD_DEAD: &'static str;
+        /// Template of [`InboxSql::dead_letters`]: handler, id, reason, deliveries, Unix ms,
+        /// the newest first, at most $1.
+        const DEAD_LETTERS: &'static str;
         /// Template of [`TableSql::purge_batch`], with `{table}`, the time column `{at}` and, where
         /// the database locks rows before deleting them, `{skip_locked}` (see `Rows`).
         const PURGE_BATCH: &'static str;

@@ -124,7 +124,8 @@ macro_rules! values {
     )*};
 }
 
-values!((), (A 0), (A 0, B 1), (A 0, B 1, C 2), (A 0, B 1, C 2, D 3));
+values!((), (A 0), (A 0, B 1), (A 0, B 1, C 2), (A 0, B 1, C 2, D 3),
+    (A 0, B 1, C 2, D 3, E 4));
 
 /// A statement given by where its text is and the values it binds, for those whose values
 /// need no names: `Plain::new(|sql: &RelaySql| &sql.release, (token,))`.

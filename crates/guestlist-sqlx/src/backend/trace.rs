@@ -30,6 +30,9 @@ pub(crate) struct TraceSql {
     pub(crate) inbox: Arc<str>,
     /// The inbox's deferrals of a message: handler, deferrals, the first's Unix ms. Binds the id.
     pub(crate) deferrals: Arc<str>,
+    /// The inbox's record of a message a handler dead-lettered: handler, reason, deliveries,
+    /// Unix ms. Binds the id.
+    pub(crate) inbox_dead: Arc<str>,
     /// The outbox's row of a message: id, topic, ordering key, seq, slot, when committed and
     /// published (Unix ms), the relay that stamped it and its token. Binds the id.
     pub(crate) outbox: Arc<str>,
@@ -74,6 +77,12 @@ impl TraceSql {
             deferrals: format!(
                 "SELECT {}, deferrals, first_at FROM {inbox}_deferrals WHERE message_id = {p1}",
                 text("handler")
+            )
+            .into(),
+            inbox_dead: format!(
+                "SELECT {}, {}, deliveries, dead_at FROM {inbox}_dead WHERE message_id = {p1}",
+                text("handler"),
+                text("reason")
             )
             .into(),
             outbox: format!(

@@ -13,12 +13,14 @@ use crate::retry::RetryPolicy;
 use crate::{Error, InvalidValue};
 
 mod ask;
+mod dead;
 mod deferrals;
 mod process;
 mod stats;
 mod transaction;
 mod upkeep;
 
+pub use dead::IncomingDeadLetter;
 pub use deferrals::Deferrals;
 pub use process::{BatchProcessed, ProcessError, Processed};
 pub use stats::{HandlerRows, InboxStats};

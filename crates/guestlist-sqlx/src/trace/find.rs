@@ -38,7 +38,7 @@ fn at(ms: i64) -> SystemTime {
 }
 
 impl<DB: Backend> Trace<DB> {
-    /// Each handler's claim of each message, and its deferrals.
+    /// Each handler's claim of each message, its deferrals, and its dead-lettering.
     pub(super) async fn find_in_inbox(
         &self,
         pool: &sqlx::Pool<DB>,
@@ -48,6 +48,7 @@ impl<DB: Backend> Trace<DB> {
         let mut conn = pool.acquire().await?;
         let inbox = self.inbox.as_str();
         let deferrals_table = format!("{inbox}_deferrals");
+        let dead_table = format!("{inbox}_dead");
         for message_id in messages {
             let claims = Plain::reading(|sql: &TraceSql| &sql.inbox, (message_id.as_str(),));
             let claims: Result<Vec<(String, i64)>, _> =
@@ -75,6 +76,23 @@ impl<DB: Backend> Trace<DB> {
                         handler,
                         message_id: message_id.clone(),
                         deferrals: u64::try_from(deferrals).unwrap_or(0),
+                    },
+                });
+            }
+            let dead = Plain::reading(|sql: &TraceSql| &sql.inbox_dead, (message_id.as_str(),));
+            let dead: Result<Vec<(String, String, i64, i64)>, _> =
+                DB::fetch(&mut conn, &*self.sql, dead).await;
+            for (handler, reason, deliveries, dead_at) in
+                present::<DB, _>(dead, &dead_table, found)?.unwrap_or_default()
+            {
+                found.sightings.push(Sighting {
+                    at: at(dead_at),
+                    table: dead_table.clone(),
+                    seen: Seen::GaveUp {
+                        handler,
+                        message_id: message_id.clone(),
+                        reason,
+                        deliveries: u64::try_from(deliveries).unwrap_or(0),
                     },
                 });
             }

@@ -169,6 +169,18 @@ pub enum Seen {
         /// How many times so far.
         deferrals: u64,
     },
+    /// A handler gave up on the message: the consumer moved it to the broker's dead-letter
+    /// place (it failed too often, or was deferred past its limit).
+    GaveUp {
+        /// The handler.
+        handler: String,
+        /// The message id.
+        message_id: String,
+        /// Why.
+        reason: String,
+        /// The broker's delivery count then.
+        deliveries: u64,
+    },
     /// The message committed to the outbox.
     Enqueued {
         /// The message id.

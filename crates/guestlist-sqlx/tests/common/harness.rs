@@ -52,7 +52,9 @@ impl<DB: Fixture> Harness<DB> {
     }
 
     async fn reset(&self) {
-        for table in [self.inbox.table().to_string(), self.orders(), self.picks()] {
+        let inbox = self.inbox.table().to_string();
+        let dead = format!("{inbox}_dead");
+        for table in [inbox, dead, self.orders(), self.picks()] {
             self.exec(format!("DROP TABLE IF EXISTS {table}")).await;
         }
         self.inbox.migrate(&self.pool).await.expect("migrate");

@@ -39,6 +39,7 @@ macro_rules! inbox_suite {
             claims_succeed_while_a_million_rows_are_purged,
             purger_task_purges_in_the_background,
             stats_count_each_handlers_rows_and_the_oldest,
+            incoming_dead_letters_are_recorded_newest_first_and_counted,
             claims_and_purged_rows_are_counted_in_metrics,
             a_cancelled_purge_releases_its_lock,
             a_retention_shorter_than_the_horizon_is_refused_at_start_up,

@@ -117,7 +117,8 @@ impl<B: Broker, DB: Fixture> Rig<B, DB> {
     async fn open_with(broker: B, db: Database<DB>, name: &str) -> Self {
         let tag = short_tag(name);
         let rig = Self::around(broker, db, &tag);
-        for table in [rig.inbox.table().to_string(), rig.effects.to_string()] {
+        let inbox = rig.inbox.table().to_string();
+        for table in [format!("{inbox}_dead"), inbox, rig.effects.to_string()] {
             rig.db.exec(format!("DROP TABLE IF EXISTS {table}")).await;
         }
         rig.inbox.migrate(&rig.db.pool).await.unwrap();

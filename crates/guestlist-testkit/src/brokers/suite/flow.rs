@@ -76,6 +76,12 @@ pub async fn a_poison_message_is_dead_lettered_while_the_rest_flow<B: Broker, DB
         errors[0].contains("poison pill"),
         "the dead letter says why: {errors:?}"
     );
+    // And the inbox recorded it, for operators (guestlist console, guestlist trace).
+    let recorded = rig.inbox.dead_letters(&rig.db.pool, 10).await.unwrap();
+    assert_eq!(recorded.len(), 1, "{recorded:?}");
+    assert_eq!(recorded[0].message_id, "evt_poison");
+    assert!(recorded[0].reason.contains("poison pill"), "{recorded:?}");
+    assert!(recorded[0].deliveries >= 3, "{recorded:?}");
 }
 
 /// A message's headers reach its handler and stay on its dead letter, beside the error.
