@@ -206,31 +206,32 @@ impl Browser {
         .await;
     }
 
-    async fn element(&self, css: &str) -> String {
-        self.until(&format!("a {css}"), async || {
-            self.all(css).await.into_iter().next()
-        })
-        .await
-    }
-
-    /// Types `text` into the field `css` selects.
+    /// Types `text` into the field `css` selects. The figures refresh themselves, and an
+    /// element found just before a refresh is gone by the time it is typed into ("stale"):
+    /// then it is found again.
     pub(super) async fn type_into(&self, css: &str, text: &str) {
-        let element = self.element(css).await;
-        self.post(&format!("/element/{element}/clear"), json!({}))
-            .await
-            .unwrap();
-        self.post(&format!("/element/{element}/value"), json!({"text": text}))
-            .await
-            .unwrap();
+        self.until(&format!("{text:?} typed into {css}"), async || {
+            let element = self.all(css).await.into_iter().next()?;
+            self.post(&format!("/element/{element}/clear"), json!({}))
+                .await
+                .ok()?;
+            self.post(&format!("/element/{element}/value"), json!({"text": text}))
+                .await
+                .ok()
+        })
+        .await;
     }
 
     /// Clicks what `css` selects (a form's button: the form is sent, and the click returns
-    /// once the next page has loaded).
+    /// once the next page has loaded); found again when a refresh replaced it first.
     pub(super) async fn click(&self, css: &str) {
-        let element = self.element(css).await;
-        self.post(&format!("/element/{element}/click"), json!({}))
-            .await
-            .unwrap();
+        self.until(&format!("a click on {css}"), async || {
+            let element = self.all(css).await.into_iter().next()?;
+            self.post(&format!("/element/{element}/click"), json!({}))
+                .await
+                .ok()
+        })
+        .await;
     }
 
     /// Clicks the button `css` selects, then waits until `shown_in` says `says`, and returns
