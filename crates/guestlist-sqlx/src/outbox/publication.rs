@@ -177,18 +177,21 @@ fn send_span(message: &OutboxMessage) -> tracing::Span {
         guestlist.token = message.token,
         guestlist.outcome = tracing::field::Empty,
     );
-    trace_context::adopt_from(&span, &message.headers);
+    if !span.is_disabled() {
+        trace_context::adopt_from(&span, &message.headers);
+    }
     span
 }
 
 /// The messages as the broker gets them: each with the context of its send span in place of
-/// the one it was enqueued with, so that its consumer's span is the send's child. Borrowed as
-/// they are when the program installed no propagation.
+/// the one it was enqueued with, so that its consumer's span is the send's child. A message
+/// whose send span has no context (no propagation installed, or the span filtered out) keeps
+/// the context it was enqueued with, and when none has one the batch goes as it is, uncopied.
 fn carry_context<'a>(
     messages: &'a [OutboxMessage],
     spans: &[tracing::Span],
 ) -> Cow<'a, [OutboxMessage]> {
-    if !trace_context::installed() {
+    if !trace_context::installed() || spans.iter().all(tracing::Span::is_disabled) {
         return Cow::Borrowed(messages);
     }
     let traced = messages
@@ -196,10 +199,13 @@ fn carry_context<'a>(
         .zip(spans)
         .map(|(message, span)| {
             let mut message = message.clone();
-            message
-                .headers
-                .retain(|(name, _)| !trace_context::is_trace_header(name));
-            message.headers.extend(trace_context::headers_of(span));
+            let ours = trace_context::headers_of(span);
+            if !ours.is_empty() {
+                message
+                    .headers
+                    .retain(|(name, _)| !trace_context::is_trace_header(name));
+                message.headers.extend(ours);
+            }
             message
         })
         .collect();
@@ -216,5 +222,39 @@ fn outcome_name(outcome: &Option<Result<Confirmed, PublishError>>, ended: Ended)
         Some(Err(_)) => "refused",
         None if ended == Ended::LeaseLost => "lease lost",
         None => "unconfirmed",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use guestlist_core::trace_context::{Propagation, TRACEPARENT};
+
+    /// A propagation that gives every span it can see one context.
+    struct Fixed;
+
+    impl Propagation for Fixed {
+        fn inject(&self, span: &tracing::Span, set: &mut dyn FnMut(&str, String)) {
+            if !span.is_disabled() {
+                set(TRACEPARENT, "00-send-span-01".to_owned());
+            }
+        }
+        fn adopt(&self, _: &tracing::Span, _: &dyn Fn(&str) -> Option<String>) {}
+    }
+
+    #[test]
+    fn a_send_span_without_a_context_leaves_the_enqueued_one_on_the_message() {
+        trace_context::install(Fixed);
+        let mut message = OutboxMessage::new("evt_1", "orders.paid", b"{}".to_vec());
+        message.headers = vec![
+            (TRACEPARENT.to_owned(), "00-enqueued-01".to_owned()),
+            ("x-tenant".to_owned(), "acme".to_owned()),
+        ];
+        let messages = [message];
+        // No subscriber here: the send span is off, and the trace must not break at the relay.
+        let spans = [tracing::Span::none()];
+        let sent = carry_context(&messages, &spans);
+        assert!(matches!(sent, Cow::Borrowed(_)), "nothing copied");
+        assert_eq!(sent[0].headers, messages[0].headers);
     }
 }
