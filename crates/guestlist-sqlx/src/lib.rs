@@ -31,6 +31,7 @@ mod retry;
 mod schema;
 mod table_size;
 mod trace;
+mod unix_ms;
 mod work_error;
 
 pub use backend::Backend;

@@ -4,7 +4,7 @@
 //! `guestlist console` and `guestlist trace`. The message itself is in the broker's dead-letter
 //! place; replay it from there with the broker's tools.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use guestlist_core::{HandlerName, MessageId};
 
@@ -40,9 +40,7 @@ impl<DB: Backend> Inbox<DB> {
         reason: &str,
         deliveries: u32,
     ) -> Result<(), Error> {
-        let now_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        let now_ms = crate::unix_ms::now();
         let mut conn = pool.acquire().await?;
         let record = Plain::new(
             |sql: &InboxSql| &sql.record_dead,
@@ -79,7 +77,7 @@ impl<DB: Backend> Inbox<DB> {
                     message_id,
                     reason,
                     deliveries: u32::try_from(deliveries).unwrap_or(u32::MAX),
-                    at: UNIX_EPOCH + Duration::from_millis(u64::try_from(at_ms).unwrap_or(0)),
+                    at: crate::unix_ms::time(at_ms),
                 },
             )
             .collect())

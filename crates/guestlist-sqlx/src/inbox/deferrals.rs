@@ -10,7 +10,7 @@
 //! and its withdrawals ([`Inbox::withdrawn`]: an SQS FIFO message handed back because an
 //! earlier message of its group was, which SQS counts as a receive all the same).
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use guestlist_core::{HandlerName, MessageId};
 
@@ -40,7 +40,7 @@ impl Deferrals {
     fn from_row((count, first_ms): (i64, i64)) -> Self {
         Self {
             count: u32::try_from(count).unwrap_or(u32::MAX),
-            since: UNIX_EPOCH + Duration::from_millis(u64::try_from(first_ms).unwrap_or(0)),
+            since: crate::unix_ms::time(first_ms),
         }
     }
 }
@@ -54,9 +54,7 @@ impl<DB: Backend> Inbox<DB> {
         handler: &HandlerName,
         id: &MessageId,
     ) -> Result<Deferrals, Error> {
-        let now_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        let now_ms = crate::unix_ms::now();
         let mut conn = pool.acquire().await?;
         let defer = Defer {
             handler: handler.as_str(),

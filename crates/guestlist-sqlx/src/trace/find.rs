@@ -1,8 +1,6 @@
 //! The reads of a trace, one table after another: a table the database lacks is noted, not an
 //! error.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
 use guestlist_core::TableName;
 
 use super::ids::{carried_from, like_escaped};
@@ -32,11 +30,6 @@ fn present<DB: Backend, T>(
     }
 }
 
-/// A time read in Unix milliseconds.
-fn at(ms: i64) -> SystemTime {
-    UNIX_EPOCH + Duration::from_millis(ms.max(0).unsigned_abs())
-}
-
 impl<DB: Backend> Trace<DB> {
     /// Each handler's claim of each message, its deferrals, and its dead-lettering.
     pub(super) async fn find_in_inbox(
@@ -55,7 +48,7 @@ impl<DB: Backend> Trace<DB> {
                 DB::fetch(&mut conn, &*self.sql, claims).await;
             for (handler, ms) in present::<DB, _>(claims, inbox, found)?.unwrap_or_default() {
                 found.sightings.push(Sighting {
-                    at: at(ms),
+                    at: crate::unix_ms::time(ms),
                     table: inbox.to_owned(),
                     seen: Seen::Claimed {
                         handler,
@@ -70,7 +63,7 @@ impl<DB: Backend> Trace<DB> {
                 present::<DB, _>(deferred, &deferrals_table, found)?.unwrap_or_default()
             {
                 found.sightings.push(Sighting {
-                    at: at(first_at),
+                    at: crate::unix_ms::time(first_at),
                     table: deferrals_table.clone(),
                     seen: Seen::Deferred {
                         handler,
@@ -86,7 +79,7 @@ impl<DB: Backend> Trace<DB> {
                 present::<DB, _>(dead, &dead_table, found)?.unwrap_or_default()
             {
                 found.sightings.push(Sighting {
-                    at: at(dead_at),
+                    at: crate::unix_ms::time(dead_at),
                     table: dead_table.clone(),
                     seen: Seen::GaveUp {
                         handler,
@@ -135,7 +128,7 @@ impl<DB: Backend> Trace<DB> {
                     });
                 let pending = published_ms.is_none();
                 found.sightings.push(Sighting {
-                    at: at(created_ms),
+                    at: crate::unix_ms::time(created_ms),
                     table: table.to_owned(),
                     seen: Seen::Enqueued {
                         message_id: message_id.clone(),
@@ -149,7 +142,7 @@ impl<DB: Backend> Trace<DB> {
                 });
                 if let Some(ms) = published_ms {
                     found.sightings.push(Sighting {
-                        at: at(ms),
+                        at: crate::unix_ms::time(ms),
                         table: table.to_owned(),
                         seen: Seen::Published {
                             message_id: message_id.clone(),
@@ -164,7 +157,7 @@ impl<DB: Backend> Trace<DB> {
                 present::<DB, _>(dead, &dead_table, found)?.unwrap_or_default()
             {
                 found.sightings.push(Sighting {
-                    at: at(dead_ms),
+                    at: crate::unix_ms::time(dead_ms),
                     table: dead_table.clone(),
                     seen: Seen::DeadLettered {
                         message_id: message_id.clone(),
@@ -211,7 +204,7 @@ impl<DB: Backend> Trace<DB> {
             let body_bytes = body_bytes.and_then(|b| usize::try_from(b).ok());
             let state = key_state(status, body_bytes, lease_left_ms);
             found.sightings.push(Sighting {
-                at: at(created_ms),
+                at: crate::unix_ms::time(created_ms),
                 table: table.as_str().to_owned(),
                 seen: Seen::Key {
                     scope,
