@@ -163,9 +163,10 @@ impl Middleware for CarryKey {
             span.record("guestlist.step", step.as_str());
             match crate::key_for(&step) {
                 Ok(key) => {
-                    let value = HeaderValue::from_str(&key.header_value())
+                    let key = key.header_value();
+                    let value = HeaderValue::from_str(&key)
                         .map_err(reqwest_middleware::Error::middleware)?;
-                    span.record("guestlist.key", &*key.header_value());
+                    span.record("guestlist.key", &*key);
                     request.headers_mut().insert(self.header.clone(), value);
                 }
                 Err(no_key) if !self.allow_without_key => {

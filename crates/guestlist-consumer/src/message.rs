@@ -23,7 +23,7 @@ use crate::Delivery;
 ///
 /// ```
 /// use guestlist_consumer::Message;
-/// use guestlist_core::{HandlerName, MessageId};
+/// use guestlist_core::MessageId;
 ///
 /// let message = Message::new(MessageId::new("evt_1")?, b"{}".to_vec())
 ///     .with_header("seq", "7")

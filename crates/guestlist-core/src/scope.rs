@@ -36,6 +36,21 @@ impl Scope {
         format!("{}:{}:{}", self.0.len(), self.0, key.as_str())
     }
 
+    /// A short name of this scope for traces and logs: the first 16 hex digits of its SHA-256,
+    /// enough to tell clients apart, with no tenant's name or credentials in it.
+    ///
+    /// ```
+    /// let digest = guestlist_core::Scope::new("tenant-42")?.digest();
+    /// assert_eq!(digest.len(), 16);
+    /// assert!(!digest.contains("tenant"));
+    /// # Ok::<(), guestlist_core::Error>(())
+    /// ```
+    pub fn digest(&self) -> String {
+        let mut digest = hex::encode(Sha256::digest(self.0.as_bytes()));
+        digest.truncate(16);
+        digest
+    }
+
     /// A scope derived from the credentials a client sent (an `Authorization` header, an API
     /// key): `cred:` + the hex SHA-256 of the bytes, so that secrets never reach the store.
     pub fn from_credentials(credentials: &[u8]) -> Self {

@@ -24,18 +24,6 @@ pub enum Error {
     Exporter(#[from] opentelemetry_otlp::ExporterBuildError),
 }
 
-/// The endpoint named by `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` or
-/// `OTEL_EXPORTER_OTLP_ENDPOINT`, OpenTelemetry's own variables, when one is set and not empty.
-pub fn endpoint_from_env() -> Option<String> {
-    [
-        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-        "OTEL_EXPORTER_OTLP_ENDPOINT",
-    ]
-    .iter()
-    .filter_map(|name| std::env::var(name).ok())
-    .find(|value| !value.trim().is_empty())
-}
-
 /// A program's spans on their way to an OTLP/HTTP collector, batched in the background; dropping
 /// it sends what is still held (the spans of a program that ends are not lost).
 #[derive(Debug)]

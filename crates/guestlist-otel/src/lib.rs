@@ -25,5 +25,5 @@
 mod export;
 mod w3c;
 
-pub use export::{Error, Export, endpoint_from_env};
+pub use export::{Error, Export};
 pub use w3c::W3c;
