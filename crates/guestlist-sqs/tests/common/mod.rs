@@ -373,42 +373,55 @@ impl<const FIFO: bool> Broker for SqsQueue<FIFO> {
         self.send(payload, headers).await;
     }
 
-    async fn publish_stream(&self, payloads: Vec<Vec<u8>>) {
+    async fn publish_stream(&self, payloads: Vec<Vec<u8>>) -> usize {
         // moto scans a queue's every message on each receive: sent all at once, 5,000 messages
-        // would slow it to a crawl. Ten to a request, from a task, as the consumers take them.
-        let (client, url) = (self.client.clone(), self.url.clone());
-        tokio::spawn(async move {
-            for (chunk, bodies) in payloads.chunks(10).enumerate() {
-                let entries = bodies
-                    .iter()
-                    .enumerate()
-                    .map(|(n, body)| {
-                        let mut entry = SendMessageBatchRequestEntry::builder()
-                            .id(n.to_string())
-                            .message_body(String::from_utf8_lossy(body));
-                        if FIFO {
-                            entry = entry
-                                .message_group_id("events")
-                                .message_deduplication_id(format!("{chunk}-{n}"));
-                        }
-                        entry.build().unwrap()
-                    })
-                    .collect();
-                let sent = client
-                    .send_message_batch()
-                    .queue_url(&url)
-                    .set_entries(Some(entries))
-                    .send()
-                    .await
-                    .expect("SQS stored the batch");
-                assert!(sent.failed.is_empty(), "{:?}", sent.failed);
-                // Never more than fifty waiting: the stream lasts past the chaos
-                // test's kills, and moto stays quick.
-                while waiting(&client, &url).await > 50 {
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
+        // would slow it to a crawl. Ten to a request, as the consumers take them.
+        let mut confirmed = 0;
+        for (chunk, bodies) in payloads.chunks(10).enumerate() {
+            let entries = bodies
+                .iter()
+                .enumerate()
+                .map(|(n, body)| {
+                    let mut entry = SendMessageBatchRequestEntry::builder()
+                        .id(n.to_string())
+                        .message_body(String::from_utf8_lossy(body));
+                    if FIFO {
+                        entry = entry
+                            .message_group_id("events")
+                            .message_deduplication_id(format!("{chunk}-{n}"));
+                    }
+                    entry.build().unwrap()
+                })
+                .collect();
+            let sent = self
+                .client
+                .send_message_batch()
+                .queue_url(&self.url)
+                .set_entries(Some(entries))
+                .send()
+                .await
+                .unwrap_or_else(|err| {
+                    panic!(
+                        "SQS did not take batch {chunk} of the stream ({confirmed} of {} sent): {}",
+                        payloads.len(),
+                        guestlist_sqs::aws_sdk_sqs::error::DisplayErrorContext(err)
+                    )
+                });
+            assert!(
+                sent.failed.is_empty(),
+                "SQS refused {} of batch {chunk} ({confirmed} of {} sent): {:?}",
+                sent.failed.len(),
+                payloads.len(),
+                sent.failed
+            );
+            confirmed += sent.successful.len();
+            // Never more than fifty waiting: the stream lasts past the chaos story's kills,
+            // and moto stays quick.
+            while waiting(&self.client, &self.url).await > 50 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
             }
-        });
+        }
+        confirmed
     }
 
     async fn missing(&self) -> String {

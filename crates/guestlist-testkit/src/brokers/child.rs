@@ -32,6 +32,17 @@ impl<B: Broker, DB: Fixture> Rig<B, DB> {
     }
 }
 
+/// A child process that is killed when dropped, so that a story failing midway (a panic in
+/// its publisher, an assertion) leaves none of its consumers running after it.
+pub struct Running(pub Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// In the child test `child`: the tag and database URL its story gave it; `None`, with a line
 /// saying why, when it runs on its own (as `--ignored` alone would run it).
 pub fn parent(child: &str) -> Option<(String, String)> {

@@ -79,14 +79,17 @@ pub trait Broker: Send + Sync + Sized + 'static {
         payload: &[u8],
         headers: &[(&str, &str)],
     ) -> impl Future<Output = ()> + Send;
-    /// Publishes many events for a chaos test: all of them before it returns, by default. A
-    /// broker that slows down as its queue grows (moto's SQS) publishes them from a task
-    /// instead, while the consumers run, so that the queue stays short.
-    fn publish_stream(&self, payloads: Vec<Vec<u8>>) -> impl Future<Output = ()> + Send {
+    /// Publishes many events for a chaos story, each confirmed by the broker, and returns how
+    /// many the broker confirmed; a publish it refuses panics with the broker's error. The
+    /// story runs this beside its consumers and their kills, in its own task, and awaits it
+    /// before it waits for effects. One at a time by default; a broker that slows down as its
+    /// queue grows (moto's SQS) keeps the queue short instead.
+    fn publish_stream(&self, payloads: Vec<Vec<u8>>) -> impl Future<Output = usize> + Send {
         async move {
-            for payload in payloads {
-                self.publish(&payload).await;
+            for payload in &payloads {
+                self.publish(payload).await;
             }
+            payloads.len()
         }
     }
     /// A consumer's source on the queue.

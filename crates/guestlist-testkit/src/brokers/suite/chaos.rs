@@ -3,10 +3,12 @@
 use std::hash::{BuildHasher, RandomState};
 use std::time::Duration;
 
+use guestlist_core::{HandlerName, MessageId};
+
 use crate::Fixture;
 
 use crate::brokers::Broker;
-use crate::brokers::child::parent;
+use crate::brokers::child::{Running, parent};
 use crate::brokers::rig::Rig;
 
 /// The chaos consumers' ack wait: short, so that a killed consumer's messages come back soon.
@@ -38,27 +40,38 @@ pub async fn ten_thousand_events_two_consumers_one_killed_again_and_again<
         // otherwise drain it in about a second.
         payloads.push(format!(r#"{{"id":"evt_{id}","slow_ms":1}}"#).into_bytes());
     }
-    rig.broker.publish_stream(payloads).await;
-
-    let start = || rig.child(name, "chaos_consumer", &[]);
-    let steady = start();
-    let mut doomed = start();
-    let mut kills_mid_stream = 0;
-    for round in 0..6 {
-        let wait = 200 + random.hash_one(("kill", round)) % 600;
-        tokio::time::sleep(Duration::from_millis(wait)).await;
-        if (rig.effects().await.1 as usize) < distinct {
-            kills_mid_stream += 1;
+    // The publisher runs beside the consumers and the kills, in this task: a publish the
+    // broker refused fails the story with the publisher's own error, never ends the stream
+    // unseen.
+    let publishing = rig.broker.publish_stream(payloads);
+    let chaos = async {
+        let start = || Running(rig.child(name, "chaos_consumer", &[]));
+        let steady = start();
+        let mut doomed = start();
+        let mut kills_mid_stream = 0;
+        for round in 0..6 {
+            let wait = 200 + random.hash_one(("kill", round)) % 600;
+            tokio::time::sleep(Duration::from_millis(wait)).await;
+            if (rig.effects().await.1 as usize) < distinct {
+                kills_mid_stream += 1;
+            }
+            doomed.0.kill().expect("SIGKILL the doomed consumer");
+            doomed.0.wait().unwrap();
+            doomed = start();
         }
-        doomed.kill().expect("SIGKILL the doomed consumer");
-        doomed.wait().unwrap();
-        doomed = start();
-    }
-    settle(&rig, distinct).await;
-    for mut child in [steady, doomed] {
-        child.kill().unwrap();
-        child.wait().unwrap();
-    }
+        (steady, doomed, kills_mid_stream)
+    };
+    let (confirmed, (steady, doomed, kills_mid_stream)) = tokio::join!(publishing, chaos);
+    // Every payload is on the broker before the story waits for effects: from here on, an
+    // event without its effect is the product's loss (or the broker's), not the story's.
+    assert_eq!(
+        confirmed,
+        events,
+        "{}: the broker confirmed {confirmed} of {events} publishes",
+        B::LABEL
+    );
+    settle(&rig, Published { events, distinct }).await;
+    drop((steady, doomed));
     eprintln!(
         "{}: {kills_mid_stream} of 6 kills landed while events flowed",
         B::LABEL
@@ -77,11 +90,21 @@ pub async fn ten_thousand_events_two_consumers_one_killed_again_and_again<
     );
 }
 
+/// What the story published: publishes the broker confirmed, and the distinct events among them
+/// (`evt_0` to `evt_{distinct - 1}`).
+#[derive(Debug, Clone, Copy)]
+struct Published {
+    events: usize,
+    distinct: usize,
+}
+
 /// Waits until every distinct event has its effect and nothing is outstanding on the broker,
 /// failing only once a minute passes with neither figure moving: on a machine loaded by other
 /// tests (moto, SQS's stand-in, serves every queue from one process) the drain is slow, not
-/// stuck, and a stuck one names what it stuck at.
-async fn settle<B: Broker, DB: Fixture>(rig: &Rig<B, DB>, distinct: usize) {
+/// stuck. A stuck one says what it stuck at, what was published, and which events have no
+/// effect, each with whether the inbox holds it (claimed without its effect: the product's
+/// loss) or not (never handled: the message never reached a handler).
+async fn settle<B: Broker, DB: Fixture>(rig: &Rig<B, DB>, published: Published) {
     const STILL: Duration = Duration::from_secs(60);
     let mut last = (0, u64::MAX);
     let mut moved = tokio::time::Instant::now();
@@ -90,22 +113,63 @@ async fn settle<B: Broker, DB: Fixture>(rig: &Rig<B, DB>, distinct: usize) {
             rig.effects().await.1 as usize,
             rig.broker.outstanding().await,
         );
-        if now.0 == distinct && now.1 == 0 {
+        if now.0 == published.distinct && now.1 == 0 {
             return;
         }
         if now != last {
             last = now;
             moved = tokio::time::Instant::now();
         }
-        assert!(
-            moved.elapsed() < STILL,
-            "{}: stuck for {STILL:?} at {} of {distinct} events handled, {} outstanding",
-            B::LABEL,
-            now.0,
-            now.1
-        );
+        if moved.elapsed() >= STILL {
+            let missing = missing(rig, published.distinct).await;
+            panic!(
+                "{}: stuck for {STILL:?} at {} of {} events handled, {} outstanding; the broker \
+                 confirmed all {} publishes of those {} distinct events; without an effect: {}",
+                B::LABEL,
+                now.0,
+                published.distinct,
+                now.1,
+                published.events,
+                published.distinct,
+                missing.join(", ")
+            );
+        }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// The first ten events of `evt_0` to `evt_{distinct - 1}` without an effect, each with whether
+/// the inbox holds it.
+async fn missing<B: Broker, DB: Fixture>(rig: &Rig<B, DB>, distinct: usize) -> Vec<String> {
+    let handler = HandlerName::new("warehouse").unwrap();
+    let mut missing = Vec::new();
+    for n in 0..distinct {
+        let event = format!("evt_{n}");
+        let effects = rig
+            .db
+            .scalar(format!(
+                "SELECT count(*) FROM {} WHERE event = '{event}'",
+                rig.effects
+            ))
+            .await;
+        if effects > 0 {
+            continue;
+        }
+        let held = rig
+            .inbox
+            .holds(&rig.db.pool, &handler, &MessageId::new(&event).unwrap())
+            .await;
+        missing.push(match held {
+            Ok(true) => format!("{event} (in the inbox)"),
+            Ok(false) => format!("{event} (not in the inbox)"),
+            Err(err) => format!("{event} (the inbox: {err})"),
+        });
+        if missing.len() == 10 {
+            missing.push("…".to_owned());
+            break;
+        }
+    }
+    missing
 }
 
 /// The consumer process the chaos story starts and kills (a child test).
