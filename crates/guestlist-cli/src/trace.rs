@@ -4,8 +4,8 @@
 use std::time::SystemTime;
 
 use clap::Args;
-use guestlist::{Backend, Found, KeyState, Seen, Sighting, TableName, Trace};
-use serde_json::{Value, json};
+use guestlist::{Backend, Found, Holder, Seen, Sighting, TableName, Trace};
+use serde_json::Value;
 
 use crate::database::{self, DatabaseUrl, with_pool};
 
@@ -54,7 +54,7 @@ pub(crate) async fn run(args: TraceArgs) -> anyhow::Result<()> {
     let found = with_pool!(pool, |pool| find(&pool, tables.clone(), &args.id).await)?;
     let now = SystemTime::now();
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&as_json(&found, now))?);
+        println!("{}", serde_json::to_string_pretty(&as_json(&found, now)?)?);
     } else {
         print_found(&found);
     }
@@ -141,8 +141,8 @@ pub(crate) fn describe(seen: &Seen) -> String {
                 .map_or_else(String::new, |key| format!(", key {key} #{seq}"));
             let state = match (pending, relay) {
                 (false, _) => "published".to_owned(),
-                (true, Some((holder, token))) => {
-                    format!("pending, relay {holder} holds the shard (token {token})")
+                (true, Some(Holder { relay, token, .. })) => {
+                    format!("pending, relay {relay} holds the shard (token {token})")
                 }
                 (true, None) => "pending, no relay holds the shard".to_owned(),
             };
@@ -151,7 +151,7 @@ pub(crate) fn describe(seen: &Seen) -> String {
             )
         }
         Seen::Published { message_id, relay } => match relay {
-            Some((relay, token)) => format!(
+            Some(Holder { relay, token, .. }) => format!(
                 "{message_id} published (the broker confirmed it) by relay {relay} (token {token})"
             ),
             None => format!("{message_id} published (the broker confirmed it)"),
@@ -175,84 +175,14 @@ pub(crate) fn describe(seen: &Seen) -> String {
     }
 }
 
-fn as_json(found: &Found, now: SystemTime) -> Value {
-    let sightings: Vec<Value> = found
-        .sightings
-        .iter()
-        .map(|sighting| {
-            let mut entry = sighting_json(&sighting.seen);
+/// `found` as JSON (the library's own form), each sighting with its age beside it.
+fn as_json(found: &Found, now: SystemTime) -> serde_json::Result<Value> {
+    let mut json = serde_json::to_value(found)?;
+    if let Some(entries) = json["sightings"].as_array_mut() {
+        for (entry, sighting) in entries.iter_mut().zip(&found.sightings) {
             let age = now.duration_since(sighting.at).unwrap_or_default();
-            entry["at"] = json!(when(sighting));
-            entry["age_ms"] = json!(age.as_millis() as u64);
-            entry["table"] = json!(sighting.table);
-            entry
-        })
-        .collect();
-    json!({
-        "id": found.id,
-        "carried_from": found.carried_from,
-        "sightings": sightings,
-        "missing_tables": found.missing,
-    })
-}
-
-fn sighting_json(seen: &Seen) -> Value {
-    match seen {
-        Seen::Claimed {
-            handler,
-            message_id,
-        } => json!({"what": "claimed", "handler": handler, "message_id": message_id}),
-        Seen::GaveUp {
-            handler,
-            message_id,
-            reason,
-            deliveries,
-        } => json!({"what": "gave_up", "handler": handler, "message_id": message_id,
-            "reason": reason, "deliveries": deliveries}),
-        Seen::Deferred {
-            handler,
-            message_id,
-            deferrals,
-        } => json!({"what": "deferred", "handler": handler, "message_id": message_id,
-            "deferrals": deferrals}),
-        Seen::Enqueued {
-            message_id,
-            topic,
-            ordering_key,
-            seq,
-            shard,
-            relay,
-            pending,
-        } => json!({"what": "enqueued", "message_id": message_id, "topic": topic,
-            "ordering_key": ordering_key, "seq": seq, "shard": shard, "pending": pending,
-            "relay": relay.as_ref().map(|(holder, _)| holder),
-            "token": relay.as_ref().map(|(_, token)| token)}),
-        Seen::Published { message_id, relay } => json!({"what": "published",
-            "message_id": message_id, "relay": relay.as_ref().map(|(relay, _)| relay),
-            "token": relay.as_ref().map(|(_, token)| token)}),
-        Seen::DeadLettered {
-            message_id,
-            topic,
-            reason,
-            id,
-        } => json!({"what": "dead_lettered", "message_id": message_id, "topic": topic,
-            "reason": reason, "dead_letter_id": id}),
-        Seen::Key {
-            scope,
-            key,
-            state,
-            attempt,
-        } => {
-            let (state, status, lease_left_ms) = match state {
-                KeyState::Stored { status, .. } => ("stored", Some(*status), None),
-                KeyState::InFlight { lease_left } => {
-                    ("in_flight", None, Some(lease_left.as_millis() as u64))
-                }
-                _ => ("abandoned", None, None),
-            };
-            json!({"what": "key", "scope": scope, "key": key, "state": state,
-                "status": status, "lease_left_ms": lease_left_ms, "attempt": attempt})
+            entry["age_ms"] = Value::from(u64::try_from(age.as_millis()).unwrap_or(u64::MAX));
         }
-        other => json!({"what": format!("{other:?}")}),
     }
+    Ok(json)
 }

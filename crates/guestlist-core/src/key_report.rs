@@ -14,12 +14,23 @@ pub struct KeyRecord {
     pub state: KeyState,
 }
 
-/// Where a key stands.
+/// Where a key stands. With the `serde` feature it serializes as `{"state": "in_flight",
+/// "lease_left_ms": 1500}`, `{"state": "abandoned"}` or `{"state": "stored", "status": 201,
+/// "body_bytes": 17}`.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(tag = "state", rename_all = "snake_case"))]
 pub enum KeyState {
     /// An attempt is running with this much lease left: retries get 409.
     InFlight {
         /// Time until a retry may take over.
+        #[cfg_attr(
+            feature = "serde",
+            serde(
+                rename = "lease_left_ms",
+                serialize_with = "crate::serde_millis::serialize"
+            )
+        )]
         lease_left: Duration,
     },
     /// The attempt's lease ended without a response: the next retry takes over.

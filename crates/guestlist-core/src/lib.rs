@@ -46,6 +46,8 @@ pub mod protocol;
 mod publish;
 mod retention;
 mod scope;
+#[cfg(feature = "serde")]
+mod serde_millis;
 mod stored_response;
 mod table_name;
 mod topic;

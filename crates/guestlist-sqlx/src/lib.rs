@@ -64,5 +64,5 @@ pub use purger::{Purger, PurgerHandle};
 pub use schema::Schema;
 pub use sqlx;
 pub use table_size::TableSize;
-pub use trace::{Found, Seen, Sighting, Trace};
+pub use trace::{Found, Holder, Seen, Sighting, Trace};
 pub use work_error::WorkError;

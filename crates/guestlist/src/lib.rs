@@ -82,10 +82,10 @@ pub use guestlist_core::{
 };
 pub use guestlist_sqlx::{
     Backend, BatchProcessed, Confirmed, DeadLetter, Deferrals, Enqueued, Error, Found, HandlerRows,
-    Health, HeldKey, Inbox, InboxStats, IncomingDeadLetter, KeyHashing, KeyRecord, KeyState,
-    KeyStats, Outbox, OutboxMessage, OutboxStats, Outcomes, Outgoing, ProcessError, Processed,
-    Publish, PublishError, Purge, Purgeable, Purged, Purger, PurgerHandle, Relay, RelayLease,
-    Relayed, Schema, Sealing, Seen, Sighting, SqlKeyStore, TableSize, Trace, WorkError,
+    Health, HeldKey, Holder, Inbox, InboxStats, IncomingDeadLetter, KeyHashing, KeyRecord,
+    KeyState, KeyStats, Outbox, OutboxMessage, OutboxStats, Outcomes, Outgoing, ProcessError,
+    Processed, Publish, PublishError, Purge, Purgeable, Purged, Purger, PurgerHandle, Relay,
+    RelayLease, Relayed, Schema, Sealing, Seen, Sighting, SqlKeyStore, TableSize, Trace, WorkError,
     failure_kind, sqlx,
 };
 /// Plain-mode keys with concurrent requests' claims and responses written in rounds (features

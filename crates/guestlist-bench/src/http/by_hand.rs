@@ -26,7 +26,8 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use guestlist::sqlx::{self, PgPool};
+use guestlist::sqlx::postgres::PgRow;
+use guestlist::sqlx::{self, PgPool, Row as _};
 
 use super::ANSWER;
 
@@ -179,13 +180,28 @@ async fn replay(State(pool): State<PgPool>, headers: HeaderMap) -> Response {
     answer(row.map(stored_answer))
 }
 
-/// A key's stored status and body, as read.
-type StoredRow = (Option<i32>, Option<Vec<u8>>);
+/// A key's stored status and body, as read (`SELECT status, body`).
+struct StoredRow {
+    status: Option<i32>,
+    body: Option<Vec<u8>>,
+}
+
+impl sqlx::FromRow<'_, PgRow> for StoredRow {
+    fn from_row(row: &PgRow) -> Result<Self, sqlx::Error> {
+        Ok(Self {
+            status: row.try_get(0)?,
+            body: row.try_get(1)?,
+        })
+    }
+}
 
 /// What a retry is told from its key's row: the stored answer, or 409 while none is stored.
 fn stored_answer(row: Option<StoredRow>) -> (u16, Vec<u8>) {
     match row {
-        Some((Some(status), Some(body))) => (u16::try_from(status).unwrap_or(500), body),
+        Some(StoredRow {
+            status: Some(status),
+            body: Some(body),
+        }) => (u16::try_from(status).unwrap_or(500), body),
         _ => (409, Vec::new()),
     }
 }

@@ -212,7 +212,7 @@ impl Preload for guestlist::sqlx::Postgres {
     /// Each index as the catalog defines it (fill factor and collation included), the primary
     /// key put back as the constraint it was; built with a gigabyte to sort in.
     async fn take_indexes_off(pool: &Pool<Self>, table: &str) -> anyhow::Result<Option<String>> {
-        let indexes: Vec<(String, String, Option<String>)> = sqlx::query_as(
+        let indexes: Vec<IndexRow> = sqlx::query_as(
             "SELECT i.indexrelid::regclass::text, pg_get_indexdef(i.indexrelid), c.conname::text \
              FROM pg_index i LEFT JOIN pg_constraint c \
              ON c.conindid = i.indexrelid AND c.contype = 'p' \
@@ -225,7 +225,12 @@ impl Preload for guestlist::sqlx::Postgres {
             String::new(),
             String::from("SET maintenance_work_mem = '1GB';"),
         );
-        for (index, definition, constraint) in indexes {
+        for IndexRow {
+            index,
+            definition,
+            constraint,
+        } in indexes
+        {
             on.push_str(&format!(" {definition};"));
             match constraint {
                 Some(name) => {
@@ -239,6 +244,25 @@ impl Preload for guestlist::sqlx::Postgres {
         }
         Self::exec(pool, off).await?;
         Ok(Some(on))
+    }
+}
+
+/// An index of a table as PostgreSQL's catalog defines it.
+struct IndexRow {
+    index: String,
+    definition: String,
+    /// The primary key's constraint, where the index is one's.
+    constraint: Option<String>,
+}
+
+impl sqlx::FromRow<'_, sqlx::postgres::PgRow> for IndexRow {
+    fn from_row(row: &sqlx::postgres::PgRow) -> Result<Self, sqlx::Error> {
+        use sqlx::Row as _;
+        Ok(Self {
+            index: row.try_get(0)?,
+            definition: row.try_get(1)?,
+            constraint: row.try_get(2)?,
+        })
     }
 }
 

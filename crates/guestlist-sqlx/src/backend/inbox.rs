@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use guestlist_core::TableName;
 
-use super::statement::{Args, Bound, Codec, Statement};
+use super::statement::{Args, Bound, Codec, Statement, row};
 use super::table::{Rows, filler};
 use super::{TableSql, sealed};
 
@@ -58,12 +58,27 @@ impl InboxSql {
     }
 }
 
-/// An incoming dead letter as read: handler, id, reason, deliveries, when (Unix ms).
-pub(crate) type DeadRow = (String, String, String, i64, i64);
+row! {
+    /// An incoming dead letter as read.
+    pub(crate) struct DeadRow {
+        handler: String,
+        message_id: String,
+        reason: String,
+        deliveries: i64,
+        /// When it was dead-lettered, in Unix milliseconds.
+        at_ms: i64,
+    }
+}
 
-/// One handler's rows in an inbox as read: handler, rows, the oldest row's age (ms).
-#[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
-pub type HandlerRow = (String, i64, Option<i64>);
+row! {
+    /// One handler's rows in an inbox as read.
+    pub(crate) struct HandlerRow {
+        handler: String,
+        rows: i64,
+        /// The oldest row's age in milliseconds.
+        oldest_ms: Option<i64>,
+    }
+}
 
 /// Counts one deferral of a message: handler, id, now in Unix milliseconds. Where the database
 /// returns from an upsert, the row reads the deferrals so far and the first one's time.
@@ -74,9 +89,30 @@ pub struct Defer<'a> {
     pub(crate) now_ms: i64,
 }
 
+row! {
+    /// A message's deferrals as read: how many, and when the first was counted.
+    #[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
+    pub struct DeferralsRow {
+        count: i64,
+        /// When the first was counted, in Unix milliseconds.
+        first_ms: i64,
+    }
+}
+
+impl DeferralsRow {
+    /// The first deferral's row, counted at `now_ms`: what a database that does not return from
+    /// its upsert counted.
+    pub(crate) fn first(now_ms: i64) -> Self {
+        Self {
+            count: 1,
+            first_ms: now_ms,
+        }
+    }
+}
+
 impl Statement for Defer<'_> {
     type Sql = InboxSql;
-    type Row = (i64, i64);
+    type Row = DeferralsRow;
     fn text<'s>(&self, sql: &'s InboxSql) -> &'s Arc<str> {
         &sql.defer
     }

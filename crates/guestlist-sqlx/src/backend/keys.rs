@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use guestlist_core::{IdempotencyKey, Scope, TableName};
 
-use super::statement::{Args, Bound, Codec, Columns, Plain, Statement, Value};
+use super::statement::{Args, Bound, Codec, Columns, Plain, Statement, Value, row};
 use super::table::{Rows, filler};
 use super::{TableSql, sealed};
 
@@ -84,13 +84,38 @@ pub struct KeyRow {
     pub(crate) lease_left_ms: Option<i64>,
 }
 
-/// The key table's figures as read: rows, in flight, oldest age (ms), size (bytes).
-#[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
-pub type KeyStatsRow = (i64, i64, Option<i64>, Option<i64>);
+row! {
+    /// The key table's figures as read.
+    pub(crate) struct KeyStatsRow {
+        rows: i64,
+        in_flight: i64,
+        /// The oldest row's age in milliseconds.
+        oldest_ms: Option<i64>,
+        /// The table's size in bytes, where the database tells.
+        bytes: Option<i64>,
+    }
+}
 
-/// A key without a response as [`KeysSql::in_flight`] reads it: scope, key, attempt, lease
-/// left and age in milliseconds.
-pub(crate) type HeldKeyRow = (String, String, i64, Option<i64>, Option<i64>);
+row! {
+    /// A key without a response as [`KeysSql::in_flight`] reads it.
+    pub(crate) struct HeldKeyRow {
+        scope: String,
+        key: String,
+        attempt: i64,
+        /// Milliseconds its lease has left (negative once expired).
+        lease_left_ms: Option<i64>,
+        /// Its age in milliseconds.
+        age_ms: Option<i64>,
+    }
+}
+
+row! {
+    /// What one scope holds as [`KeysSql::usage`] reads it.
+    pub(crate) struct UsageRow {
+        in_flight: i64,
+        keys: i64,
+    }
+}
 
 impl Columns for KeyRow {
     fn read<DB: Codec>(row: &DB::Row) -> Result<Self, sqlx::Error> {

@@ -215,10 +215,13 @@ pub(crate) mod sealed {
             conn: &'c mut Self::Connection,
             sql: &'c InboxSql,
             defer: inbox::Defer<'c>,
-        ) -> impl Future<Output = Result<(i64, i64), sqlx::Error>> + Send + 'c {
+        ) -> impl Future<Output = Result<inbox::DeferralsRow, sqlx::Error>> + Send + 'c {
             let now_ms = defer.now_ms;
             let row = Self::fetch_first(conn, sql, defer);
-            async move { Ok(row.await?.unwrap_or((1, now_ms))) }
+            async move {
+                let row = row.await?;
+                Ok(row.unwrap_or_else(|| inbox::DeferralsRow::first(now_ms)))
+            }
         }
 
         /// Deletes at most `limit` rows older than `older_than_secs`, oldest first, and none

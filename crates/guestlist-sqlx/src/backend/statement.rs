@@ -79,6 +79,33 @@ columns!((), (A 0), (A 0, B 1), (A 0, B 1, C 2), (A 0, B 1, C 2, D 3),
     (A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7),
     (A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8));
 
+/// Declares a row a statement reads back: a struct whose fields are its columns, read in the
+/// order the fields are declared, which is the order the statement's `SELECT` names them.
+macro_rules! row {
+    ($(#[$meta:meta])* $vis:vis struct $name:ident {
+        $($(#[$field_meta:meta])* $field:ident: $ty:ty),+ $(,)?
+    }) => {
+        $(#[$meta])*
+        $vis struct $name {
+            $($(#[$field_meta])* pub(crate) $field: $ty),+
+        }
+
+        impl $crate::backend::statement::Columns for $name {
+            fn read<DB: $crate::backend::statement::Codec>(
+                row: &DB::Row,
+            ) -> Result<Self, sqlx::Error> {
+                // A struct expression's fields are evaluated in the order written.
+                let mut column = 0..;
+                Ok(Self {
+                    $($field: DB::get(row, column.next().unwrap_or_default())?),+
+                })
+            }
+        }
+    };
+}
+
+pub(crate) use row;
+
 /// Binds a [`Value`] onto a query, as sqlx's `bind` does for a concrete database.
 pub trait Args {
     /// `self` with `value` bound next.

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use guestlist_core::TableName;
 
-use super::statement::Codec;
+use super::statement::{Codec, row};
 
 /// The per-database fragments of a trace. Sealed: implemented here for the three backends only.
 #[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
@@ -33,11 +33,11 @@ pub(crate) struct TraceSql {
     /// The inbox's record of a message a handler dead-lettered: handler, reason, deliveries,
     /// Unix ms. Binds the id.
     pub(crate) inbox_dead: Arc<str>,
-    /// The outbox's row of a message: id, topic, ordering key, seq, slot, when committed and
+    /// The outbox's row of a message: topic, ordering key, seq, slot, when committed and
     /// published (Unix ms), the relay that stamped it and its token. Binds the id.
     pub(crate) outbox: Arc<str>,
-    /// The outgoing dead letters of a message: id, topic, ordering key, seq, slot, when
-    /// committed and dead-lettered (Unix ms), reason. Binds the id.
+    /// The outgoing dead letters of a message: id, topic, when dead-lettered (Unix ms), reason.
+    /// Binds the id.
     pub(crate) dead: Arc<str>,
     /// The stored keys that are the id or derived from it: scope, key, status, attempt, when
     /// (Unix ms), lease left (ms), body bytes. Binds the key, then two `LIKE` patterns (`!`
@@ -62,11 +62,8 @@ impl TraceSql {
             }
         };
         let (p1, p2, p3) = (param(1), param(2), param(3));
-        let outbox_columns = format!(
-            "id, {}, {}, seq, slot + 0 * id",
-            text("topic"),
-            text("ordering_key")
-        );
+        // `n + 0 * id` reads a narrower integer column as the 64-bit integer every database
+        // decodes to i64, without a cast (whose type name differs between them).
         Self {
             inbox: format!(
                 "SELECT {}, {} FROM {inbox} WHERE message_id = {p1}",
@@ -86,20 +83,23 @@ impl TraceSql {
             )
             .into(),
             outbox: format!(
-                "SELECT {outbox_columns}, {}, {}, {}, published_token + 0 * id \
+                "SELECT {}, {}, seq, slot + 0 * id, {}, {}, {}, published_token + 0 * id \
                  FROM {outbox} WHERE message_id = {p1}",
+                text("topic"),
+                text("ordering_key"),
                 epoch("created_at"),
                 epoch("published_at"),
                 text("published_by")
             )
             .into(),
             dead: format!(
-                "SELECT {outbox_columns}, {}, {}, {} FROM {outbox}_dead WHERE message_id = {p1}",
-                epoch("created_at"),
+                "SELECT id, {}, {}, {} FROM {outbox}_dead WHERE message_id = {p1}",
+                text("topic"),
                 epoch("dead_at"),
                 text("reason")
             )
             .into(),
+            // The lease left is the age of its end, negated.
             keys: format!(
                 "SELECT {}, {}, status + 0 * attempt, attempt, {}, 0 - {}, \
                  length(body) + 0 * attempt FROM {keys} WHERE idempotency_key = {p1} \
@@ -114,32 +114,75 @@ impl TraceSql {
     }
 }
 
-/// An outbox row of a trace as read: id, topic, ordering key, seq, slot, when committed and
-/// published (Unix ms), the relay that stamped it and its token.
-pub(crate) type OutboxTraceRow = (
-    i64,
-    String,
-    Option<String>,
-    i64,
-    i64,
-    i64,
-    Option<i64>,
-    Option<String>,
-    Option<i64>,
-);
+row! {
+    /// An inbox's claim of a message in a trace.
+    pub(crate) struct ClaimTraceRow {
+        handler: String,
+        /// When it was claimed, in Unix milliseconds.
+        at_ms: i64,
+    }
+}
 
-/// An outgoing dead letter of a trace as read: id, topic, ordering key, seq, slot, when
-/// committed and dead-lettered (Unix ms), reason.
-pub(crate) type DeadTraceRow = (i64, String, Option<String>, i64, i64, i64, i64, String);
+row! {
+    /// An inbox's deferrals of a message in a trace.
+    pub(crate) struct DeferralTraceRow {
+        handler: String,
+        deferrals: i64,
+        /// When the first was counted, in Unix milliseconds.
+        first_ms: i64,
+    }
+}
 
-/// A stored key of a trace as read: scope, key, status, attempt, when (Unix ms), lease left
-/// (ms), body bytes.
-pub(crate) type KeyTraceRow = (
-    String,
-    String,
-    Option<i64>,
-    i64,
-    i64,
-    Option<i64>,
-    Option<i64>,
-);
+row! {
+    /// An inbox's record of a message its handler dead-lettered, in a trace.
+    pub(crate) struct GaveUpTraceRow {
+        handler: String,
+        reason: String,
+        deliveries: i64,
+        /// When, in Unix milliseconds.
+        at_ms: i64,
+    }
+}
+
+row! {
+    /// An outbox row of a trace as read.
+    pub(crate) struct OutboxTraceRow {
+        topic: String,
+        ordering_key: Option<String>,
+        seq: i64,
+        slot: i64,
+        /// When it was committed, in Unix milliseconds.
+        created_ms: i64,
+        /// When it was stamped published, in Unix milliseconds.
+        published_ms: Option<i64>,
+        /// The relay that stamped it, and its shard's token then.
+        published_by: Option<String>,
+        published_token: Option<i64>,
+    }
+}
+
+row! {
+    /// An outgoing dead letter of a trace as read.
+    pub(crate) struct DeadTraceRow {
+        id: i64,
+        topic: String,
+        /// When it was dead-lettered, in Unix milliseconds.
+        dead_ms: i64,
+        reason: String,
+    }
+}
+
+row! {
+    /// A stored key of a trace as read.
+    pub(crate) struct KeyTraceRow {
+        scope: String,
+        key: String,
+        status: Option<i64>,
+        attempt: i64,
+        /// When it was created, in Unix milliseconds.
+        created_ms: i64,
+        /// Milliseconds its lease has left (negative once expired).
+        lease_left_ms: Option<i64>,
+        body_bytes: Option<i64>,
+    }
+}

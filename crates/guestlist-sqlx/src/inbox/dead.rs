@@ -71,15 +71,13 @@ impl<DB: Backend> Inbox<DB> {
             .map_err(|err| self.error(err))?;
         Ok(rows
             .into_iter()
-            .map(
-                |(handler, message_id, reason, deliveries, at_ms)| IncomingDeadLetter {
-                    handler,
-                    message_id,
-                    reason,
-                    deliveries: u32::try_from(deliveries).unwrap_or(u32::MAX),
-                    at: crate::unix_ms::time(at_ms),
-                },
-            )
+            .map(|row| IncomingDeadLetter {
+                handler: row.handler,
+                message_id: row.message_id,
+                reason: row.reason,
+                deliveries: u32::try_from(row.deliveries).unwrap_or(u32::MAX),
+                at: crate::unix_ms::time(row.at_ms),
+            })
             .collect())
     }
 

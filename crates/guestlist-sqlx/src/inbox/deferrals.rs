@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime};
 use guestlist_core::{HandlerName, MessageId};
 
 use crate::backend::InboxSql;
-use crate::backend::inbox::{Defer, deferrals};
+use crate::backend::inbox::{Defer, DeferralsRow, deferrals};
 use crate::backend::statement::Plain;
 use crate::{Backend, Error, Inbox};
 
@@ -37,10 +37,10 @@ impl Deferrals {
             .unwrap_or_default()
     }
 
-    fn from_row((count, first_ms): (i64, i64)) -> Self {
+    fn from_row(row: DeferralsRow) -> Self {
         Self {
-            count: u32::try_from(count).unwrap_or(u32::MAX),
-            since: crate::unix_ms::time(first_ms),
+            count: u32::try_from(row.count).unwrap_or(u32::MAX),
+            since: crate::unix_ms::time(row.first_ms),
         }
     }
 }

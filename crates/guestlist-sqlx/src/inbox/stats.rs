@@ -62,10 +62,12 @@ impl<DB: Backend> Inbox<DB> {
             .map_err(|err| Error::from_store::<DB>(self.table(), err))?;
         let handlers: Vec<HandlerRows> = handlers
             .into_iter()
-            .map(|(handler, rows, oldest_ms)| HandlerRows {
-                handler,
-                rows: u64::try_from(rows).unwrap_or(0),
-                oldest: oldest_ms.map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
+            .map(|row| HandlerRows {
+                handler: row.handler,
+                rows: u64::try_from(row.rows).unwrap_or(0),
+                oldest: row
+                    .oldest_ms
+                    .map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
             })
             .collect();
         Ok(InboxStats {

@@ -9,7 +9,7 @@ use super::SqlKeyStore;
 use crate::Error;
 use crate::backend::Backend;
 use crate::backend::KeysSql;
-use crate::backend::keys::{HeldKeyRow, KeyStatsRow};
+use crate::backend::keys::{HeldKeyRow, KeyStatsRow, UsageRow};
 use crate::backend::keys::{Key, evict, select};
 use crate::backend::statement::Plain;
 
@@ -53,16 +53,15 @@ impl<DB: Backend> SqlKeyStore<DB> {
     pub async fn stats(&self) -> Result<KeyStats, Error> {
         let mut conn = self.pool.acquire().await?;
         let stats = Plain::reading(|sql: &KeysSql| &sql.stats, ());
-        let (rows, in_flight, oldest_ms, bytes): KeyStatsRow =
-            DB::fetch_one(&mut conn, &*self.sql, stats)
-                .await
-                .map_err(|err| self.error(err))?;
+        let row: KeyStatsRow = DB::fetch_one(&mut conn, &*self.sql, stats)
+            .await
+            .map_err(|err| self.error(err))?;
         let unsigned = |n: i64| u64::try_from(n).unwrap_or(0);
         Ok(KeyStats {
-            rows: unsigned(rows),
-            in_flight: unsigned(in_flight),
-            oldest: oldest_ms.map(|ms| Duration::from_millis(unsigned(ms))),
-            bytes: bytes.map(unsigned),
+            rows: unsigned(row.rows),
+            in_flight: unsigned(row.in_flight),
+            oldest: row.oldest_ms.map(|ms| Duration::from_millis(unsigned(ms))),
+            bytes: row.bytes.map(unsigned),
         })
     }
 
@@ -78,12 +77,12 @@ impl<DB: Backend> SqlKeyStore<DB> {
         let unsigned = |n: i64| u64::try_from(n).unwrap_or(0);
         Ok(rows
             .into_iter()
-            .map(|(scope, key, attempt, lease_left_ms, age_ms)| HeldKey {
-                scope,
-                key,
-                attempt: unsigned(attempt),
-                state: key_state(None, None, lease_left_ms),
-                age: Duration::from_millis(unsigned(age_ms.unwrap_or(0))),
+            .map(|row| HeldKey {
+                scope: row.scope,
+                key: row.key,
+                attempt: unsigned(row.attempt),
+                state: key_state(None, None, row.lease_left_ms),
+                age: Duration::from_millis(unsigned(row.age_ms.unwrap_or(0))),
             })
             .collect())
     }
@@ -93,13 +92,13 @@ impl<DB: Backend> SqlKeyStore<DB> {
     pub async fn usage(&self, scope: &Scope) -> Result<ScopeUsage, Error> {
         let mut conn = self.pool.acquire().await?;
         let usage = Plain::reading(|sql: &KeysSql| &sql.usage, (scope.as_str(),));
-        let (in_flight, keys): (i64, i64) = DB::fetch_one(&mut conn, &*self.sql, usage)
+        let row: UsageRow = DB::fetch_one(&mut conn, &*self.sql, usage)
             .await
             .map_err(|err| self.error(err))?;
         let unsigned = |n: i64| u64::try_from(n).unwrap_or(0);
         Ok(ScopeUsage {
-            in_flight: unsigned(in_flight),
-            keys: unsigned(keys),
+            in_flight: unsigned(row.in_flight),
+            keys: unsigned(row.keys),
         })
     }
 }

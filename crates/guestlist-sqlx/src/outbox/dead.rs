@@ -49,18 +49,16 @@ impl<DB: Backend> Outbox<DB> {
             .map_err(|err| self.dead_error(err))?;
         Ok(rows
             .into_iter()
-            .map(
-                |(id, message_id, topic, ordering_key, seq, reason, age_ms, bytes)| DeadLetter {
-                    id,
-                    message_id,
-                    topic,
-                    ordering_key,
-                    seq,
-                    reason,
-                    age: Duration::from_millis(age_ms.unwrap_or(0).max(0).unsigned_abs()),
-                    payload_bytes: bytes.max(0).unsigned_abs(),
-                },
-            )
+            .map(|row| DeadLetter {
+                id: row.id,
+                message_id: row.message_id,
+                topic: row.topic,
+                ordering_key: row.ordering_key,
+                seq: row.seq,
+                reason: row.reason,
+                age: Duration::from_millis(row.age_ms.unwrap_or(0).max(0).unsigned_abs()),
+                payload_bytes: row.bytes.max(0).unsigned_abs(),
+            })
             .collect())
     }
 

@@ -395,12 +395,12 @@ async fn report_backlog<DB: Backend>(pool: sqlx::Pool<DB>, outbox: Outbox<DB>) {
         DB::outbox_backlog(&mut conn, &outbox.relay).await
     };
     match read.await {
-        Ok((pending, oldest_ms)) => {
+        Ok(backlog) => {
             let table = outbox.table().to_string();
             metrics::gauge!("guestlist_outbox_pending", "table" => table.clone())
-                .set(pending as f64);
+                .set(backlog.pending as f64);
             metrics::gauge!("guestlist_outbox_oldest_pending_seconds", "table" => table)
-                .set(oldest_ms.unwrap_or(0).max(0) as f64 / 1000.0);
+                .set(backlog.oldest_ms.unwrap_or(0).max(0) as f64 / 1000.0);
         }
         Err(err) => tracing::debug!(error = %err, "outbox backlog not read"),
     }

@@ -55,8 +55,8 @@ impl<DB: Backend> Outbox<DB> {
                 .await
                 .map_err(|e| self.error(e))?;
             let current = shard_count(&rows);
-            for (shard, ..) in &rows {
-                let shard = u32::try_from(*shard).unwrap_or(0);
+            for row in &rows {
+                let shard = u32::try_from(row.shard).unwrap_or(0);
                 if held.iter().any(|(s, _)| *s == shard) {
                     continue;
                 }
@@ -73,8 +73,8 @@ impl<DB: Backend> Outbox<DB> {
             if Instant::now() >= until {
                 let mut holders: Vec<String> = rows
                     .iter()
-                    .filter(|(shard, ..)| !held.iter().any(|(s, _)| i64::from(*s) == *shard))
-                    .filter_map(|(_, _, holder, ..)| holder.clone())
+                    .filter(|row| !held.iter().any(|(s, _)| i64::from(*s) == row.shard))
+                    .filter_map(|row| row.holder.clone())
                     .collect();
                 holders.sort();
                 holders.dedup();

@@ -63,15 +63,15 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
             .unwrap_or_default();
         let free: Vec<u32> = rows
             .iter()
-            .filter(|(_, _, _, left, _)| left.is_none_or(|ms| ms < 0))
-            .filter_map(|(shard, ..)| u32::try_from(*shard).ok())
+            .filter(|row| !row.held())
+            .filter_map(|row| u32::try_from(row.shard).ok())
             .collect();
         let relays: Vec<(&str, u32)> = live
             .iter()
             .map(|relay| {
-                let holds = rows.iter().filter(|(_, _, holder, left, _)| {
-                    holder.as_deref() == Some(relay) && left.is_some_and(|ms| ms >= 0)
-                });
+                let holds = rows
+                    .iter()
+                    .filter(|row| row.held() && row.holder.as_deref() == Some(relay));
                 (relay.as_str(), holds.count() as u32)
             })
             .collect();

@@ -94,23 +94,23 @@ impl<DB: Backend> Outbox<DB> {
             let live = DB::relay_live(&mut conn, &self.relay).await?;
             Ok::<_, sqlx::Error>((figures, shards, lag, live))
         };
-        let ((rows, pending, oldest_ms, bytes), shard_rows, lag, live) = read
+        let (figures, shard_rows, lag, live) = read
             .await
             .map_err(|err| Error::from_store::<DB>(self.table(), err))?;
         let millis = |ms: i64| Duration::from_millis(ms.max(0).unsigned_abs());
         let shards: Vec<ShardStats> = shard_rows
             .into_iter()
-            .map(|(shard, token, holder, left_ms, _)| {
-                let backlog = lag.iter().find(|(s, ..)| *s == shard);
+            .map(|row| {
+                let backlog = lag.iter().find(|lag| lag.shard == row.shard);
                 ShardStats {
-                    shard: u32::try_from(shard).unwrap_or(0),
+                    shard: u32::try_from(row.shard).unwrap_or(0),
                     lease: RelayLease {
-                        holder,
-                        token,
-                        expires_in: left_ms.filter(|ms| *ms > 0).map(millis),
+                        holder: row.holder,
+                        token: row.token,
+                        expires_in: row.left_ms.filter(|ms| *ms > 0).map(millis),
                     },
-                    pending: backlog.map_or(0, |(_, n, _)| n.max(&0).unsigned_abs()),
-                    oldest_pending: backlog.and_then(|(_, _, ms)| ms.map(millis)),
+                    pending: backlog.map_or(0, |lag| lag.pending.max(0).unsigned_abs()),
+                    oldest_pending: backlog.and_then(|lag| lag.oldest_ms.map(millis)),
                 }
             })
             .collect();
@@ -132,10 +132,10 @@ impl<DB: Backend> Outbox<DB> {
             })
             .collect();
         Ok(OutboxStats {
-            rows: rows.max(0).unsigned_abs(),
-            pending: pending.max(0).unsigned_abs(),
-            oldest_pending: oldest_ms.map(millis),
-            bytes: bytes.map(|b| b.max(0).unsigned_abs()),
+            rows: figures.rows.max(0).unsigned_abs(),
+            pending: figures.pending.max(0).unsigned_abs(),
+            oldest_pending: figures.oldest_ms.map(millis),
+            bytes: figures.bytes.map(|b| b.max(0).unsigned_abs()),
             shards,
             relays,
         })

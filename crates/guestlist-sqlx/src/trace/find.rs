@@ -4,12 +4,15 @@
 use guestlist_core::TableName;
 
 use super::ids::{carried_from, like_escaped};
-use super::{Found, Seen, Sighting, Trace};
+use super::{Found, Holder, Seen, Sighting, Trace};
 use crate::Error;
 use crate::backend::Backend;
-use crate::backend::relay::shard_count;
+use crate::backend::relay::{ShardRow, shard_count};
 use crate::backend::statement::Plain;
-use crate::backend::trace::{DeadTraceRow, KeyTraceRow, OutboxTraceRow, TraceSql};
+use crate::backend::trace::{
+    ClaimTraceRow, DeadTraceRow, DeferralTraceRow, GaveUpTraceRow, KeyTraceRow, OutboxTraceRow,
+    TraceSql,
+};
 use crate::keys::key_state;
 
 /// A read's rows, or `None` (the table noted in `found`) when the table does not exist.
@@ -44,48 +47,43 @@ impl<DB: Backend> Trace<DB> {
         let dead_table = format!("{inbox}_dead");
         for message_id in messages {
             let claims = Plain::reading(|sql: &TraceSql| &sql.inbox, (message_id.as_str(),));
-            let claims: Result<Vec<(String, i64)>, _> =
+            let claims: Result<Vec<ClaimTraceRow>, _> =
                 DB::fetch(&mut conn, &*self.sql, claims).await;
-            for (handler, ms) in present::<DB, _>(claims, inbox, found)?.unwrap_or_default() {
+            for claim in present::<DB, _>(claims, inbox, found)?.unwrap_or_default() {
                 found.sightings.push(Sighting {
-                    at: crate::unix_ms::time(ms),
+                    at: crate::unix_ms::time(claim.at_ms),
                     table: inbox.to_owned(),
                     seen: Seen::Claimed {
-                        handler,
+                        handler: claim.handler,
                         message_id: message_id.clone(),
                     },
                 });
             }
             let deferred = Plain::reading(|sql: &TraceSql| &sql.deferrals, (message_id.as_str(),));
-            let deferred: Result<Vec<(String, i64, i64)>, _> =
+            let deferred: Result<Vec<DeferralTraceRow>, _> =
                 DB::fetch(&mut conn, &*self.sql, deferred).await;
-            for (handler, deferrals, first_at) in
-                present::<DB, _>(deferred, &deferrals_table, found)?.unwrap_or_default()
-            {
+            for row in present::<DB, _>(deferred, &deferrals_table, found)?.unwrap_or_default() {
                 found.sightings.push(Sighting {
-                    at: crate::unix_ms::time(first_at),
+                    at: crate::unix_ms::time(row.first_ms),
                     table: deferrals_table.clone(),
                     seen: Seen::Deferred {
-                        handler,
+                        handler: row.handler,
                         message_id: message_id.clone(),
-                        deferrals: u64::try_from(deferrals).unwrap_or(0),
+                        deferrals: u64::try_from(row.deferrals).unwrap_or(0),
                     },
                 });
             }
             let dead = Plain::reading(|sql: &TraceSql| &sql.inbox_dead, (message_id.as_str(),));
-            let dead: Result<Vec<(String, String, i64, i64)>, _> =
-                DB::fetch(&mut conn, &*self.sql, dead).await;
-            for (handler, reason, deliveries, dead_at) in
-                present::<DB, _>(dead, &dead_table, found)?.unwrap_or_default()
-            {
+            let dead: Result<Vec<GaveUpTraceRow>, _> = DB::fetch(&mut conn, &*self.sql, dead).await;
+            for row in present::<DB, _>(dead, &dead_table, found)?.unwrap_or_default() {
                 found.sightings.push(Sighting {
-                    at: crate::unix_ms::time(dead_at),
+                    at: crate::unix_ms::time(row.at_ms),
                     table: dead_table.clone(),
                     seen: Seen::GaveUp {
-                        handler,
+                        handler: row.handler,
                         message_id: message_id.clone(),
-                        reason,
-                        deliveries: u64::try_from(deliveries).unwrap_or(0),
+                        reason: row.reason,
+                        deliveries: u64::try_from(row.deliveries).unwrap_or(0),
                     },
                 });
             }
@@ -111,59 +109,52 @@ impl<DB: Backend> Trace<DB> {
         for message_id in messages {
             let rows = Plain::reading(|sql: &TraceSql| &sql.outbox, (message_id.as_str(),));
             let rows: Result<Vec<OutboxTraceRow>, _> = DB::fetch(&mut conn, &*self.sql, rows).await;
-            for (_, topic, ordering_key, seq, slot, created_ms, published_ms, by, by_token) in
-                present::<DB, _>(rows, table, found)?.unwrap_or_default()
-            {
-                let slot = u16::try_from(slot).unwrap_or(0);
+            for row in present::<DB, _>(rows, table, found)?.unwrap_or_default() {
+                let slot = u16::try_from(row.slot).unwrap_or(0);
                 let shard = guestlist_core::protocol::shard_of(slot, count);
                 let relay = shards
                     .iter()
-                    .find(|(s, ..)| *s == i64::from(shard))
-                    .and_then(|(_, token, holder, left_ms, _)| {
-                        let held = left_ms.is_some_and(|ms| ms >= 0);
-                        holder
-                            .clone()
-                            .filter(|_| held)
-                            .map(|holder| (holder, *token))
-                    });
-                let pending = published_ms.is_none();
+                    .find(|lease| lease.shard == i64::from(shard))
+                    .and_then(ShardRow::holder_now);
+                let pending = row.published_ms.is_none();
                 found.sightings.push(Sighting {
-                    at: crate::unix_ms::time(created_ms),
+                    at: crate::unix_ms::time(row.created_ms),
                     table: table.to_owned(),
                     seen: Seen::Enqueued {
                         message_id: message_id.clone(),
-                        topic,
-                        ordering_key,
-                        seq,
+                        topic: row.topic,
+                        ordering_key: row.ordering_key,
+                        seq: row.seq,
                         shard,
                         relay: relay.filter(|_| pending),
                         pending,
                     },
                 });
-                if let Some(ms) = published_ms {
+                if let Some(ms) = row.published_ms {
                     found.sightings.push(Sighting {
                         at: crate::unix_ms::time(ms),
                         table: table.to_owned(),
                         seen: Seen::Published {
                             message_id: message_id.clone(),
-                            relay: by.clone().zip(by_token),
+                            relay: row
+                                .published_by
+                                .zip(row.published_token)
+                                .map(|(relay, token)| Holder { relay, token }),
                         },
                     });
                 }
             }
             let dead = Plain::reading(|sql: &TraceSql| &sql.dead, (message_id.as_str(),));
             let dead: Result<Vec<DeadTraceRow>, _> = DB::fetch(&mut conn, &*self.sql, dead).await;
-            for (id, topic, _, _, _, _, dead_ms, reason) in
-                present::<DB, _>(dead, &dead_table, found)?.unwrap_or_default()
-            {
+            for row in present::<DB, _>(dead, &dead_table, found)?.unwrap_or_default() {
                 found.sightings.push(Sighting {
-                    at: crate::unix_ms::time(dead_ms),
+                    at: crate::unix_ms::time(row.dead_ms),
                     table: dead_table.clone(),
                     seen: Seen::DeadLettered {
                         message_id: message_id.clone(),
-                        topic,
-                        reason,
-                        id,
+                        topic: row.topic,
+                        reason: row.reason,
+                        id: row.id,
                     },
                 });
             }
@@ -194,23 +185,25 @@ impl<DB: Backend> Trace<DB> {
             );
             let read: Result<Vec<KeyTraceRow>, _> = DB::fetch(&mut conn, &*self.sql, read).await;
             for row in present::<DB, _>(read, table.as_str(), found)?.unwrap_or_default() {
-                let new = !keys.iter().any(|k| (&k.0, &k.1) == (&row.0, &row.1));
-                if carried_from(&row.1, exact) && new {
+                let new = !keys
+                    .iter()
+                    .any(|k| (&k.scope, &k.key) == (&row.scope, &row.key));
+                if carried_from(&row.key, exact) && new {
                     keys.push(row);
                 }
             }
         }
-        for (scope, key, status, attempt, created_ms, lease_left_ms, body_bytes) in keys {
-            let body_bytes = body_bytes.and_then(|b| usize::try_from(b).ok());
-            let state = key_state(status, body_bytes, lease_left_ms);
+        for row in keys {
+            let body_bytes = row.body_bytes.and_then(|b| usize::try_from(b).ok());
+            let state = key_state(row.status, body_bytes, row.lease_left_ms);
             found.sightings.push(Sighting {
-                at: crate::unix_ms::time(created_ms),
+                at: crate::unix_ms::time(row.created_ms),
                 table: table.as_str().to_owned(),
                 seen: Seen::Key {
-                    scope,
-                    key,
+                    scope: row.scope,
+                    key: row.key,
                     state,
-                    attempt: u64::try_from(attempt).unwrap_or(0),
+                    attempt: u64::try_from(row.attempt).unwrap_or(0),
                 },
             });
         }

@@ -121,8 +121,11 @@ impl<DB: Backend> Trace<DB> {
     }
 }
 
-/// What the tables know of one id.
+/// What the tables know of one id. With the `serde` feature it serializes as `guestlist trace
+/// --json` prints it: each sighting's [`Seen`] flattened beside its time (RFC 3339, to the
+/// millisecond) and table, under `"what"`.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[non_exhaustive]
 pub struct Found {
     /// The id looked up.
@@ -133,24 +136,49 @@ pub struct Found {
     /// What each table knows, oldest first.
     pub sightings: Vec<Sighting>,
     /// The tables the database does not have (not every service keeps all three).
+    #[cfg_attr(feature = "serde", serde(rename = "missing_tables"))]
     pub missing: Vec<String>,
 }
 
 /// One thing a table knows of the id, and when it happened.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[non_exhaustive]
 pub struct Sighting {
     /// When it happened, by the database's clock (by the handler's machine's, for a deferral),
     /// to the millisecond.
+    #[cfg_attr(feature = "serde", serde(serialize_with = "rfc3339_millis"))]
     pub at: SystemTime,
     /// The table that knows it.
     pub table: String,
     /// What it knows.
+    #[cfg_attr(feature = "serde", serde(flatten))]
     pub seen: Seen,
 }
 
-/// What a table knows of an id.
+/// `at` as RFC 3339 to the millisecond, as `guestlist trace` prints it.
+#[cfg(feature = "serde")]
+fn rfc3339_millis<S: serde::Serializer>(at: &SystemTime, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_str(&humantime::format_rfc3339_millis(*at))
+}
+
+/// A relay holding a shard's lease (or stamping a row), with the shard's fencing token then.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub struct Holder {
+    /// The relay's name.
+    pub relay: String,
+    /// The shard's fencing token.
+    pub token: i64,
+}
+
+/// What a table knows of an id. With the `serde` feature each serializes with its kind under
+/// `"what"` (`claimed`, `deferred`, `gave_up`, `enqueued`, `published`, `dead_lettered`,
+/// `key`) beside its fields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(tag = "what", rename_all = "snake_case"))]
 #[non_exhaustive]
 pub enum Seen {
     /// A handler claimed the message: its work committed with the claim.
@@ -195,7 +223,8 @@ pub enum Seen {
         shard: u32,
         /// The relay holding the shard's lease now and its fencing token, while the message
         /// waits.
-        relay: Option<(String, i64)>,
+        #[cfg_attr(feature = "serde", serde(flatten))]
+        relay: Option<Holder>,
         /// Whether it waits to be published (a relay that deletes what it published leaves no
         /// row to say it was).
         pending: bool,
@@ -206,7 +235,8 @@ pub enum Seen {
         message_id: String,
         /// The relay that stamped it and its shard's fencing token then (`None` for a row
         /// stamped before the outbox recorded them).
-        relay: Option<(String, i64)>,
+        #[cfg_attr(feature = "serde", serde(flatten))]
+        relay: Option<Holder>,
     },
     /// The message went to the outgoing dead letters.
     DeadLettered {
@@ -217,6 +247,7 @@ pub enum Seen {
         /// Why.
         reason: String,
         /// The dead letter's id (`guestlist outbox dead retry ID`).
+        #[cfg_attr(feature = "serde", serde(rename = "dead_letter_id"))]
         id: i64,
     },
     /// A request took the idempotency key (the key itself, or one carried downstream from it).
@@ -226,6 +257,7 @@ pub enum Seen {
         /// The key.
         key: String,
         /// Where it stands now.
+        #[cfg_attr(feature = "serde", serde(flatten))]
         state: KeyState,
         /// Attempts so far.
         attempt: u64,

@@ -11,7 +11,7 @@ use sqlx::MySql;
 use sqlx::error::DatabaseError;
 use sqlx::mysql::{MySqlConnection, MySqlDatabaseError};
 
-use super::inbox::{Defer, deferrals};
+use super::inbox::{Defer, DeferralsRow, deferrals};
 use super::sealed::Statements;
 use super::statement::Plain;
 use super::table::run_ddl;
@@ -106,13 +106,14 @@ impl Statements for MySql {
         conn: &'c mut MySqlConnection,
         sql: &'c InboxSql,
         defer: Defer<'c>,
-    ) -> Result<(i64, i64), sqlx::Error> {
+    ) -> Result<DeferralsRow, sqlx::Error> {
         let (handler, id, now_ms) = (defer.handler, defer.id, defer.now_ms);
         Self::run(&mut *conn, sql, defer).await?;
         // Two consumers deferring the message at once each count one; both then read the sum.
         let read = Plain::reading(deferrals, (handler, id));
         let deferrals = Self::fetch_first(conn, sql, read);
-        Ok(deferrals.await?.unwrap_or((1, now_ms)))
+        let deferrals: Option<DeferralsRow> = deferrals.await?;
+        Ok(deferrals.unwrap_or_else(|| DeferralsRow::first(now_ms)))
     }
 
     async fn claim_batch<'c>(

@@ -6,7 +6,7 @@ use sqlx::{AssertSqlSafe, Postgres};
 
 use super::TableSql;
 use super::sealed::Statements;
-use super::statement::Bound;
+use super::statement::{Bound, Columns, row};
 use super::table::run_ddl;
 
 /// SQLSTATEs after which the whole transaction may be run again.
@@ -29,6 +29,15 @@ const LOCK_KEY: &str = "hashtextextended(current_schema() || '.' || $1, 0)";
 mod keys;
 mod outbox;
 mod rounds;
+
+row! {
+    /// One purge batch's outcome as read: how many rows went, and the newest one's time.
+    struct PurgedRow {
+        deleted: i64,
+        /// The newest deleted row's time in Unix microseconds, where rows went.
+        newest_micros: Option<i64>,
+    }
+}
 
 backend!(Postgres, PgConnection);
 
@@ -99,14 +108,14 @@ impl Statements for Postgres {
         limit: i64,
         after_micros: Option<i64>,
     ) -> Result<(u64, Option<i64>), sqlx::Error> {
-        let (deleted, newest): (i64, Option<i64>) =
-            sqlx::query_as(sqlx::AssertSqlSafe(sql.purge_batch.clone()))
-                .bind(older_than_secs)
-                .bind(limit)
-                .bind(after_micros)
-                .fetch_one(conn)
-                .await?;
-        Ok((deleted.max(0).unsigned_abs(), newest))
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql.purge_batch.clone()))
+            .bind(older_than_secs)
+            .bind(limit)
+            .bind(after_micros)
+            .fetch_one(conn)
+            .await?;
+        let purged = PurgedRow::read::<Postgres>(&row)?;
+        Ok((purged.deleted.max(0).unsigned_abs(), purged.newest_micros))
     }
 
     fn bind_ids<'q>(

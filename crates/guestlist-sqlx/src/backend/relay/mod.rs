@@ -9,7 +9,7 @@ use guestlist_core::TableName;
 use super::sealed::OutboxStatements;
 use super::table::filler;
 
-use super::statement::{Codec, Columns, Plain};
+use super::statement::{Codec, Columns, Plain, row};
 
 mod shared;
 
@@ -224,38 +224,92 @@ impl Pending<'_> {
     }
 }
 
-/// The outbox's figures as read: rows, pending, oldest pending age (ms), size (bytes).
-#[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
-pub type OutboxStatsRow = (i64, i64, Option<i64>, Option<i64>);
+row! {
+    /// The outbox's figures as read.
+    #[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
+    pub struct OutboxStatsRow {
+        rows: i64,
+        pending: i64,
+        /// The oldest pending row's age in milliseconds.
+        oldest_ms: Option<i64>,
+        /// The table's size in bytes, where the database tells.
+        bytes: Option<i64>,
+    }
+}
 
-/// A dead letter as read: id, message id, topic, ordering key, seq, reason, age (ms), body
-/// bytes.
-#[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
-pub type DeadRow = (
-    i64,
-    String,
-    String,
-    Option<String>,
-    i64,
-    String,
-    Option<i64>,
-    i64,
-);
+row! {
+    /// Pending rows and the oldest one's age as read.
+    #[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
+    pub struct BacklogRow {
+        pending: i64,
+        /// The oldest pending row's age in milliseconds.
+        oldest_ms: Option<i64>,
+    }
+}
 
-/// A shard's lease as read: shard, token, holder, milliseconds left (negative once expired,
-/// `None` once released), the table's shard count it belongs to.
-#[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
-pub type ShardRow = (i64, i64, Option<String>, Option<i64>, i64);
+row! {
+    /// An outgoing dead letter as read.
+    #[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
+    pub struct DeadRow {
+        id: i64,
+        message_id: String,
+        topic: String,
+        ordering_key: Option<String>,
+        seq: i64,
+        reason: String,
+        /// Its age in milliseconds.
+        age_ms: Option<i64>,
+        /// Its body's size in bytes.
+        bytes: i64,
+    }
+}
+
+row! {
+    /// A shard's lease as read.
+    #[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
+    pub struct ShardRow {
+        shard: i64,
+        token: i64,
+        holder: Option<String>,
+        /// Milliseconds the lease has left: negative once expired, `None` once released.
+        left_ms: Option<i64>,
+        /// The table's shard count the row belongs to.
+        count: i64,
+    }
+}
+
+impl ShardRow {
+    /// Whether a relay holds the shard's lease now.
+    pub(crate) fn held(&self) -> bool {
+        self.left_ms.is_some_and(|ms| ms >= 0)
+    }
+
+    /// The relay holding the shard's lease now, with its token.
+    pub(crate) fn holder_now(&self) -> Option<crate::trace::Holder> {
+        let relay = self.holder.clone().filter(|_| self.held())?;
+        Some(crate::trace::Holder {
+            relay,
+            token: self.token,
+        })
+    }
+}
 
 /// The shard count the table's lease rows carry (1 when there are none).
 pub(crate) fn shard_count(rows: &[ShardRow]) -> u32 {
     let slots = i64::from(guestlist_core::protocol::SLOTS);
-    rows.first().map_or(1, |row| row.4).clamp(1, slots) as u32
+    rows.first().map_or(1, |row| row.count).clamp(1, slots) as u32
 }
 
-/// A shard's backlog as read: shard, pending rows, the oldest one's age (ms).
-#[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
-pub type LagRow = (i64, i64, Option<i64>);
+row! {
+    /// A shard's backlog as read.
+    #[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
+    pub struct LagRow {
+        shard: i64,
+        pending: i64,
+        /// The oldest pending row's age in milliseconds.
+        oldest_ms: Option<i64>,
+    }
+}
 
 /// The shards a relay holds, each with its token.
 #[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
@@ -460,7 +514,7 @@ pub trait RelayStatements: OutboxStatements {
     fn outbox_backlog<'c>(
         conn: &'c mut Self::Connection,
         sql: &'c RelaySql,
-    ) -> impl Future<Output = Result<(i64, Option<i64>), sqlx::Error>> + Send + 'c {
+    ) -> impl Future<Output = Result<BacklogRow, sqlx::Error>> + Send + 'c {
         Self::fetch_one(conn, sql, Plain::reading(|sql: &RelaySql| &sql.backlog, ()))
     }
 

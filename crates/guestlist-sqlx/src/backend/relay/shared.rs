@@ -7,7 +7,7 @@ use std::sync::Arc;
 use sqlx::{AssertSqlSafe, Connection};
 
 use super::{Held, Pending, PendingRow, RelaySql, RelayStatements, Stamp};
-use crate::backend::statement::{Args, Codec, Columns, Plain};
+use crate::backend::statement::{Args, Codec, Columns, Plain, row};
 
 /// The lease's take: holder, lease (ms).
 pub(crate) fn take(sql: &RelaySql) -> &Arc<str> {
@@ -203,6 +203,15 @@ pub(crate) async fn reshard_in_transaction<DB: Codec>(
     Ok(true)
 }
 
+row! {
+    /// A pending row of slot 0 as read, to be given its own slot.
+    struct UnslottedRow {
+        id: i64,
+        ordering_key: Option<String>,
+        message_id: String,
+    }
+}
+
 /// Gives the pending rows of slot 0 their own slot, as the table goes from one shard to more:
 /// the rows of a table made before shards, or written by a writer from before them, all have
 /// slot 0 (one shard had no need of more), and left there a key's older messages would sit on
@@ -213,11 +222,12 @@ async fn slot_unslotted<DB: Codec>(
     sql: &RelaySql,
 ) -> Result<(), sqlx::Error> {
     let unslotted = Plain::reading(|sql: &RelaySql| &sql.unslotted, ());
-    let rows: Vec<(i64, Option<String>, String)> = DB::fetch(&mut *tx, sql, unslotted).await?;
-    for (id, key, message_id) in rows {
-        let slot = i64::from(guestlist_core::protocol::slot(key.as_deref(), &message_id));
+    let rows: Vec<UnslottedRow> = DB::fetch(&mut *tx, sql, unslotted).await?;
+    for row in rows {
+        let key = row.ordering_key.as_deref();
+        let slot = i64::from(guestlist_core::protocol::slot(key, &row.message_id));
         if slot != 0 {
-            let set = Plain::new(|sql: &RelaySql| &sql.slot, (slot, id));
+            let set = Plain::new(|sql: &RelaySql| &sql.slot, (slot, row.id));
             DB::run(&mut *tx, sql, set).await?;
         }
     }
