@@ -141,7 +141,7 @@ pub(crate) fn sql_keys<DB: Backend>(
     table: &str,
 ) -> anyhow::Result<SqlKeyStore<DB>> {
     let mut keys = SqlKeyStore::with_table(pool, table)?;
-    if let Some(hashing) = crate::gateway::parse::key_hashing()? {
+    if let Some(hashing) = crate::secrets::key_hashing()? {
         keys = keys.hashing_keys(hashing);
     }
     Ok(keys)
@@ -150,7 +150,7 @@ pub(crate) fn sql_keys<DB: Backend>(
 /// The Redis keys under the prefix `--table` names.
 async fn redis_keys(args: &KeyTableArgs) -> anyhow::Result<RedisKeyStore> {
     anyhow::ensure!(
-        crate::gateway::parse::key_hashing()?.is_none(),
+        crate::secrets::key_hashing()?.is_none(),
         "GUESTLIST_KEY_HASHING_SECRET is set, but Redis stores keys as they are: unset it"
     );
     let keys = database::connect_redis(&args.database).await?;

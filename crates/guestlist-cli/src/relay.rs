@@ -268,7 +268,7 @@ async fn publish<DB: Backend, P: Publish>(
         .keep_published(args.keep_published);
     if let Some(addr) = args.metrics_listen {
         let mut stopped = stopped.clone();
-        crate::gateway::ops::serve(addr, pool, Some(relay.health()), async move {
+        crate::ops::serve(addr, pool, Some(relay.health()), async move {
             let _ = stopped.wait_for(|stop| *stop).await;
         })
         .await?;

@@ -77,8 +77,7 @@ impl Snapshot {
                     snapshot.held = snapshot
                         .note(&tables.keys, held.map(Some))
                         .unwrap_or_default();
-                    snapshot.keys_hashed =
-                        matches!(crate::gateway::parse::key_hashing(), Ok(Some(_)));
+                    snapshot.keys_hashed = matches!(crate::secrets::key_hashing(), Ok(Some(_)));
                     let past = past_retention(&keys, retentions.keys).await;
                     snapshot.purge_row(&tables.keys, past, retentions.keys);
                 }

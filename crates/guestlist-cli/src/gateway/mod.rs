@@ -8,7 +8,6 @@
 
 pub(crate) mod args;
 mod lingering;
-pub(crate) mod ops;
 pub(crate) mod parse;
 mod proxy;
 mod server;
@@ -28,6 +27,7 @@ use self::parse::ScopeFrom;
 use self::proxy::Proxy;
 use self::settings::Settings;
 use crate::database::{self, with_pool};
+use crate::ops;
 
 /// Connections the gateway keeps to its key store.
 const POOL_SIZE: u32 = 16;

@@ -1,7 +1,6 @@
 //! Each gateway setting's text read into its value, with what to write instead when it is
 //! not one.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -17,31 +16,6 @@ pub(crate) enum ScopeFrom {
     Header(HeaderName),
     /// One namespace for every client: a webhook endpoint with a single sender.
     None,
-}
-
-/// The sealing keys: from the file named, else from `GUESTLIST_SEALING_KEYS`, else none. The
-/// keys themselves never go in the settings file, which is often not kept secret.
-pub(crate) fn sealing(file: Option<PathBuf>) -> anyhow::Result<Option<guestlist::Sealing>> {
-    let keys = match file {
-        Some(path) => std::fs::read_to_string(&path)
-            .with_context(|| format!("cannot read the sealing keys in {}", path.display()))?,
-        None => match std::env::var("GUESTLIST_SEALING_KEYS") {
-            Ok(keys) => keys,
-            Err(_) => return Ok(None),
-        },
-    };
-    Ok(Some(guestlist::Sealing::parse(&keys)?))
-}
-
-/// The secret that stores keys as keyed hashes, from `GUESTLIST_KEY_HASHING_SECRET` (never the
-/// settings file), if set.
-pub(crate) fn key_hashing() -> anyhow::Result<Option<guestlist::KeyHashing>> {
-    match std::env::var("GUESTLIST_KEY_HASHING_SECRET") {
-        Ok(secret) => Ok(Some(
-            guestlist::KeyHashing::parse(&secret).context("GUESTLIST_KEY_HASHING_SECRET")?,
-        )),
-        Err(_) => Ok(None),
-    }
 }
 
 pub(crate) fn duration(name: &str, text: &str) -> anyhow::Result<Duration> {

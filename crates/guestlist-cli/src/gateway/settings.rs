@@ -9,9 +9,7 @@ use axum::http::{Method, StatusCode};
 use guestlist::http::KeySource;
 
 use super::args::GatewayArgs;
-use super::parse::{
-    ScopeFrom, bytes, duration, key_from, key_hashing, methods, scope_from, sealing,
-};
+use super::parse::{ScopeFrom, bytes, duration, key_from, methods, scope_from};
 
 /// The gateway's settings, checked.
 #[derive(Debug, Clone)]
@@ -120,8 +118,8 @@ impl Settings {
             max_connections,
             max_in_flight_per_scope: set.max_in_flight_per_scope,
             max_keys_per_scope: set.max_keys_per_scope,
-            sealing: sealing(set.sealing_keys_file)?,
-            key_hashing: key_hashing()?,
+            sealing: crate::secrets::sealing(set.sealing_keys_file)?,
+            key_hashing: crate::secrets::key_hashing()?,
             metrics_listen: match set.metrics_listen {
                 Some(addr) => Some(addr.parse().with_context(|| {
                     format!("--metrics-listen {addr:?} is not an address like 127.0.0.1:9090")

@@ -1,5 +1,6 @@
-//! The operator's side door: `/metrics` (Prometheus text) and `/healthz`, on an address of
-//! their own so that neither shadows a path of the upstream.
+//! The operator's side door of a long-running command (the gateway, the relay): `/metrics`
+//! (Prometheus text) and `/healthz`, on an address of their own so that neither shadows a path
+//! of the upstream.
 
 use std::future::Future;
 use std::net::SocketAddr;
