@@ -4,22 +4,25 @@
 //! token is this session's; then it acts and sends the browser back to the page (303) with a
 //! line on what it did.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Form;
-use axum::extract::{Path, State};
+use axum::extract::{FromRequest, Path, Request, State};
 use axum::http::header::{LOCATION, SET_COOKIE};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
-use axum::response::{Html, IntoResponse, Response};
+use axum::response::{IntoResponse, Response};
 use guestlist::{Backend, IdempotencyKey, Outbox, Scope};
+use serde::de::DeserializeOwned;
 
-use super::session::{Session, Sessions, same_origin};
-use super::{Console, Shared, Tables, page};
+use super::done::{Done, Key};
+use super::session::{Sessions, same_origin};
+use super::{Console, Shared, page};
 use crate::database::with_pool;
 
 /// A page that says why a request was refused and what to do, with `status`.
 pub(crate) fn refused(status: StatusCode, message: &str) -> Response {
-    (status, Html(page::refusal(message))).into_response()
+    (status, page::refusal(message)).into_response()
 }
 
 /// An action's form: its CSRF token, and for an eviction the key.
@@ -42,64 +45,29 @@ pub(crate) struct LoginForm {
     token: String,
 }
 
-/// What the last action did, carried in the page's address: only these fixed lines can be
-/// shown, so that a link cannot make the page say something else.
-#[derive(Debug, Default, serde::Deserialize)]
-pub(crate) struct Done {
-    done: Option<String>,
-    // Text, not a number: a flattened field reaches serde as text.
-    id: Option<String>,
-    scope: Option<String>,
-    key: Option<String>,
+/// A form an action takes, and the CSRF token it carries where the action needs a session.
+pub(crate) trait Csrf {
+    /// The form's CSRF token; `None` for a form sent before signing in (the sign-in's own).
+    fn csrf(&self) -> Option<&str>;
 }
 
-impl Done {
-    /// The line to show, if any.
-    pub(crate) fn message(&self, tables: &Tables) -> Option<String> {
-        let id: i64 = self
-            .id
-            .as_deref()
-            .unwrap_or_default()
-            .parse()
-            .unwrap_or_default();
-        let (scope, key) = (
-            self.scope.as_deref().unwrap_or_default(),
-            self.key.as_deref().unwrap_or_default(),
-        );
-        Some(match self.done.as_deref()? {
-            "signed-in" => "signed in: retry, drop and evict are enabled".to_owned(),
-            "signed-out" => "signed out".to_owned(),
-            "wrong-token" => "that is not the console's token: sign in with the value of \
-                 GUESTLIST_CONSOLE_TOKEN it was started with"
-                .to_owned(),
-            "retried" => format!(
-                "dead letter {id} is back in {}: the relay publishes it after what is pending",
-                tables.outbox
-            ),
-            "dropped" => format!("dead letter {id} dropped"),
-            "no-dead" => format!("no dead letter {id}: it was retried or dropped already"),
-            "evicted" => format!(
-                "key {key} in scope {scope} evicted: the next request with it runs again (a \
-                 gateway that stored or replayed it lately may still answer from memory until \
-                 its --replay-cache-ttl ends)"
-            ),
-            "no-key" => format!("no key {key} in scope {scope}: nothing removed"),
-            "in-flight" => format!(
-                "key {key} in scope {scope} is in flight: evicting it now lets a retry run the \
-                 request again while the first may still be running, and the first one's answer \
-                 would not be stored. Wait for its lease, or tick \"even in flight\""
-            ),
-            _ => return None,
-        })
+impl Csrf for ActionForm {
+    fn csrf(&self) -> Option<&str> {
+        Some(&self.csrf)
     }
 }
 
-/// Back to the page, with what was done (and the id looked up, after an eviction).
-fn back(done: &str, fields: &[(&str, &str)], cookie: Option<String>) -> Response {
+impl Csrf for LoginForm {
+    fn csrf(&self) -> Option<&str> {
+        None
+    }
+}
+
+/// Back to the page, with what was done.
+fn back(done: &Done, cookie: Option<String>) -> Response {
     let mut query = url::form_urlencoded::Serializer::new(String::new());
-    query.append_pair("done", done);
-    for (name, value) in fields {
-        query.append_pair(name, value);
+    for (name, value) in done.query() {
+        query.append_pair(name, &value);
     }
     let mut response = StatusCode::SEE_OTHER.into_response();
     let headers = response.headers_mut();
@@ -113,7 +81,7 @@ fn back(done: &str, fields: &[(&str, &str)], cookie: Option<String>) -> Response
 }
 
 /// Why an action was refused (403), and what to do.
-struct Forbidden(&'static str);
+pub(crate) struct Forbidden(&'static str);
 
 impl IntoResponse for Forbidden {
     fn into_response(self) -> Response {
@@ -121,12 +89,45 @@ impl IntoResponse for Forbidden {
     }
 }
 
+/// An action's form from an operator the console lets act: the console takes actions, the form
+/// came from the console's own page, and, for a form with a CSRF token, the browser signed in
+/// and the token is its session's. Refused with [`Forbidden`] otherwise (a form that cannot be
+/// read at all gets axum's own answer).
+pub(crate) struct Authorized<F> {
+    /// The form.
+    pub(crate) form: F,
+    /// The console it was sent to.
+    pub(crate) console: Arc<Console>,
+}
+
+impl<F> Authorized<F> {
+    /// The sessions of the console, which takes actions (or the form would have been refused).
+    fn sessions(&self) -> &Sessions {
+        self.console
+            .sessions
+            .as_ref()
+            .expect("an authorized form reached a console that takes actions")
+    }
+}
+
+impl<F: DeserializeOwned + Csrf + Send> FromRequest<Arc<Console>> for Authorized<F> {
+    type Rejection = Response;
+
+    async fn from_request(request: Request, console: &Arc<Console>) -> Result<Self, Response> {
+        let headers = request.headers().clone();
+        let Form(form) = Form::<F>::from_request(request, console)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        authorize(console, &headers, form.csrf()).map_err(IntoResponse::into_response)?;
+        Ok(Self {
+            form,
+            console: Arc::clone(console),
+        })
+    }
+}
+
 /// The checks every action passes before it acts.
-fn authorize<'a>(
-    console: &'a Console,
-    headers: &HeaderMap,
-    csrf: Option<&str>,
-) -> Result<(&'a Sessions, Option<Session>), Forbidden> {
+fn authorize(console: &Console, headers: &HeaderMap, csrf: Option<&str>) -> Result<(), Forbidden> {
     let Some(sessions) = &console.sessions else {
         return Err(Forbidden(
             "this console is read-only: start it with GUESTLIST_CONSOLE_TOKEN set (a long \
@@ -140,7 +141,7 @@ fn authorize<'a>(
         ));
     }
     let Some(csrf) = csrf else {
-        return Ok((sessions, None));
+        return Ok(());
     };
     let Some(session) = sessions.session(headers) else {
         return Err(Forbidden(
@@ -154,37 +155,22 @@ fn authorize<'a>(
              the form came from elsewhere): reload the console and try again",
         ));
     }
-    Ok((sessions, Some(session)))
+    Ok(())
 }
 
 /// `POST /login`: the operator's token buys a session cookie.
-pub(crate) async fn login(
-    State(console): Shared,
-    headers: HeaderMap,
-    Form(form): Form<LoginForm>,
-) -> Response {
-    let sessions = match authorize(&console, &headers, None) {
-        Ok((sessions, _)) => sessions,
-        Err(refusal) => return refusal.into_response(),
-    };
-    if !sessions.token_is(&form.token) {
+pub(crate) async fn login(login: Authorized<LoginForm>) -> Response {
+    if !login.sessions().token_is(&login.form.token) {
         // Slows down guessing; the operator who mistyped barely notices.
         tokio::time::sleep(Duration::from_millis(500)).await;
-        return back("wrong-token", &[], None);
+        return back(&Done::WrongToken, None);
     }
-    back("signed-in", &[], Some(sessions.open()))
+    back(&Done::SignedIn, Some(login.sessions().open()))
 }
 
 /// `POST /logout`: ends the session.
-pub(crate) async fn logout(
-    State(console): Shared,
-    headers: HeaderMap,
-    Form(form): Form<ActionForm>,
-) -> Response {
-    match authorize(&console, &headers, Some(&form.csrf)) {
-        Ok(_) => back("signed-out", &[], Some(Sessions::close())),
-        Err(refusal) => refusal.into_response(),
-    }
+pub(crate) async fn logout(_: Authorized<ActionForm>) -> Response {
+    back(&Done::SignedOut, Some(Sessions::close()))
 }
 
 /// `POST /dead/{id}/retry` puts an outgoing dead letter back in the outbox; `POST
@@ -192,12 +178,11 @@ pub(crate) async fn logout(
 pub(crate) async fn dead_letter(
     State(console): Shared,
     Path((id, action)): Path<(i64, String)>,
-    headers: HeaderMap,
-    Form(form): Form<ActionForm>,
+    _: Authorized<ActionForm>,
 ) -> Response {
-    let (what, done) = match action.as_str() {
-        "retry" => (Letter::Retry, "retried"),
-        "drop" => (Letter::Drop, "dropped"),
+    let what = match action.as_str() {
+        "retry" => Letter::Retry,
+        "drop" => Letter::Drop,
         _ => {
             return refused(
                 StatusCode::NOT_FOUND,
@@ -205,22 +190,22 @@ pub(crate) async fn dead_letter(
             );
         }
     };
-    if let Err(refusal) = authorize(&console, &headers, Some(&form.csrf)) {
-        return refusal.into_response();
-    }
     let outbox = console.tables.outbox.clone();
     let changed = with_pool!(console.pool.clone(), |pool| on_letter(
         &pool, outbox, id, what
     )
     .await);
-    let id_text = id.to_string();
-    match changed {
-        Ok(true) => {
-            tracing::info!(id, action = done, "console: outgoing dead letter");
-            back(done, &[("id", &id_text)], None)
+    match (changed, what) {
+        (Ok(true), Letter::Retry) => {
+            tracing::info!(id, action = "retried", "console: outgoing dead letter");
+            back(&Done::Retried(id), None)
         }
-        Ok(false) => back("no-dead", &[("id", &id_text)], None),
-        Err(err) => failed(&err),
+        (Ok(true), Letter::Drop) => {
+            tracing::info!(id, action = "dropped", "console: outgoing dead letter");
+            back(&Done::Dropped(id), None)
+        }
+        (Ok(false), _) => back(&Done::NoDeadLetter(id), None),
+        (Err(err), _) => failed(&err),
     }
 }
 
@@ -245,14 +230,8 @@ async fn on_letter<DB: Backend>(
 
 /// `POST /keys/evict`: removes one idempotency key, so that the next request with it runs
 /// again; a key in flight only when the form says so.
-pub(crate) async fn evict(
-    State(console): Shared,
-    headers: HeaderMap,
-    Form(form): Form<ActionForm>,
-) -> Response {
-    if let Err(refusal) = authorize(&console, &headers, Some(&form.csrf)) {
-        return refusal.into_response();
-    }
+pub(crate) async fn evict(State(console): Shared, action: Authorized<ActionForm>) -> Response {
+    let form = action.form;
     let (scope, key) = match (
         Scope::new(form.scope.clone()),
         IdempotencyKey::new(form.key.clone()),
@@ -271,18 +250,17 @@ pub(crate) async fn evict(
         pool, table, &scope, &key, force
     )
     .await);
-    let fields = [
-        ("scope", form.scope.as_str()),
-        ("key", form.key.as_str()),
-        ("trace", form.key.as_str()),
-    ];
+    let named = Key {
+        scope: form.scope,
+        key: form.key,
+    };
     match outcome {
         Ok(Evicted::Removed) => {
             tracing::info!(%scope, %key, "console: key evicted");
-            back("evicted", &fields, None)
+            back(&Done::Evicted(named), None)
         }
-        Ok(Evicted::None) => back("no-key", &fields, None),
-        Ok(Evicted::InFlight) => back("in-flight", &fields, None),
+        Ok(Evicted::None) => back(&Done::NoKey(named), None),
+        Ok(Evicted::InFlight) => back(&Done::InFlight(named), None),
         Err(err) => failed(&err),
     }
 }

@@ -9,6 +9,8 @@
 //! read-only.
 
 mod actions;
+mod done;
+mod live;
 mod page;
 mod session;
 mod snapshot;
@@ -23,7 +25,7 @@ use axum::extract::{Query, Request, State};
 use axum::http::header::{CACHE_CONTROL, CONTENT_SECURITY_POLICY, HOST};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
-use axum::response::{Html, IntoResponse, Response};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use clap::Args;
 use guestlist::TableName;
@@ -162,7 +164,7 @@ pub(crate) async fn run(args: ConsoleArgs) -> anyhow::Result<()> {
 pub(crate) struct PageQuery {
     trace: Option<String>,
     #[serde(flatten)]
-    done: actions::Done,
+    done: done::DoneQuery,
 }
 
 /// The page.
@@ -192,11 +194,11 @@ async fn show(
     let frame = Frame {
         database: &console.database,
         refresh: console.refresh,
-        flash: query.done.message(&console.tables),
+        done: done::Done::from_query(&query.done).map(|done| (done, &console.tables)),
         trace,
         nonce: &nonce,
     };
-    let mut response = Html(page::page(&frame, &viewer, &snapshot)).into_response();
+    let mut response = page::page(&frame, &viewer, &snapshot).into_response();
     let policy = format!(
         "default-src 'none'; style-src 'unsafe-inline'; script-src 'nonce-{nonce}'; \
          connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
@@ -210,10 +212,10 @@ async fn show(
 }
 
 /// The figures alone, which the page fetches to refresh itself.
-async fn live(State(console): Shared, headers: HeaderMap) -> Html<String> {
+async fn live(State(console): Shared, headers: HeaderMap) -> maud::Markup {
     let csrf = console.csrf(&headers);
     let viewer = console.viewer(csrf.as_deref());
-    Html(page::live(&viewer, &console.snapshot().await))
+    live::live(&viewer, &console.snapshot().await)
 }
 
 impl Console {

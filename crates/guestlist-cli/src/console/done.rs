@@ -1,0 +1,173 @@
+//! What the last action did: the line the page shows after an action sends the browser back
+//! to it. It travels in the page's address as a word and the values it names, and only these
+//! words are read back, so that a link cannot make the page say something else.
+
+use super::Tables;
+
+/// What an action did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Done {
+    /// The operator signed in.
+    SignedIn,
+    /// The operator signed out.
+    SignedOut,
+    /// The token given to sign in was not the console's.
+    WrongToken,
+    /// The outgoing dead letter is back in the outbox.
+    Retried(i64),
+    /// The outgoing dead letter was deleted.
+    Dropped(i64),
+    /// There was no such outgoing dead letter.
+    NoDeadLetter(i64),
+    /// The key was evicted.
+    Evicted(Key),
+    /// There was no such key.
+    NoKey(Key),
+    /// The key is in flight and the form did not say to evict it all the same.
+    InFlight(Key),
+}
+
+/// The key an eviction named: its scope and the key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Key {
+    pub(crate) scope: String,
+    pub(crate) key: String,
+}
+
+/// [`Done`] as the page's address carries it.
+#[derive(Debug, Default, serde::Deserialize)]
+pub(crate) struct DoneQuery {
+    done: Option<String>,
+    // Text, not a number: a flattened field reaches serde as text.
+    id: Option<String>,
+    scope: Option<String>,
+    key: Option<String>,
+}
+
+impl Done {
+    /// The word and the values that stand for it in the page's address.
+    pub(crate) fn query(&self) -> Vec<(&'static str, String)> {
+        let (word, id, key) = match self {
+            Done::SignedIn => ("signed-in", None, None),
+            Done::SignedOut => ("signed-out", None, None),
+            Done::WrongToken => ("wrong-token", None, None),
+            Done::Retried(id) => ("retried", Some(*id), None),
+            Done::Dropped(id) => ("dropped", Some(*id), None),
+            Done::NoDeadLetter(id) => ("no-dead", Some(*id), None),
+            Done::Evicted(key) => ("evicted", None, Some(key)),
+            Done::NoKey(key) => ("no-key", None, Some(key)),
+            Done::InFlight(key) => ("in-flight", None, Some(key)),
+        };
+        let mut query = vec![("done", word.to_owned())];
+        if let Some(id) = id {
+            query.push(("id", id.to_string()));
+        }
+        if let Some(key) = key {
+            query.push(("scope", key.scope.clone()));
+            query.push(("key", key.key.clone()));
+            // The page looks the key up again, to show where it stands now.
+            query.push(("trace", key.key.clone()));
+        }
+        query
+    }
+
+    /// What the page's address says was done, if it names a known word.
+    pub(crate) fn from_query(query: &DoneQuery) -> Option<Done> {
+        let id = || {
+            let id = query.id.as_deref().unwrap_or_default();
+            id.parse::<i64>().unwrap_or_default()
+        };
+        let key = || Key {
+            scope: query.scope.clone().unwrap_or_default(),
+            key: query.key.clone().unwrap_or_default(),
+        };
+        Some(match query.done.as_deref()? {
+            "signed-in" => Done::SignedIn,
+            "signed-out" => Done::SignedOut,
+            "wrong-token" => Done::WrongToken,
+            "retried" => Done::Retried(id()),
+            "dropped" => Done::Dropped(id()),
+            "no-dead" => Done::NoDeadLetter(id()),
+            "evicted" => Done::Evicted(key()),
+            "no-key" => Done::NoKey(key()),
+            "in-flight" => Done::InFlight(key()),
+            _ => return None,
+        })
+    }
+
+    /// The line the page shows.
+    pub(crate) fn message(&self, tables: &Tables) -> String {
+        match self {
+            Done::SignedIn => "signed in: retry, drop and evict are enabled".to_owned(),
+            Done::SignedOut => "signed out".to_owned(),
+            Done::WrongToken => "that is not the console's token: sign in with the value of \
+                 GUESTLIST_CONSOLE_TOKEN it was started with"
+                .to_owned(),
+            Done::Retried(id) => format!(
+                "dead letter {id} is back in {}: the relay publishes it after what is pending",
+                tables.outbox
+            ),
+            Done::Dropped(id) => format!("dead letter {id} dropped"),
+            Done::NoDeadLetter(id) => {
+                format!("no dead letter {id}: it was retried or dropped already")
+            }
+            Done::Evicted(Key { scope, key }) => format!(
+                "key {key} in scope {scope} evicted: the next request with it runs again (a \
+                 gateway that stored or replayed it lately may still answer from memory until \
+                 its --replay-cache-ttl ends)"
+            ),
+            Done::NoKey(Key { scope, key }) => {
+                format!("no key {key} in scope {scope}: nothing removed")
+            }
+            Done::InFlight(Key { scope, key }) => format!(
+                "key {key} in scope {scope} is in flight: evicting it now lets a retry run the \
+                 request again while the first may still be running, and the first one's answer \
+                 would not be stored. Wait for its lease, or tick \"even in flight\""
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Done, DoneQuery, Key};
+
+    /// What an action puts in the address reads back as the same outcome.
+    #[test]
+    fn an_outcome_reads_back_from_the_address_it_wrote() {
+        let key = Key {
+            scope: "client-shop".to_owned(),
+            key: "k-1".to_owned(),
+        };
+        for done in [
+            Done::SignedIn,
+            Done::SignedOut,
+            Done::WrongToken,
+            Done::Retried(7),
+            Done::Dropped(8),
+            Done::NoDeadLetter(9),
+            Done::Evicted(key.clone()),
+            Done::NoKey(key.clone()),
+            Done::InFlight(key.clone()),
+        ] {
+            let field = |name: &str| {
+                done.query()
+                    .into_iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, value)| value)
+            };
+            let query = DoneQuery {
+                done: field("done"),
+                id: field("id"),
+                scope: field("scope"),
+                key: field("key"),
+            };
+            assert_eq!(Done::from_query(&query), Some(done.clone()));
+        }
+        let unknown = DoneQuery {
+            done: Some("pwned".to_owned()),
+            ..DoneQuery::default()
+        };
+        assert_eq!(Done::from_query(&unknown), None);
+    }
+}
