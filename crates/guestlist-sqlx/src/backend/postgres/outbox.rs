@@ -6,7 +6,10 @@ use sqlx::{AssertSqlSafe, Postgres};
 use crate::backend::Codec;
 use crate::backend::RelaySql;
 use crate::backend::Wake;
-use crate::backend::relay::{Held, Pending, PendingRow, RelayStatements, Stamp};
+use crate::backend::relay::{
+    DeadStatements, FigureStatements, Held, LeaseStatements, ListenStatements, Pending, PendingRow,
+    PendingStatements, RegistryStatements, ReshardStatements, Stamp, StampStatements,
+};
 use crate::backend::sealed::OutboxStatements;
 use crate::backend::statement::Columns;
 
@@ -24,7 +27,7 @@ impl OutboxStatements for Postgres {
         "UPDATE {table}_keys SET last_seq = last_seq - 1 WHERE ordering_key = $1 AND last_seq = $2";
 }
 
-impl RelayStatements for Postgres {
+impl LeaseStatements for Postgres {
     const RELAY_TAKE: &'static str = "UPDATE {table}_relay \
          SET token = token + 1, holder = $1, lease_until = now() + $2 * interval '1 millisecond' \
          WHERE shard = $3 AND shards = $4 AND lease_until < now() RETURNING token";
@@ -33,17 +36,36 @@ impl RelayStatements for Postgres {
          WHERE {held} AND holder IS NOT NULL";
     const RELAY_RELEASE: &'static str = "UPDATE {table}_relay \
          SET holder = NULL, lease_until = '-infinity' WHERE shard = $1 AND token = $2";
+}
+
+impl PendingStatements for Postgres {
     const RELAY_PENDING: &'static str = "SELECT id, message_id, topic, ordering_key, seq, \
          headers, payload, slot::bigint FROM {table} WHERE published_at IS NULL AND id <> ALL($2) \
          AND (ordering_key IS NULL OR ordering_key <> ALL($3)) \
          AND ($4 = 1 OR slot % $4 = ANY($5)) ORDER BY id LIMIT $1";
-    const DEAD_LIST: &'static str = "SELECT id, message_id, topic, ordering_key, seq, reason, \
-         (EXTRACT(EPOCH FROM (now() - dead_at)) * 1000)::bigint, length(payload)::bigint \
-         FROM {table}_dead ORDER BY id LIMIT $1";
-    const DEAD_RETRY: &'static str = "INSERT INTO {table} \
-         (message_id, topic, ordering_key, seq, headers, payload, slot) \
-         SELECT message_id, topic, ordering_key, seq, headers, payload, slot \
-         FROM {table}_dead WHERE id = $1";
+
+    async fn relay_pending<'c>(
+        conn: &'c mut PgConnection,
+        sql: &'c RelaySql,
+        pending: Pending<'c>,
+    ) -> Result<Vec<PendingRow>, sqlx::Error> {
+        let shards: Vec<i32> = pending.shards.iter().map(|s| *s as i32).collect();
+        let query = sqlx::query(AssertSqlSafe(sql.pending.clone()))
+            .bind(pending.limit)
+            .bind(pending.exclude)
+            .bind(pending.held)
+            .bind(if pending.filters_shards() {
+                i32::try_from(pending.count).unwrap_or(i32::MAX)
+            } else {
+                1
+            })
+            .bind(shards);
+        let rows = Self::fetch_query(conn, query).await?;
+        rows.iter().map(PendingRow::read::<Self>).collect()
+    }
+}
+
+impl StampStatements for Postgres {
     const RELAY_BURY: &'static str = "INSERT INTO {table}_dead \
          (id, message_id, topic, ordering_key, seq, headers, payload, created_at, reason, slot) \
          SELECT id, message_id, topic, ordering_key, seq, headers, payload, created_at, $1, slot \
@@ -69,54 +91,6 @@ impl RelayStatements for Postgres {
          deleted AS (DELETE FROM {table} \
          WHERE id = ANY($4) AND (SELECT held FROM kept) RETURNING 1) \
          SELECT held FROM kept";
-    const OUTBOX_BACKLOG: &'static str = "SELECT COUNT(*)::bigint, \
-         (EXTRACT(EPOCH FROM (now() - MIN(created_at))) * 1000)::bigint \
-         FROM {table} WHERE published_at IS NULL";
-    const OUTBOX_STATS: &'static str = "SELECT COUNT(*)::bigint, \
-         (COUNT(*) FILTER (WHERE published_at IS NULL))::bigint, \
-         (EXTRACT(EPOCH FROM (now() - MIN(created_at) FILTER (WHERE published_at IS NULL))) \
-         * 1000)::bigint, pg_total_relation_size('{table}'::regclass)::bigint FROM {table}";
-    const RELAY_SHARDS: &'static str = "SELECT shard::bigint, token, holder, \
-         CASE WHEN isfinite(lease_until) \
-         THEN (EXTRACT(EPOCH FROM (lease_until - now())) * 1000)::bigint END, shards::bigint \
-         FROM {table}_relay ORDER BY shard";
-    const RELAY_LAG: &'static str = "SELECT (slot % $1)::bigint, COUNT(*)::bigint, \
-         (EXTRACT(EPOCH FROM (now() - MIN(created_at))) * 1000)::bigint \
-         FROM {table} WHERE published_at IS NULL GROUP BY 1 ORDER BY 1";
-    const RELAY_BEAT: &'static str = "INSERT INTO {table}_relays AS r (holder, seen_until) \
-         VALUES ($1, now() + $2 * interval '1 millisecond') \
-         ON CONFLICT (holder) DO UPDATE SET seen_until = EXCLUDED.seen_until";
-    const RELAY_SWEEP: &'static str =
-        "DELETE FROM {table}_relays WHERE seen_until < now() - interval '1 hour'";
-    const RELAY_LIVE: &'static str =
-        "SELECT holder FROM {table}_relays WHERE seen_until > now() ORDER BY holder";
-    const RELAY_LEAVE: &'static str = "DELETE FROM {table}_relays WHERE holder = $1";
-    const RESHARD_DROP: &'static str = "DELETE FROM {table}_relay WHERE shard >= $1";
-    const RESHARD_ADD: &'static str = "INSERT INTO {table}_relay \
-         (shard, token, lease_until, shards) VALUES ($1, 0, '-infinity', $2) \
-         ON CONFLICT (shard) DO NOTHING";
-    const RESHARD_SET: &'static str = "UPDATE {table}_relay \
-         SET shards = $1, token = $2, holder = NULL, lease_until = '-infinity'";
-
-    async fn relay_pending<'c>(
-        conn: &'c mut PgConnection,
-        sql: &'c RelaySql,
-        pending: Pending<'c>,
-    ) -> Result<Vec<PendingRow>, sqlx::Error> {
-        let shards: Vec<i32> = pending.shards.iter().map(|s| *s as i32).collect();
-        let query = sqlx::query(AssertSqlSafe(sql.pending.clone()))
-            .bind(pending.limit)
-            .bind(pending.exclude)
-            .bind(pending.held)
-            .bind(if pending.filters_shards() {
-                i32::try_from(pending.count).unwrap_or(i32::MAX)
-            } else {
-                1
-            })
-            .bind(shards);
-        let rows = Self::fetch_query(conn, query).await?;
-        rows.iter().map(PendingRow::read::<Self>).collect()
-    }
 
     async fn relay_stamp<'c>(
         conn: &'c mut PgConnection,
@@ -141,7 +115,56 @@ impl RelayStatements for Postgres {
         };
         query.fetch_one(conn).await
     }
+}
 
+impl DeadStatements for Postgres {
+    const DEAD_LIST: &'static str = "SELECT id, message_id, topic, ordering_key, seq, reason, \
+         (EXTRACT(EPOCH FROM (now() - dead_at)) * 1000)::bigint, length(payload)::bigint \
+         FROM {table}_dead ORDER BY id LIMIT $1";
+    const DEAD_RETRY: &'static str = "INSERT INTO {table} \
+         (message_id, topic, ordering_key, seq, headers, payload, slot) \
+         SELECT message_id, topic, ordering_key, seq, headers, payload, slot \
+         FROM {table}_dead WHERE id = $1";
+}
+
+impl FigureStatements for Postgres {
+    const OUTBOX_BACKLOG: &'static str = "SELECT COUNT(*)::bigint, \
+         (EXTRACT(EPOCH FROM (now() - MIN(created_at))) * 1000)::bigint \
+         FROM {table} WHERE published_at IS NULL";
+    const OUTBOX_STATS: &'static str = "SELECT COUNT(*)::bigint, \
+         (COUNT(*) FILTER (WHERE published_at IS NULL))::bigint, \
+         (EXTRACT(EPOCH FROM (now() - MIN(created_at) FILTER (WHERE published_at IS NULL))) \
+         * 1000)::bigint, pg_total_relation_size('{table}'::regclass)::bigint FROM {table}";
+    const RELAY_SHARDS: &'static str = "SELECT shard::bigint, token, holder, \
+         CASE WHEN isfinite(lease_until) \
+         THEN (EXTRACT(EPOCH FROM (lease_until - now())) * 1000)::bigint END, shards::bigint \
+         FROM {table}_relay ORDER BY shard";
+    const RELAY_LAG: &'static str = "SELECT (slot % $1)::bigint, COUNT(*)::bigint, \
+         (EXTRACT(EPOCH FROM (now() - MIN(created_at))) * 1000)::bigint \
+         FROM {table} WHERE published_at IS NULL GROUP BY 1 ORDER BY 1";
+}
+
+impl RegistryStatements for Postgres {
+    const RELAY_BEAT: &'static str = "INSERT INTO {table}_relays AS r (holder, seen_until) \
+         VALUES ($1, now() + $2 * interval '1 millisecond') \
+         ON CONFLICT (holder) DO UPDATE SET seen_until = EXCLUDED.seen_until";
+    const RELAY_SWEEP: &'static str =
+        "DELETE FROM {table}_relays WHERE seen_until < now() - interval '1 hour'";
+    const RELAY_LIVE: &'static str =
+        "SELECT holder FROM {table}_relays WHERE seen_until > now() ORDER BY holder";
+    const RELAY_LEAVE: &'static str = "DELETE FROM {table}_relays WHERE holder = $1";
+}
+
+impl ReshardStatements for Postgres {
+    const RESHARD_DROP: &'static str = "DELETE FROM {table}_relay WHERE shard >= $1";
+    const RESHARD_ADD: &'static str = "INSERT INTO {table}_relay \
+         (shard, token, lease_until, shards) VALUES ($1, 0, '-infinity', $2) \
+         ON CONFLICT (shard) DO NOTHING";
+    const RESHARD_SET: &'static str = "UPDATE {table}_relay \
+         SET shards = $1, token = $2, holder = NULL, lease_until = '-infinity'";
+}
+
+impl ListenStatements for Postgres {
     async fn listen<'p>(pool: &'p sqlx::PgPool, channel: &'p str) -> Result<Wake, sqlx::Error> {
         let mut listener = PgListener::connect_with(pool).await?;
         listener.listen(channel).await?;
