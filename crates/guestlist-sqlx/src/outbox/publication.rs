@@ -1,13 +1,10 @@
-//! A batch handed to the broker under the lease: its confirmations awaited up to the confirm
-//! timeout while the lease is renewed, and the lease renewed or given up between rounds.
+//! A batch handed to the broker under the lease: each message's send span, and its
+//! confirmations awaited up to the confirm timeout while the lease is kept ([`super::lease`]).
 
 use std::borrow::Cow;
 use std::time::Instant;
 
-use crate::Error;
 use crate::backend::{Backend, Held};
-use crate::outbox::lease::Leases;
-use crate::outbox::progress::Progress;
 use crate::outbox::relay::Relay;
 use guestlist_core::{Confirmed, OutboxMessage, Outcomes, Publish, PublishError, trace_context};
 
@@ -59,106 +56,6 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
             span.record("guestlist.outcome", outcome_name(outcome, ended));
         }
         publication
-    }
-
-    /// Renews the leases every third of one while a round waits on the broker; returns once one
-    /// is lost (never, while they hold), recording each renewal in `renewed`.
-    ///
-    /// Each time the relay's heartbeat goes first: a round that waits longer than a lease would
-    /// otherwise count this relay out, and the others would take its share. The renewal is the
-    /// last write of the beat, so that whoever sees a lease renewed knows the beat is done.
-    async fn keep_lease(&self, held: &Held, renewed: &std::sync::Mutex<Option<Instant>>) {
-        let lease_ms = i64::try_from(self.lease.as_millis()).unwrap_or(i64::MAX);
-        loop {
-            tokio::time::sleep(self.lease / 3).await;
-            let beat = async {
-                let mut conn = self.pool.acquire().await?;
-                DB::relay_heartbeat(&mut conn, &self.outbox.relay, &self.holder, lease_ms).await
-            };
-            if let Err(err) = beat.await {
-                tracing::debug!(error = %err, "outbox relay could not beat mid-round");
-            }
-            let asked = Instant::now();
-            match self.renew(held, lease_ms).await {
-                Ok(true) => *renewed.lock().unwrap_or_else(|p| p.into_inner()) = Some(asked),
-                Ok(false) => return,
-                // The database is down: the lease runs out by itself; the stamp will tell.
-                Err(err) => {
-                    tracing::debug!(error = %err, "outbox relay could not renew its lease mid-round")
-                }
-            }
-        }
-    }
-
-    /// Renews an idle relay's leases once a third of one has gone by.
-    pub(super) async fn renew_if_due(
-        &self,
-        progress: &mut Progress,
-        lease: &Leases,
-        lease_ms: i64,
-    ) -> Result<(), Error> {
-        if !lease.due(Instant::now()) {
-            return Ok(());
-        }
-        let asked = Instant::now();
-        let kept = self
-            .renew(&lease.held(), lease_ms)
-            .await
-            .map_err(|e| self.error(e))?;
-        match progress.lease.as_mut() {
-            Some(held) if kept => held.renewed(asked),
-            _ => {
-                self.lost(progress).await;
-            }
-        }
-        Ok(())
-    }
-
-    /// Renews a lease that is no longer usable on this relay's clock; `true` when the database
-    /// still had it for this relay's token (nobody could have taken it), which makes it usable
-    /// again.
-    pub(super) async fn renew_lapsed(
-        &self,
-        progress: &mut Progress,
-        lease: &Leases,
-        lease_ms: i64,
-    ) -> Result<bool, Error> {
-        let asked = Instant::now();
-        let kept = self
-            .renew(&lease.held(), lease_ms)
-            .await
-            .map_err(|e| self.error(e))?;
-        match progress.lease.as_mut() {
-            Some(held) if kept => {
-                held.renewed(asked);
-                Ok(true)
-            }
-            _ => Ok(false),
-        }
-    }
-
-    /// Renews the leases of `held` for `lease_ms`; `false` when another relay holds one now.
-    async fn renew(&self, held: &Held, lease_ms: i64) -> Result<bool, sqlx::Error> {
-        let mut conn = self.pool.acquire().await?;
-        DB::relay_renew(&mut conn, &self.outbox.relay, held, lease_ms).await
-    }
-
-    /// Gives the shards `held` up, so that other relays take them at once.
-    pub(super) async fn release(&self, held: &Held) {
-        if held.is_empty() {
-            return;
-        }
-        let released = async {
-            let mut conn = self.pool.acquire().await?;
-            for (shard, token) in held {
-                DB::relay_release(&mut conn, &self.outbox.relay, *shard, *token).await?;
-            }
-            Ok::<_, sqlx::Error>(())
-        };
-        if let Err(err) = released.await {
-            tracing::warn!(table = %self.outbox.table(), error = %err,
-                "outbox relay could not give its shards up; their leases expire on their own");
-        }
     }
 }
 

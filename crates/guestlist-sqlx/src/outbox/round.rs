@@ -33,7 +33,10 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
             // the batch in hand is stamped under the same tokens, not published again.
             Some(lease) if self.renew_lapsed(progress, &lease, lease_ms).await? => lease,
             // A batch published under leases now gone stays pending: it goes again.
-            Some(_) => return Ok(self.lost(progress).await),
+            Some(_) => {
+                self.lost(progress).await;
+                return Ok(Round::Standby);
+            }
             None => {
                 progress.carried = None;
                 progress.held.clear();
@@ -114,7 +117,8 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
         let (published, stamped) = tokio::join!(self.publish(&messages, &held), stamp);
         let (kept, asked) = stamped.map_err(|e| self.error(e))?;
         if !kept {
-            return Ok(self.lost(progress).await);
+            self.lost(progress).await;
+            return Ok(Round::Standby);
         }
         if let Some(held) = progress.lease.as_mut() {
             held.renewed(published.renewed_at.map_or(asked, |at| at.max(asked)));
@@ -124,7 +128,8 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
             progress.moved_at = Instant::now();
         }
         if published.lost {
-            return Ok(self.lost(progress).await);
+            self.lost(progress).await;
+            return Ok(Round::Standby);
         }
         self.resize(progress, &published);
         if let Some(err) = settled.outage {

@@ -9,7 +9,7 @@ use crate::Error;
 use crate::backend::Backend;
 use crate::backend::relay::shard_count;
 use crate::outbox::lease::Leases;
-use crate::outbox::progress::{Progress, Round};
+use crate::outbox::progress::Progress;
 use crate::outbox::relay::{Relay, Relayed};
 use guestlist_core::Publish;
 
@@ -113,50 +113,6 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
             "table" => self.outbox.table().to_string(), "relay" => self.holder.clone())
         .set(progress.lease.as_ref().map_or(0, Leases::len) as f64);
         Ok(())
-    }
-
-    /// Gives back the shards marked to leave once no row of theirs waits in the batch in hand
-    /// (it is stamped first: a shard's next holder never publishes after an unstamped
-    /// confirmation of this one).
-    pub(super) async fn release_left(&self, progress: &mut Progress) {
-        let Some(lease) = progress.lease.as_mut() else {
-            return;
-        };
-        if !lease.is_leaving() {
-            return;
-        }
-        let count = lease.count;
-        if let Some(carried) = &progress.carried {
-            let publishing = lease.publishing();
-            let waiting = carried
-                .rows
-                .iter()
-                .any(|row| !publishing.contains(&row.shard(count)));
-            if waiting {
-                return;
-            }
-        }
-        let left = lease.take_leaving();
-        if lease.len() == 0 {
-            progress.lease = None;
-        }
-        self.release(&left).await;
-    }
-
-    /// Forgets the shards after one of their leases was lost (another relay took it, or the
-    /// count changed), gives back those still held, and logs it: the keys held under them are
-    /// found again by their next holders, and what was published unstamped goes again.
-    pub(super) async fn lost(&self, progress: &mut Progress) -> Round {
-        progress.carried = None;
-        progress.held.clear();
-        progress.coordinated_at = None;
-        if let Some(lease) = progress.lease.take() {
-            tracing::warn!(table = %self.outbox.table(), holder = %self.holder,
-                shards = ?lease.shards(),
-                "outbox relay lost a shard's lease to another relay; taking its share again");
-            self.release(&lease.held()).await;
-        }
-        Round::Standby
     }
 
     /// Leaves the registry, so that the other relays count their shares without this one at
