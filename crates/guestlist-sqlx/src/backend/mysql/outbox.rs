@@ -5,9 +5,10 @@ use sqlx::mysql::MySqlConnection;
 use sqlx::{Connection, MySql};
 
 use crate::backend::outbox::next_seq;
+use crate::backend::relay::lease::take;
 use crate::backend::relay::{
     DeadStatements, FigureStatements, LeaseStatements, ListenStatements, PendingStatements,
-    RegistryStatements, ReshardStatements, StampStatements, take,
+    RegistryStatements, ReshardStatements, StampStatements,
 };
 use crate::backend::sealed::OutboxStatements;
 use crate::backend::statement::Plain;

@@ -17,7 +17,7 @@ pub(crate) mod stamp;
 
 pub(crate) use dead::DeadStatements;
 pub(crate) use figures::{FigureStatements, ShardRow, shard_count};
-pub(crate) use lease::{Held, LeaseStatements, take};
+pub(crate) use lease::{Held, LeaseStatements};
 pub(crate) use pending::{Pending, PendingRow, PendingStatements};
 pub(crate) use registry::RegistryStatements;
 pub(crate) use reshard::ReshardStatements;
