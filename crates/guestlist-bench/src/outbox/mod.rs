@@ -20,13 +20,13 @@
 //! a commit to the message's arrival at a subscriber; and last, relays side by side (see
 //! `scale`): four against one on a broker 5 ms away, two against one at hand.
 
+mod by_hand;
 mod latency;
 mod scale;
 
 use std::time::Instant;
 
-use guestlist::sqlx::postgres::PgRow;
-use guestlist::sqlx::{self, PgPool, Row as _};
+use guestlist::sqlx::{self, PgPool};
 use guestlist::{Outbox, OutboxMessage, Outcomes, Publish, Relay};
 use guestlist_amqp::RabbitPublisher;
 use guestlist_nats::JetStreamPublisher;
@@ -340,8 +340,8 @@ async fn measure<P: Publish>(
                 relayed.published
             );
         }
-        Figure::Handwritten => handwritten(pool, &publisher).await?,
-        Figure::DatabasePartByHand => read_and_delete(pool).await?,
+        Figure::Handwritten => by_hand::handwritten(pool, &publisher).await?,
+        Figure::DatabasePartByHand => by_hand::read_and_delete(pool).await?,
         Figure::PublishOnly => unreachable!("measured above"),
     }
     let rate = messages as f64 / started.elapsed().as_secs_f64();
@@ -379,107 +379,6 @@ async fn preload(pool: &PgPool, topic: &str, messages: usize) -> anyhow::Result<
         .execute(pool)
         .await?;
     Ok(())
-}
-
-/// The polling relay written the obvious way: a batch of unpublished rows, then for each row
-/// a publish awaited for its confirmation and an UPDATE, until none is left.
-async fn handwritten<P: Publish>(pool: &PgPool, publisher: &P) -> anyhow::Result<()> {
-    loop {
-        let rows: Vec<HandwrittenRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "SELECT id, message_id, topic, payload FROM {TABLE} \
-             WHERE published_at IS NULL ORDER BY id LIMIT {HANDWRITTEN_BATCH}"
-        )))
-        .fetch_all(pool)
-        .await?;
-        if rows.is_empty() {
-            return Ok(());
-        }
-        for row in rows {
-            let message = OutboxMessage::new(row.message_id, row.topic, row.payload);
-            let mut outcomes = Outcomes::with_capacity(1);
-            publisher
-                .publish(std::slice::from_ref(&message), &mut outcomes)
-                .await;
-            for outcome in outcomes.into_results(1) {
-                outcome?;
-            }
-            sqlx::query(sqlx::AssertSqlSafe(format!(
-                "UPDATE {TABLE} SET published_at = now() WHERE id = $1"
-            )))
-            .bind(row.id)
-            .execute(pool)
-            .await?;
-        }
-    }
-}
-
-/// An outbox row as the relay written the obvious way reads it (`SELECT id, message_id, topic,
-/// payload`).
-struct HandwrittenRow {
-    id: i64,
-    message_id: String,
-    topic: String,
-    payload: Vec<u8>,
-}
-
-impl sqlx::FromRow<'_, PgRow> for HandwrittenRow {
-    fn from_row(row: &PgRow) -> Result<Self, sqlx::Error> {
-        Ok(Self {
-            id: row.try_get(0)?,
-            message_id: row.try_get(1)?,
-            topic: row.try_get(2)?,
-            payload: row.try_get(3)?,
-        })
-    }
-}
-
-/// An outbox row as the relay reads it (`SELECT id, message_id, topic, ordering_key, seq,
-/// headers, payload`): what the by-hand relays decode, whether or not they use it.
-struct PendingRow {
-    id: i64,
-    _message_id: String,
-    _topic: String,
-    _ordering_key: Option<String>,
-    _seq: i64,
-    _headers: Option<Vec<u8>>,
-    _payload: Vec<u8>,
-}
-
-impl sqlx::FromRow<'_, PgRow> for PendingRow {
-    fn from_row(row: &PgRow) -> Result<Self, sqlx::Error> {
-        Ok(Self {
-            id: row.try_get(0)?,
-            _message_id: row.try_get(1)?,
-            _topic: row.try_get(2)?,
-            _ordering_key: row.try_get(3)?,
-            _seq: row.try_get(4)?,
-            _headers: row.try_get(5)?,
-            _payload: row.try_get(6)?,
-        })
-    }
-}
-
-/// The database's part of relaying, by hand: the oldest pending rows read, then deleted, a
-/// batch at a time, until none is left.
-async fn read_and_delete(pool: &PgPool) -> anyhow::Result<()> {
-    loop {
-        let rows: Vec<PendingRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "SELECT id, message_id, topic, ordering_key, seq, headers, payload FROM {TABLE} \
-                 WHERE published_at IS NULL ORDER BY id LIMIT {PUBLISH_BATCH}"
-        )))
-        .fetch_all(pool)
-        .await?;
-        if rows.is_empty() {
-            return Ok(());
-        }
-        let ids: Vec<i64> = rows.iter().map(|row| row.id).collect();
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "DELETE FROM {TABLE} WHERE id = ANY($1)"
-        )))
-        .bind(&ids)
-        .execute(pool)
-        .await?;
-    }
 }
 
 /// The n-th event.
