@@ -4,7 +4,8 @@
 use std::borrow::Cow;
 use std::time::Instant;
 
-use crate::backend::{Backend, Held};
+use crate::backend::Backend;
+use crate::outbox::lease::Leases;
 use crate::outbox::relay::Relay;
 use guestlist_core::{Confirmed, OutboxMessage, Outcomes, Publish, PublishError, trace_context};
 
@@ -18,6 +19,9 @@ pub(super) struct Publication {
     pub(super) lost: bool,
     /// The last time the lease was renewed while the round waited.
     pub(super) renewed_at: Option<Instant>,
+    /// Nothing went out: the lease stopped being usable on this relay's clock while the batch
+    /// was made ready (a relay starved of CPU, or stopped, between the round's check and here).
+    pub(super) unsent: bool,
 }
 
 /// How the wait for a batch's confirmations ended.
@@ -30,22 +34,33 @@ enum Ended {
 
 impl<DB: Backend, P: Publish> Relay<DB, P> {
     /// Publishes `messages` and waits for their confirmations, up to the confirm timeout,
-    /// renewing the lease while it waits; the outcomes given by then are kept.
-    pub(super) async fn publish(&self, messages: &[OutboxMessage], held: &Held) -> Publication {
+    /// renewing the lease while it waits; the outcomes given by then are kept. The lease's
+    /// last check comes after the batch is ready, right before the broker, so that a relay
+    /// stalled in between (CPU-starved, or stopped) publishes nothing on a lease another relay
+    /// may have taken meanwhile.
+    pub(super) async fn publish(&self, messages: &[OutboxMessage], lease: &Leases) -> Publication {
         let mut publication = Publication::default();
         if messages.is_empty() {
             return publication;
         }
+        let held = lease.held();
         let mut outcomes = Outcomes::with_capacity(messages.len());
         let renewed = std::sync::Mutex::new(None::<Instant>);
         let spans: Vec<tracing::Span> = messages.iter().map(send_span).collect();
         let traced = carry_context(messages, &spans);
+        if !lease.usable(Instant::now()) {
+            publication.unsent = true;
+            for span in &spans {
+                span.record("guestlist.outcome", "lease lost");
+            }
+            return publication;
+        }
         let ended = {
             let publish = self.publisher.publish(&traced, &mut outcomes);
             tokio::select! {
                 () = publish => Ended::Confirmed,
                 () = tokio::time::sleep(self.confirm_timeout) => Ended::TimedOut,
-                () = self.keep_lease(held, &renewed) => Ended::LeaseLost,
+                () = self.keep_lease(&held, &renewed) => Ended::LeaseLost,
             }
         };
         publication.timed_out = ended == Ended::TimedOut;

@@ -66,7 +66,7 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
         // Reading the batch took time: a lease no longer usable publishes nothing more (the
         // rows stay pending), so that no other relay's take can come before this publish.
         // (The next round reads them again, under the lease as renewed.)
-        let dropped = !rows.is_empty() && !lease.usable(Instant::now());
+        let mut dropped = !rows.is_empty() && !lease.usable(Instant::now());
         if dropped {
             rows.clear();
             messages.clear();
@@ -114,7 +114,7 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
             Ok::<_, sqlx::Error>((kept, asked))
         }
         .instrument(stamp_span);
-        let (published, stamped) = tokio::join!(self.publish(&messages, &held), stamp);
+        let (published, stamped) = tokio::join!(self.publish(&messages, &lease), stamp);
         let (kept, asked) = stamped.map_err(|e| self.error(e))?;
         if !kept {
             self.lost(progress).await;
@@ -130,6 +130,12 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
         if published.lost {
             self.lost(progress).await;
             return Ok(Round::Standby);
+        }
+        if published.unsent {
+            // Nothing went out: the rows stay pending, and the next round reads them again
+            // under the lease as renewed (or stands by).
+            rows.clear();
+            dropped = true;
         }
         self.resize(progress, &published);
         if let Some(err) = settled.outage {
