@@ -167,27 +167,16 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
         lease: &Leases,
         lease_ms: i64,
     ) -> Result<(), Error> {
-        if !lease.due(Instant::now()) {
-            return Ok(());
-        }
-        let asked = Instant::now();
-        let kept = self
-            .renew(&lease.held(), lease_ms)
-            .await
-            .map_err(|e| self.error(e))?;
-        match progress.lease.as_mut() {
-            Some(held) if kept => held.renewed(asked),
-            _ => {
-                self.lost(progress).await;
-            }
+        if lease.due(Instant::now()) && !self.renew_held(progress, lease, lease_ms).await? {
+            self.lost(progress).await;
         }
         Ok(())
     }
 
-    /// Renews a lease that is no longer usable on this relay's clock; `true` when the database
-    /// still had it for this relay's token (nobody could have taken it), which makes it usable
-    /// again.
-    pub(super) async fn renew_lapsed(
+    /// Renews the leases held now: `true` when the database still had each for this relay's
+    /// token (nobody could have taken it), which makes them usable again, also once they had
+    /// lapsed on this relay's clock.
+    pub(super) async fn renew_held(
         &self,
         progress: &mut Progress,
         lease: &Leases,

@@ -31,7 +31,7 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
             // No longer usable on this relay's clock (a slow renewal on a busy machine): a
             // renewal with its tokens keeps them when no other relay can have taken them, and
             // the batch in hand is stamped under the same tokens, not published again.
-            Some(lease) if self.renew_lapsed(progress, &lease, lease_ms).await? => lease,
+            Some(lease) if self.renew_held(progress, &lease, lease_ms).await? => lease,
             // A batch published under leases now gone stays pending: it goes again.
             Some(_) => {
                 self.lost(progress).await;
