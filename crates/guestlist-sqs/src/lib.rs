@@ -34,6 +34,7 @@
 //! [broker consumers](https://github.com/guestlist-rs/guestlist/blob/main/docs/guide/src/consumers.md)
 //! (or build it locally with `mdbook serve docs/guide`).
 
+mod client_settings;
 mod delivery;
 mod envelope;
 mod fifo;

@@ -9,6 +9,7 @@ use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
 use guestlist_core::{Confirmed, OutboxMessage, Outcomes, Publish, PublishError};
 use sha2::{Digest, Sha256};
 
+use crate::client_settings::{ClientSettings, client_setters};
 use crate::delivery::text;
 use crate::{MESSAGE_ID_ATTRIBUTE, queue};
 
@@ -43,8 +44,7 @@ pub struct SqsPublisher {
 #[derive(Debug, Clone, Default)]
 #[must_use]
 pub struct SqsPublisherBuilder {
-    client: Option<Client>,
-    endpoint_url: Option<String>,
+    client_settings: ClientSettings,
 }
 
 impl SqsPublisher {
@@ -65,32 +65,12 @@ impl SqsPublisher {
 }
 
 impl SqsPublisherBuilder {
-    /// The client to use, built as you like (`aws_config`, [`crate::local_client`], your own
-    /// HTTP client); by default one is configured from the AWS environment.
-    pub fn client(mut self, client: Client) -> Self {
-        self.client = Some(client);
-        self
-    }
-
-    /// The endpoint of a local SQS server (moto, LocalStack, ElasticMQ): `http://127.0.0.1:5000`.
-    /// `AWS_ENDPOINT_URL` does the same from the environment.
-    pub fn endpoint_url(mut self, url: &str) -> Self {
-        self.endpoint_url = Some(url.to_owned());
-        self
-    }
+    client_setters!();
 
     /// Makes the client; refuses an endpoint that is no `http://` or `https://` URL.
     /// [`SqsPublisher::reachable`] checks that SQS answers.
     pub async fn connect(self) -> Result<SqsPublisher, crate::Error> {
-        let client = match (self.client, self.endpoint_url) {
-            (Some(client), _) => client,
-            (None, endpoint) => {
-                if let Some(endpoint) = &endpoint {
-                    crate::check_endpoint(endpoint)?;
-                }
-                crate::client(endpoint.as_deref()).await
-            }
-        };
+        let client = self.client_settings.connect().await?;
         Ok(SqsPublisher {
             client,
             urls: Mutex::default(),

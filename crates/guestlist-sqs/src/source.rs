@@ -3,11 +3,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use aws_sdk_sqs::Client;
 use aws_sdk_sqs::types::MessageSystemAttributeName;
 use guestlist_consumer::{BoxError, Source};
 
 use crate::Error;
+use crate::client_settings::{ClientSettings, client_setters};
 use crate::delivery::SqsDelivery;
 use crate::fifo::Groups;
 use crate::queue::Queue;
@@ -31,8 +31,7 @@ pub struct SqsSource {
 #[must_use]
 pub struct SqsSourceBuilder {
     queue: String,
-    client: Option<Client>,
-    endpoint_url: Option<String>,
+    client_settings: ClientSettings,
     dead_letter_queue: Option<String>,
     id_attribute: Option<String>,
     sns: bool,
@@ -53,8 +52,7 @@ impl SqsSource {
     pub fn builder(queue: &str) -> SqsSourceBuilder {
         SqsSourceBuilder {
             queue: queue.to_owned(),
-            client: None,
-            endpoint_url: None,
+            client_settings: ClientSettings::default(),
             dead_letter_queue: None,
             id_attribute: None,
             sns: false,
@@ -117,19 +115,7 @@ impl SqsSource {
 }
 
 impl SqsSourceBuilder {
-    /// The client to use, built as you like (`aws_config`, your own HTTP client); by default
-    /// one is configured from the AWS environment.
-    pub fn client(mut self, client: Client) -> Self {
-        self.client = Some(client);
-        self
-    }
-
-    /// The endpoint of a local SQS server (moto, LocalStack, ElasticMQ): `http://127.0.0.1:5000`.
-    /// `AWS_ENDPOINT_URL` does the same from the environment.
-    pub fn endpoint_url(mut self, url: &str) -> Self {
-        self.endpoint_url = Some(url.to_owned());
-        self
-    }
+    client_setters!();
 
     /// The queue (name or URL) poison messages are sent to, with their error in a
     /// `guestlist-error` attribute. Needed unless the queue has a redrive policy, which then
@@ -164,12 +150,10 @@ impl SqsSourceBuilder {
     }
 
     /// Looks the queue up, with its visibility timeout, retention and redrive policy, and the
-    /// dead-letter queue; refuses a queue that does not exist and a poison path that does not.
+    /// dead-letter queue; refuses a queue that does not exist and a poison path that does not,
+    /// and an endpoint that is no `http://` or `https://` URL.
     pub async fn connect(self) -> Result<SqsSource, Error> {
-        let client = match self.client {
-            Some(client) => client,
-            None => crate::client(self.endpoint_url.as_deref()).await,
-        };
+        let client = self.client_settings.connect().await?;
         let queue = Queue::find(&client, &self.queue).await?;
         let dead_letters = match (&queue.redrive, &self.dead_letter_queue) {
             (Some(redrive), named) => {
