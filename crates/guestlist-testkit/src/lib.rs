@@ -20,6 +20,7 @@ pub mod private_mariadb;
 pub mod private_postgres;
 pub mod private_server;
 pub mod raw_http;
+pub mod restart_clients;
 pub mod skewed_clock;
 mod stories;
 

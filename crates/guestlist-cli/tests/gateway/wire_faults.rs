@@ -56,14 +56,9 @@ pub async fn an_ambiguous_write_of_the_answer_is_replayed_not_run_again(store: S
 /// key's retry replays the answer its client got, and the gateway never stopped.
 pub async fn a_database_restarted_under_four_clients_runs_each_key_once() {
     use guestlist_testkit::private_postgres::PrivatePostgres;
-    use guestlist_testkit::private_server::PrivateServer;
-    use std::collections::BTreeMap;
+    use guestlist_testkit::restart_clients::{CLIENTS, EACH, through_a_restart};
     use std::sync::Arc;
-    use std::sync::atomic::{AtomicU64, Ordering};
-    use std::time::Instant;
 
-    const CLIENTS: usize = 4;
-    const EACH: usize = 25;
     let cluster = PrivatePostgres::start();
     let store = Store::Postgres {
         url: cluster.url(),
@@ -72,56 +67,36 @@ pub async fn a_database_restarted_under_four_clients_runs_each_key_once() {
     };
     let upstream = Upstream::start().await;
     let gateway = Arc::new(Gateways::start(&upstream.url, &store, &["--lease", "6s"]).await);
-    let answered = Arc::new(AtomicU64::new(0));
-    let clients: Vec<_> = (0..CLIENTS)
-        .map(|client| {
-            let (gateway, answered) = (gateway.clone(), answered.clone());
-            tokio::spawn(async move {
-                let mut bodies = BTreeMap::new();
-                for n in 0..EACH {
-                    let key = format!("restart-{client}-{n}");
-                    let headers = [
-                        ("authorization", "Bearer alice"),
-                        ("idempotency-key", key.as_str()),
-                    ];
-                    let started = Instant::now();
-                    let answer = loop {
-                        let answer = post(&gateway.route("/charges"), &headers, b"{}").await;
-                        if answer.status == 201 {
-                            break answer;
-                        }
-                        assert!(
-                            started.elapsed() < Duration::from_secs(60),
-                            "{key}: still {answer:?} after a minute"
-                        );
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    };
-                    answered.fetch_add(1, Ordering::SeqCst);
-                    bodies.insert(key, answer.body);
-                    tokio::time::sleep(Duration::from_millis(10)).await;
+    let keyed = |key: &str| {
+        [
+            ("authorization", "Bearer alice".to_owned()),
+            ("idempotency-key", key.to_owned()),
+        ]
+    };
+    let answered = through_a_restart(&cluster, {
+        let gateway = gateway.clone();
+        move |key: String| {
+            let gateway = gateway.clone();
+            async move {
+                let headers = keyed(&key);
+                let headers = headers
+                    .each_ref()
+                    .map(|(name, value)| (*name, value.as_str()));
+                let answer = post(&gateway.route("/charges"), &headers, b"{}").await;
+                if answer.status == 201 {
+                    Ok(answer.body)
+                } else {
+                    Err(format!("{answer:?}"))
                 }
-                bodies
-            })
-        })
-        .collect();
-    while answered.load(Ordering::SeqCst) < 20 {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    assert!(
-        answered.load(Ordering::SeqCst) < (CLIENTS * EACH) as u64 - 20,
-        "the restart lands while the clients send"
-    );
-    cluster.restart(Duration::from_secs(1)).await;
-
-    let mut bodies = BTreeMap::new();
-    for client in clients {
-        bodies.extend(client.await.expect("every client is answered in the end"));
-    }
-    for (key, body) in &bodies {
-        let headers = [
-            ("authorization", "Bearer alice"),
-            ("idempotency-key", key.as_str()),
-        ];
+            }
+        }
+    })
+    .await;
+    for (key, body) in &answered.bodies {
+        let headers = keyed(key);
+        let headers = headers
+            .each_ref()
+            .map(|(name, value)| (*name, value.as_str()));
         let again = post(&gateway.route("/charges"), &headers, b"{}").await;
         assert!(again.replayed, "{key}: {again:?}");
         assert_eq!(&again.body, body, "{key}: the answer its client got");

@@ -90,71 +90,36 @@ pub async fn an_ambiguous_write_of_the_answer_ends_in_one_effect<S: Store>(name:
 /// one stored answer, which its next retry replays; the server never stopped.
 pub async fn a_database_restarted_under_four_clients_answers_each_key_once<S: Store>(name: &str) {
     use guestlist_testkit::private_postgres::PrivatePostgres;
-    use guestlist_testkit::private_server::PrivateServer;
-    use std::collections::BTreeMap;
+    use guestlist_testkit::restart_clients::{CLIENTS, EACH, through_a_restart};
     use std::sync::Arc;
-    use std::sync::atomic::{AtomicU64, Ordering};
 
-    const CLIENTS: usize = 4;
-    const EACH: usize = 25;
     let cluster = PrivatePostgres::start();
     let store = S::open_at(&cluster.url(), name).await;
     let state = AppState::default();
     let server = Arc::new(
         Server::start(store.router(state.clone(), &Settings::with_lease(LEASE * 3))).await,
     );
-    let answered = Arc::new(AtomicU64::new(0));
-    let refused = Arc::new(AtomicU64::new(0));
-    let clients: Vec<_> = (0..CLIENTS)
-        .map(|client| {
-            let (server, answered, refused) = (server.clone(), answered.clone(), refused.clone());
-            tokio::spawn(async move {
-                let mut bodies = BTreeMap::new();
-                for n in 0..EACH {
-                    let key = format!("restart-{client}-{n}");
-                    let call = Call::new(&key);
-                    let started = Instant::now();
-                    let answer = loop {
-                        let answer = call.send(&server.base).await;
-                        if answer.status == StatusCode::CREATED {
-                            break answer;
-                        }
-                        refused.fetch_add(1, Ordering::SeqCst);
-                        assert!(
-                            started.elapsed() < Duration::from_secs(60),
-                            "{key}: still {} after a minute: {}",
-                            answer.status,
-                            answer.text()
-                        );
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    };
-                    answered.fetch_add(1, Ordering::SeqCst);
-                    bodies.insert(key, answer.body);
-                    tokio::time::sleep(Duration::from_millis(10)).await;
+    let answered = through_a_restart(&cluster, {
+        let server = server.clone();
+        move |key: String| {
+            let server = server.clone();
+            async move {
+                let answer = Call::new(&key).send(&server.base).await;
+                if answer.status == StatusCode::CREATED {
+                    Ok(answer.body)
+                } else {
+                    Err(format!("{}: {}", answer.status, answer.text()))
                 }
-                bodies
-            })
-        })
-        .collect();
-    while answered.load(Ordering::SeqCst) < 20 {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    assert!(
-        answered.load(Ordering::SeqCst) < (CLIENTS * EACH) as u64 - 20,
-        "the restart lands while the clients send"
-    );
-    cluster.restart(Duration::from_secs(1)).await;
-
-    let mut bodies = BTreeMap::new();
-    for client in clients {
-        bodies.extend(client.await.expect("every client is answered in the end"));
-    }
+            }
+        }
+    })
+    .await;
     eprintln!(
         "{}: {} answers asked to be retried",
         S::LABEL,
-        refused.load(Ordering::SeqCst)
+        answered.retried
     );
-    for (key, body) in &bodies {
+    for (key, body) in &answered.bodies {
         let again = Call::new(key).send(&server.base).await;
         assert!(again.replayed(), "{}: {key}: {}", S::LABEL, again.text());
         assert_eq!(
