@@ -3,7 +3,6 @@
 
 use std::collections::HashSet;
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,25 +12,11 @@ use tracing::Instrument;
 
 use crate::failure::Failure;
 use crate::handled::Handled;
+use crate::next_fetch::Next;
 use crate::outage::{Held, Outage};
 use crate::runtime::Core;
 use crate::shutdown::Stop;
 use crate::{BoxError, Delivery, Handler, Message};
-
-/// The next batch's fetch, run while a batch commits: not yet awaited, or done.
-enum Next<F: Future> {
-    Waiting(Pin<Box<F>>),
-    Fetched(F::Output),
-}
-
-impl<F: Future> Next<F> {
-    async fn output(self) -> F::Output {
-        match self {
-            Next::Waiting(fetch) => fetch.await,
-            Next::Fetched(output) => output,
-        }
-    }
-}
 
 /// A handler run that failed inside a batch, carried to its message when the batch goes one by
 /// one: the message is settled with this run's outcome (its deferral, or its failure) instead of
@@ -299,6 +284,15 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
     /// Claims the whole batch and runs the handler for its fresh messages on one transaction,
     /// running `next` while it commits. Any failure before the commit rolls it all back, and
     /// the batch goes through one by one.
+    ///
+    /// Not [`guestlist_sqlx::Inbox::process_batch`], on purpose, though both begin with
+    /// `Inbox::begin`, claim with `Inbox::claim_batch` and commit once: that path hands all the
+    /// fresh ids to one closure and retries the whole transaction on a deadlock, where the
+    /// consumer runs its handler once per message (each in its own carried-key scope, span and
+    /// deferral watch), must know which message failed so that the batch can go one by one with
+    /// that run's outcome, and overlaps the commit with the next fetch. The story
+    /// `a_batch_ends_as_the_inboxs_own_batch_path_ends` (every broker, every database) runs the
+    /// same ids through both and fails if they drift apart.
     async fn in_one_transaction<D: Delivery, F: Future>(
         &self,
         ready: &[(Arc<D>, Arc<Message>)],

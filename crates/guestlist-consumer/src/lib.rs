@@ -28,6 +28,7 @@ mod handler;
 mod id_from;
 mod keep_alive;
 mod message;
+mod next_fetch;
 mod outage;
 mod runtime;
 mod settle;

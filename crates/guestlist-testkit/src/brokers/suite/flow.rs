@@ -4,6 +4,8 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use guestlist_core::{Claim, HandlerName, MessageId};
+
 use crate::Fixture;
 
 use crate::brokers::Broker;
@@ -76,7 +78,7 @@ pub async fn a_poison_message_is_dead_lettered_while_the_rest_flow<B: Broker, DB
         errors[0].contains("poison pill"),
         "the dead letter says why: {errors:?}"
     );
-    // And the inbox recorded it, for operators (guestlist console, guestlist trace).
+    // And the inbox recorded it, for operators (guestlist console, guestlist history).
     let recorded = rig.inbox.dead_letters(&rig.db.pool, 10).await.unwrap();
     assert_eq!(recorded.len(), 1, "{recorded:?}");
     assert_eq!(recorded[0].message_id, "evt_poison");
@@ -233,4 +235,66 @@ pub async fn a_poison_in_a_batch_runs_once_per_delivery_and_each_run_is_counted<
         "{}: the poison ran once per delivery, each failed run counted: {handled:?}",
         B::LABEL
     );
+}
+
+/// A batch the consumer handles ends as the inbox's own batch path ([`Inbox::process_batch`])
+/// ends on the same ids: the same ids run (an id twice in the batch once, an id handled before
+/// not at all) and the same rows are on the guest list. The consumer claims, runs and commits a
+/// batch itself (`guestlist-consumer`'s `batch.rs` says why), so this story is what catches the
+/// two paths drifting apart.
+///
+/// [`Inbox::process_batch`]: guestlist_sqlx::Inbox::process_batch
+pub async fn a_batch_ends_as_the_inboxs_own_batch_path_ends<B: Broker, DB: Fixture>(name: &str) {
+    let rig = Rig::<B, DB>::open(name, Duration::from_secs(30)).await;
+    let pool = &rig.db.pool;
+    let warehouse = HandlerName::new("warehouse").unwrap();
+    let by_inbox = HandlerName::new("warehouse_by_inbox").unwrap();
+    let handled_before = MessageId::new("evt_2").unwrap();
+    for handler in [&warehouse, &by_inbox] {
+        let mut tx = rig.inbox.begin(pool).await.unwrap();
+        let claim = rig.inbox.claim(&mut tx, handler, &handled_before).await;
+        assert_eq!(claim.unwrap(), Claim::Fresh);
+        tx.commit().await.unwrap();
+    }
+    let published = ["evt_0", "evt_1", "evt_1", "evt_2", "evt_3"];
+    for id in published {
+        rig.broker.publish(&order_paid(id)).await;
+    }
+    let (stop, task) = run_until_stopped!(rig.consumer(10).await);
+    let handled = rig.stop_drained(stop, task, Duration::from_secs(30)).await;
+    assert_eq!(handled.delivered, 5, "{}: {handled:?}", B::LABEL);
+
+    let ids: Vec<MessageId> = published.map(|id| MessageId::new(id).unwrap()).to_vec();
+    let done = rig
+        .inbox
+        .process_batch(pool, &by_inbox, &ids, async |_tx, fresh: &[MessageId]| {
+            Ok::<_, anyhow::Error>(fresh.len())
+        })
+        .await
+        .unwrap();
+    assert_eq!(done.duplicates, [handled_before], "{}", B::LABEL);
+    assert_eq!(handled.fresh, done.fresh.len() as u64, "{}", B::LABEL);
+    for id in ["evt_0", "evt_1", "evt_2", "evt_3"] {
+        let ran = |table: &str| format!("SELECT count(*) FROM {table} WHERE event = '{id}'");
+        let by_consumer = rig.db.scalar(ran(&rig.effects)).await;
+        let ran_by_inbox = done.fresh.iter().any(|fresh| fresh.as_str() == id);
+        assert_eq!(
+            by_consumer,
+            i64::from(ran_by_inbox),
+            "{}: {id} ran {by_consumer} times under the consumer; Inbox::process_batch ran it: {ran_by_inbox}",
+            B::LABEL
+        );
+        for handler in [&warehouse, &by_inbox] {
+            let listed = format!(
+                "SELECT count(*) FROM {} WHERE handler = '{handler}' AND message_id = '{id}'",
+                rig.inbox.table()
+            );
+            assert_eq!(
+                rig.db.scalar(listed).await,
+                1,
+                "{}: {id} on {handler}'s guest list",
+                B::LABEL
+            );
+        }
+    }
 }
