@@ -200,6 +200,7 @@ macro_rules! relay_suite {
             a_message_never_taken_is_dead_lettered_and_the_rest_go_out_once,
             a_round_that_outlasts_its_lease_stamps_what_was_confirmed,
             a_lease_that_ran_out_untaken_is_renewed_and_its_round_stamped,
+            a_relay_starved_before_the_broker_sends_nothing_another_took,
             a_refused_messages_retries_back_off_doubling,
         );
 

@@ -11,6 +11,7 @@ mod refusals;
 mod restarted;
 mod shares;
 mod stalled;
+mod starved;
 mod stories;
 
 pub use ambiguous::*;
@@ -23,4 +24,5 @@ pub use refusals::*;
 pub use restarted::*;
 pub use shares::*;
 pub use stalled::*;
+pub use starved::*;
 pub use stories::*;
