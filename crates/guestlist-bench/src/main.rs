@@ -84,7 +84,7 @@ pub(crate) struct InboxArgs {
     #[arg(long)]
     pub(crate) purge_batch: Option<u32>,
     /// With --rows: the purge's pause between batches, in milliseconds.
-    #[arg(long, default_value_t = guestlist::Purge::<guestlist::sqlx::Postgres>::DEFAULT_PAUSE.as_millis() as u64)]
+    #[arg(long, default_value_t = guestlist::retention::Purge::<guestlist::sqlx::Postgres>::DEFAULT_PAUSE.as_millis() as u64)]
     pub(crate) purge_pause_ms: u64,
     /// With --rows: skip the bytes-per-row figures of each id shape.
     #[arg(long)]

@@ -67,9 +67,11 @@ pub(crate) enum Command {
     /// Idempotency-Key or a key carried from one, in the order it happened: each handler's
     /// claim and deferrals, the message committed, published or dead-lettered (its shard and
     /// the relay holding it), and the keys carried downstream (state, status, attempts, lease).
-    Trace(crate::trace::TraceArgs),
+    /// (`guestlist trace`, its former name, still works.)
+    #[command(alias = "trace")]
+    History(crate::history::HistoryArgs),
     /// A web page for operators, on 127.0.0.1:8089 by default: what stats shows, kept fresh
-    /// (keys, inbox handlers, outbox backlog, relays and shards, purge, dead letters), trace
+    /// (keys, inbox handlers, outbox backlog, relays and shards, purge, dead letters), history
     /// lookups, and, with GUESTLIST_CONSOLE_TOKEN set, retry or drop an outgoing dead letter
     /// and evict a key (signed-in session, CSRF-checked forms). Read-only without the token.
     Console(crate::console::ConsoleArgs),

@@ -1,31 +1,34 @@
-//! `guestlist trace ID`: everything the inbox, the outbox and the key table know of a message
+//! `guestlist history ID`: everything the inbox, the outbox and the key table know of a message
 //! id, an idempotency key or a key carried from one, in the order it happened.
 
 use std::time::SystemTime;
 
 use clap::Args;
-use guestlist::{Backend, Found, Holder, Seen, Sighting, TableName, Trace};
+use guestlist::{
+    Backend, TableName,
+    history::{Found, History, Holder, Seen, Sighting},
+};
 use serde_json::Value;
 
 use crate::database::{self, DatabaseUrl, with_pool};
 
 #[derive(Debug, Args)]
-pub(crate) struct TraceArgs {
+pub(crate) struct HistoryArgs {
     /// A message id (`evt_9f3k`), an Idempotency-Key, or a key carried downstream
-    /// (`warehouse:evt_9f3k/charge`, which also traces `evt_9f3k`).
+    /// (`warehouse:evt_9f3k/charge`, which also looks up `evt_9f3k`).
     id: String,
     #[command(flatten)]
     database: DatabaseUrl,
     #[command(flatten)]
-    tables: TraceTables,
+    tables: HistoryTables,
     /// One JSON object instead of lines for people.
     #[arg(long)]
     json: bool,
 }
 
-/// The tables a trace reads (`guestlist trace`, the console).
+/// The tables a history reads (`guestlist history`, the console).
 #[derive(Debug, Args)]
-pub(crate) struct TraceTables {
+pub(crate) struct HistoryTables {
     /// The inbox table.
     #[arg(long, default_value = "guestlist_inbox")]
     pub(crate) inbox_table: String,
@@ -37,7 +40,7 @@ pub(crate) struct TraceTables {
     pub(crate) key_table: String,
 }
 
-impl TraceTables {
+impl HistoryTables {
     /// The inbox, the outbox and the key table, each name checked before it reaches SQL.
     pub(crate) fn names(&self) -> anyhow::Result<(TableName, TableName, TableName)> {
         Ok((
@@ -48,7 +51,7 @@ impl TraceTables {
     }
 }
 
-pub(crate) async fn run(args: TraceArgs) -> anyhow::Result<()> {
+pub(crate) async fn run(args: HistoryArgs) -> anyhow::Result<()> {
     let tables = args.tables.names()?;
     let pool = database::connect_existing(&args.database, 1).await?;
     let found = with_pool!(pool, |pool| find(&pool, tables.clone(), &args.id).await)?;
@@ -67,7 +70,7 @@ pub(crate) async fn find<DB: Backend>(
     (inbox, outbox, keys): (TableName, TableName, TableName),
     id: &str,
 ) -> anyhow::Result<Found> {
-    Ok(Trace::<DB>::with_tables(inbox, outbox, keys)
+    Ok(History::<DB>::with_tables(inbox, outbox, keys)
         .find(pool, id)
         .await?)
 }

@@ -4,7 +4,10 @@
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use guestlist::redis::RedisKeyStore;
-use guestlist::{Backend, IdempotencyKey, KeyRecord, KeyState, Scope, SqlKeyStore};
+use guestlist::{
+    Backend, IdempotencyKey, SqlKeyStore,
+    keys::{KeyRecord, KeyState, Scope},
+};
 
 use crate::database::{self, with_pool};
 use crate::figures;

@@ -11,6 +11,7 @@ mod database;
 mod demo;
 mod figures;
 mod gateway;
+mod history;
 mod keys;
 mod migrate;
 mod ops;
@@ -20,7 +21,6 @@ mod relay;
 mod secrets;
 mod signal;
 mod stats;
-mod trace;
 
 use std::process::ExitCode;
 
@@ -78,7 +78,7 @@ fn main() -> ExitCode {
             Command::Gateway(args) => gateway::run(*args).await,
             Command::Keys(command) => keys::run(command).await,
             Command::Stats(args) => stats::run(args).await,
-            Command::Trace(args) => trace::run(args).await,
+            Command::History(args) => history::run(args).await,
             Command::Console(args) => console::run(args).await,
             Command::Relay(args) => relay::run(args).await,
             Command::Outbox(command) => outbox::run(command).await,

@@ -44,7 +44,7 @@ impl Health for RedisKeyStore {
 pub(crate) async fn serve(
     addr: SocketAddr,
     store: impl Health,
-    ready: Option<guestlist::Health>,
+    ready: Option<guestlist::outbox::Health>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let handle = PrometheusBuilder::new()

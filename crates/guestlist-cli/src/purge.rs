@@ -1,6 +1,6 @@
 //! `guestlist purge`: delete rows older than the retention, with a progress bar on a terminal.
 
-use guestlist::{Backend, Inbox, Outbox, Purged, Retention};
+use guestlist::{Backend, Inbox, Outbox, Retention, retention::Purged};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::cli::PurgeArgs;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::Args;
 use guestlist::sqlx::Pool;
-use guestlist::{Backend, Outbox, Publish, Relay};
+use guestlist::{Backend, Outbox, Relay, outbox::Publish};
 #[cfg(feature = "amqp")]
 use guestlist_amqp::RabbitPublisher;
 #[cfg(feature = "kafka")]

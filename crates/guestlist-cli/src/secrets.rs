@@ -8,7 +8,7 @@ use anyhow::Context;
 
 /// The sealing keys: from the file named, else from `GUESTLIST_SEALING_KEYS`, else none. The
 /// keys themselves never go in the settings file, which is often not kept secret.
-pub(crate) fn sealing(file: Option<PathBuf>) -> anyhow::Result<Option<guestlist::Sealing>> {
+pub(crate) fn sealing(file: Option<PathBuf>) -> anyhow::Result<Option<guestlist::keys::Sealing>> {
     let keys = match file {
         Some(path) => std::fs::read_to_string(&path)
             .with_context(|| format!("cannot read the sealing keys in {}", path.display()))?,
@@ -17,15 +17,15 @@ pub(crate) fn sealing(file: Option<PathBuf>) -> anyhow::Result<Option<guestlist:
             Err(_) => return Ok(None),
         },
     };
-    Ok(Some(guestlist::Sealing::parse(&keys)?))
+    Ok(Some(guestlist::keys::Sealing::parse(&keys)?))
 }
 
 /// The secret that stores keys as keyed hashes, from `GUESTLIST_KEY_HASHING_SECRET` (never the
 /// settings file), if set.
-pub(crate) fn key_hashing() -> anyhow::Result<Option<guestlist::KeyHashing>> {
+pub(crate) fn key_hashing() -> anyhow::Result<Option<guestlist::keys::KeyHashing>> {
     match std::env::var("GUESTLIST_KEY_HASHING_SECRET") {
         Ok(secret) => Ok(Some(
-            guestlist::KeyHashing::parse(&secret).context("GUESTLIST_KEY_HASHING_SECRET")?,
+            guestlist::keys::KeyHashing::parse(&secret).context("GUESTLIST_KEY_HASHING_SECRET")?,
         )),
         Err(_) => Ok(None),
     }

@@ -2,7 +2,7 @@
 //! ones.
 
 use clap::Args;
-use guestlist::{Backend, Inbox, InboxStats, Outbox, OutboxStats};
+use guestlist::{Backend, Inbox, Outbox, inbox::InboxStats, outbox::OutboxStats};
 
 use crate::database::{self, with_pool};
 use crate::figures::{age, mib, size};

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use guestlist::sqlx::{self, SqlitePool};
 
 mod console;
-mod trace;
+mod history;
 
 fn guestlist(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_guestlist"))
@@ -664,7 +664,7 @@ async fn relays_whose_clocks_are_off_take_no_lease_over_early_or_late() {
                 format!("{{\"n\":{n}}}"),
             )
             .id(guestlist::MessageId::new(format!("evt_clock_{n}")).unwrap())
-            .ordering_key(guestlist::OrderingKey::new(format!("order-{}", n % 3)).unwrap());
+            .ordering_key(guestlist::outbox::OrderingKey::new(format!("order-{}", n % 3)).unwrap());
             outbox.enqueue(&mut tx, &message).await.unwrap();
             tx.commit().await.unwrap();
         }

@@ -182,7 +182,7 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
     ) {
         tracing::error!(handler = %self.name, id = %id, reason = why, "dead-lettering a message");
         if self.dead_letter_only(delivery, why, handled).await {
-            // Beside the guest list, for operators (guestlist console, guestlist trace).
+            // Beside the guest list, for operators (guestlist console, guestlist history).
             let deliveries = delivery.delivery_count();
             let recorded = self
                 .inbox

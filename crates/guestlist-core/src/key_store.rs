@@ -42,7 +42,7 @@ impl Attempt {
 
 /// What the store found when a request arrived with a key.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Begin {
+pub enum KeyClaim {
     /// Run the handler: the key is new (attempt 1) or its previous attempt's lease expired
     /// (a take-over). The key is now locked for the lease.
     Run {
@@ -77,13 +77,13 @@ pub trait KeyStore: Clone + Send + Sync + 'static {
     type Error: std::error::Error + Send + Sync + 'static;
 
     /// Claims `key` in `scope` insert-first, or reports what holds it.
-    fn begin(
+    fn claim(
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
         fingerprint: &Fingerprint,
         lease: Duration,
-    ) -> impl Future<Output = Result<Begin, Self::Error>> + Send;
+    ) -> impl Future<Output = Result<KeyClaim, Self::Error>> + Send;
 
     /// Stores `response` for `key` if `attempt` still holds it.
     fn complete(
@@ -95,13 +95,15 @@ pub trait KeyStore: Clone + Send + Sync + 'static {
     ) -> impl Future<Output = Result<Completed, Self::Error>> + Send;
 
     /// Forgets `key` if `attempt` still holds it, so that a retry runs the request again (the
-    /// handler failed, or returned a status the policy does not store).
+    /// handler failed, or returned a status the policy does not store). `true` when the key
+    /// went; `false` when this attempt no longer held it (taken over, or a response stored),
+    /// and nothing changed.
     fn release(
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
         attempt: Attempt,
-    ) -> impl Future<Output = Result<(), Self::Error>> + Send;
+    ) -> impl Future<Output = Result<bool, Self::Error>> + Send;
 
     /// What `scope` holds now, for per-client caps; `None` (the default) where the store cannot
     /// count it.

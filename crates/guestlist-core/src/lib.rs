@@ -63,7 +63,7 @@ pub use fingerprint::{Fingerprint, FingerprintBuilder};
 pub use handler_name::HandlerName;
 pub use idempotency_key::IdempotencyKey;
 pub use key_report::{HeldKey, KeyRecord, KeyState, KeyStats};
-pub use key_store::{Attempt, Begin, Completed, KeyStore, ScopeUsage};
+pub use key_store::{Attempt, Completed, KeyClaim, KeyStore, ScopeUsage};
 pub use message_id::MessageId;
 pub use ordering_key::OrderingKey;
 pub use outgoing::Outgoing;

@@ -5,7 +5,7 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use guestlist_core::{Begin, Completed, Fingerprint, StoredBody, StoredResponse};
+use guestlist_core::{Completed, Fingerprint, KeyClaim, StoredBody, StoredResponse};
 use http::request::Parts;
 use http::{HeaderValue, Request, Response};
 use tracing::Instrument;
@@ -198,7 +198,7 @@ where
         let held = match Held::claim(&self.mode, slot, keyed, &fingerprint, lease).await {
             Ok(held) => held,
             Err(not_run) => {
-                if let Ok(Begin::Replay(stored)) = &not_run {
+                if let Ok(KeyClaim::Replay(stored)) = &not_run {
                     cache.remember(&scope, &key, &fingerprint, stored);
                 }
                 return Ok(self.not_run(not_run));
@@ -215,12 +215,12 @@ where
     /// The answer to a request whose claim did not let it run: a replay, 409, 422, or 503.
     fn not_run(&self, begin: NotRun) -> Response<Body> {
         match begin {
-            Ok(Begin::Run { .. }) => unreachable!("a claim that runs is no refusal"),
-            Ok(Begin::Replay(stored)) => {
+            Ok(KeyClaim::Run { .. }) => unreachable!("a claim that runs is no refusal"),
+            Ok(KeyClaim::Replay(stored)) => {
                 Outcome::Replayed.record();
                 replay(stored, self.config.max_stored_body)
             }
-            Ok(Begin::InFlight { retry_after }) => {
+            Ok(KeyClaim::InFlight { retry_after }) => {
                 Outcome::ConflictInFlight.record();
                 let seconds = retry_after.as_secs_f64().ceil().max(1.0) as u64;
                 Problem::key_in_flight(format!(
@@ -230,7 +230,7 @@ where
                 .retry_after(seconds)
                 .into_response()
             }
-            Ok(Begin::Mismatch) => {
+            Ok(KeyClaim::Mismatch) => {
                 Outcome::FingerprintMismatch.record();
                 let name = self.config.key.describe();
                 Problem::key_reused(

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use guestlist_core::{
-    Attempt, Begin, Completed, Fingerprint, IdempotencyKey, Scope, StoredResponse,
+    Attempt, Completed, Fingerprint, IdempotencyKey, KeyClaim, Scope, StoredResponse,
 };
 
 use crate::body::BoxError;
@@ -31,7 +31,7 @@ pub(crate) struct Held<M: Mode> {
 
 /// A claim that did not let its request run: why (a replay, in flight, another payload, the
 /// store's failure).
-pub(crate) type NotRun = Result<Begin, BoxError>;
+pub(crate) type NotRun = Result<KeyClaim, BoxError>;
 
 impl<M: Mode> Held<M> {
     /// Claims `keyed` on `slot`: the attempt that holds it, or why the request does not run
@@ -44,11 +44,11 @@ impl<M: Mode> Held<M> {
         lease: Duration,
     ) -> Result<Self, NotRun> {
         let asked = Instant::now();
-        let begin = mode
-            .begin(&slot, &keyed.scope, &keyed.key, fingerprint, lease)
+        let claimed = mode
+            .claim(&slot, &keyed.scope, &keyed.key, fingerprint, lease)
             .await;
-        match begin {
-            Ok(Begin::Run { attempt }) => Ok(Self {
+        match claimed {
+            Ok(KeyClaim::Run { attempt }) => Ok(Self {
                 slot,
                 keyed,
                 attempt,

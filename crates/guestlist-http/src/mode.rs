@@ -4,7 +4,7 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use guestlist_core::{
-    Attempt, Begin, Completed, Fingerprint, IdempotencyKey, KeyStore, Scope, ScopeUsage,
+    Attempt, Completed, Fingerprint, IdempotencyKey, KeyClaim, KeyStore, Scope, ScopeUsage,
     StoredResponse,
 };
 use http::Extensions;
@@ -24,14 +24,14 @@ pub trait Mode: Clone + Send + Sync + 'static + sealed::Sealed {
     /// Claims the key or reports what holds it (transactional: possibly on the request's
     /// transaction, which `slot` holds).
     #[doc(hidden)]
-    fn begin(
+    fn claim(
         &self,
         slot: &Self::Slot,
         scope: &Scope,
         key: &IdempotencyKey,
         fingerprint: &Fingerprint,
         lease: Duration,
-    ) -> impl Future<Output = Result<Begin, BoxError>> + Send;
+    ) -> impl Future<Output = Result<KeyClaim, BoxError>> + Send;
 
     /// Prepares a request for the handler (transactional: a transaction it can take).
     #[doc(hidden)]
@@ -112,15 +112,15 @@ impl<K: KeyStore> Mode for Plain<K> {
     type Slot = ();
     const TRANSACTIONAL: bool = false;
 
-    async fn begin(
+    async fn claim(
         &self,
         (): &(),
         scope: &Scope,
         key: &IdempotencyKey,
         fingerprint: &Fingerprint,
         lease: Duration,
-    ) -> Result<Begin, BoxError> {
-        Ok(self.0.begin(scope, key, fingerprint, lease).await?)
+    ) -> Result<KeyClaim, BoxError> {
+        Ok(self.0.claim(scope, key, fingerprint, lease).await?)
     }
 
     fn open(&self, _: &mut Extensions) {}
@@ -159,7 +159,9 @@ impl<K: KeyStore> Mode for Plain<K> {
         key: &IdempotencyKey,
         attempt: Attempt,
     ) -> Result<(), BoxError> {
-        Ok(self.0.release(scope, key, attempt).await?)
+        // A key this attempt no longer holds is another attempt's to finish: nothing to do.
+        self.0.release(scope, key, attempt).await?;
+        Ok(())
     }
 
     async fn finish(&self, (): (), _: bool) -> Result<(), BoxError> {

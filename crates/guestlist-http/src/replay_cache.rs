@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use guestlist_core::{Begin, Fingerprint, IdempotencyKey, Scope, StoredBody, StoredResponse};
+use guestlist_core::{Fingerprint, IdempotencyKey, KeyClaim, Scope, StoredBody, StoredResponse};
 
 /// Responses the layer stored or replayed, kept in this process's memory for a while, so that a
 /// retry of their key is answered without a round trip to the store.
@@ -116,7 +116,7 @@ impl ReplayCache {
         scope: &Scope,
         key: &IdempotencyKey,
         fingerprint: &Fingerprint,
-    ) -> Option<Begin> {
+    ) -> Option<KeyClaim> {
         let entries = self.entries.as_ref()?;
         let id = (scope.clone(), key.clone());
         let entry = entries.get(&id)?;
@@ -125,9 +125,9 @@ impl ReplayCache {
             return None;
         }
         Some(if entry.fingerprint == *fingerprint {
-            Begin::Replay(entry.response.clone())
+            KeyClaim::Replay(entry.response.clone())
         } else {
-            Begin::Mismatch
+            KeyClaim::Mismatch
         })
     }
 

@@ -4,7 +4,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use guestlist_core::{
-    Attempt, Begin, Completed, Fingerprint, IdempotencyKey, Scope, ScopeUsage, StoredResponse,
+    Attempt, Completed, Fingerprint, IdempotencyKey, KeyClaim, KeyStore, Scope, ScopeUsage,
+    StoredResponse,
 };
 use guestlist_sqlx::{Backend, SqlKeyStore};
 use http::Extensions;
@@ -25,7 +26,7 @@ use crate::mode::{Mode, sealed};
 pub struct Transactional<DB: Backend> {
     pub(crate) store: SqlKeyStore<DB>,
     /// Whether the claim is written on the request's transaction
-    /// ([`SqlKeyStore::begin_locked`]), where the database offers it.
+    /// ([`SqlKeyStore::claim_locked`]), where the database offers it.
     pub(crate) claim_on_tx: bool,
 }
 
@@ -95,7 +96,7 @@ impl<DB: Backend> TxSlot<DB> {
     pub async fn take(&self) -> Result<IdempotentTx<DB>, guestlist_sqlx::Error> {
         let mut guard = Arc::clone(&self.tx).lock_owned().await;
         if guard.is_none() {
-            *guard = Some(self.store.begin_transaction().await?);
+            *guard = Some(self.store.begin().await?);
         }
         Ok(IdempotentTx { guard })
     }
@@ -174,23 +175,23 @@ impl<DB: Backend> Mode for Transactional<DB> {
     type Slot = TxSlot<DB>;
     const TRANSACTIONAL: bool = true;
 
-    async fn begin(
+    async fn claim(
         &self,
         slot: &TxSlot<DB>,
         scope: &Scope,
         key: &IdempotencyKey,
         fingerprint: &Fingerprint,
         lease: Duration,
-    ) -> Result<Begin, BoxError> {
+    ) -> Result<KeyClaim, BoxError> {
         if !self.claim_on_tx {
-            return Ok(self.store.begin(scope, key, fingerprint, lease).await?);
+            return Ok(self.store.claim(scope, key, fingerprint, lease).await?);
         }
         let mut tx = slot.take().await?;
-        let begin = self
+        let claimed = self
             .store
-            .begin_locked(&mut tx, scope, key, fingerprint, lease)
+            .claim_locked(&mut tx, scope, key, fingerprint, lease)
             .await?;
-        if let Begin::Run { attempt } = begin {
+        if let KeyClaim::Run { attempt } = claimed {
             *slot.claimed.lock().unwrap_or_else(|e| e.into_inner()) = Some(Claimed {
                 scope: scope.clone(),
                 key: key.clone(),
@@ -199,7 +200,7 @@ impl<DB: Backend> Mode for Transactional<DB> {
                 lease,
             });
         }
-        Ok(begin)
+        Ok(claimed)
     }
 
     fn open(&self, extensions: &mut Extensions) -> TxSlot<DB> {
@@ -223,7 +224,7 @@ impl<DB: Backend> Mode for Transactional<DB> {
     ) -> Result<Completed, BoxError> {
         let mut tx = match slot.reclaim()? {
             Some(tx) => tx,
-            None => self.store.begin_transaction().await?,
+            None => self.store.begin().await?,
         };
         // The fencing check runs inside the handler's transaction: a stale attempt's writes
         // roll back together with its response.

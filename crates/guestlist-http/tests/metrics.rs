@@ -4,6 +4,7 @@ mod common;
 
 use common::client::{Call, Server};
 use common::stores::{Settings, Sql, Store};
+use guestlist_core::KeyStore;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 
 /// The `guestlist_http_requests_total` counters recorded so far, by outcome.
@@ -59,7 +60,7 @@ async fn every_outcome_is_counted() {
     let lease = std::time::Duration::from_millis(400);
     store
         .keys()
-        .begin(&scope, &key, &fingerprint, lease)
+        .claim(&scope, &key, &fingerprint, lease)
         .await
         .unwrap();
     Call::new("crashed").send(base).await; // conflict_in_flight

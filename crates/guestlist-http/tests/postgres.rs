@@ -97,7 +97,7 @@ hang_up!(
 async fn a_failed_round_fails_each_request_and_the_next_round_runs() {
     use std::time::Duration;
 
-    use guestlist_core::{Begin, Completed, Fingerprint, IdempotencyKey, KeyStore, Scope};
+    use guestlist_core::{Completed, Fingerprint, IdempotencyKey, KeyClaim, KeyStore, Scope};
     use guestlist_sqlx::{BatchedKeyStore, SqlKeyStore, StoredBody, StoredResponse};
     use guestlist_testkit::{Database, short_tag};
 
@@ -117,7 +117,7 @@ async fn a_failed_round_fails_each_request_and_the_next_round_runs() {
                     let (keys, scope, fingerprint) = (keys.clone(), scope.clone(), fingerprint);
                     tokio::spawn(async move {
                         let key = IdempotencyKey::new(format!("{prefix}-{n}")).unwrap();
-                        let begin = keys.begin(&scope, &key, &fingerprint, lease).await;
+                        let begin = keys.claim(&scope, &key, &fingerprint, lease).await;
                         (key, begin)
                     })
                 })
@@ -146,13 +146,13 @@ async fn a_failed_round_fails_each_request_and_the_next_round_runs() {
         body: StoredBody::Bytes(b"{\"ok\":true}".to_vec()),
     };
     for (key, begin) in begin_all("after-migrate").await {
-        let Ok(Begin::Run { attempt }) = begin else {
+        let Ok(KeyClaim::Run { attempt }) = begin else {
             panic!("a new key runs: {begin:?}");
         };
         let completed = keys.complete(&scope, &key, attempt, &response).await;
         assert_eq!(completed.unwrap(), Completed::Stored);
-        let again = keys.begin(&scope, &key, &fingerprint, lease).await.unwrap();
-        assert_eq!(again, Begin::Replay(response.clone()));
+        let again = keys.claim(&scope, &key, &fingerprint, lease).await.unwrap();
+        assert_eq!(again, KeyClaim::Replay(response.clone()));
     }
     assert_eq!(db.scalar(format!("SELECT count(*) FROM {table}")).await, 20);
 }
@@ -163,7 +163,7 @@ async fn a_failed_round_fails_each_request_and_the_next_round_runs() {
 async fn a_claim_whose_request_went_away_is_not_left_locked() {
     use std::time::Duration;
 
-    use guestlist_core::{Begin, Fingerprint, IdempotencyKey, KeyStore, Scope};
+    use guestlist_core::{Fingerprint, IdempotencyKey, KeyClaim, KeyStore, Scope};
     use guestlist_sqlx::{BatchedKeyStore, SqlKeyStore};
     use guestlist_testkit::{Database, short_tag};
     use sqlx::Connection;
@@ -181,7 +181,7 @@ async fn a_claim_whose_request_went_away_is_not_left_locked() {
         let (keys, scope) = (keys.clone(), scope.clone());
         async move {
             let key = IdempotencyKey::new(key).unwrap();
-            keys.begin(&scope, &key, &fingerprint, lease).await
+            keys.claim(&scope, &key, &fingerprint, lease).await
         }
     };
 
@@ -206,7 +206,7 @@ async fn a_claim_whose_request_went_away_is_not_left_locked() {
     // Rounds run one after another: once a later claim is answered, the earlier rounds and
     // their releases are done.
     let probe = begin("probe").await.unwrap();
-    assert!(matches!(probe, Begin::Run { .. }), "{probe:?}");
+    assert!(matches!(probe, KeyClaim::Run { .. }), "{probe:?}");
     assert_eq!(
         db.scalar(format!("SELECT count(*) FROM {table}")).await,
         1,
@@ -215,7 +215,7 @@ async fn a_claim_whose_request_went_away_is_not_left_locked() {
     for key in ["in-round", "queued"] {
         let again = begin(key).await.unwrap();
         assert!(
-            matches!(again, Begin::Run { .. }),
+            matches!(again, KeyClaim::Run { .. }),
             "a retry of {key} runs at once: {again:?}"
         );
     }
@@ -229,7 +229,7 @@ async fn a_claim_whose_request_went_away_is_not_left_locked() {
 async fn rounds_find_their_rows_by_key_however_large_the_table() {
     use std::time::Duration;
 
-    use guestlist_core::{Begin, Completed, Fingerprint, IdempotencyKey, KeyStore, Scope};
+    use guestlist_core::{Completed, Fingerprint, IdempotencyKey, KeyClaim, KeyStore, Scope};
     use guestlist_sqlx::{BatchedKeyStore, SqlKeyStore, StoredBody, StoredResponse};
     use guestlist_testkit::{Database, short_tag};
 
@@ -252,8 +252,8 @@ async fn rounds_find_their_rows_by_key_however_large_the_table() {
         async move {
             let key = IdempotencyKey::new(name).unwrap();
             let lease = Duration::from_secs(30);
-            let Begin::Run { attempt } =
-                keys.begin(&scope, &key, &fingerprint, lease).await.unwrap()
+            let KeyClaim::Run { attempt } =
+                keys.claim(&scope, &key, &fingerprint, lease).await.unwrap()
             else {
                 panic!("a new key runs");
             };

@@ -30,8 +30,8 @@
 use std::time::Duration;
 
 use guestlist_core::{
-    Attempt, Begin, Completed, Fingerprint, IdempotencyKey, KeyStore, Retention, Scope, StoredBody,
-    StoredResponse,
+    Attempt, Completed, Fingerprint, IdempotencyKey, KeyClaim, KeyStore, Retention, Scope,
+    StoredBody, StoredResponse,
 };
 use redis::aio::ConnectionManager;
 use redis::{Script, Value};
@@ -72,7 +72,7 @@ impl std::fmt::Debug for RedisKeyStore {
 }
 
 struct Scripts {
-    begin: Script,
+    claim: Script,
     complete: Script,
     release: Script,
 }
@@ -80,7 +80,7 @@ struct Scripts {
 fn scripts() -> &'static Scripts {
     static SCRIPTS: std::sync::OnceLock<Scripts> = std::sync::OnceLock::new();
     SCRIPTS.get_or_init(|| Scripts {
-        begin: Script::new(include_str!("scripts/begin.lua")),
+        claim: Script::new(include_str!("scripts/claim.lua")),
         complete: Script::new(include_str!("scripts/complete.lua")),
         release: Script::new(include_str!("scripts/release.lua")),
     })
@@ -132,18 +132,18 @@ impl RedisKeyStore {
 impl KeyStore for RedisKeyStore {
     type Error = Error;
 
-    async fn begin(
+    async fn claim(
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
         fingerprint: &Fingerprint,
         lease: Duration,
-    ) -> Result<Begin, Error> {
+    ) -> Result<KeyClaim, Error> {
         let token = getrandom::u64()
             .map_err(|err| Error::Protocol(format!("no randomness for a fencing token: {err}")))?;
         let answer: Vec<Value> = self
             .scripts
-            .begin
+            .claim
             .key(self.redis_key(scope, key))
             .arg(fingerprint.to_hex())
             .arg(lease.as_millis() as u64)
@@ -152,15 +152,15 @@ impl KeyStore for RedisKeyStore {
             .invoke_async(&mut self.conn.clone())
             .await?;
         match answer.as_slice() {
-            [tag, attempt] if text(tag) == "run" => Ok(Begin::Run {
+            [tag, attempt] if text(tag) == "run" => Ok(KeyClaim::Run {
                 attempt: Attempt::new(number(attempt)? as u32, token),
             }),
-            [tag] if text(tag) == "mismatch" => Ok(Begin::Mismatch),
-            [tag, left] if text(tag) == "in_flight" => Ok(Begin::InFlight {
+            [tag] if text(tag) == "mismatch" => Ok(KeyClaim::Mismatch),
+            [tag, left] if text(tag) == "in_flight" => Ok(KeyClaim::InFlight {
                 retry_after: Duration::from_millis(number(left)?.max(0) as u64),
             }),
             [tag, status, headers, body, omitted] if text(tag) == "replay" => {
-                Ok(Begin::Replay(StoredResponse {
+                Ok(KeyClaim::Replay(StoredResponse {
                     status: text(status).parse().map_err(|_| protocol(status))?,
                     headers: StoredResponse::decode_headers(&bytes(headers)),
                     body: if text(omitted) == "1" {
@@ -208,15 +208,15 @@ impl KeyStore for RedisKeyStore {
         scope: &Scope,
         key: &IdempotencyKey,
         attempt: Attempt,
-    ) -> Result<(), Error> {
-        let _: i64 = self
+    ) -> Result<bool, Error> {
+        let released: i64 = self
             .scripts
             .release
             .key(self.redis_key(scope, key))
             .arg(attempt.token().to_string())
             .invoke_async(&mut self.conn.clone())
             .await?;
-        Ok(())
+        Ok(released == 1)
     }
 }
 

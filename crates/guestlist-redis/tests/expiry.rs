@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use guestlist_core::{Begin, Fingerprint, IdempotencyKey, KeyStore, Retention, Scope};
+use guestlist_core::{Fingerprint, IdempotencyKey, KeyClaim, KeyStore, Retention, Scope};
 use guestlist_redis::RedisKeyStore;
 
 #[tokio::test]
@@ -21,20 +21,20 @@ async fn a_key_is_forgotten_after_the_retention() {
     let lease = Duration::from_millis(500);
 
     assert!(matches!(
-        keys.begin(&scope, &key, &fingerprint, lease).await.unwrap(),
-        Begin::Run { .. }
+        keys.claim(&scope, &key, &fingerprint, lease).await.unwrap(),
+        KeyClaim::Run { .. }
     ));
     assert!(
         matches!(
-            keys.begin(&scope, &key, &fingerprint, lease).await.unwrap(),
-            Begin::InFlight { .. }
+            keys.claim(&scope, &key, &fingerprint, lease).await.unwrap(),
+            KeyClaim::InFlight { .. }
         ),
         "within the lease the key is held"
     );
     tokio::time::sleep(Duration::from_millis(2300)).await;
-    let again = keys.begin(&scope, &key, &fingerprint, lease).await.unwrap();
+    let again = keys.claim(&scope, &key, &fingerprint, lease).await.unwrap();
     assert!(
-        matches!(again, Begin::Run { attempt } if attempt.number() == 1),
+        matches!(again, KeyClaim::Run { attempt } if attempt.number() == 1),
         "expired, so new again: {again:?}"
     );
 }

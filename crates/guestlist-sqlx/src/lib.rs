@@ -22,15 +22,16 @@ mod error;
 mod failure;
 mod fencing;
 mod health;
+mod history;
 mod inbox;
 mod keys;
 mod outbox;
 mod purge;
 mod purger;
 mod retry;
+mod scaffold;
 mod schema;
 mod table_size;
-mod trace;
 mod unix_ms;
 mod work_error;
 
@@ -43,11 +44,12 @@ pub use failure::failure_kind;
 /// own [`Error`], which wraps it as [`Error::Invalid`].
 pub use guestlist_core::Error as InvalidValue;
 pub use guestlist_core::{
-    Attempt, Backoff, Begin, Claim, Completed, FailureKind, Fingerprint, HandlerName,
-    IdempotencyKey, KeyStore, MessageId, OrderingKey, Retention, Scope, StoredBody, StoredResponse,
+    Attempt, Backoff, Claim, Completed, FailureKind, Fingerprint, HandlerName, IdempotencyKey,
+    KeyClaim, KeyStore, MessageId, OrderingKey, Retention, Scope, StoredBody, StoredResponse,
     TableName, Topic,
 };
 pub use health::Health;
+pub use history::{Found, History, Holder, Seen, Sighting};
 pub use inbox::{
     BatchProcessed, Deferrals, HandlerRows, Inbox, InboxStats, IncomingDeadLetter, ProcessError,
     Processed,
@@ -64,5 +66,4 @@ pub use purger::{Purger, PurgerHandle};
 pub use schema::Schema;
 pub use sqlx;
 pub use table_size::TableSize;
-pub use trace::{Found, Holder, Seen, Sighting, Trace};
 pub use work_error::WorkError;

@@ -70,30 +70,90 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+// The root holds the everyday names: the inbox and its claim, the outbox and its relay, the key
+// store, the ids they take, the error. Everything else (operators' read-models, the key store's
+// protocol types, the purge's parts) is in the module of the part it belongs to.
+
 /// A value guestlist refuses (an id, a name, a table name, a retention), with what to do
 /// instead: `guestlist_core::Error`, named for what it is beside the store's [`Error`], which
 /// wraps it as [`Error::Invalid`].
 pub use guestlist_core::Error as InvalidValue;
-pub use guestlist_core::trace_context;
 pub use guestlist_core::{
-    Attempt, Backoff, Begin, BoxError, Claim, Completed, Deferral, FailureKind, Fingerprint,
-    FingerprintBuilder, HandlerName, IdempotencyKey, KeyStore, MessageId, OrderingKey, Retention,
-    Scope, ScopeUsage, StoredBody, StoredResponse, TableName, Topic,
+    BoxError, Claim, HandlerName, IdempotencyKey, KeyStore, MessageId, Outgoing, Retention, Topic,
 };
 pub use guestlist_sqlx::{
-    Backend, BatchProcessed, Confirmed, DeadLetter, Deferrals, Enqueued, Error, Found, HandlerRows,
-    Health, HeldKey, Holder, Inbox, InboxStats, IncomingDeadLetter, KeyHashing, KeyRecord,
-    KeyState, KeyStats, Outbox, OutboxMessage, OutboxStats, Outcomes, Outgoing, ProcessError,
-    Processed, Publish, PublishError, Purge, Purgeable, Purged, Purger, PurgerHandle, Relay,
-    RelayLease, Relayed, Schema, Sealing, Seen, Sighting, SqlKeyStore, TableSize, Trace, WorkError,
-    failure_kind, sqlx,
+    Backend, Error, Inbox, Outbox, Processed, Purger, Relay, Schema, SqlKeyStore, TableName, sqlx,
 };
-/// Plain-mode keys with concurrent requests' claims and responses written in rounds (features
-/// `postgres`, `sqlite`).
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
-pub use guestlist_sqlx::{BatchBackend, BatchedKeyStore};
 #[cfg(feature = "sqlite")]
 pub use guestlist_sqlx::{SQLITE_BUSY_TIMEOUT, sqlite_options};
+
+pub mod inbox {
+    //! The inbox: `(handler, message id)` claimed insert-first on the handler's own
+    //! transaction ([`Inbox`]), what a claim or a processed message came to, a handler's
+    //! "not yet" ([`defer`]), and what operators read of the table (its figures, each
+    //! handler's rows, deferrals, incoming dead letters).
+    //!
+    //! [`Inbox`], [`Claim`], [`Processed`], [`HandlerName`] and [`MessageId`] are also at the
+    //! crate's root.
+    pub use guestlist_core::{Claim, Deferral, FailureKind, HandlerName, MessageId, defer};
+    pub use guestlist_sqlx::{
+        BatchProcessed, Deferrals, HandlerRows, Inbox, InboxStats, IncomingDeadLetter,
+        ProcessError, Processed, WorkError, failure_kind,
+    };
+}
+
+pub mod outbox {
+    //! The producer's hop: messages enqueued in the transaction that makes them true
+    //! ([`Outbox`]), the [`Relay`] that publishes them in commit order per key, the publisher
+    //! it drives ([`Publish`]), and what operators read of the table (figures per shard, the
+    //! relay's lease, outgoing dead letters).
+    //!
+    //! [`Outbox`], [`Outgoing`], [`Topic`] and [`Relay`] are also at the crate's root.
+    pub use guestlist_core::{
+        Confirmed, OrderingKey, OutboxMessage, Outcomes, Outgoing, Publish, PublishError, Topic,
+    };
+    pub use guestlist_sqlx::{
+        DeadLetter, Enqueued, Health, Outbox, OutboxStats, Relay, RelayLease, RelayStats, Relayed,
+        ShardStats,
+    };
+}
+
+pub mod keys {
+    //! Idempotency keys: the [`KeyStore`] protocol (claim, complete, release) and its
+    //! SQL store ([`SqlKeyStore`]), the request's [`Fingerprint`], the response stored and
+    //! replayed, keys at rest (hashed or sealed), and what operators read of the table.
+    //!
+    //! [`SqlKeyStore`], [`KeyStore`] and [`IdempotencyKey`] are also at the crate's root.
+    pub use guestlist_core::{
+        Attempt, Completed, Fingerprint, FingerprintBuilder, HeldKey, IdempotencyKey, KeyClaim,
+        KeyRecord, KeyState, KeyStats, KeyStore, Scope, ScopeUsage, StoredBody, StoredResponse,
+    };
+    /// Plain-mode keys with concurrent requests' claims and responses written in rounds
+    /// (features `postgres`, `sqlite`).
+    #[cfg(any(feature = "postgres", feature = "sqlite"))]
+    pub use guestlist_sqlx::{BatchBackend, BatchedKeyStore};
+    pub use guestlist_sqlx::{KeyHashing, Sealing, SqlKeyStore};
+}
+
+pub mod history {
+    //! What every table knows of one id, in the order it happened ([`History`]): an
+    //! operator's answer to "what happened to order 42's event?", as `guestlist history` prints
+    //! it.
+    pub use guestlist_sqlx::{Found, History, Holder, Seen, Sighting};
+}
+
+pub mod retention {
+    //! Rows kept for a [`Retention`], then purged in small batches ([`Purge`]), by hand or by
+    //! a [`Purger`] in the background, and the tables' sizes to plan it by.
+    //!
+    //! [`Retention`] and [`Purger`] are also at the crate's root.
+    pub use guestlist_core::Retention;
+    pub use guestlist_sqlx::{Purge, Purgeable, Purged, Purger, PurgerHandle, TableSize};
+}
+
+/// W3C Trace Context: the `traceparent` carried through the outbox, the brokers and the
+/// carried keys, so that one distributed trace spans every hop (the `otel` feature exports it).
+pub use guestlist_core::trace_context;
 
 /// Stripe-style `Idempotency-Key` for HTTP APIs: the tower layer (feature `http`).
 #[cfg(feature = "http")]
@@ -107,10 +167,6 @@ pub use guestlist_redis as redis;
 /// `carry`; `reqwest` adds the reqwest-middleware).
 #[cfg(feature = "carry")]
 pub use guestlist_carry as carry;
-
-/// Says "not yet" from a handler: the consumer hands the message back for the deferral's wait
-/// without counting it as a failure.
-pub use guestlist_core::defer;
 
 /// The broker consumer runtime: `Consumer`, `IdFrom`, `Message` (feature `consumer`, which each
 /// broker's feature turns on).

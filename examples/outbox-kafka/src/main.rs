@@ -7,7 +7,7 @@
 
 use guestlist::kafka::KafkaPublisher;
 use guestlist::sqlx::{self, PgPool};
-use guestlist::{MessageId, OrderingKey, Outbox, Outgoing, Relay, Topic};
+use guestlist::{MessageId, Outbox, Outgoing, Relay, Topic, outbox::OrderingKey};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -15,7 +15,7 @@ use axum::http::{StatusCode, header};
 use axum::middleware::{Next, from_fn};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use guestlist::Health;
+use guestlist::outbox::Health;
 
 /// A service's readiness: what it still waits for, or nothing once ready.
 #[derive(Debug, Clone)]

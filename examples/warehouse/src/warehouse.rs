@@ -12,7 +12,9 @@ use axum::routing::post;
 use guestlist::consumer::{Consumer, IdFrom, Message, Source};
 use guestlist::http::{IdempotencyLayer, IdempotentTx};
 use guestlist::sqlx::Pool;
-use guestlist::{HandlerName, Inbox, MessageId, OrderingKey, Outbox, Outgoing, SqlKeyStore, Topic};
+use guestlist::{
+    HandlerName, Inbox, MessageId, Outbox, Outgoing, SqlKeyStore, Topic, outbox::OrderingKey,
+};
 use reqwest_middleware::ClientWithMiddleware;
 use serde::{Deserialize, Serialize};
 

@@ -137,7 +137,7 @@ async fn readyz_says_what_a_starting_service_waits_for_and_when_its_database_is_
     assert_eq!(order().await.unwrap().text().await.unwrap(), "created");
 
     // The consumer's database goes away: /readyz says so while it lasts, and comes back.
-    let health = guestlist::Health::new("consumer", "warehouse");
+    let health = guestlist::outbox::Health::new("consumer", "warehouse");
     readiness.watch(health.clone());
     assert_eq!(readyz().await.unwrap().status(), 200);
     health.outage("the database: pool timed out");

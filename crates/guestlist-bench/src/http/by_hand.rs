@@ -113,7 +113,7 @@ async fn same_guarantees(State(pool): State<PgPool>, headers: HeaderMap, body: B
     let Some(scope) = credentials.and_then(guestlist::http::scope_of_credentials) else {
         return StatusCode::BAD_REQUEST.into_response();
     };
-    let fingerprint = guestlist::Fingerprint::builder("POST", "/payments").body(&body);
+    let fingerprint = guestlist::keys::Fingerprint::builder("POST", "/payments").body(&body);
     let token = fastrand::i64(1..);
     answer(
         async {

@@ -306,7 +306,7 @@ async fn measure_backend<DB: HttpWorkload>(
             .layer(IdempotencyLayer::transactional(keys.clone())),
     )
     .await?;
-    let sealing = guestlist::Sealing::parse(&format!("bench:{}", "42".repeat(32)))?;
+    let sealing = guestlist::keys::Sealing::parse(&format!("bench:{}", "42".repeat(32)))?;
     let sealed = serve(
         Router::new()
             .route("/payments", post(protected::<DB>))

@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use guestlist::sqlx::Pool;
 use guestlist::{
-    Begin, Completed, Fingerprint, IdempotencyKey, Scope, SqlKeyStore, StoredBody, StoredResponse,
+    IdempotencyKey, KeyStore, SqlKeyStore,
+    keys::{Completed, Fingerprint, KeyClaim, Scope, StoredBody, StoredResponse},
 };
 
 use super::preload::{BODY_BYTES, CLIENTS, Preload, Shape, in_chunks};
@@ -97,9 +98,9 @@ impl<DB: Preload> Table<DB> {
         let key = IdempotencyKey::new(Shape::Uuid.random_id(n))?;
         let begin = self
             .store
-            .begin(&scope, &key, &fingerprint(), LEASE)
+            .claim(&scope, &key, &fingerprint(), LEASE)
             .await?;
-        let Begin::Run { attempt } = begin else {
+        let KeyClaim::Run { attempt } = begin else {
             anyhow::bail!("{key}: a random key was not new: {begin:?}");
         };
         let completed = self
@@ -120,10 +121,10 @@ impl<DB: Preload> Table<DB> {
         };
         let begin = self
             .store
-            .begin(&scope, &key, &fingerprint(), LEASE)
+            .claim(&scope, &key, &fingerprint(), LEASE)
             .await?;
         anyhow::ensure!(
-            matches!(begin, Begin::Replay(_)),
+            matches!(begin, KeyClaim::Replay(_)),
             "{key}: a stored key did not replay: {begin:?}"
         );
         Ok(1)

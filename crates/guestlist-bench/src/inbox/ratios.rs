@@ -1,7 +1,7 @@
 //! The scale bench's ratios, named for the rows loaded: `single_10m_vs_empty_postgres` and the
 //! rest, and the bytes a row costs.
 
-use guestlist::InboxStats;
+use guestlist::inbox::InboxStats;
 
 use crate::report::Report;
 

@@ -1,9 +1,9 @@
 //! The relays written by hand that the bench sets beside guestlist's: the polling relay written
 //! the obvious way, and the database's part of relaying alone (read, then delete).
 
+use guestlist::outbox::{OutboxMessage, Outcomes, Publish};
 use guestlist::sqlx::postgres::PgRow;
 use guestlist::sqlx::{self, PgPool, Row as _};
-use guestlist::{OutboxMessage, Outcomes, Publish};
 
 use super::{HANDWRITTEN_BATCH, PUBLISH_BATCH, TABLE};
 

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use guestlist::sqlx::{self, PgPool};
-use guestlist::{MessageId, Outbox, Outgoing, Publish, Relay, Topic};
+use guestlist::{MessageId, Outbox, Outgoing, Relay, Topic, outbox::Publish};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::broker::queues::Queue;

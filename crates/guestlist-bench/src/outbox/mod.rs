@@ -27,7 +27,10 @@ mod scale;
 use std::time::Instant;
 
 use guestlist::sqlx::{self, PgPool};
-use guestlist::{Outbox, OutboxMessage, Outcomes, Publish, Relay};
+use guestlist::{
+    Outbox, Relay,
+    outbox::{OutboxMessage, Outcomes, Publish},
+};
 use guestlist_amqp::RabbitPublisher;
 use guestlist_nats::JetStreamPublisher;
 

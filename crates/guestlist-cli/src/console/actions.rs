@@ -12,7 +12,7 @@ use axum::extract::{FromRequest, Path, Request, State};
 use axum::http::header::{LOCATION, SET_COOKIE};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use guestlist::{Backend, IdempotencyKey, Outbox, Scope};
+use guestlist::{Backend, IdempotencyKey, Outbox, keys::Scope};
 use serde::de::DeserializeOwned;
 
 use super::done::{Done, Key};

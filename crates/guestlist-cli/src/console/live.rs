@@ -3,7 +3,7 @@
 use std::fmt::Display;
 use std::time::SystemTime;
 
-use guestlist::KeyState;
+use guestlist::keys::KeyState;
 use maud::{Markup, html};
 
 use super::page::{Viewer, csrf_field, evict_form};

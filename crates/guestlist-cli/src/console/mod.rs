@@ -1,5 +1,5 @@
 //! `guestlist console`: a small web page for operators, written on the server, that shows what
-//! `guestlist stats` shows and keeps it fresh, looks ids up as `guestlist trace` does, and
+//! `guestlist stats` shows and keeps it fresh, looks ids up as `guestlist history` does, and
 //! retries or drops an outgoing dead letter and evicts a key.
 //!
 //! It listens on loopback unless told otherwise. Actions need the token the console was started
@@ -44,7 +44,7 @@ pub(crate) struct ConsoleArgs {
     #[arg(long, default_value = "127.0.0.1:8089")]
     listen: SocketAddr,
     #[command(flatten)]
-    tables: crate::trace::TraceTables,
+    tables: crate::history::HistoryTables,
     /// How often the page reads the figures again.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "5s")]
     refresh: Duration,
@@ -179,7 +179,7 @@ async fn show(
         Some(id) => {
             let id = id.trim().to_owned();
             let tables = console.tables.clone();
-            let found = with_pool!(console.pool.clone(), |pool| crate::trace::find(
+            let found = with_pool!(console.pool.clone(), |pool| crate::history::find(
                 &pool,
                 (tables.inbox, tables.outbox, tables.keys),
                 &id

@@ -4,7 +4,10 @@
 
 use std::time::Duration;
 
-use guestlist::{Found, KeyState, Seen};
+use guestlist::{
+    history::{Found, Seen},
+    keys::KeyState,
+};
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 
 use super::Tables;
@@ -118,7 +121,7 @@ pub(super) fn csrf_field(csrf: &str) -> Markup {
 fn trace(frame: &Frame, viewer: &Viewer) -> Markup {
     let id = frame.trace.as_ref().map_or("", |(id, _)| id.as_str());
     html! {
-        h2 { "Trace" }
+        h2 { "History" }
         form method="get" action="/" #trace {
             input name="trace" size="48" value=(id)
                 placeholder="message id, Idempotency-Key, or a carried key" required;
@@ -147,9 +150,9 @@ fn sightings(id: &str, found: &Found, viewer: &Viewer) -> Markup {
                 tr { th { "when" } th { "table" } th { "what" } th {} }
                 @for sighting in &found.sightings {
                     tr {
-                        td { (crate::trace::when(sighting)) }
+                        td { (crate::history::when(sighting)) }
                         td { (sighting.table) }
-                        td { (crate::trace::describe(&sighting.seen)) }
+                        td { (crate::history::describe(&sighting.seen)) }
                         td {
                             @if let (Some(csrf), Seen::Key { scope, key, state, .. }) =
                                 (viewer.csrf, &sighting.seen)

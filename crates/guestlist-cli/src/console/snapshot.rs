@@ -4,8 +4,10 @@
 use std::time::Duration;
 
 use guestlist::{
-    Backend, DeadLetter, HeldKey, Inbox, InboxStats, IncomingDeadLetter, KeyStats, OutboxStats,
-    Retention,
+    Backend, Inbox, Retention,
+    inbox::{InboxStats, IncomingDeadLetter},
+    keys::{HeldKey, KeyStats},
+    outbox::{DeadLetter, OutboxStats},
 };
 
 use super::Tables;

@@ -19,7 +19,10 @@ use anyhow::Context;
 use axum::Router;
 use guestlist::http::{IdempotencyLayer, Plain, ReplayCache};
 use guestlist::sqlx::{self, Pool};
-use guestlist::{Backend, BatchedKeyStore, KeyStore, Purger, Retention, Scope, SqlKeyStore};
+use guestlist::{
+    Backend, KeyStore, Purger, Retention, SqlKeyStore,
+    keys::{BatchedKeyStore, Scope},
+};
 use tokio::sync::watch;
 
 use self::args::GatewayArgs;

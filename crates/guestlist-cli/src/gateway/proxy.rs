@@ -53,7 +53,7 @@ impl Proxy {
 /// ids are global), else the key qualified by its scope ([`Scope::qualify`]), so that two
 /// clients' `k-1` stay two keys upstream too, and no scope's end passes for a key's start.
 ///
-/// [`Scope::qualify`]: guestlist::Scope::qualify
+/// [`Scope::qualify`]: guestlist::keys::Scope::qualify
 fn upstream_key(context: &IdempotencyContext, scoped: bool) -> IdempotencyKey {
     if !scoped {
         return context.key.clone();

@@ -36,8 +36,8 @@ pub(crate) struct Settings {
     pub(crate) max_connections: usize,
     pub(crate) max_in_flight_per_scope: Option<u64>,
     pub(crate) max_keys_per_scope: Option<u64>,
-    pub(crate) sealing: Option<guestlist::Sealing>,
-    pub(crate) key_hashing: Option<guestlist::KeyHashing>,
+    pub(crate) sealing: Option<guestlist::keys::Sealing>,
+    pub(crate) key_hashing: Option<guestlist::keys::KeyHashing>,
 }
 
 impl Settings {

@@ -11,9 +11,10 @@ use std::time::Duration;
 
 use guestlist::sqlx::{Sqlite, SqlitePool};
 use guestlist::{
-    Begin, Claim, Confirmed, Fingerprint, HandlerName, IdempotencyKey, Inbox, MessageId, Outbox,
-    OutboxMessage, Outcomes, Outgoing, Publish, PublishError, Relay, Scope, SqlKeyStore,
-    StoredBody, StoredResponse, Topic,
+    Claim, HandlerName, IdempotencyKey, Inbox, KeyStore, MessageId, Outbox, Outgoing, Relay,
+    SqlKeyStore, Topic,
+    keys::{Fingerprint, KeyClaim, Scope, StoredBody, StoredResponse},
+    outbox::{Confirmed, OutboxMessage, Outcomes, Publish, PublishError},
 };
 use reqwest::StatusCode;
 
@@ -83,8 +84,8 @@ impl Shop {
             let fingerprint = Fingerprint::builder("POST", "/orders").body(key.as_str().as_bytes());
             let taken = shop
                 .keys
-                .begin(&scope, &key, &fingerprint, Duration::from_secs(600));
-            let Begin::Run { attempt } = taken.await.unwrap() else {
+                .claim(&scope, &key, &fingerprint, Duration::from_secs(600));
+            let KeyClaim::Run { attempt } = taken.await.unwrap() else {
                 panic!("a new key runs");
             };
             if answered {

@@ -1,12 +1,13 @@
-//! `guestlist trace` on each database: one event's whole story, read back in the order it
+//! `guestlist history` on each database: one event's whole story, read back in the order it
 //! happened, as text and as JSON.
 
 use std::time::Duration;
 
 use guestlist::{
-    Begin, Claim, Confirmed, Fingerprint, HandlerName, IdempotencyKey, Inbox, MessageId,
-    OrderingKey, Outbox, OutboxMessage, Outcomes, Outgoing, Publish, Relay, Scope, SqlKeyStore,
-    StoredBody, StoredResponse, Topic,
+    Claim, HandlerName, IdempotencyKey, Inbox, KeyStore, MessageId, Outbox, Outgoing, Relay,
+    SqlKeyStore, Topic,
+    keys::{Fingerprint, KeyClaim, Scope, StoredBody, StoredResponse},
+    outbox::{Confirmed, OrderingKey, OutboxMessage, Outcomes, Publish},
 };
 use guestlist_testkit::{Database, Fixture};
 
@@ -27,10 +28,10 @@ impl Publish for Confirming {
 /// commits `{p}_evt` to its outbox (key `order-42`), a relay publishes it, the warehouse handler claims it and
 /// charges payments with the key carried from it (`warehouse:{p}_evt/charge`, stored 201), a
 /// billing handler defers it and then gives up on it; `{p}_dead` goes to the outgoing dead letters, `{p}_next` waits
-/// on a shard a relay holds. `guestlist trace`
+/// on a shard a relay holds. `guestlist history`
 /// shows each, oldest first, from the event's id and from the carried key, and knows nothing of
 /// an id never seen.
-async fn trace_story<DB: Fixture>(p: &str) {
+async fn history_story<DB: Fixture>(p: &str) {
     let database = Database::<DB>::open(4).await;
     let (inbox_table, outbox_table, key_table) = (
         format!("{p}_inbox"),
@@ -121,8 +122,8 @@ async fn trace_story<DB: Fixture>(p: &str) {
     let scope = Scope::new("client-shop").unwrap();
     let charge = IdempotencyKey::derive(&format!("warehouse:{event}"), "charge");
     let fingerprint = Fingerprint::builder("POST", "/charges").body(b"{}");
-    let Begin::Run { attempt } = keys
-        .begin(&scope, &charge, &fingerprint, Duration::from_secs(60))
+    let KeyClaim::Run { attempt } = keys
+        .claim(&scope, &charge, &fingerprint, Duration::from_secs(60))
         .await
         .unwrap()
     else {
@@ -170,8 +171,10 @@ async fn trace_story<DB: Fixture>(p: &str) {
         "--key-table",
         &key_table,
     ];
-    let trace = |id: &str, json: bool| {
-        let mut args = vec!["trace", id, "--database", &url];
+    let history = |id: &str, json: bool| {
+        // `trace`, the command's former name, answers as `history` does.
+        let command = if json { "trace" } else { "history" };
+        let mut args = vec![command, id, "--database", &url];
         args.extend(tables);
         if json {
             args.push("--json");
@@ -181,7 +184,7 @@ async fn trace_story<DB: Fixture>(p: &str) {
         stdout(&output)
     };
 
-    let shown = trace(&event, false);
+    let shown = history(&event, false);
     let expected = [
         format!("{event} committed to the outbox for orders.paid, key order-42 #1 on shard"),
         format!("{event} published (the broker confirmed it) by relay relay-p (token 1)"),
@@ -204,7 +207,7 @@ async fn trace_story<DB: Fixture>(p: &str) {
     }
     assert!(!shown.contains(&dead), "{shown}");
 
-    let carried = trace(&format!("warehouse:{event}/charge"), true);
+    let carried = history(&format!("warehouse:{event}/charge"), true);
     let json: serde_json::Value = serde_json::from_str(&carried).unwrap();
     assert_eq!(json["carried_from"], serde_json::json!([event]));
     let what: Vec<&str> = json["sightings"]
@@ -233,33 +236,33 @@ async fn trace_story<DB: Fixture>(p: &str) {
     assert_eq!(key["scope"], "client-shop", "{carried}");
     assert_eq!(json["missing_tables"], serde_json::json!([]), "{carried}");
 
-    let shown = trace(&dead, false);
+    let shown = history(&dead, false);
     assert!(
         shown.contains(&format!(
             "{dead} dead-lettered for orders.paid: refused: no such stream"
         )),
         "{shown}"
     );
-    let shown = trace(&next, false);
+    let shown = history(&next, false);
     assert!(
         shown.contains(": pending, relay relay-a holds the shard (token 2)"),
         "{shown}"
     );
-    let shown = trace(&format!("{p}_never"), false);
+    let shown = history(&format!("{p}_never"), false);
     assert!(shown.contains("no table knows it"), "{shown}");
 }
 
 #[tokio::test]
-async fn trace_tells_an_events_story_on_sqlite() {
-    trace_story::<guestlist::sqlx::Sqlite>("trlite").await;
+async fn history_tells_an_events_story_on_sqlite() {
+    history_story::<guestlist::sqlx::Sqlite>("trlite").await;
 }
 
 #[tokio::test]
-async fn trace_tells_an_events_story_on_postgres() {
-    trace_story::<guestlist::sqlx::Postgres>("trpg").await;
+async fn history_tells_an_events_story_on_postgres() {
+    history_story::<guestlist::sqlx::Postgres>("trpg").await;
 }
 
 #[tokio::test]
-async fn trace_tells_an_events_story_on_mariadb() {
-    trace_story::<guestlist::sqlx::MySql>("trmy").await;
+async fn history_tells_an_events_story_on_mariadb() {
+    history_story::<guestlist::sqlx::MySql>("trmy").await;
 }

@@ -1,4 +1,4 @@
-//! A trace's SQL: what each table knows of one id, written once from each database's fragments
+//! A history's SQL: what each table knows of one id, written once from each database's fragments
 //! (an age in milliseconds, a column read as text, a placeholder).
 
 use std::sync::Arc;
@@ -7,9 +7,9 @@ use guestlist_core::TableName;
 
 use super::statement::{Codec, row};
 
-/// The per-database fragments of a trace. Sealed: implemented here for the three backends only.
+/// The per-database fragments of a history. Sealed: implemented here for the three backends only.
 #[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
-pub trait TraceStatements: Codec {
+pub trait HistoryStatements: Codec {
     /// The time in column `{at}` in Unix milliseconds (`NULL` where it is `NULL`), as a 64-bit
     /// integer: times read by several statements compare, where ages would each be measured
     /// at their own statement.
@@ -23,9 +23,9 @@ pub trait TraceStatements: Codec {
     const NUMBERED: bool = true;
 }
 
-/// SQL text for one trace's tables, formatted once when the [`crate::Trace`] is built.
+/// SQL text for one history's tables, formatted once when the [`crate::History`] is built.
 #[derive(Debug)]
-pub(crate) struct TraceSql {
+pub(crate) struct HistorySql {
     /// The inbox's rows of a message: handler, when (Unix ms). Binds the id.
     pub(crate) inbox: Arc<str>,
     /// The inbox's deferrals of a message: handler, deferrals, the first's Unix ms. Binds the id.
@@ -45,8 +45,8 @@ pub(crate) struct TraceSql {
     pub(crate) keys: Arc<str>,
 }
 
-impl TraceSql {
-    pub(crate) fn new<DB: TraceStatements>(
+impl HistorySql {
+    pub(crate) fn new<DB: HistoryStatements>(
         inbox: &TableName,
         outbox: &TableName,
         keys: &TableName,
@@ -115,7 +115,7 @@ impl TraceSql {
 }
 
 row! {
-    /// An inbox's claim of a message in a trace.
+    /// An inbox's claim of a message in a history.
     pub(crate) struct ClaimTraceRow {
         handler: String,
         /// When it was claimed, in Unix milliseconds.
@@ -124,7 +124,7 @@ row! {
 }
 
 row! {
-    /// An inbox's deferrals of a message in a trace.
+    /// An inbox's deferrals of a message in a history.
     pub(crate) struct DeferralTraceRow {
         handler: String,
         deferrals: i64,
@@ -134,7 +134,7 @@ row! {
 }
 
 row! {
-    /// An inbox's record of a message its handler dead-lettered, in a trace.
+    /// An inbox's record of a message its handler dead-lettered, in a history.
     pub(crate) struct GaveUpTraceRow {
         handler: String,
         reason: String,
@@ -145,7 +145,7 @@ row! {
 }
 
 row! {
-    /// An outbox row of a trace as read.
+    /// An outbox row of a history as read.
     pub(crate) struct OutboxTraceRow {
         topic: String,
         ordering_key: Option<String>,
@@ -162,7 +162,7 @@ row! {
 }
 
 row! {
-    /// An outgoing dead letter of a trace as read.
+    /// An outgoing dead letter of a history as read.
     pub(crate) struct DeadTraceRow {
         id: i64,
         topic: String,
@@ -173,7 +173,7 @@ row! {
 }
 
 row! {
-    /// A stored key of a trace as read.
+    /// A stored key of a history as read.
     pub(crate) struct KeyTraceRow {
         scope: String,
         key: String,

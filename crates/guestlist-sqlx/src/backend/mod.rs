@@ -45,7 +45,7 @@ pub trait Backend:
     + sealed::KeyStatements
     + sealed::OutboxStatements
     + relay::RelayStatements
-    + trace::TraceStatements
+    + history::HistoryStatements
     + Database<Arguments: sqlx::IntoArguments<Self>>
 {
     /// The connection as an executor sqlx runs queries on: `&mut` the connection.
@@ -79,6 +79,7 @@ macro_rules! backend {
 }
 
 mod classify;
+pub(crate) mod history;
 pub(crate) mod inbox;
 pub(crate) mod keys;
 #[cfg(feature = "mysql")]
@@ -91,7 +92,6 @@ pub(crate) mod relay;
 pub(crate) mod sqlite;
 pub(crate) mod statement;
 pub(crate) mod table;
-pub(crate) mod trace;
 mod wake;
 
 pub(crate) use classify::{

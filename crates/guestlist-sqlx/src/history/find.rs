@@ -1,18 +1,18 @@
-//! The reads of a trace, one table after another: a table the database lacks is noted, not an
+//! The reads of a history, one table after another: a table the database lacks is noted, not an
 //! error.
 
 use guestlist_core::TableName;
 
 use super::ids::{carried_from, like_escaped};
-use super::{Found, Holder, Seen, Sighting, Trace};
+use super::{Found, History, Holder, Seen, Sighting};
 use crate::Error;
 use crate::backend::Backend;
+use crate::backend::history::{
+    ClaimTraceRow, DeadTraceRow, DeferralTraceRow, GaveUpTraceRow, HistorySql, KeyTraceRow,
+    OutboxTraceRow,
+};
 use crate::backend::relay::{ShardRow, shard_count};
 use crate::backend::statement::Plain;
-use crate::backend::trace::{
-    ClaimTraceRow, DeadTraceRow, DeferralTraceRow, GaveUpTraceRow, KeyTraceRow, OutboxTraceRow,
-    TraceSql,
-};
 use crate::keys::key_state;
 
 /// A read's rows, or `None` (the table noted in `found`) when the table does not exist.
@@ -33,7 +33,7 @@ fn present<DB: Backend, T>(
     }
 }
 
-impl<DB: Backend> Trace<DB> {
+impl<DB: Backend> History<DB> {
     /// Each handler's claim of each message, its deferrals, and its dead-lettering.
     pub(super) async fn find_in_inbox(
         &self,
@@ -46,7 +46,7 @@ impl<DB: Backend> Trace<DB> {
         let deferrals_table = format!("{inbox}_deferrals");
         let dead_table = format!("{inbox}_dead");
         for message_id in messages {
-            let claims = Plain::reading(|sql: &TraceSql| &sql.inbox, (message_id.as_str(),));
+            let claims = Plain::reading(|sql: &HistorySql| &sql.inbox, (message_id.as_str(),));
             let claims: Result<Vec<ClaimTraceRow>, _> =
                 DB::fetch(&mut conn, &*self.sql, claims).await;
             for claim in present::<DB, _>(claims, inbox, found)?.unwrap_or_default() {
@@ -59,7 +59,8 @@ impl<DB: Backend> Trace<DB> {
                     },
                 });
             }
-            let deferred = Plain::reading(|sql: &TraceSql| &sql.deferrals, (message_id.as_str(),));
+            let deferred =
+                Plain::reading(|sql: &HistorySql| &sql.deferrals, (message_id.as_str(),));
             let deferred: Result<Vec<DeferralTraceRow>, _> =
                 DB::fetch(&mut conn, &*self.sql, deferred).await;
             for row in present::<DB, _>(deferred, &deferrals_table, found)?.unwrap_or_default() {
@@ -73,7 +74,7 @@ impl<DB: Backend> Trace<DB> {
                     },
                 });
             }
-            let dead = Plain::reading(|sql: &TraceSql| &sql.inbox_dead, (message_id.as_str(),));
+            let dead = Plain::reading(|sql: &HistorySql| &sql.inbox_dead, (message_id.as_str(),));
             let dead: Result<Vec<GaveUpTraceRow>, _> = DB::fetch(&mut conn, &*self.sql, dead).await;
             for row in present::<DB, _>(dead, &dead_table, found)?.unwrap_or_default() {
                 found.sightings.push(Sighting {
@@ -107,7 +108,7 @@ impl<DB: Backend> Trace<DB> {
             present::<DB, _>(shards, &format!("{table}_relay"), found)?.unwrap_or_default();
         let count = shard_count(&shards);
         for message_id in messages {
-            let rows = Plain::reading(|sql: &TraceSql| &sql.outbox, (message_id.as_str(),));
+            let rows = Plain::reading(|sql: &HistorySql| &sql.outbox, (message_id.as_str(),));
             let rows: Result<Vec<OutboxTraceRow>, _> = DB::fetch(&mut conn, &*self.sql, rows).await;
             for row in present::<DB, _>(rows, table, found)?.unwrap_or_default() {
                 let slot = u16::try_from(row.slot).unwrap_or(0);
@@ -144,7 +145,7 @@ impl<DB: Backend> Trace<DB> {
                     });
                 }
             }
-            let dead = Plain::reading(|sql: &TraceSql| &sql.dead, (message_id.as_str(),));
+            let dead = Plain::reading(|sql: &HistorySql| &sql.dead, (message_id.as_str(),));
             let dead: Result<Vec<DeadTraceRow>, _> = DB::fetch(&mut conn, &*self.sql, dead).await;
             for row in present::<DB, _>(dead, &dead_table, found)?.unwrap_or_default() {
                 found.sightings.push(Sighting {
@@ -180,7 +181,7 @@ impl<DB: Backend> Trace<DB> {
             let escaped = like_escaped(exact);
             let (anywhere, leading) = (format!("%:{escaped}/%"), format!("{escaped}/%"));
             let read = Plain::reading(
-                |sql: &TraceSql| &sql.keys,
+                |sql: &HistorySql| &sql.keys,
                 (*exact, anywhere.as_str(), leading.as_str()),
             );
             let read: Result<Vec<KeyTraceRow>, _> = DB::fetch(&mut conn, &*self.sql, read).await;

@@ -2,10 +2,10 @@
 //! happened to order 42's event?".
 //!
 //! Given a message id, an idempotency key or a key derived from one (`warehouse:evt_9f3k/charge`),
-//! a [`Trace`] reads the inbox (each handler's claim, its deferrals), the outbox (the message
+//! a [`History`] reads the inbox (each handler's claim, its deferrals), the outbox (the message
 //! committed, published, dead-lettered and why, the shard and the relay holding it) and the key
 //! table (the key and every key carried downstream from it: state, status, attempts, lease).
-//! `guestlist trace ID` prints it.
+//! `guestlist history ID` prints it.
 
 mod find;
 mod ids;
@@ -17,43 +17,35 @@ use guestlist_core::{KeyState, TableName};
 
 use crate::Error;
 use crate::backend::Backend;
-use crate::backend::trace::TraceSql;
+use crate::backend::history::HistorySql;
 use crate::outbox::Outbox;
+use crate::scaffold::clone_without_bound;
 
 /// Looks an id up in an inbox, an outbox and a key table of one database.
 ///
 /// ```no_run
 /// # async fn run(pool: sqlx::PgPool) -> Result<(), guestlist_sqlx::Error> {
-/// use guestlist_sqlx::Trace;
+/// use guestlist_sqlx::History;
 ///
-/// let found = Trace::<sqlx::Postgres>::new().find(&pool, "evt_9f3k").await?;
+/// let found = History::<sqlx::Postgres>::new().find(&pool, "evt_9f3k").await?;
 /// for sighting in &found.sightings {
 ///     println!("{:?} in {}: {:?}", sighting.at, sighting.table, sighting.seen);
 /// }
 /// # Ok(())
 /// # }
 /// ```
-pub struct Trace<DB: Backend> {
+pub struct History<DB: Backend> {
     inbox: TableName,
     outbox: Outbox<DB>,
     keys: TableName,
-    sql: Arc<TraceSql>,
+    sql: Arc<HistorySql>,
 }
 
-impl<DB: Backend> Clone for Trace<DB> {
-    fn clone(&self) -> Self {
-        Self {
-            inbox: self.inbox.clone(),
-            outbox: self.outbox.clone(),
-            keys: self.keys.clone(),
-            sql: Arc::clone(&self.sql),
-        }
-    }
-}
+clone_without_bound!(History<DB: Backend> { inbox, outbox, keys, sql });
 
-impl<DB: Backend> std::fmt::Debug for Trace<DB> {
+impl<DB: Backend> std::fmt::Debug for History<DB> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Trace")
+        f.debug_struct("History")
             .field("backend", &DB::BACKEND)
             .field("inbox", &self.inbox.as_str())
             .field("outbox", &self.outbox.table().as_str())
@@ -62,14 +54,14 @@ impl<DB: Backend> std::fmt::Debug for Trace<DB> {
     }
 }
 
-impl<DB: Backend> Default for Trace<DB> {
+impl<DB: Backend> Default for History<DB> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl<DB: Backend> Trace<DB> {
-    /// A trace of the tables of their default names: `guestlist_inbox`, `guestlist_outbox`,
+impl<DB: Backend> History<DB> {
+    /// A history of the tables of their default names: `guestlist_inbox`, `guestlist_outbox`,
     /// `guestlist_keys`.
     pub fn new() -> Self {
         let name = |name: &str| TableName::new(name).expect("the default table names are valid");
@@ -80,10 +72,10 @@ impl<DB: Backend> Trace<DB> {
         )
     }
 
-    /// A trace of the tables named: the inbox, the outbox and the key table (each of them may be
+    /// A history of the tables named: the inbox, the outbox and the key table (each of them may be
     /// absent from the database: [`Found::missing`] says which were).
     pub fn with_tables(inbox: TableName, outbox: TableName, keys: TableName) -> Self {
-        let sql = Arc::new(TraceSql::new::<DB>(&inbox, &outbox, &keys));
+        let sql = Arc::new(HistorySql::new::<DB>(&inbox, &outbox, &keys));
         Self {
             outbox: Outbox::in_table(outbox),
             inbox,
@@ -121,7 +113,7 @@ impl<DB: Backend> Trace<DB> {
     }
 }
 
-/// What the tables know of one id. With the `serde` feature it serializes as `guestlist trace
+/// What the tables know of one id. With the `serde` feature it serializes as `guestlist history
 /// --json` prints it: each sighting's [`Seen`] flattened beside its time (RFC 3339, to the
 /// millisecond) and table, under `"what"`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -131,7 +123,7 @@ pub struct Found {
     /// The id looked up.
     pub id: String,
     /// Where `id` is a key carried downstream, the work it was carried from, nearest first
-    /// (`warehouse:evt_9f3k/charge`: `evt_9f3k`), traced too.
+    /// (`warehouse:evt_9f3k/charge`: `evt_9f3k`), looked up too.
     pub carried_from: Vec<String>,
     /// What each table knows, oldest first.
     pub sightings: Vec<Sighting>,
@@ -156,7 +148,7 @@ pub struct Sighting {
     pub seen: Seen,
 }
 
-/// `at` as RFC 3339 to the millisecond, as `guestlist trace` prints it.
+/// `at` as RFC 3339 to the millisecond, as `guestlist history` prints it.
 #[cfg(feature = "serde")]
 fn rfc3339_millis<S: serde::Serializer>(at: &SystemTime, serializer: S) -> Result<S::Ok, S::Error> {
     serializer.collect_str(&humantime::format_rfc3339_millis(*at))

@@ -1,7 +1,7 @@
 //! Incoming dead letters: the messages a consumer moved to its broker's dead-letter place
 //! (poison: failed too often, or deferred past its limit), recorded in `<inbox table>_dead`
 //! (created by [`Inbox::migrate`]) so that an operator sees them beside the guest list, in
-//! `guestlist console` and `guestlist trace`. The message itself is in the broker's dead-letter
+//! `guestlist console` and `guestlist history`. The message itself is in the broker's dead-letter
 //! place; replay it from there with the broker's tools.
 
 use std::time::SystemTime;

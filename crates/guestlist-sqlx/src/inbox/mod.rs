@@ -1,16 +1,16 @@
 //! The inbox: claims on the caller's own transaction.
 
 use std::collections::HashSet;
-use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
 use guestlist_core::{Claim, HandlerName, MessageId, TableName};
 use tracing::Instrument;
 
+use crate::Error;
 use crate::backend::{Backend, InboxSql};
 use crate::retry::RetryPolicy;
-use crate::{Error, InvalidValue};
+use crate::scaffold::{clone_without_bound, on_one_table};
 
 mod ask;
 mod dead;
@@ -25,9 +25,6 @@ pub use deferrals::Deferrals;
 pub use process::{BatchProcessed, ProcessError, Processed};
 pub use stats::{HandlerRows, InboxStats};
 
-/// The default table name.
-pub(crate) const DEFAULT_TABLE: &str = "guestlist_inbox";
-
 /// The guest list of a set of message consumers, kept in one table.
 ///
 /// A claim inserts `(handler, message id)` first, `ON CONFLICT DO NOTHING`, on the transaction
@@ -39,7 +36,10 @@ pub(crate) const DEFAULT_TABLE: &str = "guestlist_inbox";
 /// waiters may instead get a deadlock error then, which [`Error::is_retryable`] reports: run the
 /// whole transaction again, as [`Inbox::process`] does).
 ///
-/// Cheap to clone; build one per table and share it.
+/// Cheap to clone; build one per table and share it. It holds no pool: its calls join the
+/// caller's transaction, so each takes the pool or the connection to run on, as `sqlx::query`
+/// does (the parts that run on their own, [`crate::SqlKeyStore`], [`crate::Relay`] and
+/// [`crate::Purger`], hold theirs).
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), guestlist_sqlx::Error> {
@@ -71,24 +71,8 @@ pub struct Inbox<DB: Backend> {
     db: PhantomData<fn() -> DB>,
 }
 
-impl<DB: Backend> Clone for Inbox<DB> {
-    fn clone(&self) -> Self {
-        Self {
-            sql: Arc::clone(&self.sql),
-            retry: self.retry,
-            db: PhantomData,
-        }
-    }
-}
-
-impl<DB: Backend> fmt::Debug for Inbox<DB> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Inbox")
-            .field("backend", &DB::BACKEND)
-            .field("table", &self.table().as_str())
-            .finish()
-    }
-}
+clone_without_bound!(Inbox<DB: Backend> { sql, retry, db });
+on_one_table!(Inbox, "An inbox", "guestlist_inbox");
 
 impl<DB: Backend> Default for Inbox<DB> {
     fn default() -> Self {
@@ -97,13 +81,7 @@ impl<DB: Backend> Default for Inbox<DB> {
 }
 
 impl<DB: Backend> Inbox<DB> {
-    /// An inbox in the table `guestlist_inbox`.
-    pub fn new() -> Self {
-        let table = TableName::new(DEFAULT_TABLE).expect("the default table name is valid");
-        Self::in_table(table)
-    }
-
-    /// An inbox in the table `name`, refused unless it is a plain identifier.
+    /// An inbox in an already validated table. [`Inbox::with_table`] validates a name first:
     ///
     /// ```
     /// # #[cfg(feature = "sqlite")] {
@@ -116,11 +94,6 @@ impl<DB: Backend> Inbox<DB> {
     /// # }
     /// # Ok::<(), guestlist_sqlx::InvalidValue>(())
     /// ```
-    pub fn with_table(name: &str) -> Result<Self, InvalidValue> {
-        Ok(Self::in_table(TableName::new(name)?))
-    }
-
-    /// An inbox in an already validated table.
     pub fn in_table(table: TableName) -> Self {
         Self {
             sql: Arc::new(InboxSql::new::<DB>(&table)),

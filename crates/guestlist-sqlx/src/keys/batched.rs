@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use guestlist_core::{
-    Attempt, Begin, Completed, Fingerprint, IdempotencyKey, KeyStore, Scope, ScopeUsage,
+    Attempt, Completed, Fingerprint, IdempotencyKey, KeyClaim, KeyStore, Scope, ScopeUsage,
     StoredResponse,
 };
 use tokio::sync::{mpsc, oneshot};
@@ -38,7 +38,7 @@ const QUEUE: usize = 2 * MAX_BATCH;
 /// came, instead of racing for it in the busy handler (where the unlucky wait for hundreds of
 /// milliseconds). Each request still waits until its claim is durable before it runs, and
 /// until its response is durable before it is answered: the guarantees are [`SqlKeyStore`]'s,
-/// and a key already there takes [`SqlKeyStore::begin`]'s path (replay, 409, 422, take-over) on
+/// and a key already there takes [`SqlKeyStore::claim`](KeyStore::claim)'s path (replay, 409, 422, take-over) on
 /// its own.
 ///
 /// It serves the gateway; build it inside a Tokio runtime (it spawns the task that writes the
@@ -58,14 +58,7 @@ pub struct BatchedKeyStore<DB: BatchBackend> {
     queue: mpsc::Sender<Item>,
 }
 
-impl<DB: BatchBackend> Clone for BatchedKeyStore<DB> {
-    fn clone(&self) -> Self {
-        Self {
-            store: self.store.clone(),
-            queue: self.queue.clone(),
-        }
-    }
-}
+crate::scaffold::clone_without_bound!(BatchedKeyStore<DB: BatchBackend> { store, queue });
 
 impl<DB: BatchBackend> std::fmt::Debug for BatchedKeyStore<DB> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -265,13 +258,13 @@ impl<DB: BatchBackend> BatchedKeyStore<DB> {
 impl<DB: BatchBackend> KeyStore for BatchedKeyStore<DB> {
     type Error = Error;
 
-    async fn begin(
+    async fn claim(
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
         fingerprint: &Fingerprint,
         lease: Duration,
-    ) -> Result<Begin, Error> {
+    ) -> Result<KeyClaim, Error> {
         let token = new_token()?;
         let stored_key = self.store.key_at_rest(key);
         let inserted = self
@@ -287,12 +280,12 @@ impl<DB: BatchBackend> KeyStore for BatchedKeyStore<DB> {
             })
             .await?;
         if inserted {
-            return Ok(Begin::Run {
+            return Ok(KeyClaim::Run {
                 attempt: Attempt::new(1, token),
             });
         }
         // The key was there (or repeated in the batch): replay, 409, 422 or take-over.
-        self.store.begin(scope, key, fingerprint, lease).await
+        self.store.claim(scope, key, fingerprint, lease).await
     }
 
     async fn complete(
@@ -331,8 +324,8 @@ impl<DB: BatchBackend> KeyStore for BatchedKeyStore<DB> {
         scope: &Scope,
         key: &IdempotencyKey,
         attempt: Attempt,
-    ) -> Result<(), Error> {
-        self.store.release(scope, key, attempt).await.map(drop)
+    ) -> Result<bool, Error> {
+        self.store.release(scope, key, attempt).await
     }
 
     async fn usage(&self, scope: &Scope) -> Result<Option<ScopeUsage>, Error> {

@@ -4,13 +4,13 @@
 
 use std::time::Duration;
 
-use guestlist_core::{Attempt, Begin, Fingerprint, IdempotencyKey, Scope};
+use guestlist_core::{Attempt, Fingerprint, IdempotencyKey, KeyClaim, Scope};
 use sqlx::Transaction;
 
 use crate::SqlKeyStore;
 use crate::backend::Backend;
 use crate::backend::keys::{ClaimLocked, Insert, Key, hold_lock, let_go_lock};
-use crate::keys::{BEGIN_ROUNDS, lease_ms, new_token};
+use crate::keys::{CLAIM_ROUNDS, lease_ms, new_token};
 use crate::{Error, backend};
 
 /// What a retry is told to wait when the key's lock is held: the attempt holding it is running
@@ -19,7 +19,7 @@ const LOCK_HELD_RETRY: Duration = Duration::from_secs(1);
 
 impl<DB: Backend> SqlKeyStore<DB> {
     /// Whether this database can write a claim on the handler's own transaction
-    /// ([`SqlKeyStore::begin_locked`]): PostgreSQL can (a transaction-scoped advisory lock
+    /// ([`SqlKeyStore::claim_locked`]): PostgreSQL can (a transaction-scoped advisory lock
     /// stands in for the committed claim); SQLite and MySQL cannot.
     pub fn claims_on_transaction() -> bool {
         !<DB as backend::sealed::KeyStatements>::KEY_CLAIM_LOCKED.is_empty()
@@ -31,30 +31,30 @@ impl<DB: Backend> SqlKeyStore<DB> {
     /// nothing.
     ///
     /// The claim first tries a transaction-scoped advisory lock on `(scope, key)`: a concurrent
-    /// retry that finds it held gets [`Begin::InFlight`] at once instead of queueing behind the
+    /// retry that finds it held gets [`KeyClaim::InFlight`] at once instead of queueing behind the
     /// uncommitted row. The lock and the row end with the transaction, so an attempt that dies
     /// (its process killed) leaves nothing behind: its writes roll back and the next retry runs
     /// at once. The lease bounds how long the transaction may sit idle
     /// (`idle_in_transaction_session_timeout`, set for this transaction only): an attempt that
     /// stalls past it, or whose connection went silent, has its session ended by PostgreSQL, and
-    /// the retry after it runs. Rows left by [`SqlKeyStore::begin`]'s committed claims (another
+    /// the retry after it runs. Rows left by [`SqlKeyStore::claim`](guestlist_core::KeyStore::claim)'s committed claims (another
     /// process in plain mode) are honoured as usual, leases included.
     ///
     /// `tx` must be inside a transaction (`BEGIN`): outside one, the lock and the claim would end
     /// with this very statement.
-    pub async fn begin_locked(
+    pub async fn claim_locked(
         &self,
         tx: &mut DB::Connection,
         scope: &Scope,
         key: &IdempotencyKey,
         fingerprint: &Fingerprint,
         lease: Duration,
-    ) -> Result<Begin, Error> {
+    ) -> Result<KeyClaim, Error> {
         if !Self::claims_on_transaction() {
             return Err(Error::Database(sqlx::Error::Configuration(
                 format!(
                     "{} has no transaction-scoped lock to claim a key on the handler's \
-                     transaction; claim it with SqlKeyStore::begin (committed first) instead",
+                     transaction; claim it with SqlKeyStore::claim (committed first) instead",
                     DB::BACKEND
                 )
                 .into(),
@@ -62,7 +62,7 @@ impl<DB: Backend> SqlKeyStore<DB> {
         }
         let key = &*self.key_at_rest(key);
         let lease_ms = lease_ms(lease);
-        for _ in 0..BEGIN_ROUNDS {
+        for _ in 0..CLAIM_ROUNDS {
             let token = new_token()?;
             let claim = ClaimLocked(Insert {
                 key: Key::of(scope, key),
@@ -77,12 +77,12 @@ impl<DB: Backend> SqlKeyStore<DB> {
                 // The holder may be an attempt running now, or a retry reading a stored
                 // response: a stored response is replayed, anything else is in flight.
                 let found = self.settle(tx, scope, key, fingerprint, None).await?;
-                return Ok(found.unwrap_or(Begin::InFlight {
+                return Ok(found.unwrap_or(KeyClaim::InFlight {
                     retry_after: LOCK_HELD_RETRY,
                 }));
             }
-            let begin = if claim.inserted {
-                Some(Begin::Run {
+            let claimed = if claim.inserted {
+                Some(KeyClaim::Run {
                     attempt: Attempt::new(1, token),
                 })
             } else {
@@ -91,14 +91,14 @@ impl<DB: Backend> SqlKeyStore<DB> {
                 self.settle(tx, scope, key, fingerprint, Some(lease_ms))
                     .await?
             };
-            if let Some(begin) = begin {
-                return Ok(begin);
+            if let Some(claimed) = claimed {
+                return Ok(claimed);
             }
         }
-        Ok(Begin::InFlight { retry_after: lease })
+        Ok(KeyClaim::InFlight { retry_after: lease })
     }
 
-    /// Ends an attempt claimed by [`SqlKeyStore::begin_locked`] (`attempt`, with `fingerprint`,
+    /// Ends an attempt claimed by [`SqlKeyStore::claim_locked`] (`attempt`, with `fingerprint`,
     /// on `tx`) whose work may have happened outside the database (a call that timed out): rolls
     /// back the handler's writes and commits the claim alone, so that the key stays locked for
     /// `lease` from now and a retry takes over after it. The key's lock is never let go in

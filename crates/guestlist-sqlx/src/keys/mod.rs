@@ -1,13 +1,12 @@
 //! Idempotency keys in SQL: the store behind the HTTP layer.
 
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use guestlist_core::protocol::{KeyRowView, Settlement, settle};
 use guestlist_core::{
-    Attempt, Begin, Completed, Fingerprint, IdempotencyKey, KeyStore, Retention, Scope, ScopeUsage,
-    StoredBody, StoredResponse, TableName,
+    Attempt, Completed, Fingerprint, IdempotencyKey, KeyClaim, KeyStore, Retention, Scope,
+    ScopeUsage, StoredBody, StoredResponse, TableName,
 };
 use sqlx::Pool;
 
@@ -16,6 +15,7 @@ use crate::backend::keys::{Complete, Insert, Key, TakeOver, release, select};
 use crate::backend::{Backend, KeyRow, KeysSql, TableSql};
 use crate::fencing::{lease_ms, new_token};
 use crate::purge::{Purge, Purgeable, sealed};
+use crate::scaffold::{clone_without_bound, on_one_table};
 
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 mod batched;
@@ -29,36 +29,37 @@ pub use batched::{BatchBackend, BatchedKeyStore};
 pub use guestlist_core::{HeldKey, KeyRecord, KeyState, KeyStats};
 pub use sealing::{KeyHashing, Sealing};
 
-/// The default table name.
-const DEFAULT_TABLE: &str = "guestlist_keys";
-
-/// How often [`SqlKeyStore::begin`] goes round when the row changes under it (released,
+/// How often [`SqlKeyStore::claim`](KeyStore::claim) goes round when the row changes under it (released,
 /// purged, taken over) before it answers "in flight".
-pub(crate) const BEGIN_ROUNDS: usize = 5;
+pub(crate) const CLAIM_ROUNDS: usize = 5;
 
 /// Idempotency keys kept in PostgreSQL, SQLite or MySQL/MariaDB.
 ///
-/// [`SqlKeyStore::begin`] claims a key insert-first with a lease, committed on its own so that
+/// [`SqlKeyStore::claim`](KeyStore::claim) claims a key insert-first with a lease, committed on its own so that
 /// concurrent retries see it. The response is then stored with [`SqlKeyStore::complete_in`] on
 /// the handler's own transaction (its writes and the response commit together), or with
-/// [`SqlKeyStore::complete`] on its own ("plain mode"). Both check the attempt, a fencing token:
+/// [`SqlKeyStore::complete`](KeyStore::complete) on its own ("plain mode"). Both check the attempt, a fencing token:
 /// an attempt whose lease expired and was taken over can neither store nor release.
+///
+/// It holds its pool, as the parts that run on their own do: the HTTP layer calls it through
+/// [`KeyStore`](guestlist_core::KeyStore) with nothing else at hand. (The [`crate::Inbox`] and the
+/// [`crate::Outbox`], whose calls join the caller's transaction, take the pool per call.)
 ///
 /// ```no_run
 /// # async fn run(pool: sqlx::PgPool) -> Result<(), guestlist_sqlx::Error> {
 /// use std::time::Duration;
-/// use guestlist_sqlx::{Begin, Fingerprint, IdempotencyKey, Scope, SqlKeyStore};
+/// use guestlist_sqlx::{Fingerprint, IdempotencyKey, KeyClaim, KeyStore, Scope, SqlKeyStore};
 ///
 /// let keys = SqlKeyStore::new(pool.clone());
 /// keys.migrate().await?;
 /// let scope = Scope::from_credentials(b"Bearer sk_test_123");
 /// let key = IdempotencyKey::new("8e03978e-40d5-43e8-bc93-6894a57f9324")?;
 /// let fingerprint = Fingerprint::builder("POST", "/payments").body(b"{\"amount\":100}");
-/// match keys.begin(&scope, &key, &fingerprint, Duration::from_secs(30)).await? {
-///     Begin::Run { attempt } => { /* run the handler, then complete or release */ }
-///     Begin::Replay(response) => { /* send it again */ }
-///     Begin::InFlight { retry_after } => { /* 409, Retry-After */ }
-///     Begin::Mismatch => { /* 422 */ }
+/// match keys.claim(&scope, &key, &fingerprint, Duration::from_secs(30)).await? {
+///     KeyClaim::Run { attempt } => { /* run the handler, then complete or release */ }
+///     KeyClaim::Replay(response) => { /* send it again */ }
+///     KeyClaim::InFlight { retry_after } => { /* 409, Retry-After */ }
+///     KeyClaim::Mismatch => { /* 422 */ }
 /// }
 /// # Ok(()) }
 /// ```
@@ -71,38 +72,10 @@ pub struct SqlKeyStore<DB: Backend> {
     hashing: Option<KeyHashing>,
 }
 
-impl<DB: Backend> Clone for SqlKeyStore<DB> {
-    fn clone(&self) -> Self {
-        Self {
-            pool: self.pool.clone(),
-            sql: Arc::clone(&self.sql),
-            sealing: self.sealing.clone(),
-            hashing: self.hashing.clone(),
-        }
-    }
-}
-
-impl<DB: Backend> fmt::Debug for SqlKeyStore<DB> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SqlKeyStore")
-            .field("backend", &DB::BACKEND)
-            .field("table", &self.table().as_str())
-            .finish()
-    }
-}
+clone_without_bound!(SqlKeyStore<DB: Backend> { pool, sql, sealing, hashing });
+on_one_table!(SqlKeyStore, "Keys", "guestlist_keys", pool: Pool<DB>);
 
 impl<DB: Backend> SqlKeyStore<DB> {
-    /// Keys in the table `guestlist_keys` of `pool`'s database.
-    pub fn new(pool: Pool<DB>) -> Self {
-        let table = TableName::new(DEFAULT_TABLE).expect("the default table name is valid");
-        Self::in_table(pool, table)
-    }
-
-    /// Keys in the table `name`, refused unless it is a plain identifier.
-    pub fn with_table(pool: Pool<DB>, name: &str) -> Result<Self, guestlist_core::Error> {
-        Ok(Self::in_table(pool, TableName::new(name)?))
-    }
-
     /// Keys in an already validated table.
     pub fn in_table(pool: Pool<DB>, table: TableName) -> Self {
         Self {
@@ -174,7 +147,7 @@ impl<DB: Backend> SqlKeyStore<DB> {
 
     /// Begins a transaction for a handler's writes and its stored response: `BEGIN IMMEDIATE` on
     /// SQLite (the write lock up front), a plain `BEGIN` elsewhere.
-    pub async fn begin_transaction(&self) -> Result<sqlx::Transaction<'static, DB>, Error> {
+    pub async fn begin(&self) -> Result<sqlx::Transaction<'static, DB>, Error> {
         Ok(DB::begin(&self.pool).await?)
     }
 
@@ -190,57 +163,6 @@ impl<DB: Backend> SqlKeyStore<DB> {
         Purge::new(&self.sql.common, retention)
     }
 
-    /// Claims `key` in `scope` with a lease of `lease`, committed at once; or reports a stored
-    /// response, a valid lease held by another attempt, or another request's fingerprint. An
-    /// expired lease is taken over by compare-and-set on the attempt.
-    ///
-    /// The key's row is read first, by primary key, so that a retry of a stored answer costs one
-    /// read and no write; a key with no row is claimed insert-first (`ON CONFLICT DO NOTHING`),
-    /// and the insert arbitrates between racers.
-    pub async fn begin(
-        &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        fingerprint: &Fingerprint,
-        lease: Duration,
-    ) -> Result<Begin, Error> {
-        let key = &*self.key_at_rest(key);
-        let lease_ms = lease_ms(lease);
-        let mut conn = self.pool.acquire().await?;
-        // Read first: a retry of a stored answer is replayed by one read by primary key, with no
-        // write. Only a key with no row goes on to the insert, which arbitrates between racers.
-        if let Some(found) = self
-            .settle(&mut conn, scope, key, fingerprint, Some(lease_ms))
-            .await?
-        {
-            return Ok(found);
-        }
-        for _ in 0..BEGIN_ROUNDS {
-            let token = new_token()?;
-            let insert = Insert {
-                key: Key::of(scope, key),
-                fingerprint: fingerprint.as_bytes(),
-                token: token as i64,
-                lease_ms,
-            };
-            let inserted = DB::key_insert(&mut conn, &self.sql, insert)
-                .await
-                .map_err(|err| self.error(err))?;
-            if inserted {
-                return Ok(Begin::Run {
-                    attempt: Attempt::new(1, token),
-                });
-            }
-            if let Some(begin) = self
-                .settle(&mut conn, scope, key, fingerprint, Some(lease_ms))
-                .await?
-            {
-                return Ok(begin);
-            }
-        }
-        Ok(Begin::InFlight { retry_after: lease })
-    }
-
     /// What a claim that found the key's row already there answers: another request's
     /// fingerprint, a stored response, a lease still held, or a take-over of an expired lease
     /// for `take_over` more milliseconds (`None` where another request holds the key's lock and
@@ -254,7 +176,7 @@ impl<DB: Backend> SqlKeyStore<DB> {
         key: &IdempotencyKey,
         fingerprint: &Fingerprint,
         take_over: Option<i64>,
-    ) -> Result<Option<Begin>, Error> {
+    ) -> Result<Option<KeyClaim>, Error> {
         let select = select(Key::of(scope, key));
         let row = DB::fetch_first(conn, &*self.sql, select)
             .await
@@ -272,7 +194,7 @@ impl<DB: Backend> SqlKeyStore<DB> {
         fingerprint: &Fingerprint,
         row: Option<KeyRow>,
         take_over: Option<i64>,
-    ) -> Result<Option<Begin>, Error> {
+    ) -> Result<Option<KeyClaim>, Error> {
         let Some(mut row) = row else {
             return Ok(None);
         };
@@ -282,7 +204,7 @@ impl<DB: Backend> SqlKeyStore<DB> {
             lease_left_ms: row.lease_left_ms.unwrap_or(0),
         };
         let lease_ms = match settle(view, take_over) {
-            Settlement::Mismatch => return Ok(Some(Begin::Mismatch)),
+            Settlement::Mismatch => return Ok(Some(KeyClaim::Mismatch)),
             Settlement::Replay => {
                 // Only with sealing on is the body taken out, to be opened.
                 if let Some(sealing) = &self.sealing
@@ -294,7 +216,7 @@ impl<DB: Backend> SqlKeyStore<DB> {
             }
             Settlement::InFlight { retry_after_ms } => {
                 let retry_after = Duration::from_millis(retry_after_ms);
-                return Ok(Some(Begin::InFlight { retry_after }));
+                return Ok(Some(KeyClaim::InFlight { retry_after }));
             }
             Settlement::TakeOver(lease_ms) => lease_ms,
         };
@@ -316,7 +238,7 @@ impl<DB: Backend> SqlKeyStore<DB> {
             attempt = number,
             "lease expired; taking over the key"
         );
-        Ok(Some(Begin::Run {
+        Ok(Some(KeyClaim::Run {
             attempt: Attempt::new(number, token),
         }))
     }
@@ -351,45 +273,15 @@ impl<DB: Backend> SqlKeyStore<DB> {
         })
     }
 
-    /// Stores `response` on a connection of its own ("plain mode").
-    pub async fn complete(
-        &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        attempt: Attempt,
-        response: &StoredResponse,
-    ) -> Result<Completed, Error> {
-        let mut conn = self.pool.acquire().await?;
-        self.complete_in(&mut conn, scope, key, attempt, response)
-            .await
-    }
-
-    /// Forgets the key if `attempt` still holds it and no response is stored, so that a retry
-    /// runs again. `true` when a row went.
-    pub async fn release(
-        &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        attempt: Attempt,
-    ) -> Result<bool, Error> {
-        let key = &*self.key_at_rest(key);
-        let mut conn = self.pool.acquire().await?;
-        let release = release(Key::of(scope, key), attempt.token() as i64);
-        let gone = DB::run(&mut conn, &*self.sql, release)
-            .await
-            .map_err(|err| self.error(err))?;
-        Ok(gone == 1)
-    }
-
     pub(crate) fn error(&self, err: sqlx::Error) -> Error {
         Error::from_store::<DB>(self.table(), err)
     }
 }
 
 /// The replay of a completed row.
-fn replay_of(row: KeyRow) -> Begin {
+fn replay_of(row: KeyRow) -> KeyClaim {
     let status = row.status.unwrap_or(500);
-    Begin::Replay(stored_response(status, row))
+    KeyClaim::Replay(stored_response(status, row))
 }
 
 /// A stored response read back from its row.
@@ -412,16 +304,58 @@ impl<DB: Backend> Purgeable<DB> for SqlKeyStore<DB> {
 impl<DB: Backend> KeyStore for SqlKeyStore<DB> {
     type Error = Error;
 
-    async fn begin(
+    /// Claims `key` in `scope` with a lease of `lease`, committed at once; or reports a stored
+    /// response, a valid lease held by another attempt, or another request's fingerprint. An
+    /// expired lease is taken over by compare-and-set on the attempt.
+    ///
+    /// The key's row is read first, by primary key, so that a retry of a stored answer costs one
+    /// read and no write; a key with no row is claimed insert-first (`ON CONFLICT DO NOTHING`),
+    /// and the insert arbitrates between racers.
+    async fn claim(
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
         fingerprint: &Fingerprint,
         lease: Duration,
-    ) -> Result<Begin, Error> {
-        SqlKeyStore::begin(self, scope, key, fingerprint, lease).await
+    ) -> Result<KeyClaim, Error> {
+        let key = &*self.key_at_rest(key);
+        let lease_ms = lease_ms(lease);
+        let mut conn = self.pool.acquire().await?;
+        // Read first: a retry of a stored answer is replayed by one read by primary key, with no
+        // write. Only a key with no row goes on to the insert, which arbitrates between racers.
+        if let Some(found) = self
+            .settle(&mut conn, scope, key, fingerprint, Some(lease_ms))
+            .await?
+        {
+            return Ok(found);
+        }
+        for _ in 0..CLAIM_ROUNDS {
+            let token = new_token()?;
+            let insert = Insert {
+                key: Key::of(scope, key),
+                fingerprint: fingerprint.as_bytes(),
+                token: token as i64,
+                lease_ms,
+            };
+            let inserted = DB::key_insert(&mut conn, &self.sql, insert)
+                .await
+                .map_err(|err| self.error(err))?;
+            if inserted {
+                return Ok(KeyClaim::Run {
+                    attempt: Attempt::new(1, token),
+                });
+            }
+            if let Some(claimed) = self
+                .settle(&mut conn, scope, key, fingerprint, Some(lease_ms))
+                .await?
+            {
+                return Ok(claimed);
+            }
+        }
+        Ok(KeyClaim::InFlight { retry_after: lease })
     }
 
+    /// Stores `response` on a connection of its own ("plain mode").
     async fn complete(
         &self,
         scope: &Scope,
@@ -429,18 +363,27 @@ impl<DB: Backend> KeyStore for SqlKeyStore<DB> {
         attempt: Attempt,
         response: &StoredResponse,
     ) -> Result<Completed, Error> {
-        SqlKeyStore::complete(self, scope, key, attempt, response).await
+        let mut conn = self.pool.acquire().await?;
+        self.complete_in(&mut conn, scope, key, attempt, response)
+            .await
     }
 
+    /// Forgets the key if `attempt` still holds it and no response is stored, so that a retry
+    /// runs again. `true` when a row went (`false`: another attempt holds the key now, or a
+    /// response is stored).
     async fn release(
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
         attempt: Attempt,
-    ) -> Result<(), Error> {
-        SqlKeyStore::release(self, scope, key, attempt)
+    ) -> Result<bool, Error> {
+        let key = &*self.key_at_rest(key);
+        let mut conn = self.pool.acquire().await?;
+        let release = release(Key::of(scope, key), attempt.token() as i64);
+        let gone = DB::run(&mut conn, &*self.sql, release)
             .await
-            .map(drop)
+            .map_err(|err| self.error(err))?;
+        Ok(gone == 1)
     }
 
     async fn usage(&self, scope: &Scope) -> Result<Option<ScopeUsage>, Error> {

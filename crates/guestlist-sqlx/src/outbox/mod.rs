@@ -1,16 +1,15 @@
 //! The outbox: outgoing messages written on the business change's own transaction.
 
-use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
 use guestlist_core::{MessageId, Retention, TableName};
 
 use crate::Error;
-use crate::InvalidValue;
 use crate::backend::{Backend, OutboxRow, OutboxSql, RelaySql, TableSql};
 use crate::fencing::new_token;
 use crate::purge::{Purge, Purgeable, sealed};
+use crate::scaffold::{clone_without_bound, on_one_table};
 
 mod dead;
 mod held;
@@ -30,9 +29,6 @@ pub use guestlist_core::{Confirmed, OutboxMessage, Outcomes, Outgoing, Publish, 
 pub use relay::{Relay, Relayed};
 pub use stats::{OutboxStats, RelayLease, RelayStats, ShardStats};
 
-/// The default table name.
-const DEFAULT_TABLE: &str = "guestlist_outbox";
-
 /// Outgoing messages kept in one table until a relay has published them.
 ///
 /// A service that saves an order and then publishes `OrderPaid` loses the event when it crashes
@@ -47,7 +43,9 @@ const DEFAULT_TABLE: &str = "guestlist_outbox";
 /// (`seq`) in the order their transactions commit: enqueueing on a key locks the key's row until
 /// the transaction ends, so a second transaction on the key waits for the first.
 ///
-/// Cheap to clone; build one per table and share it.
+/// Cheap to clone; build one per table and share it. Like the [`crate::Inbox`], it holds no
+/// pool: [`Outbox::enqueue`] joins the caller's transaction, and the operator's calls take the
+/// pool; the [`Relay`] that publishes the table holds its own.
 ///
 /// ```no_run
 /// # async fn run(pool: sqlx::PgPool) -> Result<(), guestlist_sqlx::Error> {
@@ -86,24 +84,8 @@ pub struct Enqueued {
     pub seq: i64,
 }
 
-impl<DB: Backend> Clone for Outbox<DB> {
-    fn clone(&self) -> Self {
-        Self {
-            sql: Arc::clone(&self.sql),
-            relay: Arc::clone(&self.relay),
-            db: PhantomData,
-        }
-    }
-}
-
-impl<DB: Backend> fmt::Debug for Outbox<DB> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Outbox")
-            .field("backend", &DB::BACKEND)
-            .field("table", &self.table().as_str())
-            .finish()
-    }
-}
+clone_without_bound!(Outbox<DB: Backend> { sql, relay, db });
+on_one_table!(Outbox, "An outbox", "guestlist_outbox");
 
 impl<DB: Backend> Default for Outbox<DB> {
     fn default() -> Self {
@@ -112,18 +94,6 @@ impl<DB: Backend> Default for Outbox<DB> {
 }
 
 impl<DB: Backend> Outbox<DB> {
-    /// An outbox in the table `guestlist_outbox` (and `guestlist_outbox_keys` for its ordering
-    /// keys).
-    pub fn new() -> Self {
-        let table = TableName::new(DEFAULT_TABLE).expect("the default table name is valid");
-        Self::in_table(table)
-    }
-
-    /// An outbox in the table `name`, refused unless it is a plain identifier.
-    pub fn with_table(name: &str) -> Result<Self, InvalidValue> {
-        Ok(Self::in_table(TableName::new(name)?))
-    }
-
     /// An outbox in an already validated table.
     pub fn in_table(table: TableName) -> Self {
         Self {

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use guestlist_sqlx::sqlx::{self, Connection};
 use guestlist_sqlx::{
-    Begin, Claim, Error, Fingerprint, IdempotencyKey, MessageId, ProcessError, Processed, Scope,
-    SqlKeyStore,
+    Claim, Error, Fingerprint, IdempotencyKey, KeyClaim, KeyStore, MessageId, ProcessError,
+    Processed, Scope, SqlKeyStore,
 };
 use tokio::sync::Barrier;
 
@@ -404,16 +404,16 @@ pub async fn a_claim_on_the_handlers_transaction_needs_a_lock_to_guard_it<DB: Fi
     );
     let mut first = h.pool.begin().await.unwrap();
     let claimed = keys
-        .begin_locked(&mut first, &scope, &key, &fingerprint, lease)
+        .claim_locked(&mut first, &scope, &key, &fingerprint, lease)
         .await;
     if SqlKeyStore::<DB>::claims_on_transaction() {
-        assert!(matches!(claimed, Ok(Begin::Run { .. })), "{claimed:?}");
+        assert!(matches!(claimed, Ok(KeyClaim::Run { .. })), "{claimed:?}");
         let mut second = h.pool.begin().await.unwrap();
         let racing = keys
-            .begin_locked(&mut second, &scope, &key, &fingerprint, lease)
+            .claim_locked(&mut second, &scope, &key, &fingerprint, lease)
             .await
             .unwrap();
-        assert!(matches!(racing, Begin::InFlight { .. }), "{racing:?}");
+        assert!(matches!(racing, KeyClaim::InFlight { .. }), "{racing:?}");
         second.rollback().await.unwrap();
     } else {
         let err = claimed.unwrap_err();
@@ -424,8 +424,8 @@ pub async fn a_claim_on_the_handlers_transaction_needs_a_lock_to_guard_it<DB: Fi
     }
     first.rollback().await.unwrap();
     // Rolled back or never written: the committed claim finds the key free.
-    let after = keys.begin(&scope, &key, &fingerprint, lease).await.unwrap();
-    assert!(matches!(after, Begin::Run { .. }), "{after:?}");
+    let after = keys.claim(&scope, &key, &fingerprint, lease).await.unwrap();
+    assert!(matches!(after, KeyClaim::Run { .. }), "{after:?}");
 }
 
 pub async fn the_work_carries_its_message_key_downstream<DB: Fixture>(name: &str) {

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use guestlist_core::protocol::{KeyLeaseRow, KeyRowView, Settlement, settle};
 use guestlist_sqlx::{
-    Attempt, Begin, Completed, Fingerprint, IdempotencyKey, Scope, SqlKeyStore, StoredBody,
-    StoredResponse,
+    Attempt, Completed, Fingerprint, IdempotencyKey, KeyClaim, KeyStore, Scope, SqlKeyStore,
+    StoredBody, StoredResponse,
 };
 use guestlist_testkit::Fixture;
 
@@ -48,8 +48,8 @@ pub async fn the_key_statements_do_what_the_protocol_allows<DB: Fixture>(name: &
                     } else {
                         Duration::from_secs(60)
                     };
-                    let Begin::Run { attempt } =
-                        keys.begin(&scope, &key, &fingerprint, lease).await.unwrap()
+                    let KeyClaim::Run { attempt } =
+                        keys.claim(&scope, &key, &fingerprint, lease).await.unwrap()
                     else {
                         panic!("a new key runs");
                     };
@@ -103,16 +103,16 @@ pub async fn the_key_statements_do_what_the_protocol_allows<DB: Fixture>(name: &
                                 Settlement::InFlight { .. } => "in flight",
                                 Settlement::Mismatch => "mismatch",
                             };
-                            let began = keys.begin(&scope, &key, &fingerprint, lease).await;
+                            let began = keys.claim(&scope, &key, &fingerprint, lease).await;
                             let found = match began.unwrap() {
-                                Begin::Run { attempt: next } => {
+                                KeyClaim::Run { attempt: next } => {
                                     assert_ne!(next.token(), attempt.token(), "{cell}");
                                     assert!(next.is_takeover(), "{cell}");
                                     "run"
                                 }
-                                Begin::Replay(_) => "replay",
-                                Begin::InFlight { .. } => "in flight",
-                                Begin::Mismatch => "mismatch",
+                                KeyClaim::Replay(_) => "replay",
+                                KeyClaim::InFlight { .. } => "in flight",
+                                KeyClaim::Mismatch => "mismatch",
                             };
                             assert_eq!(found, expected, "{cell}");
                         }
@@ -126,7 +126,7 @@ pub async fn the_key_statements_do_what_the_protocol_allows<DB: Fixture>(name: &
     let other = Fingerprint::builder("POST", "/charges").body(b"{\"amount\":2}");
     let key = IdempotencyKey::new("cell1").unwrap();
     let began = keys
-        .begin(&scope, &key, &other, Duration::from_secs(60))
+        .claim(&scope, &key, &other, Duration::from_secs(60))
         .await;
     let view = KeyRowView {
         same_request: false,
@@ -134,5 +134,5 @@ pub async fn the_key_statements_do_what_the_protocol_allows<DB: Fixture>(name: &
         lease_left_ms: 60_000,
     };
     assert_eq!(settle(view, Some(())), Settlement::Mismatch);
-    assert_eq!(began.unwrap(), Begin::Mismatch);
+    assert_eq!(began.unwrap(), KeyClaim::Mismatch);
 }

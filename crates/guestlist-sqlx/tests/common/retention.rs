@@ -6,8 +6,8 @@ use std::time::{Duration, SystemTime};
 
 use guestlist_sqlx::sqlx;
 use guestlist_sqlx::{
-    Begin, Fingerprint, IdempotencyKey, Purged, Purger, Retention, Scope, SqlKeyStore, StoredBody,
-    StoredResponse,
+    Fingerprint, IdempotencyKey, KeyClaim, KeyStore, Purged, Purger, Retention, Scope, SqlKeyStore,
+    StoredBody, StoredResponse,
 };
 
 use super::harness::{Harness, handler, id};
@@ -420,7 +420,7 @@ async fn completed_keys<DB: Fixture>(h: &Harness<DB>, names: &[&str]) -> SqlKeyS
     };
     for key in names {
         let key = IdempotencyKey::new(*key).unwrap();
-        let Begin::Run { attempt } = keys.begin(&alice(), &key, &payment(), HOUR).await.unwrap()
+        let KeyClaim::Run { attempt } = keys.claim(&alice(), &key, &payment(), HOUR).await.unwrap()
         else {
             panic!("a new key runs");
         };
@@ -457,16 +457,16 @@ pub async fn old_idempotency_keys_are_purged_and_young_ones_stay<DB: Fixture>(na
     );
     let young = IdempotencyKey::new("young").unwrap();
     assert!(matches!(
-        keys.begin(&scope, &young, &fingerprint, HOUR)
+        keys.claim(&scope, &young, &fingerprint, HOUR)
             .await
             .unwrap(),
-        Begin::Replay(_)
+        KeyClaim::Replay(_)
     ));
     let old = IdempotencyKey::new("old").unwrap();
     assert!(
         matches!(
-            keys.begin(&scope, &old, &fingerprint, HOUR).await.unwrap(),
-            Begin::Run { .. }
+            keys.claim(&scope, &old, &fingerprint, HOUR).await.unwrap(),
+            KeyClaim::Run { .. }
         ),
         "a purged key is new again"
     );

@@ -13,7 +13,7 @@ use guestlist::amqp::RabbitPublisher;
 use guestlist::consumer::shutdown_signal;
 use guestlist::nats::JetStreamPublisher;
 use guestlist::sqlx::Pool;
-use guestlist::{Publish, Relay};
+use guestlist::{Relay, outbox::Publish};
 use warehouse_example::broker::Orders;
 use warehouse_example::db::Shop;
 use warehouse_example::{warehouse, with_pool};

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use guestlist::sqlx::{self, Pool};
-use guestlist::{HandlerName, Inbox, InboxStats, MessageId};
+use guestlist::{HandlerName, Inbox, MessageId, inbox::InboxStats};
 
 use super::preload::{Preload, Shape, in_chunks};
 use super::ratios::{add_ratios, record_bytes};

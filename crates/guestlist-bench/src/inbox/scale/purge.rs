@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use guestlist::{Purged, Retention};
+use guestlist::{Retention, retention::Purged};
 
 use super::{Claims, DAY, Figure, LOADED_TABLE, Scale, WORKERS};
 use crate::inbox::preload::Preload;
@@ -26,7 +26,7 @@ pub(super) async fn purge<DB: Preload>(
 ) -> anyhow::Result<u64> {
     let batch = scale
         .purge_batch
-        .unwrap_or(guestlist::Purge::<DB>::DEFAULT_BATCH_SIZE);
+        .unwrap_or(guestlist::retention::Purge::<DB>::DEFAULT_BATCH_SIZE);
     let (mut idle_all, mut during_all) = (Vec::new(), Vec::new());
     let (mut idle_p99, mut during_p99, mut rates) = (Vec::new(), Vec::new(), Vec::new());
     let (mut idle_rates, mut during_rates) = (Vec::new(), Vec::new());

@@ -184,7 +184,7 @@ impl Statements for MySql {
     }
 }
 
-impl crate::backend::trace::TraceStatements for MySql {
+impl crate::backend::history::HistoryStatements for MySql {
     // The times are UTC DATETIMEs: the difference from the epoch's needs no time zone.
     const EPOCH_MS: &'static str = "CAST(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', {at}) \
          DIV 1000 AS SIGNED)";

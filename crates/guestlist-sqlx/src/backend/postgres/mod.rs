@@ -169,7 +169,7 @@ impl Statements for Postgres {
     }
 }
 
-impl crate::backend::trace::TraceStatements for Postgres {
+impl crate::backend::history::HistoryStatements for Postgres {
     const EPOCH_MS: &'static str = "(EXTRACT(EPOCH FROM {at}) * 1000)::bigint";
     const AGE_MS: &'static str = "(EXTRACT(EPOCH FROM (now() - {at})) * 1000)::bigint";
 }

@@ -51,9 +51,9 @@ impl ShardRow {
     }
 
     /// The relay holding the shard's lease now, with its token.
-    pub(crate) fn holder_now(&self) -> Option<crate::trace::Holder> {
+    pub(crate) fn holder_now(&self) -> Option<crate::history::Holder> {
         let relay = self.holder.clone().filter(|_| self.held())?;
-        Some(crate::trace::Holder {
+        Some(crate::history::Holder {
             relay,
             token: self.token,
         })

@@ -157,7 +157,7 @@ impl Statements for Sqlite {
     }
 }
 
-impl crate::backend::trace::TraceStatements for Sqlite {
+impl crate::backend::history::HistoryStatements for Sqlite {
     // The times are UTC text; the Unix epoch is Julian day 2440587.5.
     const EPOCH_MS: &'static str =
         "CAST(round((julianday({at}) - 2440587.5) * 86400000.0) AS INTEGER)";
