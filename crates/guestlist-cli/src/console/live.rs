@@ -6,7 +6,7 @@ use std::time::SystemTime;
 use guestlist::keys::KeyState;
 use maud::{Markup, html};
 
-use super::page::{Viewer, csrf_field, evict_form};
+use super::forms::{Viewer, csrf_field, evict_form};
 use super::snapshot::{DEAD_LETTERS_SHOWN, HELD_KEYS_SHOWN, OutboxFigures, Snapshot};
 use crate::figures::{age, mib};
 

@@ -10,6 +10,7 @@
 
 mod actions;
 mod done;
+mod forms;
 mod live;
 mod page;
 mod session;
@@ -30,7 +31,8 @@ use axum::routing::{get, post};
 use clap::Args;
 use guestlist::TableName;
 
-use self::page::{Frame, Viewer};
+use self::forms::Viewer;
+use self::page::Frame;
 use self::session::{Sessions, TOKEN_VAR};
 use self::snapshot::{Retentions, Snapshot};
 use crate::database::{self, AnyPool, DatabaseUrl, with_pool};

@@ -4,25 +4,14 @@
 
 use std::time::Duration;
 
-use guestlist::{
-    history::{Found, Seen},
-    keys::KeyState,
-};
+use guestlist::history::{Found, Seen};
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 
 use super::Tables;
 use super::done::Done;
+use super::forms::{Viewer, csrf_field, evict_form};
 use super::live::live;
 use super::snapshot::Snapshot;
-
-/// What a page is written for: who is looking, and what they may do.
-pub(crate) struct Viewer<'a> {
-    /// The CSRF token for the action forms; `None` shows no action (read-only, or not signed
-    /// in).
-    pub(crate) csrf: Option<&'a str>,
-    /// Whether the console takes actions at all (started with a token).
-    pub(crate) actions: bool,
-}
 
 /// What the whole page shows beyond the figures.
 pub(crate) struct Frame<'a> {
@@ -78,7 +67,7 @@ pub(crate) fn page(frame: &Frame, viewer: &Viewer, snapshot: &Snapshot) -> Marku
                 @if let Some((done, tables)) = &frame.done {
                     p.flash #flash { (done.message(tables)) }
                 }
-                (trace(frame, viewer))
+                (history(frame, viewer))
                 section #live { (live(viewer, snapshot)) }
                 script nonce=(frame.nonce) { (PreEscaped(script)) }
             }
@@ -112,13 +101,8 @@ fn account(viewer: &Viewer) -> Markup {
     }
 }
 
-/// The hidden field that carries the session's CSRF token in an action form.
-pub(super) fn csrf_field(csrf: &str) -> Markup {
-    html! { input type="hidden" name="csrf" value=(csrf); }
-}
-
-/// The trace form, and what the tables know of the id looked up.
-fn trace(frame: &Frame, viewer: &Viewer) -> Markup {
+/// The history form, and what the tables know of the id looked up.
+fn history(frame: &Frame, viewer: &Viewer) -> Markup {
     let id = frame.trace.as_ref().map_or("", |(id, _)| id.as_str());
     html! {
         h2 { "History" }
@@ -166,27 +150,6 @@ fn sightings(id: &str, found: &Found, viewer: &Viewer) -> Markup {
         }
         @if !found.missing.is_empty() {
             p.muted { "not in this database: " (found.missing.join(", ")) }
-        }
-    }
-}
-
-/// The form that evicts the key `key` of `scope`; for a key in flight, with the box that says
-/// so.
-pub(super) fn evict_form(csrf: &str, scope: &str, key: &str, state: &KeyState) -> Markup {
-    html! {
-        form method="post" action="/keys/evict" class="inline evict" {
-            (csrf_field(csrf))
-            input type="hidden" name="scope" value=(scope);
-            input type="hidden" name="key" value=(key);
-            @if matches!(state, KeyState::InFlight { .. }) {
-                label title="a retry may then run the request a second time, and the running \
-                             one's answer is not stored" {
-                    input type="checkbox" name="force" value="yes";
-                    " even in flight"
-                }
-                " "
-            }
-            button { "evict" }
         }
     }
 }
