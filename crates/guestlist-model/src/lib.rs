@@ -1,6 +1,7 @@
 //! The model check of guestlist's protocol, with [stateright]: the idempotency key's lease
-//! ([`keys`]) and the outbox relay's lease ([`relay`]), each a few actors that crash, stall and
-//! lose messages at every step while a clock runs, explored state by state.
+//! ([`keys`]), the outbox relay's lease ([`relay`]) and a message's steps ([`steps`]), each a few
+//! actors that crash, stall and lose messages at every step while a clock runs, explored state
+//! by state.
 //!
 //! The models run the protocol's own moves, [`guestlist_core::protocol`], the functions the stores
 //! run on the rows they read, whose conditions their SQL carries. Each model takes its moves as
@@ -23,4 +24,5 @@
 pub mod consumer;
 pub mod keys;
 pub mod relay;
+pub mod steps;
 pub mod tick;

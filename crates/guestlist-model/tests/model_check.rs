@@ -7,6 +7,7 @@ use guestlist_core::protocol::{KeyLeaseRow, KeyRowView, RelayLeaseRow, Settlemen
 use guestlist_model::consumer::{ConsumerModel, ConsumerMoves};
 use guestlist_model::keys::{KeyModel, KeyMoves, Mode};
 use guestlist_model::relay::{RelayModel, RelayMoves};
+use guestlist_model::steps::{StepModel, StepMoves};
 use stateright::{Checker, CheckerBuilder, HasDiscoveries, Model};
 
 /// Checks `model` to the end and reports its figures; the names of the properties it broke.
@@ -235,4 +236,29 @@ fn a_consumer_that_calls_a_handled_message_poison_is_caught() {
     let property = "a message handled is never dead-lettered as poison";
     let broken = break_of("consumer, inbox not asked", model, property);
     assert!(broken.contains(&property), "{broken:?}");
+}
+
+#[test]
+fn the_steps_protocol_holds() {
+    assert_eq!(check("steps", StepModel::new()), Vec::<&str>::new());
+}
+
+#[test]
+fn a_journal_row_without_its_fencing_token_is_caught() {
+    let model = StepModel {
+        moves: StepMoves {
+            may_journal: |_: &KeyLeaseRow, _| true,
+            ..StepMoves::PROTOCOL
+        },
+        ..StepModel::new()
+    };
+    let broken = break_of(
+        "steps, journaled by any run",
+        model,
+        "no run journals once another holds the message",
+    );
+    assert!(
+        broken.contains(&"no run journals once another holds the message"),
+        "{broken:?}"
+    );
 }

@@ -1,6 +1,6 @@
 //! The protocol's moves, free of I/O: what a key's row lets an attempt do, what the relay's lease
-//! row lets a relay do, what a published batch's outcomes mean, and what a consumer makes of a
-//! message that comes back.
+//! row lets a relay do, what a published batch's outcomes mean, what a consumer makes of a
+//! message that comes back, and what a message's journal of steps says of the next one.
 //!
 //! The stores and the consumer runtime run these functions on what they read, and the SQL
 //! statements carry the same conditions in their `WHERE` clauses (a story of `guestlist-sqlx`
@@ -15,9 +15,11 @@ mod redelivery;
 mod relay_lease;
 mod settled;
 mod shard_share;
+mod steps;
 
 pub use key_lease::{KeyLeaseRow, KeyRowView, Settlement, settle};
 pub use redelivery::{AfterDeferral, Redelivery};
 pub use relay_lease::{HeldLease, RelayLeaseRow};
 pub use settled::{Settled, SettledRow};
 pub use shard_share::{SLOTS, ShardMoves, quota, shard_of, slot};
+pub use steps::{StepAt, step_at};
