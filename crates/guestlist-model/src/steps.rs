@@ -119,13 +119,13 @@ pub enum StepAction {
 }
 
 impl StepModel {
-    /// Two consumers, a lease of two ticks, two crashes.
+    /// Three consumers, a lease of two ticks, three crashes, faults until tick 8.
     pub fn new() -> Self {
         Self {
-            runners: 2,
+            runners: 3,
             lease: 2,
-            crashes: 2,
-            horizon: 6,
+            crashes: 3,
+            horizon: 8,
             moves: StepMoves::PROTOCOL,
         }
     }
