@@ -1,6 +1,8 @@
 //! The reads of a history, one table after another: a table the database lacks is noted, not an
 //! error.
 
+use std::sync::Arc;
+
 use guestlist_core::TableName;
 
 use super::ids::{carried_from, like_escaped};
@@ -12,7 +14,7 @@ use crate::backend::history::{
     OutboxTraceRow,
 };
 use crate::backend::relay::{ShardRow, shard_count};
-use crate::backend::statement::Plain;
+use crate::backend::statement::{Columns, Plain};
 use crate::keys::key_state;
 
 /// A read's rows, or `None` (the table noted in `found`) when the table does not exist.
@@ -33,7 +35,31 @@ fn present<DB: Backend, T>(
     }
 }
 
+/// What the tables saw of an id, at `at_ms` (Unix milliseconds) in `table`.
+fn sight(found: &mut Found, at_ms: i64, table: &str, seen: Seen) {
+    found.sightings.push(Sighting {
+        at: crate::unix_ms::time(at_ms),
+        table: table.to_owned(),
+        seen,
+    });
+}
+
 impl<DB: Backend> History<DB> {
+    /// The rows that the read at `text` finds of `message_id` in `table`: none where the
+    /// database lacks the table (noted in `found`).
+    async fn read<R: Columns + 'static>(
+        &self,
+        conn: &mut DB::Connection,
+        text: fn(&HistorySql) -> &Arc<str>,
+        message_id: &str,
+        table: &str,
+        found: &mut Found,
+    ) -> Result<Vec<R>, Error> {
+        let read = Plain::reading(text, (message_id,));
+        let rows: Result<Vec<R>, _> = DB::fetch(conn, &*self.sql, read).await;
+        Ok(present::<DB, _>(rows, table, found)?.unwrap_or_default())
+    }
+
     /// Each handler's claim of each message, its deferrals, and its dead-lettering.
     pub(super) async fn find_in_inbox(
         &self,
@@ -46,47 +72,50 @@ impl<DB: Backend> History<DB> {
         let deferrals_table = format!("{inbox}_deferrals");
         let dead_table = format!("{inbox}_dead");
         for message_id in messages {
-            let claims = Plain::reading(|sql: &HistorySql| &sql.inbox, (message_id.as_str(),));
-            let claims: Result<Vec<ClaimTraceRow>, _> =
-                DB::fetch(&mut conn, &*self.sql, claims).await;
-            for claim in present::<DB, _>(claims, inbox, found)?.unwrap_or_default() {
-                found.sightings.push(Sighting {
-                    at: crate::unix_ms::time(claim.at_ms),
-                    table: inbox.to_owned(),
-                    seen: Seen::Claimed {
-                        handler: claim.handler,
-                        message_id: message_id.clone(),
-                    },
-                });
+            let claims: Vec<ClaimTraceRow> = self
+                .read(&mut conn, |sql| &sql.inbox, message_id, inbox, found)
+                .await?;
+            for claim in claims {
+                let seen = Seen::Claimed {
+                    handler: claim.handler,
+                    message_id: message_id.clone(),
+                };
+                sight(found, claim.at_ms, inbox, seen);
             }
-            let deferred =
-                Plain::reading(|sql: &HistorySql| &sql.deferrals, (message_id.as_str(),));
-            let deferred: Result<Vec<DeferralTraceRow>, _> =
-                DB::fetch(&mut conn, &*self.sql, deferred).await;
-            for row in present::<DB, _>(deferred, &deferrals_table, found)?.unwrap_or_default() {
-                found.sightings.push(Sighting {
-                    at: crate::unix_ms::time(row.first_ms),
-                    table: deferrals_table.clone(),
-                    seen: Seen::Deferred {
-                        handler: row.handler,
-                        message_id: message_id.clone(),
-                        deferrals: u64::try_from(row.deferrals).unwrap_or(0),
-                    },
-                });
+            let deferred: Vec<DeferralTraceRow> = self
+                .read(
+                    &mut conn,
+                    |sql| &sql.deferrals,
+                    message_id,
+                    &deferrals_table,
+                    found,
+                )
+                .await?;
+            for row in deferred {
+                let seen = Seen::Deferred {
+                    handler: row.handler,
+                    message_id: message_id.clone(),
+                    deferrals: u64::try_from(row.deferrals).unwrap_or(0),
+                };
+                sight(found, row.first_ms, &deferrals_table, seen);
             }
-            let dead = Plain::reading(|sql: &HistorySql| &sql.inbox_dead, (message_id.as_str(),));
-            let dead: Result<Vec<GaveUpTraceRow>, _> = DB::fetch(&mut conn, &*self.sql, dead).await;
-            for row in present::<DB, _>(dead, &dead_table, found)?.unwrap_or_default() {
-                found.sightings.push(Sighting {
-                    at: crate::unix_ms::time(row.at_ms),
-                    table: dead_table.clone(),
-                    seen: Seen::GaveUp {
-                        handler: row.handler,
-                        message_id: message_id.clone(),
-                        reason: row.reason,
-                        deliveries: u64::try_from(row.deliveries).unwrap_or(0),
-                    },
-                });
+            let dead: Vec<GaveUpTraceRow> = self
+                .read(
+                    &mut conn,
+                    |sql| &sql.inbox_dead,
+                    message_id,
+                    &dead_table,
+                    found,
+                )
+                .await?;
+            for row in dead {
+                let seen = Seen::GaveUp {
+                    handler: row.handler,
+                    message_id: message_id.clone(),
+                    reason: row.reason,
+                    deliveries: u64::try_from(row.deliveries).unwrap_or(0),
+                };
+                sight(found, row.at_ms, &dead_table, seen);
             }
         }
         Ok(())
@@ -108,9 +137,10 @@ impl<DB: Backend> History<DB> {
             present::<DB, _>(shards, &format!("{table}_relay"), found)?.unwrap_or_default();
         let count = shard_count(&shards);
         for message_id in messages {
-            let rows = Plain::reading(|sql: &HistorySql| &sql.outbox, (message_id.as_str(),));
-            let rows: Result<Vec<OutboxTraceRow>, _> = DB::fetch(&mut conn, &*self.sql, rows).await;
-            for row in present::<DB, _>(rows, table, found)?.unwrap_or_default() {
+            let rows: Vec<OutboxTraceRow> = self
+                .read(&mut conn, |sql| &sql.outbox, message_id, table, found)
+                .await?;
+            for row in rows {
                 let slot = u16::try_from(row.slot).unwrap_or(0);
                 let shard = guestlist_core::protocol::shard_of(slot, count);
                 let relay = shards
@@ -118,46 +148,38 @@ impl<DB: Backend> History<DB> {
                     .find(|lease| lease.shard == i64::from(shard))
                     .and_then(ShardRow::holder_now);
                 let pending = row.published_ms.is_none();
-                found.sightings.push(Sighting {
-                    at: crate::unix_ms::time(row.created_ms),
-                    table: table.to_owned(),
-                    seen: Seen::Enqueued {
-                        message_id: message_id.clone(),
-                        topic: row.topic,
-                        ordering_key: row.ordering_key,
-                        seq: row.seq,
-                        shard,
-                        relay: relay.filter(|_| pending),
-                        pending,
-                    },
-                });
+                let enqueued = Seen::Enqueued {
+                    message_id: message_id.clone(),
+                    topic: row.topic,
+                    ordering_key: row.ordering_key,
+                    seq: row.seq,
+                    shard,
+                    relay: relay.filter(|_| pending),
+                    pending,
+                };
+                sight(found, row.created_ms, table, enqueued);
                 if let Some(ms) = row.published_ms {
-                    found.sightings.push(Sighting {
-                        at: crate::unix_ms::time(ms),
-                        table: table.to_owned(),
-                        seen: Seen::Published {
-                            message_id: message_id.clone(),
-                            relay: row
-                                .published_by
-                                .zip(row.published_token)
-                                .map(|(relay, token)| Holder { relay, token }),
-                        },
-                    });
+                    let published = Seen::Published {
+                        message_id: message_id.clone(),
+                        relay: row
+                            .published_by
+                            .zip(row.published_token)
+                            .map(|(relay, token)| Holder { relay, token }),
+                    };
+                    sight(found, ms, table, published);
                 }
             }
-            let dead = Plain::reading(|sql: &HistorySql| &sql.dead, (message_id.as_str(),));
-            let dead: Result<Vec<DeadTraceRow>, _> = DB::fetch(&mut conn, &*self.sql, dead).await;
-            for row in present::<DB, _>(dead, &dead_table, found)?.unwrap_or_default() {
-                found.sightings.push(Sighting {
-                    at: crate::unix_ms::time(row.dead_ms),
-                    table: dead_table.clone(),
-                    seen: Seen::DeadLettered {
-                        message_id: message_id.clone(),
-                        topic: row.topic,
-                        reason: row.reason,
-                        id: row.id,
-                    },
-                });
+            let dead: Vec<DeadTraceRow> = self
+                .read(&mut conn, |sql| &sql.dead, message_id, &dead_table, found)
+                .await?;
+            for row in dead {
+                let seen = Seen::DeadLettered {
+                    message_id: message_id.clone(),
+                    topic: row.topic,
+                    reason: row.reason,
+                    id: row.id,
+                };
+                sight(found, row.dead_ms, &dead_table, seen);
             }
         }
         Ok(())
@@ -197,16 +219,13 @@ impl<DB: Backend> History<DB> {
         for row in keys {
             let body_bytes = row.body_bytes.and_then(|b| usize::try_from(b).ok());
             let state = key_state(row.status, body_bytes, row.lease_left_ms);
-            found.sightings.push(Sighting {
-                at: crate::unix_ms::time(row.created_ms),
-                table: table.as_str().to_owned(),
-                seen: Seen::Key {
-                    scope: row.scope,
-                    key: row.key,
-                    state,
-                    attempt: u64::try_from(row.attempt).unwrap_or(0),
-                },
-            });
+            let seen = Seen::Key {
+                scope: row.scope,
+                key: row.key,
+                state,
+                attempt: u64::try_from(row.attempt).unwrap_or(0),
+            };
+            sight(found, row.created_ms, table.as_str(), seen);
         }
         Ok(())
     }
