@@ -79,6 +79,68 @@ pub enum Error {
     /// ([`BatchedKeyStore`](crate::BatchedKeyStore)); every request in it gets the same cause.
     #[error(transparent)]
     Shared(std::sync::Arc<Error>),
+
+    /// A step the handler asks for is not the one the journal holds at its place: the
+    /// handler's steps changed between two runs of one message (a step renamed, reordered or
+    /// removed). Nothing ran and nothing was replayed.
+    #[error(
+        "step {asked:?} was asked for at place {place} of message {message_id} (handler {handler}), \
+         where the journal holds {journaled:?}: the handler's steps changed between two runs of \
+         this message (renamed, reordered or removed), and nothing ran or was replayed. Keep a \
+         step's name and place while messages that ran it may come back: give changed steps a \
+         new handler name, or let the old messages finish first"
+    )]
+    StepChanged {
+        /// The handler.
+        handler: String,
+        /// The message.
+        message_id: String,
+        /// The step's place, counted from 0.
+        place: usize,
+        /// The step the journal holds there.
+        journaled: String,
+        /// The step the handler asked for.
+        asked: String,
+    },
+
+    /// Another run took the message over (this run's lease ended first): this run journals and
+    /// commits nothing more, and the message's next delivery resumes after what is journaled.
+    #[error(
+        "another run took message {message_id} of handler {handler} over (this run's lease \
+         ended): it journals and commits nothing more; hand the message back, and its next \
+         delivery resumes after the steps journaled. A lease that runs out while steps run is \
+         too short for them: see Inbox::step_lease"
+    )]
+    RunTakenOver {
+        /// The handler.
+        handler: String,
+        /// The message.
+        message_id: String,
+    },
+
+    /// A step's result is over the journal's bound.
+    #[error(
+        "step {step:?} returned {bytes} bytes of result, over the journal's {limit}: journal an \
+         id and keep the rest in a table of your own"
+    )]
+    StepResultTooLarge {
+        /// The step.
+        step: String,
+        /// The result's size, serialized.
+        bytes: usize,
+        /// The bound.
+        limit: usize,
+    },
+
+    /// A step's result could not be written to the journal, or read back from it as the type
+    /// the handler asks for now.
+    #[error("step {step:?}'s journaled result: {reason}")]
+    StepResult {
+        /// The step.
+        step: String,
+        /// What went wrong.
+        reason: String,
+    },
 }
 
 impl Error {

@@ -90,7 +90,8 @@ pub use guestlist_sqlx::{SQLITE_BUSY_TIMEOUT, sqlite_options};
 pub mod inbox {
     //! The inbox: `(handler, message id)` claimed insert-first on the handler's own
     //! transaction ([`Inbox`]), what a claim or a processed message came to, a handler's
-    //! "not yet" ([`defer`]), and what operators read of the table (its figures, each
+    //! named steps resumed after the last one finished ([`Steps`], `Inbox::process_steps`), a
+    //! handler's "not yet" ([`defer`]), and what operators read of the table (its figures, each
     //! handler's rows, deferrals, incoming dead letters).
     //!
     //! [`Inbox`], [`Claim`], [`Processed`], [`HandlerName`] and [`MessageId`] are also at the
@@ -98,7 +99,8 @@ pub mod inbox {
     pub use guestlist_core::{Claim, Deferral, FailureKind, HandlerName, MessageId, defer};
     pub use guestlist_sqlx::{
         BatchProcessed, Deferrals, HandlerRows, Inbox, InboxStats, IncomingDeadLetter,
-        ProcessError, Processed, WorkError, failure_kind,
+        MAX_STEP_RESULT, ProcessError, Processed, StepError, Stepped, Steps, WorkError,
+        failure_kind,
     };
 }
 

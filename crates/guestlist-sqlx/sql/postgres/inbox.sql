@@ -37,3 +37,18 @@ CREATE TABLE IF NOT EXISTS guestlist_inbox_dead (
     dead_at    BIGINT           NOT NULL,
     PRIMARY KEY (handler, message_id)
 );
+-- Steps (Inbox::process_steps): a message's run and the journal of its finished steps. Place 0
+-- is the run: the fencing token of the run that holds the message and its lease's end (Unix
+-- milliseconds). Places 1 and on are the finished steps in the order the handler asked for them:
+-- the name, the token of the run that journaled it, when (Unix ms) and the result. The rows go
+-- with the final commit.
+CREATE TABLE IF NOT EXISTS guestlist_inbox_steps (
+    handler     TEXT COLLATE "C" NOT NULL,
+    message_id  TEXT COLLATE "C" NOT NULL,
+    place       INTEGER          NOT NULL,
+    name        TEXT             NOT NULL,
+    token       BIGINT           NOT NULL,
+    lease_until BIGINT           NOT NULL,
+    result      BYTEA,
+    PRIMARY KEY (handler, message_id, place)
+);

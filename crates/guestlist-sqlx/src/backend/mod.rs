@@ -46,6 +46,7 @@ pub trait Backend:
     + sealed::OutboxStatements
     + relay::RelayStatements
     + history::HistoryStatements
+    + steps::StepsStatements
     + Database<Arguments: sqlx::IntoArguments<Self>>
 {
     /// The connection as an executor sqlx runs queries on: `&mut` the connection.
@@ -91,6 +92,7 @@ pub(crate) mod relay;
 #[cfg(feature = "sqlite")]
 pub(crate) mod sqlite;
 pub(crate) mod statement;
+pub(crate) mod steps;
 pub(crate) mod table;
 mod wake;
 

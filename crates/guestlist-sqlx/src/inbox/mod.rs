@@ -3,11 +3,13 @@
 use std::collections::HashSet;
 use std::marker::PhantomData;
 use std::sync::Arc;
+use std::time::Duration;
 
 use guestlist_core::{Claim, HandlerName, MessageId, TableName};
 use tracing::Instrument;
 
 use crate::Error;
+use crate::backend::steps::StepsSql;
 use crate::backend::{Backend, InboxSql};
 use crate::retry::RetryPolicy;
 use crate::scaffold::{clone_without_bound, on_one_table};
@@ -17,6 +19,7 @@ mod dead;
 mod deferrals;
 mod process;
 mod stats;
+mod steps;
 mod transaction;
 mod upkeep;
 
@@ -24,6 +27,8 @@ pub use dead::IncomingDeadLetter;
 pub use deferrals::Deferrals;
 pub use process::{BatchProcessed, ProcessError, Processed};
 pub use stats::{HandlerRows, InboxStats};
+pub(crate) use steps::DEFAULT_STEP_LEASE;
+pub use steps::{MAX_STEP_RESULT, StepError, Stepped, Steps};
 
 /// The guest list of a set of message consumers, kept in one table.
 ///
@@ -67,11 +72,13 @@ pub use stats::{HandlerRows, InboxStats};
 /// ```
 pub struct Inbox<DB: Backend> {
     pub(crate) sql: Arc<InboxSql>,
+    pub(crate) steps: Arc<StepsSql>,
     pub(crate) retry: RetryPolicy,
+    pub(crate) step_lease: Duration,
     db: PhantomData<fn() -> DB>,
 }
 
-clone_without_bound!(Inbox<DB: Backend> { sql, retry, db });
+clone_without_bound!(Inbox<DB: Backend> { sql, steps, retry, step_lease, db });
 on_one_table!(Inbox, "An inbox", "guestlist_inbox");
 
 impl<DB: Backend> Default for Inbox<DB> {
@@ -97,7 +104,9 @@ impl<DB: Backend> Inbox<DB> {
     pub fn in_table(table: TableName) -> Self {
         Self {
             sql: Arc::new(InboxSql::new::<DB>(&table)),
+            steps: Arc::new(StepsSql::new::<DB>(&table)),
             retry: RetryPolicy::default(),
+            step_lease: DEFAULT_STEP_LEASE,
             db: PhantomData,
         }
     }

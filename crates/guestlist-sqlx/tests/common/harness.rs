@@ -54,7 +54,8 @@ impl<DB: Fixture> Harness<DB> {
     async fn reset(&self) {
         let inbox = self.inbox.table().to_string();
         let dead = format!("{inbox}_dead");
-        for table in [inbox, dead, self.orders(), self.picks()] {
+        let steps = format!("{inbox}_steps");
+        for table in [inbox, dead, steps, self.orders(), self.picks()] {
             self.exec(format!("DROP TABLE IF EXISTS {table}")).await;
         }
         self.inbox.migrate(&self.pool).await.expect("migrate");

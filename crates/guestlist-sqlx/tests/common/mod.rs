@@ -12,6 +12,7 @@ pub mod protocol;
 pub mod retention;
 pub mod retries;
 pub mod schema;
+pub mod steps;
 
 /// Generates one `#[tokio::test]` per story in [`claims`], [`retention`], [`schema`],
 /// [`protocol`] and [`retries`] for the backend `$db`.
@@ -52,6 +53,11 @@ macro_rules! inbox_suite {
             a_missing_table_says_to_migrate,
             concurrent_migrations_all_succeed,
             an_applications_schema_steps_take_turns,
+        );
+        guestlist_testkit::stories!(common::steps, [$db], ("");
+            a_run_cut_after_two_steps_resumes_after_them,
+            a_renamed_step_stops_with_both_names,
+            a_run_past_its_lease_is_taken_over_and_journals_nothing,
         );
         guestlist_testkit::stories!(common::protocol, [$db], ("");
             the_key_statements_do_what_the_protocol_allows,

@@ -193,3 +193,11 @@ impl crate::backend::history::HistoryStatements for MySql {
     const TEXT: &'static str = "CAST({col} AS CHAR)";
     const NUMBERED: bool = false;
 }
+
+impl crate::backend::steps::StepsStatements for MySql {
+    // The difference from the epoch's UTC time needs no time zone.
+    const NOW_MS: &'static str = "CAST(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', \
+         UTC_TIMESTAMP(6)) DIV 1000 AS SIGNED)";
+    const NUMBERED: bool = false;
+    const ON_CONFLICT: &'static str = "";
+}

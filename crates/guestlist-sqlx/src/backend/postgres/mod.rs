@@ -173,3 +173,8 @@ impl crate::backend::history::HistoryStatements for Postgres {
     const EPOCH_MS: &'static str = "(EXTRACT(EPOCH FROM {at}) * 1000)::bigint";
     const AGE_MS: &'static str = "(EXTRACT(EPOCH FROM (now() - {at})) * 1000)::bigint";
 }
+
+impl crate::backend::steps::StepsStatements for Postgres {
+    // clock_timestamp, not now(): a lease renewed late in a long transaction counts from then.
+    const NOW_MS: &'static str = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint";
+}

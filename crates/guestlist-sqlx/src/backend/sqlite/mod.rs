@@ -164,3 +164,9 @@ impl crate::backend::history::HistoryStatements for Sqlite {
     const AGE_MS: &'static str =
         "CAST(round((julianday('now') - julianday({at})) * 86400000.0) AS INTEGER)";
 }
+
+impl crate::backend::steps::StepsStatements for Sqlite {
+    // The Unix epoch is Julian day 2440587.5.
+    const NOW_MS: &'static str =
+        "CAST(round((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)";
+}

@@ -1,0 +1,148 @@
+//! The steps' SQL: a message's run row (place 0: the token of the run that holds the message, and
+//! its lease's end) and its journal (places 1 and on: each finished step's name and result),
+//! written once from each database's fragments. Times are Unix milliseconds on the database's
+//! clock, so that every process judges a lease by the same clock.
+
+use std::sync::Arc;
+
+use guestlist_core::TableName;
+
+use super::statement::{Args, Bound, Codec, Statement, row};
+
+/// The per-database fragments of the steps' SQL. Sealed: implemented for the three backends only.
+#[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
+pub trait StepsStatements: Codec {
+    /// Now on the database's clock, in Unix milliseconds, as a 64-bit integer.
+    const NOW_MS: &'static str;
+    /// Whether placeholders are numbered (`$1`) or all `?`.
+    const NUMBERED: bool = true;
+    /// What follows an insert that must do nothing where the row is there already (MySQL
+    /// reports the duplicate instead, which [`super::sealed::Statements::inserted`] reads).
+    const ON_CONFLICT: &'static str = " ON CONFLICT DO NOTHING";
+}
+
+/// SQL text for one inbox's steps table (`<inbox>_steps`), formatted once per inbox.
+#[derive(Debug)]
+#[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
+pub struct StepsSql {
+    /// Claims a message's run: handler, id, token, lease (ms); one row changed when claimed.
+    pub(crate) claim: Arc<str>,
+    /// A message's run row: token, milliseconds its lease has left. Binds handler, id.
+    pub(crate) run: Arc<str>,
+    /// Takes an ended run over: new token, lease (ms), handler, id, the token read.
+    pub(crate) take_over: Arc<str>,
+    /// Renews the run's lease, by its token: lease (ms), handler, id, token. Inside a step's or
+    /// the final commit's transaction, it is the guard (no row: another run holds the message)
+    /// and it locks the run row, so that a take-over waits for the transaction's end.
+    pub(crate) renew: Arc<str>,
+    /// The journal, in order: name, result. Binds handler, id.
+    pub(crate) journal: Arc<str>,
+    /// Journals a finished step: handler, id, place, name, token, result.
+    pub(crate) record: Arc<str>,
+    /// Forgets a message's run and journal: handler, id.
+    pub(crate) forget: Arc<str>,
+}
+
+impl StepsSql {
+    pub(crate) fn new<DB: StepsStatements>(inbox: &TableName) -> Self {
+        let table = format!("{}_steps", inbox.as_str());
+        let now = DB::NOW_MS;
+        let params = |text: &str, count: usize| {
+            let mut text = text.replace("{table}", &table).replace("{now}", now);
+            for n in 1..=count {
+                let param = if DB::NUMBERED {
+                    format!("${n}")
+                } else {
+                    "?".to_owned()
+                };
+                text = text.replace(&format!("{{{n}}}"), &param);
+            }
+            Arc::<str>::from(text)
+        };
+        Self {
+            claim: params(
+                &format!(
+                    "INSERT INTO {{table}} (handler, message_id, place, name, token, lease_until) \
+                     VALUES ({{1}}, {{2}}, 0, '', {{3}}, {{now}} + {{4}}){}",
+                    DB::ON_CONFLICT
+                ),
+                4,
+            ),
+            run: params(
+                "SELECT token, lease_until - {now} FROM {table} \
+                 WHERE handler = {1} AND message_id = {2} AND place = 0",
+                2,
+            ),
+            take_over: params(
+                "UPDATE {table} SET token = {1}, lease_until = {now} + {2} \
+                 WHERE handler = {3} AND message_id = {4} AND place = 0 AND token = {5} \
+                 AND lease_until <= {now}",
+                5,
+            ),
+            renew: params(
+                "UPDATE {table} SET lease_until = {now} + {1} \
+                 WHERE handler = {2} AND message_id = {3} AND place = 0 AND token = {4}",
+                4,
+            ),
+            journal: params(
+                "SELECT name, result FROM {table} \
+                 WHERE handler = {1} AND message_id = {2} AND place > 0 ORDER BY place",
+                2,
+            ),
+            record: params(
+                "INSERT INTO {table} \
+                 (handler, message_id, place, name, token, lease_until, result) \
+                 VALUES ({1}, {2}, {3}, {4}, {5}, {now}, {6})",
+                6,
+            ),
+            forget: params(
+                "DELETE FROM {table} WHERE handler = {1} AND message_id = {2}",
+                2,
+            ),
+        }
+    }
+}
+
+row! {
+    /// A message's run row as read.
+    pub(crate) struct RunRow {
+        token: i64,
+        /// Milliseconds its lease has left (zero or less once it ended).
+        lease_left_ms: i64,
+    }
+}
+
+row! {
+    /// A finished step as journaled.
+    pub(crate) struct JournalRow {
+        name: String,
+        result: Option<Vec<u8>>,
+    }
+}
+
+/// Journals a finished step: its place, name, the run's token and its result.
+pub(crate) struct Record<'a> {
+    pub(crate) handler: &'a str,
+    pub(crate) id: &'a str,
+    pub(crate) place: i64,
+    pub(crate) name: &'a str,
+    pub(crate) token: i64,
+    pub(crate) result: &'a [u8],
+}
+
+impl Statement for Record<'_> {
+    type Sql = StepsSql;
+    type Row = ();
+    fn text<'s>(&self, sql: &'s StepsSql) -> &'s Arc<str> {
+        &sql.record
+    }
+    fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB> {
+        query
+            .arg(self.handler)
+            .arg(self.id)
+            .arg(self.place)
+            .arg(self.name)
+            .arg(self.token)
+            .arg(self.result)
+    }
+}

@@ -1,0 +1,216 @@
+//! A run of one message's steps as the work sees it: each step asked for, replayed from the
+//! journal or run and journaled, under the run's fencing token.
+
+use guestlist_core::protocol::{StepAt, step_at};
+use guestlist_core::{HandlerName, MessageId};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use sqlx::Pool;
+
+use super::MAX_STEP_RESULT;
+use crate::Error;
+use crate::backend::Backend;
+use crate::backend::statement::Plain;
+use crate::backend::steps::{JournalRow, Record, StepsSql};
+
+/// Why a step did not return its result.
+#[derive(Debug, thiserror::Error)]
+pub enum StepError<X> {
+    /// The step's own work failed; nothing of it was journaled.
+    #[error("step {step:?} failed: {error}")]
+    Step {
+        /// The step.
+        step: String,
+        /// Its error.
+        error: X,
+    },
+    /// The journal could not be read or written, or the handler's steps changed, or another
+    /// run took the message over ([`Error::StepChanged`], [`Error::RunTakenOver`]).
+    #[error("the steps' journal")]
+    Store(#[from] Error),
+}
+
+impl<X> From<sqlx::Error> for StepError<X> {
+    fn from(err: sqlx::Error) -> Self {
+        StepError::Store(Error::Database(err))
+    }
+}
+
+/// A run of one message's steps, handed to the work of [`Inbox::process_steps`]: each step the
+/// work asks for, in order, is replayed from the journal where an earlier run finished it, and
+/// run (then journaled) where not.
+pub struct Steps<'r, DB: Backend> {
+    pub(super) pool: &'r Pool<DB>,
+    pub(super) sql: &'r StepsSql,
+    pub(super) handler: &'r HandlerName,
+    pub(super) id: &'r MessageId,
+    pub(super) token: i64,
+    pub(super) lease_ms: i64,
+    pub(super) journal: Vec<JournalRow>,
+    pub(super) place: usize,
+}
+
+impl<DB: Backend> std::fmt::Debug for Steps<'_, DB> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Steps")
+            .field("handler", &self.handler.as_str())
+            .field("message_id", &self.id.as_str())
+            .field("place", &self.place)
+            .field("journaled", &self.journal.len())
+            .finish()
+    }
+}
+
+impl<DB: Backend> Steps<'_, DB> {
+    /// An external step: `call` runs outside any open transaction, with the message's key
+    /// carried (`handler:id/name` from `guestlist_carry::key_for(name)`), and its result is
+    /// journaled once it returns. Journaled by an earlier run, it returns that result and does
+    /// not run. Cut mid-call (a crash before the journal), it runs again with the same key: at
+    /// least once for the call, exactly once where the downstream keeps keys.
+    pub async fn external<R, X>(
+        &mut self,
+        name: &str,
+        call: impl AsyncFnOnce() -> Result<R, X>,
+    ) -> Result<R, StepError<X>>
+    where
+        R: Serialize + DeserializeOwned,
+    {
+        if let Some(result) = self.replayed(name)? {
+            return Ok(result);
+        }
+        let result = guestlist_carry::scope_message(self.handler, self.id, call())
+            .await
+            .map_err(|error| StepError::Step {
+                step: name.to_owned(),
+                error,
+            })?;
+        let bytes = encode(name, &result)?;
+        let mut tx = DB::begin(self.pool).await?;
+        self.guard(&mut tx).await?;
+        self.record(&mut tx, name, &bytes).await?;
+        tx.commit().await.map_err(Error::from_commit)?;
+        self.advance(name, bytes);
+        Ok(result)
+    }
+
+    /// A database step: `work` runs on a transaction of its own, and its writes and the step's
+    /// journal row commit together, so it runs exactly once. Journaled by an earlier run, it
+    /// returns that result and does not run.
+    pub async fn database<R, X>(
+        &mut self,
+        name: &str,
+        work: impl AsyncFnOnce(&mut DB::Connection) -> Result<R, X>,
+    ) -> Result<R, StepError<X>>
+    where
+        R: Serialize + DeserializeOwned,
+    {
+        if let Some(result) = self.replayed(name)? {
+            return Ok(result);
+        }
+        let mut tx = DB::begin(self.pool).await?;
+        // The guard first: it locks the run row, so no take-over lands before this commits.
+        self.guard(&mut tx).await?;
+        let result = work(&mut tx).await.map_err(|error| StepError::Step {
+            step: name.to_owned(),
+            error,
+        })?;
+        let bytes = encode(name, &result)?;
+        self.record(&mut tx, name, &bytes).await?;
+        tx.commit().await.map_err(Error::from_commit)?;
+        self.advance(name, bytes);
+        Ok(result)
+    }
+
+    /// The journaled result of step `name` at this place, if an earlier run finished it.
+    fn replayed<R: DeserializeOwned>(&mut self, name: &str) -> Result<Option<R>, Error> {
+        let names: Vec<&str> = self.journal.iter().map(|row| row.name.as_str()).collect();
+        match step_at(&names, self.place, name) {
+            StepAt::Run => Ok(None),
+            StepAt::Changed { journaled } => Err(Error::StepChanged {
+                handler: self.handler.to_string(),
+                message_id: self.id.to_string(),
+                place: self.place,
+                journaled: journaled.to_owned(),
+                asked: name.to_owned(),
+            }),
+            StepAt::Replay => {
+                let bytes = self.journal[self.place]
+                    .result
+                    .as_deref()
+                    .unwrap_or(b"null");
+                let result = serde_json::from_slice(bytes).map_err(|err| Error::StepResult {
+                    step: name.to_owned(),
+                    reason: format!("cannot be read as the type asked for now: {err}"),
+                })?;
+                self.place += 1;
+                Ok(Some(result))
+            }
+        }
+    }
+
+    /// Renews the run's lease by its token on `conn`: [`Error::RunTakenOver`] where another run
+    /// holds the message now.
+    pub(super) async fn guard(&self, conn: &mut DB::Connection) -> Result<(), Error> {
+        let renew = Plain::new(
+            |sql: &StepsSql| &sql.renew,
+            (
+                self.lease_ms,
+                self.handler.as_str(),
+                self.id.as_str(),
+                self.token,
+            ),
+        );
+        if DB::run(conn, self.sql, renew).await? == 1 {
+            Ok(())
+        } else {
+            Err(Error::RunTakenOver {
+                handler: self.handler.to_string(),
+                message_id: self.id.to_string(),
+            })
+        }
+    }
+
+    /// Journals step `name` at this place with `result`.
+    async fn record(
+        &self,
+        conn: &mut DB::Connection,
+        name: &str,
+        result: &[u8],
+    ) -> Result<(), Error> {
+        let record = Record {
+            handler: self.handler.as_str(),
+            id: self.id.as_str(),
+            place: self.place as i64 + 1,
+            name,
+            token: self.token,
+            result,
+        };
+        DB::run(conn, self.sql, record).await?;
+        Ok(())
+    }
+
+    /// The step just journaled, as the journal now holds it.
+    fn advance(&mut self, name: &str, result: Vec<u8>) {
+        self.journal.push(JournalRow {
+            name: name.to_owned(),
+            result: Some(result),
+        });
+        self.place += 1;
+    }
+}
+
+/// `result` as the journal keeps it: JSON, at most [`MAX_STEP_RESULT`] bytes.
+fn encode<R: Serialize>(step: &str, result: &R) -> Result<Vec<u8>, Error> {
+    let bytes = serde_json::to_vec(result).map_err(|err| Error::StepResult {
+        step: step.to_owned(),
+        reason: format!("cannot be journaled: {err}"),
+    })?;
+    if bytes.len() > MAX_STEP_RESULT {
+        return Err(Error::StepResultTooLarge {
+            step: step.to_owned(),
+            bytes: bytes.len(),
+            limit: MAX_STEP_RESULT,
+        });
+    }
+    Ok(bytes)
+}
