@@ -36,9 +36,10 @@ impl<X> From<sqlx::Error> for StepError<X> {
     }
 }
 
-/// A run of one message's steps, handed to the work of [`Inbox::process_steps`]: each step the
-/// work asks for, in order, is replayed from the journal where an earlier run finished it, and
-/// run (then journaled) where not.
+/// A run of one message's steps, handed to the work of
+/// [`Inbox::process_steps`](crate::Inbox::process_steps): each step the work asks for, in order,
+/// is replayed from the journal where an earlier run finished it, and run (then journaled) where
+/// not.
 pub struct Steps<'r, DB: Backend> {
     pub(super) pool: &'r Pool<DB>,
     pub(super) sql: &'r StepsSql,
