@@ -277,36 +277,25 @@ impl Model for StepModel {
                     next.needless_calls += 1;
                 }
             }
-            StepAction::Journal(r) => {
+            // An external step's journal row, or a database step's write and journal row on one
+            // transaction: refused (another run holds the message, or journaled the step
+            // first), the transaction rolls back and the write goes with it.
+            StepAction::Journal(r) | StepAction::Database(r) => {
                 let Runner::Running { token, place, .. } = next.runners[r] else {
                     return None;
                 };
-                if self.journal(&mut next, token, place) {
-                    next.runners[r] = Runner::Running {
-                        token,
-                        place: place + 1,
-                        called: false,
-                    };
-                } else {
-                    // Refused: another run holds the message, or journaled the step first.
+                if !self.journal(&mut next, token, place) {
                     next.runners[r] = Runner::Waiting;
+                    return Some(next);
                 }
-            }
-            StepAction::Database(r) => {
-                let Runner::Running { token, place, .. } = next.runners[r] else {
-                    return None;
-                };
-                if self.journal(&mut next, token, place) {
+                if matches!(action, StepAction::Database(_)) {
                     next.reserved += 1;
-                    next.runners[r] = Runner::Running {
-                        token,
-                        place: place + 1,
-                        called: false,
-                    };
-                } else {
-                    // Its transaction rolls back: the write goes with the refused journal row.
-                    next.runners[r] = Runner::Waiting;
                 }
+                next.runners[r] = Runner::Running {
+                    token,
+                    place: place + 1,
+                    called: false,
+                };
             }
             StepAction::Commit(r) => {
                 let Runner::Running { token, .. } = next.runners[r] else {
