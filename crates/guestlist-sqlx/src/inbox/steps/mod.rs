@@ -134,15 +134,23 @@ impl<DB: Backend> Inbox<DB> {
         F: AsyncFnOnce(&mut DB::Connection, S) -> Result<T, E>,
         E: WorkError,
     {
-        if self.holds(pool, handler, id).await? {
-            return Ok(Stepped::Duplicate);
-        }
         let lease_ms = i64::try_from(self.step_lease.as_millis()).unwrap_or(i64::MAX);
         let mut conn = pool.acquire().await?;
         let token = match self.claim_run(&mut conn, handler, id, lease_ms).await? {
             Run::Holds(token) => token,
             Run::Held(retry_after) => return Ok(Stepped::InFlight { retry_after }),
         };
+        // The inbox is asked only once this run holds the message: asked first, a run that
+        // committed (and forgot its journal) between the question and the claim would leave
+        // this one to run every step again.
+        if self.holds(pool, handler, id).await? {
+            let forget = Plain::new(
+                |sql: &StepsSql| &sql.forget,
+                (handler.as_str(), id.as_str()),
+            );
+            DB::run(&mut conn, &*self.steps, forget).await?;
+            return Ok(Stepped::Duplicate);
+        }
         let journal = Plain::reading(
             |sql: &StepsSql| &sql.journal,
             (handler.as_str(), id.as_str()),
