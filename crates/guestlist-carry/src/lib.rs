@@ -41,6 +41,7 @@ pub use middleware::{CarryKey, Step};
 
 tokio::task_local! {
     static PARENT: Arc<str>;
+    static STEP: Arc<str>;
 }
 
 /// Runs `work` with `parent` as the identity of the work in progress.
@@ -52,6 +53,19 @@ pub async fn scope<F: Future>(parent: impl Into<Arc<str>>, work: F) -> F::Output
 /// `handler:id/step`, whichever runtime (the inbox's `process`, a broker consumer) runs it.
 pub async fn scope_message<F: Future>(handler: &HandlerName, id: &MessageId, work: F) -> F::Output {
     scope(format!("{handler}:{id}"), work).await
+}
+
+/// Runs `work` as the named step `step` of the work in progress (a step of the inbox's
+/// `process_steps`): an outbound request made inside it without a [`Step`] of its own carries
+/// `step`'s key, so one call per step needs no naming. Two calls to one endpoint within a step
+/// still need a `Step` each.
+pub async fn scope_step<F: Future>(step: &str, work: F) -> F::Output {
+    STEP.scope(Arc::from(step), work).await
+}
+
+/// The named step of the work in progress, inside [`scope_step`].
+pub fn current_step() -> Option<Arc<str>> {
+    STEP.try_with(Arc::clone).ok()
 }
 
 /// The identity of the work in progress, if there is one.

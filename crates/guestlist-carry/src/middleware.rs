@@ -13,7 +13,8 @@ use tracing::Instrument;
 /// connection).
 const DEFAULT_WAIT: Duration = Duration::from_secs(1);
 
-/// Names the step of an outbound request, for its derived key (default: the method and path).
+/// Names the step of an outbound request, for its derived key (default: the named step it is
+/// made in ([`scope_step`](crate::scope_step)), else its method and path).
 ///
 /// Two calls to one endpoint within one piece of work need two steps, or they share a key:
 /// `client.post(url).with_extension(Step("refund-1".into()))`.
@@ -157,9 +158,12 @@ impl Middleware for CarryKey {
         );
         if self.methods.contains(request.method()) && !request.headers().contains_key(&self.header)
         {
+            // Its own `Step`, else the named step it is made in, else its method and path.
             let step = extensions
                 .get::<Step>()
-                .map_or_else(|| default_step(&request), |step| step.0.clone());
+                .map(|step| step.0.clone())
+                .or_else(|| crate::current_step().map(|step| step.to_string()))
+                .unwrap_or_else(|| default_step(&request));
             span.record("guestlist.step", step.as_str());
             match crate::key_for(&step) {
                 Ok(key) => {

@@ -4,13 +4,12 @@
 use std::collections::HashSet;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use guestlist_core::{Backoff, Deferral, FailureKind, MessageId};
-use guestlist_sqlx::{Backend, ProcessError, Processed, WorkError, failure_kind};
+use guestlist_sqlx::{Backend, ProcessError, Stepped, failure_kind};
 use tracing::Instrument;
 
-use crate::failure::Failure;
+use crate::failure::{Failure, timed};
 use crate::handled::Handled;
 use crate::next_fetch::Next;
 use crate::outage::{Held, Outage};
@@ -147,8 +146,9 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
         if ready.is_empty() {
             return Ok(false);
         }
-        // One message goes on its own (with the inbox's retries); several, in one transaction.
-        let carried = if ready.len() > 1 {
+        // One message goes on its own (with the inbox's retries); several, in one transaction,
+        // unless the handler runs in steps.
+        let carried = if ready.len() > 1 && self.handler.batches() {
             match self.in_one_transaction(&ready, next).await {
                 Batched::Committed(fresh) => {
                     self.settle_committed(&ready, &fresh, handled).await;
@@ -373,35 +373,34 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
         message: &Arc<Message>,
         handled: &mut Handled,
     ) -> Result<(), Outage> {
-        let (handler, timeout, message_for_work) =
-            (self.handler.clone(), self.handler_timeout, message.clone());
-        let (outcome, deferred) = guestlist_core::watch_deferral(self.inbox.process(
+        let (outcome, deferred) = guestlist_core::watch_deferral(Arc::clone(&self.handler).alone(
+            &self.inbox,
             &self.pool,
             &self.name,
-            &message.id,
-            async move |tx| {
-                let run = message_for_work.handler_span();
-                timed(timeout, handler.handle(tx, &message_for_work))
-                    .instrument(run)
-                    .await
-            },
+            Arc::clone(message),
+            self.handler_timeout,
         ))
         .instrument(message.span().clone())
         .await;
         match outcome {
-            Ok(Processed::Ran(())) => {
+            Ok(Stepped::Ran(())) => {
                 message.outcome("fresh");
                 handled.fresh += 1;
                 self.count("fresh", 1);
                 self.ack(delivery).await;
                 self.forget_deferrals(delivery, &message.id).await;
             }
-            Ok(Processed::Duplicate) => {
+            Ok(Stepped::Duplicate) => {
                 message.outcome("duplicate");
                 handled.duplicates += 1;
                 self.count("duplicate", 1);
                 self.ack(delivery).await;
                 self.forget_deferrals(delivery, &message.id).await;
+            }
+            Ok(Stepped::InFlight { retry_after }) => {
+                // Another run holds the message's steps: "not yet", for what its lease has left.
+                let not_yet = Deferral::new(retry_after, "another run holds the message's steps");
+                return self.defer(delivery, message, &not_yet, handled).await;
             }
             Err(ProcessError::Handler(failure)) => {
                 return self
@@ -426,19 +425,4 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
     async fn run_handler(&self, tx: &mut DB::Connection, message: &Message) -> Result<(), Failure> {
         timed(self.handler_timeout, self.handler.handle(tx, message)).await
     }
-}
-
-/// Runs `work` within `limit`, timing it for the handler-latency histogram.
-async fn timed<E: WorkError>(
-    limit: Duration,
-    work: impl Future<Output = Result<(), E>>,
-) -> Result<(), Failure> {
-    let started = Instant::now();
-    let result = match tokio::time::timeout(limit, work).await {
-        Ok(result) => result.map_err(|err| Failure::Handler(err.into_boxed())),
-        Err(_) => Err(Failure::TimedOut(limit)),
-    };
-    metrics::histogram!("guestlist_consumer_handler_seconds")
-        .record(started.elapsed().as_secs_f64());
-    result
 }

@@ -11,7 +11,7 @@ use sqlx::Pool;
 use crate::handled::Handled;
 use crate::runtime::Core;
 use crate::shutdown::Stop;
-use crate::{Error, Handler, IdFrom, Message, Source};
+use crate::{Error, Handler, IdFrom, InSteps, Message, Source, StepHandler};
 
 /// A consumer: a [`Source`] of deliveries, an [`Inbox`] on a pool, and a handler that does its
 /// work on the transaction it is given.
@@ -74,6 +74,69 @@ where
 {
     /// [`Consumer::new`] with a [`Handler`] of your own type.
     pub fn with_handler(
+        source: S,
+        pool: Pool<DB>,
+        inbox: Inbox<DB>,
+        name: HandlerName,
+        id_from: IdFrom,
+        handler: H,
+    ) -> Self {
+        Self::build(source, pool, inbox, name, id_from, handler)
+    }
+}
+
+impl<S, DB, H> Consumer<S, DB, InSteps<H>>
+where
+    S: Source,
+    DB: Backend,
+    H: StepHandler<DB>,
+{
+    /// A consumer whose handler runs named steps ([`StepHandler`]): each fresh message runs on
+    /// its own through [`Inbox::process_steps`], so that a redelivery resumes after the last
+    /// step it finished. Batches are fetched and acknowledged as usual, but their messages do
+    /// not share a transaction. A message whose steps another consumer runs is a "not yet"
+    /// (deferred for what that run's lease has left, never counted as poison).
+    ///
+    /// ```no_run
+    /// # use guestlist_consumer::{Message, StepHandler};
+    /// # struct Warehouse;
+    /// # impl StepHandler<sqlx::Postgres> for Warehouse {
+    /// #     type Error = sqlx::Error;
+    /// #     type Done = ();
+    /// #     async fn steps(&self, _: &mut guestlist_sqlx::Steps<'_, sqlx::Postgres>, _: &Message) -> Result<(), sqlx::Error> { Ok(()) }
+    /// #     async fn finish(&self, _: &mut sqlx::PgConnection, _: &Message, _: ()) -> Result<(), sqlx::Error> { Ok(()) }
+    /// # }
+    /// # async fn run<S: guestlist_consumer::Source>(source: S, pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use guestlist_consumer::{Consumer, IdFrom, shutdown_signal};
+    /// use guestlist_core::HandlerName;
+    /// use guestlist_sqlx::Inbox;
+    ///
+    /// let inbox = Inbox::<sqlx::Postgres>::new().step_lease(Duration::from_secs(60));
+    /// let consumer = Consumer::with_steps(source, pool, inbox,
+    ///     HandlerName::new("warehouse")?, IdFrom::BrokerId, Warehouse);
+    /// consumer.run(shutdown_signal()).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn with_steps(
+        source: S,
+        pool: Pool<DB>,
+        inbox: Inbox<DB>,
+        name: HandlerName,
+        id_from: IdFrom,
+        handler: H,
+    ) -> Self {
+        Self::build(source, pool, inbox, name, id_from, InSteps(handler))
+    }
+}
+
+impl<S, DB, H> Consumer<S, DB, H>
+where
+    S: Source,
+    DB: Backend,
+    H: Handler<DB>,
+{
+    fn build(
         source: S,
         pool: Pool<DB>,
         inbox: Inbox<DB>,

@@ -1,13 +1,15 @@
 //! Why a handler run failed.
 
-use std::time::Duration;
+use std::future::Future;
+use std::time::{Duration, Instant};
 
 use guestlist_core::Deferral;
+use guestlist_sqlx::WorkError;
 
 /// Why a handler run failed: its own error (its type erased, its chain of sources kept), or it
 /// ran out of time.
 #[derive(Debug)]
-pub(crate) enum Failure {
+pub enum Failure {
     Handler(guestlist_core::BoxError),
     TimedOut(Duration),
 }
@@ -40,4 +42,19 @@ impl std::error::Error for Failure {
             Failure::TimedOut(_) => None,
         }
     }
+}
+
+/// Runs `work` within `limit`, timing it for the handler-latency histogram.
+pub(crate) async fn timed<E: WorkError>(
+    limit: Duration,
+    work: impl Future<Output = Result<(), E>>,
+) -> Result<(), Failure> {
+    let started = Instant::now();
+    let result = match tokio::time::timeout(limit, work).await {
+        Ok(result) => result.map_err(|err| Failure::Handler(err.into_boxed())),
+        Err(_) => Err(Failure::TimedOut(limit)),
+    };
+    metrics::histogram!("guestlist_consumer_handler_seconds")
+        .record(started.elapsed().as_secs_f64());
+    result
 }

@@ -1,10 +1,16 @@
 //! What a consumer runs for each fresh message.
 
 use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
 
-use guestlist_sqlx::{Backend, WorkError};
+use guestlist_core::HandlerName;
+use guestlist_sqlx::{Backend, Inbox, ProcessError, Processed, Stepped, WorkError};
+use sqlx::Pool;
+use tracing::Instrument;
 
 use crate::Message;
+use crate::failure::{Failure, timed};
 
 /// The work a [`Consumer`](crate::Consumer) runs for each fresh message, on the transaction that
 /// claimed it.
@@ -48,6 +54,43 @@ pub trait Handler<DB: Backend>: Send + Sync + 'static {
         tx: &mut DB::Connection,
         message: &Message,
     ) -> impl Future<Output = Result<(), Self::Error>>;
+
+    /// Whether the messages of a batch run on one transaction: yes, but for a handler in steps
+    /// ([`InSteps`](crate::InSteps)). The consumer's own: leave it be.
+    #[doc(hidden)]
+    fn batches(&self) -> bool {
+        true
+    }
+
+    /// Runs `message` on its own, through the inbox, within `limit` for each try: on the
+    /// transaction of [`Inbox::process`], but for a handler in steps. The consumer's own:
+    /// leave it be (its error type is the consumer's and cannot be named).
+    #[doc(hidden)]
+    fn alone(
+        self: Arc<Self>,
+        inbox: &Inbox<DB>,
+        pool: &Pool<DB>,
+        name: &HandlerName,
+        message: Arc<Message>,
+        limit: Duration,
+    ) -> impl Future<Output = Result<Stepped<()>, ProcessError<Failure>>> {
+        async move {
+            // The closure owns what it lends the handler, so that the run's future is `Send`.
+            let id = message.id.clone();
+            let processed = inbox
+                .process(pool, name, &id, async move |tx| {
+                    let run = message.handler_span();
+                    timed(limit, self.handle(tx, &message))
+                        .instrument(run)
+                        .await
+                })
+                .await?;
+            Ok(match processed {
+                Processed::Ran(()) => Stepped::Ran(()),
+                Processed::Duplicate => Stepped::Duplicate,
+            })
+        }
+    }
 }
 
 impl<DB, F, E> Handler<DB> for F

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use guestlist_core::protocol::{AfterDeferral, Redelivery};
-use guestlist_core::{Deferral, MessageId};
-use guestlist_sqlx::Backend;
+use guestlist_core::{Deferral, FailureKind, MessageId};
+use guestlist_sqlx::{Backend, failure_kind};
 
 use crate::failure::Failure;
 use crate::handled::Handled;
@@ -32,6 +32,16 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
             message.outcome("outage");
             return Err(outage);
         }
+        if failure_kind(&failure) == FailureKind::Withdrawn {
+            // Another run of its steps took the message over and finishes it: back it goes,
+            // uncounted, to be a duplicate then.
+            message.outcome("withdrawn");
+            tracing::info!(handler = %self.name, id = %message.id, error = %failure, "another run took the message over; it comes back later");
+            if let Err(err) = delivery.nak(self.backoff.0).await {
+                tracing::warn!(handler = %self.name, error = %err, "cannot hand the message back; the broker redelivers it after its ack wait");
+            }
+            return Ok(());
+        }
         let failed = self.failed_deliveries(delivery, &message.id).await?;
         handled.failed += 1;
         self.count("failed", 1);
@@ -55,7 +65,7 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
 
     /// A handler said "not yet": the message goes back for the delay it asked, without counting
     /// as a failure, unless it has been deferred for longer than `max_deferral`.
-    async fn defer<D: Delivery>(
+    pub(crate) async fn defer<D: Delivery>(
         &self,
         delivery: &D,
         message: &Message,

@@ -33,7 +33,7 @@ pub fn failure_kind(err: &(dyn StdError + 'static)) -> FailureKind {
 }
 
 /// The kind one link says, if it says one.
-fn link_kind(link: &(dyn StdError + 'static)) -> Option<FailureKind> {
+pub(crate) fn link_kind(link: &(dyn StdError + 'static)) -> Option<FailureKind> {
     if link.downcast_ref::<Deferral>().is_some() {
         return Some(FailureKind::NotYet);
     }
@@ -47,6 +47,8 @@ fn link_kind(link: &(dyn StdError + 'static)) -> Option<FailureKind> {
             crate::Error::CommitUnknown(_) => Some(FailureKind::Outage),
             crate::Error::Database(err) => sqlx_kind(err),
             crate::Error::Shared(err) => link_kind(err.as_ref()),
+            // Another run of the message's steps holds it now and finishes it.
+            crate::Error::RunTakenOver { .. } => Some(FailureKind::Withdrawn),
             _ => None,
         };
     }

@@ -27,7 +27,7 @@ pub use dead::IncomingDeadLetter;
 pub use deferrals::Deferrals;
 pub use process::{BatchProcessed, ProcessError, Processed};
 pub use stats::{HandlerRows, InboxStats};
-pub(crate) use steps::DEFAULT_STEP_LEASE;
+pub(crate) use steps::{DEFAULT_STEP_LEASE, DEFAULT_STEP_RETRY};
 pub use steps::{MAX_STEP_RESULT, StepError, Stepped, Steps};
 
 /// The guest list of a set of message consumers, kept in one table.
@@ -75,10 +75,11 @@ pub struct Inbox<DB: Backend> {
     pub(crate) steps: Arc<StepsSql>,
     pub(crate) retry: RetryPolicy,
     pub(crate) step_lease: Duration,
+    pub(crate) step_retry: Duration,
     db: PhantomData<fn() -> DB>,
 }
 
-clone_without_bound!(Inbox<DB: Backend> { sql, steps, retry, step_lease, db });
+clone_without_bound!(Inbox<DB: Backend> { sql, steps, retry, step_lease, step_retry, db });
 on_one_table!(Inbox, "An inbox", "guestlist_inbox");
 
 impl<DB: Backend> Default for Inbox<DB> {
@@ -107,6 +108,7 @@ impl<DB: Backend> Inbox<DB> {
             steps: Arc::new(StepsSql::new::<DB>(&table)),
             retry: RetryPolicy::default(),
             step_lease: DEFAULT_STEP_LEASE,
+            step_retry: DEFAULT_STEP_RETRY,
             db: PhantomData,
         }
     }

@@ -40,7 +40,9 @@ async fn charge_and_reserve<DB: Fixture>(
     payments: &Payments,
     reserve_sql: &str,
 ) -> anyhow::Result<String> {
-    let charge: String = steps.external("charge", async || payments.charge()).await?;
+    let charge: String = steps
+        .external("charge", || async { payments.charge() })
+        .await?;
     steps
         .database("reserve", async |tx| {
             DB::exec(tx, reserve_sql.to_owned()).await.map(drop)
@@ -153,7 +155,9 @@ pub async fn a_renamed_step_stops_with_both_names<DB: Fixture>(name: &str) {
             &warehouse,
             &event,
             async |steps| {
-                steps.external("charge", async || payments.charge()).await?;
+                steps
+                    .external("charge", || async { payments.charge() })
+                    .await?;
                 anyhow::bail!("the process dies after its first step")
             },
             async |_tx, ()| Ok::<_, anyhow::Error>(()),
@@ -167,7 +171,9 @@ pub async fn a_renamed_step_stops_with_both_names<DB: Fixture>(name: &str) {
             &warehouse,
             &event,
             async |steps| {
-                let paid: String = steps.external("pay", async || payments.charge()).await?;
+                let paid: String = steps
+                    .external("pay", || async { payments.charge() })
+                    .await?;
                 Ok::<_, anyhow::Error>(paid)
             },
             async |_tx, paid| Ok::<_, anyhow::Error>(paid),
@@ -221,7 +227,7 @@ pub async fn a_run_past_its_lease_is_taken_over_and_journals_nothing<DB: Fixture
                     &event,
                     async |steps| {
                         steps
-                            .external("charge", async || {
+                            .external("charge", || async {
                                 entered.notify_one();
                                 release.notified().await;
                                 payments.charge()

@@ -14,6 +14,8 @@ pub mod relay;
 pub mod rig;
 /// A handler that keeps what it saw of each message.
 pub mod seen;
+/// The steps stories: a handler's named steps, its consumer killed at each boundary.
+pub mod steps;
 /// The consumer's stories.
 pub mod suite;
 mod suites;

@@ -118,7 +118,13 @@ impl<B: Broker, DB: Fixture> Rig<B, DB> {
         let tag = short_tag(name);
         let rig = Self::around(broker, db, &tag);
         let inbox = rig.inbox.table().to_string();
-        for table in [format!("{inbox}_dead"), inbox, rig.effects.to_string()] {
+        let tables = [
+            format!("{inbox}_dead"),
+            format!("{inbox}_steps"),
+            inbox,
+            rig.effects.to_string(),
+        ];
+        for table in tables {
             rig.db.exec(format!("DROP TABLE IF EXISTS {table}")).await;
         }
         rig.inbox.migrate(&rig.db.pool).await.unwrap();

@@ -299,3 +299,25 @@ macro_rules! relay_wire_suite {
         }
     };
 }
+
+/// Generates the steps stories ([`steps`](crate::brokers::steps)) for the broker `$broker` on
+/// PostgreSQL, in module `$m` (named as for [`broker_suite!`]), and their consumer child.
+#[macro_export]
+macro_rules! steps_suite {
+    ($m:ident, $broker:ty) => {
+        mod $m {
+            #[allow(unused_imports)]
+            use super::*;
+            use $crate::brokers::steps;
+            $crate::stories!(steps, [$broker], (stringify!($m), "_");
+                a_run_killed_at_each_step_boundary_resumes_after_its_last_finished_step,
+                two_deliveries_of_one_message_at_once_run_its_steps_once,
+                a_run_stopped_past_its_lease_journals_and_commits_nothing_once_resumed,
+            );
+
+            $crate::children!(steps, [$broker];
+                steps_consumer: "child process of the steps stories",
+            );
+        }
+    };
+}

@@ -19,12 +19,17 @@ use crate::backend::steps::{JournalRow, RunRow, StepsSql};
 use crate::fencing::new_token;
 use crate::{Error, WorkError};
 
+mod retry;
 mod run;
 
 pub use run::{StepError, Steps};
 
 /// The lease of a run of a message's steps unless [`Inbox::step_lease`] sets another.
 pub(crate) const DEFAULT_STEP_LEASE: Duration = Duration::from_secs(30);
+
+/// How long a step that meets an outage or a "not yet" is tried again in the process unless
+/// [`Inbox::step_retry`] sets another.
+pub(crate) const DEFAULT_STEP_RETRY: Duration = Duration::from_secs(10);
 
 /// The most bytes a step's result takes in the journal, serialized as JSON.
 pub const MAX_STEP_RESULT: usize = 64 * 1024;
@@ -63,6 +68,16 @@ impl<DB: Backend> Inbox<DB> {
         self
     }
 
+    /// How long a step whose call meets an outage (the database, or a downstream that cannot be
+    /// reached) or a "not yet" (a [`Deferral`](guestlist_core::Deferral): a downstream key in
+    /// flight, a 429) is tried again in the process, with backoff, before its error is returned
+    /// (default 10 s). A deferral's own wait is honoured. Poison, an error of the step's own, is
+    /// never tried again here. Keep it below the [lease](Self::step_lease).
+    pub fn step_retry(mut self, bound: Duration) -> Self {
+        self.step_retry = bound;
+        self
+    }
+
     /// Runs a message's named steps, each once, and then its final work with the inbox's claim
     /// (DESIGN 4d). `work` asks for the steps in order through [`Steps::external`] and
     /// [`Steps::database`]; what it returns is handed to `finish`, which runs on the
@@ -95,7 +110,7 @@ impl<DB: Backend> Inbox<DB> {
     ///         async |steps| {
     ///             // Carries `warehouse:evt_9f3k/charge` to the payments service.
     ///             let charge: String = steps
-    ///                 .external("charge", async || Ok::<_, anyhow::Error>("ch_1".to_owned()))
+    ///                 .external("charge", || async { Ok::<_, anyhow::Error>("ch_1".to_owned()) })
     ///                 .await?;
     ///             steps
     ///                 .database("reserve", async |tx| {
@@ -164,18 +179,21 @@ impl<DB: Backend> Inbox<DB> {
             id,
             token,
             lease_ms,
+            retry_for: self.step_retry,
             journal,
             place: 0,
         };
+        // The work takes the run; the final commit keeps what it needs to guard it.
+        let fence = steps.fence();
         let ran = match work(&mut steps).await {
             Ok(ran) => ran,
             Err(err) => {
-                self.give_back(&steps).await;
+                self.give_back(&fence).await;
                 return Err(ProcessError::Handler(err));
             }
         };
         let mut tx = DB::begin(pool).await?;
-        steps.guard(&mut tx).await?;
+        fence.guard(&mut tx).await?;
         if self.claim(&mut tx, handler, id).await? == Claim::Duplicate {
             tx.rollback().await?;
             return Ok(Stepped::Duplicate);
@@ -184,7 +202,7 @@ impl<DB: Backend> Inbox<DB> {
             Ok(output) => output,
             Err(err) => {
                 tx.rollback().await?;
-                self.give_back(&steps).await;
+                self.give_back(&fence).await;
                 return Err(ProcessError::Handler(err));
             }
         };

@@ -1,17 +1,21 @@
 //! A run of one message's steps as the work sees it: each step asked for, replayed from the
 //! journal or run and journaled, under the run's fencing token.
 
+use std::future::Future;
+
 use guestlist_core::protocol::{StepAt, step_at};
 use guestlist_core::{HandlerName, MessageId};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use sqlx::Pool;
+use tracing::{Instrument, Span};
 
 use super::MAX_STEP_RESULT;
-use crate::Error;
+use super::retry::{After, Retry};
 use crate::backend::Backend;
 use crate::backend::statement::Plain;
 use crate::backend::steps::{JournalRow, Record, StepsSql};
+use crate::{Error, WorkError};
 
 /// Why a step did not return its result.
 #[derive(Debug, thiserror::Error)]
@@ -47,6 +51,7 @@ pub struct Steps<'r, DB: Backend> {
     pub(super) id: &'r MessageId,
     pub(super) token: i64,
     pub(super) lease_ms: i64,
+    pub(super) retry_for: std::time::Duration,
     pub(super) journal: Vec<JournalRow>,
     pub(super) place: usize,
 }
@@ -64,27 +69,46 @@ impl<DB: Backend> std::fmt::Debug for Steps<'_, DB> {
 
 impl<DB: Backend> Steps<'_, DB> {
     /// An external step: `call` runs outside any open transaction, with the message's key
-    /// carried (`handler:id/name` from `guestlist_carry::key_for(name)`), and its result is
+    /// carried (`handler:id/name`: `guestlist_carry::CarryKey` sets it on a request made
+    /// inside, and `guestlist_carry::key_for(name)` gives it), and its result is
     /// journaled once it returns. Journaled by an earlier run, it returns that result and does
     /// not run. Cut mid-call (a crash before the journal), it runs again with the same key: at
-    /// least once for the call, exactly once where the downstream keeps keys.
-    pub async fn external<R, X>(
+    /// least once for the call, exactly once where the downstream keeps keys. A call that
+    /// meets an outage or a "not yet" is tried again, up to [`Inbox::step_retry`](crate::Inbox::step_retry).
+    pub async fn external<R, X, C>(
         &mut self,
         name: &str,
-        call: impl AsyncFnOnce() -> Result<R, X>,
+        mut call: impl FnMut() -> C,
     ) -> Result<R, StepError<X>>
     where
+        C: Future<Output = Result<R, X>>,
         R: Serialize + DeserializeOwned,
+        X: WorkError,
     {
-        if let Some(result) = self.replayed(name)? {
+        let span = step_span(name, "external");
+        if let Some(result) = self.replayed(name, &span)? {
             return Ok(result);
         }
-        let result = guestlist_carry::scope_message(self.handler, self.id, call())
-            .await
-            .map_err(|error| StepError::Step {
-                step: name.to_owned(),
-                error,
-            })?;
+        let mut retry = Retry::new(self.retry_for, &span);
+        let result = loop {
+            retry.begin();
+            let call = guestlist_carry::scope_step(name, call());
+            let call = guestlist_carry::scope_message(self.handler, self.id, call);
+            let (result, deferred) =
+                guestlist_core::watch_deferral(call.instrument(span.clone())).await;
+            let err = match result {
+                Ok(result) => break Ok(result),
+                Err(error) => StepError::Step {
+                    step: name.to_owned(),
+                    error,
+                },
+            };
+            match retry.after(err, deferred) {
+                After::Again(pause) => tokio::time::sleep(pause).await,
+                After::GiveUp(err) => break Err(err),
+            }
+        };
+        let result = outcome(&span, result)?;
         let bytes = encode(name, &result)?;
         let mut tx = DB::begin(self.pool).await?;
         self.guard(&mut tx).await?;
@@ -96,7 +120,9 @@ impl<DB: Backend> Steps<'_, DB> {
 
     /// A database step: `work` runs on a transaction of its own, and its writes and the step's
     /// journal row commit together, so it runs exactly once. Journaled by an earlier run, it
-    /// returns that result and does not run.
+    /// returns that result and does not run. A failure rolls its writes back and is returned
+    /// at once (an outage, a deadlock or a "not yet" included): the message's next run resumes
+    /// at this step.
     pub async fn database<R, X>(
         &mut self,
         name: &str,
@@ -104,26 +130,47 @@ impl<DB: Backend> Steps<'_, DB> {
     ) -> Result<R, StepError<X>>
     where
         R: Serialize + DeserializeOwned,
+        X: WorkError,
     {
-        if let Some(result) = self.replayed(name)? {
+        let span = step_span(name, "database");
+        if let Some(result) = self.replayed(name, &span)? {
             return Ok(result);
         }
-        let mut tx = DB::begin(self.pool).await?;
-        // The guard first: it locks the run row, so no take-over lands before this commits.
-        self.guard(&mut tx).await?;
-        let result = work(&mut tx).await.map_err(|error| StepError::Step {
-            step: name.to_owned(),
-            error,
-        })?;
-        let bytes = encode(name, &result)?;
-        self.record(&mut tx, name, &bytes).await?;
-        tx.commit().await.map_err(Error::from_commit)?;
+        span.record("attempts", 1);
+        let this = &*self;
+        let tried = async move {
+            let mut tx = DB::begin(this.pool).await?;
+            // The guard first: it locks the run row, so no take-over lands before this commits.
+            this.guard(&mut tx).await?;
+            let result = work(&mut tx).await.map_err(|error| StepError::Step {
+                step: name.to_owned(),
+                error,
+            })?;
+            let bytes = encode(name, &result)?;
+            this.record(&mut tx, name, &bytes).await?;
+            tx.commit().await.map_err(Error::from_commit)?;
+            Ok((result, bytes))
+        };
+        let (result, bytes) = outcome(&span, tried.instrument(span.clone()).await)?;
         self.advance(name, bytes);
         Ok(result)
     }
 
+    /// The run without its journal: what the final commit needs to guard it, and to give its
+    /// lease back.
+    pub(super) fn fence(&self) -> Self {
+        Self {
+            journal: Vec::new(),
+            ..*self
+        }
+    }
+
     /// The journaled result of step `name` at this place, if an earlier run finished it.
-    fn replayed<R: DeserializeOwned>(&mut self, name: &str) -> Result<Option<R>, Error> {
+    fn replayed<R: DeserializeOwned>(
+        &mut self,
+        name: &str,
+        span: &Span,
+    ) -> Result<Option<R>, Error> {
         let names: Vec<&str> = self.journal.iter().map(|row| row.name.as_str()).collect();
         match step_at(&names, self.place, name) {
             StepAt::Run => Ok(None),
@@ -144,6 +191,8 @@ impl<DB: Backend> Steps<'_, DB> {
                     reason: format!("cannot be read as the type asked for now: {err}"),
                 })?;
                 self.place += 1;
+                span.record("replayed", true);
+                span.record("outcome", "replayed");
                 Ok(Some(result))
             }
         }
@@ -198,6 +247,32 @@ impl<DB: Backend> Steps<'_, DB> {
         });
         self.place += 1;
     }
+}
+
+/// The span of one step: `guestlist.step`, with its name and kind, whether it was replayed
+/// from the journal, how many tries it took, and how it ended.
+fn step_span(name: &str, kind: &'static str) -> Span {
+    tracing::info_span!(
+        "guestlist.step",
+        step = name,
+        kind,
+        replayed = false,
+        attempts = tracing::field::Empty,
+        outcome = tracing::field::Empty,
+    )
+}
+
+/// Records how a step's run ended on its span, and hands the result on.
+fn outcome<R, X>(span: &Span, result: Result<R, StepError<X>>) -> Result<R, StepError<X>> {
+    span.record(
+        "outcome",
+        match &result {
+            Ok(_) => "journaled",
+            Err(StepError::Step { .. }) => "failed",
+            Err(StepError::Store(_)) => "store failed",
+        },
+    );
+    result
 }
 
 /// `result` as the journal keeps it: JSON, at most [`MAX_STEP_RESULT`] bytes.
