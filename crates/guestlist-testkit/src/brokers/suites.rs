@@ -313,6 +313,7 @@ macro_rules! steps_suite {
                 a_run_killed_at_each_step_boundary_resumes_after_its_last_finished_step,
                 two_deliveries_of_one_message_at_once_run_its_steps_once,
                 a_run_stopped_past_its_lease_journals_and_commits_nothing_once_resumed,
+                a_poison_step_is_dead_lettered_by_name_its_finished_steps_kept,
             );
 
             $crate::children!(steps, [$broker];

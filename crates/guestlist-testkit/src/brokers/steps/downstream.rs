@@ -44,7 +44,7 @@ impl Downstream {
     /// Starts both on `db`, with tables named after `tag`.
     pub async fn start(db: &Database<Postgres>, tag: &str) -> Self {
         let charges = format!("charges_{tag}");
-        let keys = format!("paykeys_{tag}");
+        let keys = format!("pk_{tag}");
         for table in [&charges, &keys] {
             db.exec(format!("DROP TABLE IF EXISTS {table}")).await;
         }

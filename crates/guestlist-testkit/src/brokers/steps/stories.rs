@@ -65,6 +65,12 @@ impl<B: Broker> Stage<B> {
         self.rig.broker.publish(body.to_string().as_bytes()).await;
     }
 
+    /// Publishes event `id`, whose email step fails every time (poison).
+    async fn publish_bouncing(&self, id: &str) {
+        let body = serde_json::json!({ "id": id, "bounces": true });
+        self.rig.broker.publish(body.to_string().as_bytes()).await;
+    }
+
     /// A consumer process, pausing (instead of hanging) at its stop points when `pause` says.
     fn consumer(&self, batch: usize, pause: Option<Duration>) -> Running {
         let mut env = vec![
@@ -359,4 +365,68 @@ pub async fn a_run_stopped_past_its_lease_journals_and_commits_nothing_once_resu
         "a run taken over is withdrawn, never a failure: {handled:?}"
     );
     assert_eq!(stage.journal().await, 0);
+}
+
+/// A message whose third step fails every time is dead-lettered at the delivery limit, its
+/// reason naming the step; the steps it finished ran once (payments asked once, one
+/// reservation), and their journal stays for a retry to resume after them. The messages
+/// behind it flow.
+pub async fn a_poison_step_is_dead_lettered_by_name_its_finished_steps_kept<B: Broker>(name: &str) {
+    let stage = Stage::<B>::open(name).await;
+    stage.publish_bouncing("evt_bounce").await;
+    stage.publish("evt_after", None, 0).await;
+    let consumer = stage.consumer(1, None);
+    stage
+        .rig
+        .until(
+            Duration::from_secs(60),
+            "the bouncing event is dead-lettered",
+            || async { !stage.rig.broker.dead_letters().await.is_empty() },
+        )
+        .await;
+    stage.until_done(1, Duration::from_secs(60)).await;
+    let handled = stage.stop(vec![consumer]).await;
+    let reason = stage
+        .rig
+        .db
+        .scalar(format!(
+            "SELECT count(*) FROM {}_dead WHERE message_id = 'evt_bounce' \
+             AND reason LIKE '%step \"email\" failed: the address bounces%'",
+            stage.rig.inbox.table()
+        ))
+        .await;
+    assert_eq!(reason, 1, "the dead letter names the failed step");
+    let event = "evt_bounce";
+    assert_eq!(
+        stage.downstream.charge_requests(event).len(),
+        1,
+        "charged once, replayed after"
+    );
+    assert_eq!(
+        stage.count(&stage.tables.reservations, Some(event)).await,
+        1
+    );
+    assert_eq!(stage.downstream.emails(event), 0);
+    assert_eq!(stage.count(&stage.tables.orders, Some(event)).await, 0);
+    let journaled = stage
+        .rig
+        .db
+        .scalar(format!(
+            "SELECT count(*) FROM {}_steps WHERE message_id = '{event}' AND place > 0",
+            stage.rig.inbox.table()
+        ))
+        .await;
+    assert_eq!(
+        journaled, 2,
+        "charge and reserve stay journaled for a retry"
+    );
+    assert_eq!(
+        stage.count(&stage.tables.orders, Some("evt_after")).await,
+        1,
+        "the rest flow"
+    );
+    assert!(
+        handled.failed >= 4,
+        "each run of the poison counted: {handled:?}"
+    );
 }

@@ -187,6 +187,9 @@ impl StepHandler<Postgres> for Warehouse {
         self.point(message, "reserve:journaled").await;
         steps
             .external("email", || async {
+                let body: serde_json::Value =
+                    serde_json::from_slice(&message.payload).unwrap_or_default();
+                anyhow::ensure!(body["bounces"] != true, "the address bounces");
                 self.post(format!("{}/send", self.email), event).await?;
                 self.point(message, "email:called").await;
                 Ok::<_, anyhow::Error>(())
