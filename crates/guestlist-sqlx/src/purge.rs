@@ -10,6 +10,7 @@ use sqlx::pool::PoolConnection;
 
 use crate::Error;
 use crate::backend::statement::Plain;
+use crate::backend::steps::StepsSql;
 use crate::backend::{Backend, TableSql};
 
 /// A purge of one guestlist table (an inbox, or idempotency keys), built by
@@ -36,6 +37,8 @@ use crate::backend::{Backend, TableSql};
 #[must_use = "a purge does nothing until run"]
 pub struct Purge<'a, DB: Backend> {
     table: &'a TableSql,
+    /// An inbox's steps journal: the runs and journals of messages left mid-steps.
+    journals: Option<&'a StepsSql>,
     retention: Retention,
     batch_size: u32,
     pause: Duration,
@@ -56,6 +59,11 @@ pub enum Purged {
 pub trait Purgeable<DB: Backend>: sealed::Sealed {
     #[doc(hidden)]
     fn purge_table(&self) -> Arc<TableSql>;
+    /// The steps journal purged beside the table (an inbox's), if it has one.
+    #[doc(hidden)]
+    fn purge_journals(&self) -> Option<Arc<StepsSql>> {
+        None
+    }
 }
 
 pub(crate) mod sealed {
@@ -79,11 +87,19 @@ impl<'a, DB: Backend> Purge<'a, DB> {
     pub(crate) fn new(table: &'a TableSql, retention: Retention) -> Self {
         Self {
             table,
+            journals: None,
             retention,
             batch_size: Self::DEFAULT_BATCH_SIZE,
             pause: Self::DEFAULT_PAUSE,
             db: PhantomData,
         }
+    }
+
+    /// Purges `journals` too: the runs and journals of messages left mid-steps (dead-lettered,
+    /// or given up), once their run was last touched longer ago than the retention.
+    pub(crate) fn with_journals(mut self, journals: Option<&'a StepsSql>) -> Self {
+        self.journals = journals;
+        self
     }
 
     /// Rows deleted per batch (at least 1).
@@ -106,7 +122,16 @@ impl<'a, DB: Backend> Purge<'a, DB> {
         let (count,): (i64,) = DB::fetch_one(&mut conn, self.table, count_older)
             .await
             .map_err(|err| self.error(err))?;
-        Ok(count.max(0) as u64)
+        let mut count = count.max(0) as u64;
+        if let Some(journals) = self.journals {
+            let stale =
+                Plain::reading(|sql: &StepsSql| &sql.count_stale, (older_than_secs * 1000,));
+            match DB::fetch_one(&mut conn, journals, stale).await {
+                Ok((stale,)) => count += i64::max(stale, 0) as u64,
+                Err(err) => skip_missing::<DB>(journals, err)?,
+            }
+        }
+        Ok(count)
     }
 
     /// Deletes every row older than the retention.
@@ -136,7 +161,14 @@ impl<'a, DB: Backend> Purge<'a, DB> {
                 .await
                 .map_err(|err| self.error(err))?;
         }
-        match self.delete_batches(&mut conn, &mut progress).await {
+        let deleted = match self.delete_batches(&mut conn, &mut progress).await {
+            Ok(deleted) => {
+                self.delete_journals(&mut conn, deleted, &mut progress)
+                    .await
+            }
+            Err(err) => Err(err),
+        };
+        match deleted {
             Ok(deleted) => {
                 DB::unlock(&mut conn, &lock).await?;
                 Ok(Purged::Deleted(deleted))
@@ -194,6 +226,41 @@ impl<'a, DB: Backend> Purge<'a, DB> {
         }
     }
 
+    /// Forgets, in batches of messages, the runs and journals of messages left mid-steps
+    /// longer ago than the retention; `total` rows were deleted before.
+    async fn delete_journals(
+        &self,
+        conn: &mut PoolConnection<DB>,
+        mut total: u64,
+        progress: &mut (impl FnMut(u64) + Send),
+    ) -> Result<u64, Error> {
+        let Some(journals) = self.journals else {
+            return Ok(total);
+        };
+        let older_than_ms = self.older_than_secs() * 1000;
+        loop {
+            let batch = Plain::new(
+                |sql: &StepsSql| &sql.purge_stale,
+                (older_than_ms, i64::from(self.batch_size)),
+            );
+            let deleted = match DB::run(conn, journals, batch).await {
+                Ok(deleted) => deleted,
+                Err(err) => {
+                    skip_missing::<DB>(journals, err)?;
+                    return Ok(total);
+                }
+            };
+            total += deleted;
+            metrics::counter!("guestlist_purged_total", "table" => journals.table.to_string())
+                .increment(deleted);
+            progress(total);
+            if deleted == 0 {
+                return Ok(total);
+            }
+            tokio::time::sleep(self.pause).await;
+        }
+    }
+
     fn error(&self, err: sqlx::Error) -> Error {
         Error::from_store::<DB>(&self.table.table, err)
     }
@@ -202,5 +269,17 @@ impl<'a, DB: Backend> Purge<'a, DB> {
         // A century is "forever" for a purge, and keeps every backend's date arithmetic in range.
         const CENTURY_SECS: u64 = 100 * 366 * 24 * 3600;
         self.retention.duration().as_secs().min(CENTURY_SECS) as i64
+    }
+}
+
+/// Nothing to purge where an inbox made before steps has no journal table; any other error is
+/// the purge's.
+fn skip_missing<DB: Backend>(journals: &StepsSql, err: sqlx::Error) -> Result<(), Error> {
+    match Error::from_store::<DB>(&journals.table, err) {
+        Error::MissingTable { .. } => {
+            tracing::debug!(table = %journals.table, "no steps journal to purge (run migrate to create it)");
+            Ok(())
+        }
+        err => Err(err),
     }
 }

@@ -10,6 +10,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::Purged;
+use crate::backend::steps::StepsSql;
 use crate::backend::{Backend, TableSql};
 use crate::purge::{Purge, Purgeable};
 
@@ -40,6 +41,7 @@ use crate::purge::{Purge, Purgeable};
 pub struct Purger<DB: Backend> {
     pool: Pool<DB>,
     table: Arc<TableSql>,
+    journals: Option<Arc<StepsSql>>,
     retention: Retention,
     every: Duration,
     batch_size: u32,
@@ -52,6 +54,7 @@ impl<DB: Backend> Purger<DB> {
         Self {
             pool,
             table: table.purge_table(),
+            journals: table.purge_journals(),
             retention,
             every: Duration::from_secs(3600),
             batch_size: Purge::<DB>::DEFAULT_BATCH_SIZE,
@@ -84,6 +87,7 @@ impl<DB: Backend> Purger<DB> {
                     _ = ticks.tick() => {}
                 }
                 let purge = Purge::<DB>::new(&self.table, self.retention)
+                    .with_journals(self.journals.as_deref())
                     .batch_size(self.batch_size)
                     .run(&self.pool);
                 tokio::select! {

@@ -41,6 +41,14 @@ pub struct StepsSql {
     pub(crate) record: Arc<str>,
     /// Forgets a message's run and journal: handler, id.
     pub(crate) forget: Arc<str>,
+    /// Forgets the runs and journals of at most a number of messages whose run was last
+    /// touched longer ago than a number of milliseconds: a message dead-lettered or given up
+    /// mid-steps. Binds the milliseconds, the limit.
+    pub(crate) purge_stale: Arc<str>,
+    /// Counts the rows [`purge_stale`](Self::purge_stale) would forget. Binds the milliseconds.
+    pub(crate) count_stale: Arc<str>,
+    /// The table's name, for errors.
+    pub(crate) table: TableName,
 }
 
 impl StepsSql {
@@ -95,6 +103,20 @@ impl StepsSql {
                  VALUES ({1}, {2}, {3}, {4}, {5}, {now}, {6})",
                 6,
             ),
+            // The inner query is wrapped once more so that MySQL reads it before it deletes.
+            purge_stale: params(
+                "DELETE FROM {table} WHERE (handler, message_id) IN \
+                 (SELECT handler, message_id FROM (SELECT handler, message_id FROM {table} \
+                 WHERE place = 0 AND lease_until < {now} - {1} LIMIT {2}) stale)",
+                2,
+            ),
+            count_stale: params(
+                "SELECT COUNT(*) + 0 FROM {table} WHERE (handler, message_id) IN \
+                 (SELECT handler, message_id FROM {table} \
+                 WHERE place = 0 AND lease_until < {now} - {1})",
+                1,
+            ),
+            table: TableName::new(&table).unwrap_or_else(|_| inbox.clone()),
             forget: params(
                 "DELETE FROM {table} WHERE handler = {1} AND message_id = {2}",
                 2,

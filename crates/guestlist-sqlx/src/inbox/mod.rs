@@ -76,10 +76,11 @@ pub struct Inbox<DB: Backend> {
     pub(crate) retry: RetryPolicy,
     pub(crate) step_lease: Duration,
     pub(crate) step_retry: Duration,
+    pub(crate) keep_journals: bool,
     db: PhantomData<fn() -> DB>,
 }
 
-clone_without_bound!(Inbox<DB: Backend> { sql, steps, retry, step_lease, step_retry, db });
+clone_without_bound!(Inbox<DB: Backend> { sql, steps, retry, step_lease, step_retry, keep_journals, db });
 on_one_table!(Inbox, "An inbox", "guestlist_inbox");
 
 impl<DB: Backend> Default for Inbox<DB> {
@@ -109,6 +110,7 @@ impl<DB: Backend> Inbox<DB> {
             retry: RetryPolicy::default(),
             step_lease: DEFAULT_STEP_LEASE,
             step_retry: DEFAULT_STEP_RETRY,
+            keep_journals: false,
             db: PhantomData,
         }
     }

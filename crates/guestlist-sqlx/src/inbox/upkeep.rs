@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use guestlist_core::Retention;
 
+use crate::backend::steps::StepsSql;
 use crate::backend::{Backend, TableSql};
 use crate::purge::{Purge, Purgeable, sealed};
 use crate::{Error, Inbox};
@@ -24,9 +25,11 @@ impl<DB: Backend> Inbox<DB> {
         Ok(())
     }
 
-    /// A purge of the rows older than `retention` (run it with [`Purge::run`]).
+    /// A purge of the rows older than `retention` (run it with [`Purge::run`]), and of the
+    /// steps journals of messages left mid-steps (dead-lettered, or given up) whose run was
+    /// last touched longer ago.
     pub fn purge(&self, retention: Retention) -> Purge<'_, DB> {
-        Purge::new(&self.sql.common, retention)
+        Purge::new(&self.sql.common, retention).with_journals(Some(&self.steps))
     }
 }
 
@@ -35,5 +38,9 @@ impl<DB: Backend> sealed::Sealed for Inbox<DB> {}
 impl<DB: Backend> Purgeable<DB> for Inbox<DB> {
     fn purge_table(&self) -> Arc<TableSql> {
         Arc::clone(&self.sql.common)
+    }
+
+    fn purge_journals(&self) -> Option<Arc<StepsSql>> {
+        Some(Arc::clone(&self.steps))
     }
 }

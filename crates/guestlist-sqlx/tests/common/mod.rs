@@ -58,6 +58,7 @@ macro_rules! inbox_suite {
             a_run_cut_after_two_steps_resumes_after_them,
             a_renamed_step_stops_with_both_names,
             a_run_past_its_lease_is_taken_over_and_journals_nothing,
+            a_journal_left_mid_steps_is_purged_after_the_retention,
         );
         guestlist_testkit::stories!(common::protocol, [$db], ("");
             the_key_statements_do_what_the_protocol_allows,

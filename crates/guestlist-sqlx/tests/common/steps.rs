@@ -291,3 +291,86 @@ pub async fn a_run_past_its_lease_is_taken_over_and_journals_nothing<DB: Fixture
     assert_eq!(h.inbox_rows().await, 1, "{}", DB::LABEL);
     assert_eq!(journal_rows(&h, &event).await, 0, "{}", DB::LABEL);
 }
+
+/// The purge forgets the run and journal of a message left mid-steps (its work failed after a
+/// step, and nothing finished it), and of a handled message whose journal was kept, once its
+/// run was last touched longer ago than the retention, in the inbox's own purge; a journal
+/// touched since stays.
+pub async fn a_journal_left_mid_steps_is_purged_after_the_retention<DB: Fixture>(name: &str) {
+    let h = Harness::<DB>::new(name).await;
+    let warehouse = handler("warehouse");
+    let payments = Payments::default();
+    let (stale, fresh) = (
+        MessageId::new("evt_given_up").unwrap(),
+        MessageId::new("evt_mid_steps").unwrap(),
+    );
+    for event in [&stale, &fresh] {
+        let cut = h
+            .inbox
+            .process_steps(
+                &h.pool,
+                &warehouse,
+                event,
+                async |steps| {
+                    steps
+                        .external("charge", || async { payments.charge() })
+                        .await?;
+                    anyhow::bail!("the order has no lines")
+                },
+                async |_tx, ()| Ok::<_, anyhow::Error>(()),
+            )
+            .await;
+        assert!(matches!(cut, Err(ProcessError::Handler(_))), "{cut:?}");
+        assert_eq!(journal_rows(&h, event).await, 2, "the run and its step");
+    }
+    // Kept by choice: a handled message's journal stays, a duplicate leaves it be.
+    let (keeping, kept) = (
+        h.inbox.clone().keep_journals(true),
+        MessageId::new("evt_kept").unwrap(),
+    );
+    for expected in [Stepped::Ran(()), Stepped::Duplicate] {
+        let done = keeping
+            .process_steps(
+                &h.pool,
+                &warehouse,
+                &kept,
+                async |steps| {
+                    let _: String = steps
+                        .external("charge", || async { payments.charge() })
+                        .await?;
+                    Ok::<_, anyhow::Error>(())
+                },
+                async |_tx, ()| Ok::<_, anyhow::Error>(()),
+            )
+            .await
+            .unwrap();
+        assert_eq!(done, expected, "{}", DB::LABEL);
+        assert_eq!(journal_rows(&h, &kept).await, 2, "{}: kept", DB::LABEL);
+    }
+    // Two days ago, as the journal's clock counts it (Unix milliseconds).
+    h.exec(format!(
+        "UPDATE {}_steps SET lease_until = lease_until - 172800000 \
+         WHERE message_id IN ('{stale}', '{kept}')",
+        h.inbox.table()
+    ))
+    .await;
+    let day =
+        guestlist_sqlx::Retention::new(Duration::from_secs(86_400), Duration::from_secs(86_400))
+            .unwrap();
+    assert_eq!(
+        h.inbox.purge(day).count(&h.pool).await.unwrap(),
+        4,
+        "{}: the stale journals' rows",
+        DB::LABEL
+    );
+    let purged = h.inbox.purge(day).run(&h.pool).await.unwrap();
+    assert_eq!(purged, guestlist_sqlx::Purged::Deleted(4), "{}", DB::LABEL);
+    assert_eq!(
+        journal_rows(&h, &stale).await,
+        0,
+        "{}: forgotten",
+        DB::LABEL
+    );
+    assert_eq!(journal_rows(&h, &kept).await, 0, "{}: forgotten", DB::LABEL);
+    assert_eq!(journal_rows(&h, &fresh).await, 2, "{}: kept", DB::LABEL);
+}

@@ -68,6 +68,15 @@ impl<DB: Backend> Inbox<DB> {
         self
     }
 
+    /// Whether a handled message's journal is kept (default: no, it goes with the final
+    /// commit). Kept, `guestlist history` shows each step of a handled message, and the inbox's
+    /// [purge](Self::purge) forgets it once the message was last delivered longer ago than the
+    /// retention.
+    pub fn keep_journals(mut self, keep: bool) -> Self {
+        self.keep_journals = keep;
+        self
+    }
+
     /// How long a step whose call meets an outage (the database, or a downstream that cannot be
     /// reached) or a "not yet" (a [`Deferral`](guestlist_core::Deferral): a downstream key in
     /// flight, a 429) is tried again in the process, with backoff, before its error is returned
@@ -159,11 +168,7 @@ impl<DB: Backend> Inbox<DB> {
         // committed (and forgot its journal) between the question and the claim would leave
         // this one to run every step again.
         if self.holds(pool, handler, id).await? {
-            let forget = Plain::new(
-                |sql: &StepsSql| &sql.forget,
-                (handler.as_str(), id.as_str()),
-            );
-            DB::run(&mut conn, &*self.steps, forget).await?;
+            self.settle_journal(&mut conn, handler, id, token).await?;
             return Ok(Stepped::Duplicate);
         }
         let journal = Plain::reading(
@@ -206,13 +211,31 @@ impl<DB: Backend> Inbox<DB> {
                 return Err(ProcessError::Handler(err));
             }
         };
-        let forget = Plain::new(
-            |sql: &StepsSql| &sql.forget,
-            (handler.as_str(), id.as_str()),
-        );
-        DB::run(&mut tx, &*self.steps, forget).await?;
+        self.settle_journal(&mut tx, handler, id, fence.token)
+            .await?;
         tx.commit().await.map_err(Error::from_commit)?;
         Ok(Stepped::Ran(output))
+    }
+
+    /// What becomes of a handled message's run and journal: forgotten, or (with
+    /// [`Inbox::keep_journals`]) kept with the run's lease ended, for the purge to take after the
+    /// retention.
+    async fn settle_journal(
+        &self,
+        conn: &mut DB::Connection,
+        handler: &HandlerName,
+        id: &MessageId,
+        token: i64,
+    ) -> Result<(), Error> {
+        let (handler, id) = (handler.as_str(), id.as_str());
+        if self.keep_journals {
+            let end = Plain::new(|sql: &StepsSql| &sql.renew, (0_i64, handler, id, token));
+            DB::run(conn, &*self.steps, end).await?;
+        } else {
+            let forget = Plain::new(|sql: &StepsSql| &sql.forget, (handler, id));
+            DB::run(conn, &*self.steps, forget).await?;
+        }
+        Ok(())
     }
 
     /// Claims the run of `id`'s steps: a new run row, or the take-over of one whose lease ended.
