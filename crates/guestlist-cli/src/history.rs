@@ -1,7 +1,7 @@
 //! `guestlist history ID`: everything the inbox, the outbox and the key table know of a message
 //! id, an idempotency key or a key carried from one, in the order it happened.
 
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use clap::Args;
 use guestlist::{
@@ -129,6 +129,39 @@ pub(crate) fn describe(seen: &Seen) -> String {
         } => format!(
             "{message_id} dead-lettered by {handler} after {deliveries} deliveries (to the \
              broker's dead-letter place): {reason}"
+        ),
+        Seen::StepDone {
+            handler,
+            message_id,
+            place,
+            step,
+            result_bytes,
+        } => format!(
+            "{message_id}: step {place} \"{step}\" of {handler} finished ({result_bytes}-byte \
+             result journaled; a redelivery replays it)"
+        ),
+        Seen::StepsRun {
+            handler,
+            message_id,
+            lease_left_ms,
+            steps_done,
+        } if *lease_left_ms > 0 => format!(
+            "{message_id}: a run of {handler}'s steps holds it, {steps_done} steps done (its \
+             lease ends in {})",
+            humantime::format_duration(Duration::from_millis(lease_left_ms.unsigned_abs()))
+        ),
+        Seen::StepsRun {
+            handler,
+            message_id,
+            lease_left_ms,
+            steps_done,
+        } => format!(
+            "{message_id}: {handler}'s run of its steps stopped {} ago, {steps_done} steps done \
+             (the next delivery resumes after them; a handled message's kept journal looks \
+             the same)",
+            humantime::format_duration(Duration::from_millis(
+                lease_left_ms.unsigned_abs() / 1000 * 1000
+            ))
         ),
         Seen::Enqueued {
             message_id,

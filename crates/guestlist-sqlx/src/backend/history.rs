@@ -6,6 +6,7 @@ use std::sync::Arc;
 use guestlist_core::TableName;
 
 use super::statement::{Codec, row};
+use super::steps::StepsStatements;
 
 /// The per-database fragments of a history. Sealed: implemented here for the three backends only.
 #[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
@@ -33,6 +34,10 @@ pub(crate) struct HistorySql {
     /// The inbox's record of a message a handler dead-lettered: handler, reason, deliveries,
     /// Unix ms. Binds the id.
     pub(crate) inbox_dead: Arc<str>,
+    /// The inbox's steps of a message, in order: handler, place, name, when (Unix ms: a step's
+    /// journaling, the run's lease end), milliseconds the run's lease has left, the result's
+    /// bytes. Binds the id.
+    pub(crate) steps: Arc<str>,
     /// The outbox's row of a message: topic, ordering key, seq, slot, when committed and
     /// published (Unix ms), the relay that stamped it and its token. Binds the id.
     pub(crate) outbox: Arc<str>,
@@ -46,7 +51,7 @@ pub(crate) struct HistorySql {
 }
 
 impl HistorySql {
-    pub(crate) fn new<DB: HistoryStatements>(
+    pub(crate) fn new<DB: HistoryStatements + StepsStatements>(
         inbox: &TableName,
         outbox: &TableName,
         keys: &TableName,
@@ -55,7 +60,7 @@ impl HistorySql {
         let epoch = |at: &str| DB::EPOCH_MS.replace("{at}", at);
         let text = |col: &str| DB::TEXT.replace("{col}", col);
         let param = |n: usize| {
-            if DB::NUMBERED {
+            if <DB as HistoryStatements>::NUMBERED {
                 format!("${n}")
             } else {
                 "?".to_owned()
@@ -80,6 +85,15 @@ impl HistorySql {
                 "SELECT {}, {}, deliveries, dead_at FROM {inbox}_dead WHERE message_id = {p1}",
                 text("handler"),
                 text("reason")
+            )
+            .into(),
+            steps: format!(
+                "SELECT {}, place + 0 * token, {}, lease_until, lease_until - {}, \
+                 length(result) + 0 * token FROM {inbox}_steps WHERE message_id = {p1} \
+                 ORDER BY handler, place",
+                text("handler"),
+                text("name"),
+                DB::NOW_MS
             )
             .into(),
             outbox: format!(
@@ -141,6 +155,21 @@ row! {
         deliveries: i64,
         /// When, in Unix milliseconds.
         at_ms: i64,
+    }
+}
+
+row! {
+    /// A row of an inbox's steps table in a history: the run (place 0) or a finished step.
+    pub(crate) struct StepTraceRow {
+        handler: String,
+        place: i64,
+        name: String,
+        /// When the step was journaled, or when the run's lease ends, in Unix milliseconds.
+        at_ms: i64,
+        /// Milliseconds the run's lease has left (a step's row: since it was journaled, negated).
+        left_ms: i64,
+        /// The result's bytes (none for the run's row).
+        result_bytes: Option<i64>,
     }
 }
 

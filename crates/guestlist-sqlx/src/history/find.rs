@@ -11,7 +11,7 @@ use crate::Error;
 use crate::backend::Backend;
 use crate::backend::history::{
     ClaimTraceRow, DeadTraceRow, DeferralTraceRow, GaveUpTraceRow, HistorySql, KeyTraceRow,
-    OutboxTraceRow,
+    OutboxTraceRow, StepTraceRow,
 };
 use crate::backend::relay::{ShardRow, shard_count};
 use crate::backend::statement::{Columns, Plain};
@@ -44,6 +44,44 @@ fn sight(found: &mut Found, at_ms: i64, table: &str, seen: Seen) {
     });
 }
 
+/// A message's steps as `found` tells them: each finished step, then each handler's run.
+fn steps_seen(found: &mut Found, table: &str, message_id: &str, rows: Vec<StepTraceRow>) {
+    let mut runs = Vec::new();
+    for row in rows {
+        if row.place == 0 {
+            runs.push(row);
+            continue;
+        }
+        let seen = Seen::StepDone {
+            handler: row.handler,
+            message_id: message_id.to_owned(),
+            place: u32::try_from(row.place).unwrap_or(0),
+            step: row.name,
+            result_bytes: row
+                .result_bytes
+                .map_or(0, |b| u64::try_from(b).unwrap_or(0)),
+        };
+        sight(found, row.at_ms, table, seen);
+    }
+    for run in runs {
+        let steps_done = found
+            .sightings
+            .iter()
+            .filter(|s| {
+                matches!(&s.seen, Seen::StepDone { handler, message_id: id, .. }
+                if *handler == run.handler && id == message_id)
+            })
+            .count();
+        let seen = Seen::StepsRun {
+            handler: run.handler,
+            message_id: message_id.to_owned(),
+            lease_left_ms: run.left_ms,
+            steps_done: u32::try_from(steps_done).unwrap_or(u32::MAX),
+        };
+        sight(found, run.at_ms, table, seen);
+    }
+}
+
 impl<DB: Backend> History<DB> {
     /// The rows that the read at `text` finds of `message_id` in `table`: none where the
     /// database lacks the table (noted in `found`).
@@ -71,6 +109,7 @@ impl<DB: Backend> History<DB> {
         let inbox = self.inbox.as_str();
         let deferrals_table = format!("{inbox}_deferrals");
         let dead_table = format!("{inbox}_dead");
+        let steps_table = format!("{inbox}_steps");
         for message_id in messages {
             let claims: Vec<ClaimTraceRow> = self
                 .read(&mut conn, |sql| &sql.inbox, message_id, inbox, found)
@@ -117,6 +156,10 @@ impl<DB: Backend> History<DB> {
                 };
                 sight(found, row.at_ms, &dead_table, seen);
             }
+            let steps: Vec<StepTraceRow> = self
+                .read(&mut conn, |sql| &sql.steps, message_id, &steps_table, found)
+                .await?;
+            steps_seen(found, &steps_table, message_id, steps);
         }
         Ok(())
     }

@@ -201,6 +201,34 @@ pub enum Seen {
         /// The broker's delivery count then.
         deliveries: u64,
     },
+    /// A step of the handler's named steps finished, its result journaled (DESIGN 4d): a
+    /// redelivery replays it instead of running it.
+    StepDone {
+        /// The handler.
+        handler: String,
+        /// The message id.
+        message_id: String,
+        /// Its place among the message's steps, from 1.
+        place: u32,
+        /// The step's name.
+        step: String,
+        /// The size of its journaled result, in bytes (JSON).
+        result_bytes: u64,
+    },
+    /// A run of the handler's steps holds the message, or held it (the time is its lease's
+    /// end): with lease left, a run works on it; with none, a run died or gave up mid-steps
+    /// (the next delivery resumes after the steps done), or the message was handled and its
+    /// journal kept.
+    StepsRun {
+        /// The handler.
+        handler: String,
+        /// The message id.
+        message_id: String,
+        /// Milliseconds the run's lease has left (zero or less once it ended).
+        lease_left_ms: i64,
+        /// The steps finished so far.
+        steps_done: u32,
+    },
     /// The message committed to the outbox.
     Enqueued {
         /// The message id.

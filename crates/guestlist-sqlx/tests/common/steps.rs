@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use guestlist_sqlx::{Error, MessageId, ProcessError, Stepped, Steps};
+use guestlist_sqlx::{Error, MessageId, ProcessError, Seen, Stepped, Steps};
 use guestlist_testkit::Fixture;
 use tokio::sync::Notify;
 
@@ -95,6 +95,41 @@ pub async fn a_run_cut_after_two_steps_resumes_after_them<DB: Fixture>(name: &st
     assert!(matches!(cut, Err(ProcessError::Handler(_))), "{cut:?}");
     assert_eq!((payments.calls(), h.picks_for(&event).await), (1, 1));
     assert_eq!(journal_rows(&h, &event).await, 3, "the run and two steps");
+    // What an operator's `guestlist history evt_steps` reads: two steps done, the run stopped.
+    let history = guestlist_sqlx::History::<DB>::with_tables(
+        h.inbox.table().clone(),
+        guestlist_sqlx::TableName::new("no_outbox_here").unwrap(),
+        guestlist_sqlx::TableName::new("no_keys_here").unwrap(),
+    );
+    let found = history.find(&h.pool, event.as_str()).await.unwrap();
+    let seen: Vec<String> = found
+        .sightings
+        .iter()
+        .map(|s| match &s.seen {
+            Seen::StepDone {
+                place,
+                step,
+                result_bytes,
+                ..
+            } => {
+                format!("{place} {step} {result_bytes}")
+            }
+            Seen::StepsRun {
+                lease_left_ms,
+                steps_done,
+                ..
+            } => {
+                format!("run {steps_done} ended:{}", *lease_left_ms <= 0)
+            }
+            other => format!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        ["1 charge 6", "2 reserve 4", "run 2 ended:true"],
+        "{}",
+        DB::LABEL
+    );
 
     for delivery in 0..2 {
         let done = h
