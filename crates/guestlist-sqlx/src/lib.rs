@@ -52,7 +52,7 @@ pub use health::Health;
 pub use history::{Found, History, Holder, Seen, Sighting};
 pub use inbox::{
     BatchProcessed, Deferrals, HandlerRows, Inbox, InboxStats, IncomingDeadLetter, MAX_STEP_RESULT,
-    ProcessError, Processed, StepError, Stepped, Steps,
+    MidSteps, ProcessError, Processed, StepError, Stepped, Steps,
 };
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub use keys::{BatchBackend, BatchedKeyStore};

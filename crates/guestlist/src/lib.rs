@@ -99,7 +99,7 @@ pub mod inbox {
     pub use guestlist_core::{Claim, Deferral, FailureKind, HandlerName, MessageId, defer};
     pub use guestlist_sqlx::{
         BatchProcessed, Deferrals, HandlerRows, Inbox, InboxStats, IncomingDeadLetter,
-        MAX_STEP_RESULT, ProcessError, Processed, StepError, Stepped, Steps, WorkError,
+        MAX_STEP_RESULT, MidSteps, ProcessError, Processed, StepError, Stepped, Steps, WorkError,
         failure_kind,
     };
 }

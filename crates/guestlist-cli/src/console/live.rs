@@ -7,7 +7,9 @@ use guestlist::keys::KeyState;
 use maud::{Markup, html};
 
 use super::forms::{Viewer, csrf_field, evict_form};
-use super::snapshot::{DEAD_LETTERS_SHOWN, HELD_KEYS_SHOWN, OutboxFigures, Snapshot};
+use super::snapshot::{
+    DEAD_LETTERS_SHOWN, HELD_KEYS_SHOWN, MID_STEPS_SHOWN, OutboxFigures, Snapshot,
+};
 use crate::figures::{age, mib};
 
 /// The most shards the page lists one by one (those held, or with messages pending).
@@ -28,6 +30,7 @@ pub(crate) fn live(viewer: &Viewer, snapshot: &Snapshot) -> Markup {
             }
         }
         (incoming(snapshot))
+        (mid_steps(snapshot))
         div.cols {
             div { (keys(viewer, snapshot)) }
             div { (inbox(snapshot)) }
@@ -86,6 +89,50 @@ fn incoming(snapshot: &Snapshot) -> Markup {
             }
         } @else {
             p.muted { "no inbox dead-letter table here (the inbox's migrate creates it)" }
+        }
+    }
+}
+
+/// The messages whose steps are not finished, with the step each is on.
+fn mid_steps(snapshot: &Snapshot) -> Markup {
+    html! {
+        @if let Some(runs) = &snapshot.mid_steps {
+            @if !runs.is_empty() {
+                h2 { "Mid-steps" }
+                p {
+                    "Messages whose handler's steps are not finished. A run whose lease ended \
+                     died, stalled or gave up (a dead letter): the message's next delivery \
+                     resumes after the steps done."
+                }
+                table #mid-steps {
+                    tr {
+                        th { "handler" } th { "message" } th { "steps done" } th { "on" }
+                        th { "lease" }
+                    }
+                    @for run in runs {
+                        tr {
+                            td { (run.handler) }
+                            td { (run.message_id) }
+                            td.n { (run.steps_done) }
+                            td {
+                                @match &run.last_step {
+                                    Some(step) => { "the step after " (step) }
+                                    None => "its first step",
+                                }
+                            }
+                            td {
+                                @match (run.lease_left, run.stalled_for) {
+                                    (Some(left), _) => { "holds, " (age(Some(left))) " left" }
+                                    (None, stalled) => { "ended " (age(stalled)) " ago" }
+                                }
+                            }
+                        }
+                    }
+                }
+                @if runs.len() >= MID_STEPS_SHOWN as usize {
+                    p.muted { "the " (MID_STEPS_SHOWN) " longest stalled" }
+                }
+            }
         }
     }
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use guestlist::{
     Backend, Inbox, Retention,
-    inbox::{InboxStats, IncomingDeadLetter},
+    inbox::{InboxStats, IncomingDeadLetter, MidSteps},
     keys::{HeldKey, KeyStats},
     outbox::{DeadLetter, OutboxStats},
 };
@@ -16,6 +16,8 @@ use crate::stats::{missing_table, optional, read_inbox, read_outbox};
 
 /// The most dead letters the page lists (the count covers them all).
 pub(crate) const DEAD_LETTERS_SHOWN: u32 = 50;
+/// The most messages mid-steps the page lists.
+pub(crate) const MID_STEPS_SHOWN: u32 = 20;
 /// The most keys in flight the page lists (the count covers them all).
 pub(crate) const HELD_KEYS_SHOWN: u32 = 20;
 
@@ -35,6 +37,9 @@ pub(crate) struct Snapshot {
     /// The incoming dead letters: how many, and the newest up to [`DEAD_LETTERS_SHOWN`];
     /// `None` without their table.
     pub(crate) incoming: Option<(u64, Vec<IncomingDeadLetter>)>,
+    /// The messages mid-steps, the longest stalled first, up to [`MID_STEPS_SHOWN`]; `None`
+    /// without the inbox's steps table.
+    pub(crate) mid_steps: Option<Vec<MidSteps>>,
     /// The outbox's figures, with its dead letters.
     pub(crate) outbox: Option<OutboxFigures>,
     /// Rows past each table's retention, still waiting for a purge: (table, rows, retention).
@@ -93,6 +98,12 @@ impl Snapshot {
             snapshot.purge_row(&tables.inbox, past, retentions.inbox);
             let incoming = optional(read_incoming(pool, tables).await);
             snapshot.incoming = snapshot.note(&format!("{}_dead", tables.inbox), incoming);
+            let inbox = Inbox::<DB>::in_table(tables.inbox.clone());
+            let mid = inbox
+                .mid_steps(pool, MID_STEPS_SHOWN)
+                .await
+                .map_err(Into::into);
+            snapshot.mid_steps = snapshot.note(&format!("{}_steps", tables.inbox), optional(mid));
         }
         let outbox = optional(read_outbox(pool, tables.outbox.as_str()).await);
         if let Some((stats, dead)) = snapshot.note(&tables.outbox, outbox) {

@@ -119,6 +119,22 @@ impl Shop {
             )
             .await
             .unwrap();
+        // A message whose handler's run stopped after its first step.
+        let stopped = Inbox::<Sqlite>::new()
+            .process_steps(
+                &shop.pool,
+                &warehouse,
+                &MessageId::new("evt_mid").unwrap(),
+                async |steps| {
+                    let _: String = steps
+                        .external("charge", || async { anyhow::Ok("ch_1".to_owned()) })
+                        .await?;
+                    anyhow::bail!("the warehouse is closed")
+                },
+                async |_tx, ()| anyhow::Ok(()),
+            )
+            .await;
+        assert!(stopped.is_err());
         shop.enqueue("evt_refused", "nowhere").await;
         shop.relay().await;
         shop.enqueue("evt_next", "orders.paid").await;
@@ -214,6 +230,11 @@ async fn console_operator_looks_up_a_key_retries_a_dead_letter_and_sees_the_coun
     browser
         .until_text("#incoming", |t| {
             t.contains("evt_poison") && t.contains("no such order") && t.contains("warehouse")
+        })
+        .await;
+    browser
+        .until_text("#mid-steps", |t| {
+            t.contains("evt_mid") && t.contains("the step after charge") && t.contains("ended")
         })
         .await;
     browser.until_shows("#keys-rows", "2").await;

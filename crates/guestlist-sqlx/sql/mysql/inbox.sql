@@ -37,7 +37,8 @@ CREATE TABLE IF NOT EXISTS guestlist_inbox_dead (
 -- is the run: the fencing token of the run that holds the message and its lease's end (Unix
 -- milliseconds). Places 1 and on are the finished steps in the order the handler asked for them:
 -- the name, the token of the run that journaled it, when (Unix ms) and the result. The rows go
--- with the final commit.
+-- with the final commit (or stay, with Inbox::keep_journals); the inbox's purge forgets a
+-- message's rows once its run was last touched longer ago than the retention.
 CREATE TABLE IF NOT EXISTS guestlist_inbox_steps (
     handler     VARBINARY(255) NOT NULL,
     message_id  VARBINARY(255) NOT NULL,

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use guestlist_core::TableName;
 
+use super::history::HistoryStatements;
 use super::statement::{Args, Bound, Codec, Statement, row};
 
 /// The per-database fragments of the steps' SQL. Sealed: implemented for the three backends only.
@@ -47,18 +48,21 @@ pub struct StepsSql {
     pub(crate) purge_stale: Arc<str>,
     /// Counts the rows [`purge_stale`](Self::purge_stale) would forget. Binds the milliseconds.
     pub(crate) count_stale: Arc<str>,
+    /// The runs of messages not handled yet, the stalled first: handler, id, milliseconds the
+    /// lease has left, steps done, the last one's name. Binds the limit.
+    pub(crate) mid_steps: Arc<str>,
     /// The table's name, for errors.
     pub(crate) table: TableName,
 }
 
 impl StepsSql {
-    pub(crate) fn new<DB: StepsStatements>(inbox: &TableName) -> Self {
+    pub(crate) fn new<DB: StepsStatements + HistoryStatements>(inbox: &TableName) -> Self {
         let table = format!("{}_steps", inbox.as_str());
         let now = DB::NOW_MS;
         let params = |text: &str, count: usize| {
             let mut text = text.replace("{table}", &table).replace("{now}", now);
             for n in 1..=count {
-                let param = if DB::NUMBERED {
+                let param = if <DB as StepsStatements>::NUMBERED {
                     format!("${n}")
                 } else {
                     "?".to_owned()
@@ -116,6 +120,23 @@ impl StepsSql {
                  WHERE place = 0 AND lease_until < {now} - {1})",
                 1,
             ),
+            mid_steps: params(
+                &format!(
+                    "SELECT {}, {}, r.lease_until - {{now}}, \
+                     (SELECT COUNT(*) FROM {{table}} j WHERE j.handler = r.handler \
+                     AND j.message_id = r.message_id AND j.place > 0) + 0 * r.token, \
+                     (SELECT j.name FROM {{table}} j WHERE j.handler = r.handler \
+                     AND j.message_id = r.message_id AND j.place > 0 \
+                     ORDER BY j.place DESC LIMIT 1) \
+                     FROM {{table}} r WHERE r.place = 0 AND NOT EXISTS (SELECT 1 FROM {inbox} i \
+                     WHERE i.handler = r.handler AND i.message_id = r.message_id) \
+                     ORDER BY r.lease_until LIMIT {{1}}",
+                    <DB as HistoryStatements>::TEXT.replace("{col}", "r.handler"),
+                    <DB as HistoryStatements>::TEXT.replace("{col}", "r.message_id"),
+                    inbox = inbox.as_str(),
+                ),
+                1,
+            ),
             table: TableName::new(&table).unwrap_or_else(|_| inbox.clone()),
             forget: params(
                 "DELETE FROM {table} WHERE handler = {1} AND message_id = {2}",
@@ -131,6 +152,17 @@ row! {
         token: i64,
         /// Milliseconds its lease has left (zero or less once it ended).
         lease_left_ms: i64,
+    }
+}
+
+row! {
+    /// A message's run in the list of those mid-steps.
+    pub(crate) struct MidStepsRow {
+        handler: String,
+        message_id: String,
+        lease_left_ms: i64,
+        steps_done: i64,
+        last_step: Option<String>,
     }
 }
 

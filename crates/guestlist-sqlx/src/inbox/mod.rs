@@ -28,7 +28,7 @@ pub use deferrals::Deferrals;
 pub use process::{BatchProcessed, ProcessError, Processed};
 pub use stats::{HandlerRows, InboxStats};
 pub(crate) use steps::{DEFAULT_STEP_LEASE, DEFAULT_STEP_RETRY};
-pub use steps::{MAX_STEP_RESULT, StepError, Stepped, Steps};
+pub use steps::{MAX_STEP_RESULT, MidSteps, StepError, Stepped, Steps};
 
 /// The guest list of a set of message consumers, kept in one table.
 ///

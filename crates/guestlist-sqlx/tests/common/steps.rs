@@ -382,6 +382,26 @@ pub async fn a_journal_left_mid_steps_is_purged_after_the_retention<DB: Fixture>
         assert_eq!(done, expected, "{}", DB::LABEL);
         assert_eq!(journal_rows(&h, &kept).await, 2, "{}: kept", DB::LABEL);
     }
+    // What an operator's console lists: the two left mid-steps, not the handled one.
+    let mut mid: Vec<(String, u32, Option<String>, bool)> = h
+        .inbox
+        .mid_steps(&h.pool, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| (m.message_id, m.steps_done, m.last_step, m.stalled_for.is_some()))
+        .collect();
+    mid.sort();
+    let charged = Some("charge".to_owned());
+    assert_eq!(
+        mid,
+        [
+            ("evt_given_up".to_owned(), 1, charged.clone(), true),
+            ("evt_mid_steps".to_owned(), 1, charged, true),
+        ],
+        "{}",
+        DB::LABEL
+    );
     // Two days ago, as the journal's clock counts it (Unix milliseconds).
     h.exec(format!(
         "UPDATE {}_steps SET lease_until = lease_until - 172800000 \

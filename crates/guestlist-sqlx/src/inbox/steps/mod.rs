@@ -19,9 +19,11 @@ use crate::backend::steps::{JournalRow, RunRow, StepsSql};
 use crate::fencing::new_token;
 use crate::{Error, WorkError};
 
+mod mid;
 mod retry;
 mod run;
 
+pub use mid::MidSteps;
 pub use run::{StepError, Steps};
 
 /// The lease of a run of a message's steps unless [`Inbox::step_lease`] sets another.
