@@ -161,14 +161,18 @@ impl<DB: Backend> Inbox<DB> {
         E: WorkError,
     {
         let lease_ms = i64::try_from(self.step_lease.as_millis()).unwrap_or(i64::MAX);
+        // A redelivery of a handled message costs one read, no write.
+        if self.holds(pool, handler, id).await? {
+            return Ok(Stepped::Duplicate);
+        }
         let mut conn = pool.acquire().await?;
         let token = match self.claim_run(&mut conn, handler, id, lease_ms).await? {
             Run::Holds(token) => token,
             Run::Held(retry_after) => return Ok(Stepped::InFlight { retry_after }),
         };
-        // The inbox is asked only once this run holds the message: asked first, a run that
-        // committed (and forgot its journal) between the question and the claim would leave
-        // this one to run every step again.
+        // Asked again once this run holds the message: a run that committed (and forgot its
+        // journal) between the first question and the claim would leave this one to run every
+        // step again.
         if self.holds(pool, handler, id).await? {
             self.settle_journal(&mut conn, handler, id, token).await?;
             return Ok(Stepped::Duplicate);
