@@ -17,6 +17,7 @@ mod measure;
 mod outbox;
 mod report;
 mod requests;
+mod steps;
 mod work_future;
 
 use clap::{Args, Parser, Subcommand};
@@ -44,6 +45,10 @@ enum Bench {
     /// The outbox relay to NATS JetStream and RabbitMQ: against publishing straight with no
     /// database, and against a hand-written polling relay.
     Outbox(Common),
+    /// Steps on PostgreSQL: a three-step message through `Inbox::process_steps`, against the
+    /// same statements by hand, the handler with carried keys and no journal, and a DBOS
+    /// workflow of the same three steps.
+    Steps(Common),
 }
 
 /// Flags every bench takes.
@@ -114,6 +119,7 @@ fn main() -> anyhow::Result<()> {
             Bench::Broker(common) => broker::run(common).await,
             Bench::Gateway(common) => gateway::run(common).await,
             Bench::Outbox(common) => outbox::run(common).await,
+            Bench::Steps(common) => steps::run(common).await,
         }
     })?;
     report.print();
@@ -122,7 +128,8 @@ fn main() -> anyhow::Result<()> {
         | Bench::Http(common)
         | Bench::Broker(common)
         | Bench::Gateway(common)
-        | Bench::Outbox(common) => common,
+        | Bench::Outbox(common)
+        | Bench::Steps(common) => common,
     };
     if let Some(path) = &common.json {
         report.write_json(path)?;

@@ -36,7 +36,8 @@ pub struct StepsSql {
     /// the final commit's transaction, it is the guard (no row: another run holds the message)
     /// and it locks the run row, so that a take-over waits for the transaction's end.
     pub(crate) renew: Arc<str>,
-    /// The journal, in order: name, result. Binds handler, id.
+    /// The journal, in order (place, name, result), and a row at place -1 where the inbox
+    /// holds the message already. Binds handler, id, handler, id.
     pub(crate) journal: Arc<str>,
     /// Journals a finished step: handler, id, place, name, token, result.
     pub(crate) record: Arc<str>,
@@ -97,9 +98,14 @@ impl StepsSql {
                 4,
             ),
             journal: params(
-                "SELECT name, result FROM {table} \
-                 WHERE handler = {1} AND message_id = {2} AND place > 0 ORDER BY place",
-                2,
+                &format!(
+                    "SELECT place + 0 * token, name, result FROM {{table}} \
+                     WHERE handler = {{1}} AND message_id = {{2}} AND place > 0 \
+                     UNION ALL SELECT -1, '', NULL FROM {inbox} \
+                     WHERE handler = {{3}} AND message_id = {{4}} ORDER BY 1",
+                    inbox = inbox.as_str()
+                ),
+                4,
             ),
             record: params(
                 "INSERT INTO {table} \
@@ -167,8 +173,9 @@ row! {
 }
 
 row! {
-    /// A finished step as journaled.
+    /// A finished step as journaled (at place -1: the inbox holds the message).
     pub(crate) struct JournalRow {
+        place: i64,
         name: String,
         result: Option<Vec<u8>>,
     }

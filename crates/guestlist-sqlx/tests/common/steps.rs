@@ -389,7 +389,14 @@ pub async fn a_journal_left_mid_steps_is_purged_after_the_retention<DB: Fixture>
         .await
         .unwrap()
         .into_iter()
-        .map(|m| (m.message_id, m.steps_done, m.last_step, m.stalled_for.is_some()))
+        .map(|m| {
+            (
+                m.message_id,
+                m.steps_done,
+                m.last_step,
+                m.stalled_for.is_some(),
+            )
+        })
         .collect();
     mid.sort();
     let charged = Some("charge".to_owned());

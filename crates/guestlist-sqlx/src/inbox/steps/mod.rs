@@ -170,18 +170,20 @@ impl<DB: Backend> Inbox<DB> {
             Run::Holds(token) => token,
             Run::Held(retry_after) => return Ok(Stepped::InFlight { retry_after }),
         };
-        // Asked again once this run holds the message: a run that committed (and forgot its
-        // journal) between the first question and the claim would leave this one to run every
-        // step again.
-        if self.holds(pool, handler, id).await? {
+        // The inbox is asked again with the journal, once this run holds the message: a run
+        // that committed (and forgot its journal) between the first question and the claim
+        // would leave this one to run every step again.
+        let (handler_str, id_str) = (handler.as_str(), id.as_str());
+        let journal = Plain::reading(
+            |sql: &StepsSql| &sql.journal,
+            (handler_str, id_str, handler_str, id_str),
+        );
+        let mut journal: Vec<JournalRow> = DB::fetch(&mut conn, &*self.steps, journal).await?;
+        if journal.first().is_some_and(|row| row.place < 0) {
             self.settle_journal(&mut conn, handler, id, token).await?;
             return Ok(Stepped::Duplicate);
         }
-        let journal = Plain::reading(
-            |sql: &StepsSql| &sql.journal,
-            (handler.as_str(), id.as_str()),
-        );
-        let journal: Vec<JournalRow> = DB::fetch(&mut conn, &*self.steps, journal).await?;
+        journal.retain(|row| row.place > 0);
         drop(conn);
         let mut steps = Steps {
             pool,

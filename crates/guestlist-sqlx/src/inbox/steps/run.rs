@@ -242,6 +242,7 @@ impl<DB: Backend> Steps<'_, DB> {
     /// The step just journaled, as the journal now holds it.
     fn advance(&mut self, name: &str, result: Vec<u8>) {
         self.journal.push(JournalRow {
+            place: self.place as i64 + 1,
             name: name.to_owned(),
             result: Some(result),
         });

@@ -1,0 +1,149 @@
+//! The three-step message written by hand with sqlx on PostgreSQL: the statements a careful
+//! engineer would send for the same guarantees (a run row with a lease and a fencing token,
+//! a journal row per step guarded by the token, a database step's journal row on its own
+//! transaction, the final commit with the inbox's claim), without guestlist around them.
+
+use guestlist::sqlx::{self, AssertSqlSafe, PgPool, Postgres, Transaction};
+
+/// Now on PostgreSQL's clock, in Unix milliseconds.
+const NOW_MS: &str = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint";
+
+/// The hand-written steps' tables: an inbox and its steps table.
+pub(super) struct ByHand {
+    pub(super) inbox: String,
+    pub(super) steps: String,
+    pub(super) picks: String,
+}
+
+impl ByHand {
+    /// One message's three steps and final commit; `false` when another run holds it or it
+    /// was handled.
+    pub(super) async fn run(&self, pool: &PgPool, handler: &str, id: &str) -> sqlx::Result<bool> {
+        let token: i64 = fastrand::i64(..);
+        let claim = format!(
+            "INSERT INTO {} (handler, message_id, place, name, token, lease_until) \
+             VALUES ($1, $2, 0, '', $3, {NOW_MS} + 30000) ON CONFLICT DO NOTHING",
+            self.steps
+        );
+        let claimed = sqlx::query(AssertSqlSafe(claim))
+            .bind(handler)
+            .bind(id)
+            .bind(token)
+            .execute(pool)
+            .await?
+            .rows_affected();
+        if claimed == 0 {
+            return Ok(false);
+        }
+        let journal = format!(
+            "SELECT name, result FROM {} WHERE handler = $1 AND message_id = $2 AND place > 0 \
+             ORDER BY place",
+            self.steps
+        );
+        let done: Vec<(String, Option<Vec<u8>>)> = sqlx::query_as(AssertSqlSafe(journal))
+            .bind(handler)
+            .bind(id)
+            .fetch_all(pool)
+            .await?;
+        std::hint::black_box(done);
+        let step = |place: i64, name: &'static str| (place, name);
+        // The first external step: its (no-op) call, then its journal row.
+        let mut tx = pool.begin().await?;
+        self.guard(&mut tx, handler, id, token).await?;
+        self.record(&mut tx, handler, id, token, step(1, "a"), b"\"a\"")
+            .await?;
+        tx.commit().await?;
+        // The database step: its write and its journal row together.
+        let mut tx = pool.begin().await?;
+        self.guard(&mut tx, handler, id, token).await?;
+        let pick = format!("INSERT INTO {} (event) VALUES ($1)", self.picks);
+        sqlx::query(AssertSqlSafe(pick))
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        self.record(&mut tx, handler, id, token, step(2, "reserve"), b"null")
+            .await?;
+        tx.commit().await?;
+        // The second external step.
+        let mut tx = pool.begin().await?;
+        self.guard(&mut tx, handler, id, token).await?;
+        self.record(&mut tx, handler, id, token, step(3, "b"), b"\"b\"")
+            .await?;
+        tx.commit().await?;
+        // The final commit: the guard, the inbox's claim, the journal forgotten.
+        let mut tx = pool.begin().await?;
+        self.guard(&mut tx, handler, id, token).await?;
+        let inbox = format!(
+            "INSERT INTO {} (handler, message_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+            self.inbox
+        );
+        sqlx::query(AssertSqlSafe(inbox))
+            .bind(handler)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        let forget = format!(
+            "DELETE FROM {} WHERE handler = $1 AND message_id = $2",
+            self.steps
+        );
+        sqlx::query(AssertSqlSafe(forget))
+            .bind(handler)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    async fn guard(
+        &self,
+        tx: &mut Transaction<'static, Postgres>,
+        handler: &str,
+        id: &str,
+        token: i64,
+    ) -> sqlx::Result<()> {
+        let renew = format!(
+            "UPDATE {} SET lease_until = {NOW_MS} + 30000 \
+             WHERE handler = $1 AND message_id = $2 AND place = 0 AND token = $3",
+            self.steps
+        );
+        let renewed = sqlx::query(AssertSqlSafe(renew))
+            .bind(handler)
+            .bind(id)
+            .bind(token)
+            .execute(&mut **tx)
+            .await?
+            .rows_affected();
+        if renewed == 1 {
+            Ok(())
+        } else {
+            Err(sqlx::Error::RowNotFound)
+        }
+    }
+
+    async fn record(
+        &self,
+        tx: &mut Transaction<'static, Postgres>,
+        handler: &str,
+        id: &str,
+        token: i64,
+        (place, name): (i64, &str),
+        result: &[u8],
+    ) -> sqlx::Result<()> {
+        let record = format!(
+            "INSERT INTO {} (handler, message_id, place, name, token, lease_until, result) \
+             VALUES ($1, $2, $3, $4, $5, {NOW_MS}, $6)",
+            self.steps
+        );
+        sqlx::query(AssertSqlSafe(record))
+            .bind(handler)
+            .bind(id)
+            .bind(place)
+            .bind(name)
+            .bind(token)
+            .bind(result)
+            .execute(&mut **tx)
+            .await?;
+        Ok(())
+    }
+}
