@@ -34,6 +34,10 @@ pub(crate) struct Outbox;
 #[doc = include_str!("../../../docs/guide/src/carry.md")]
 pub(crate) struct Carry;
 
+/// Steps: a handler's named steps, resumed after the last one finished.
+#[doc = include_str!("../../../docs/guide/src/steps.md")]
+pub(crate) struct Steps;
+
 /// Operations: the purger.
 #[doc = include_str!("../../../docs/guide/src/operations.md")]
 pub(crate) struct Operations;
