@@ -18,8 +18,6 @@ pub trait HistoryStatements: Codec {
     /// Milliseconds since the time in column `{at}` (`NULL` where it is `NULL`), as a 64-bit
     /// integer.
     const AGE_MS: &'static str;
-    /// Column `{col}` read as text (MySQL keeps ids as bytes).
-    const TEXT: &'static str = "{col}";
     /// Whether placeholders are numbered (`$1`) or all `?`.
     const NUMBERED: bool = true;
 }
@@ -58,7 +56,7 @@ impl HistorySql {
     ) -> Self {
         let age = |at: &str| DB::AGE_MS.replace("{at}", at);
         let epoch = |at: &str| DB::EPOCH_MS.replace("{at}", at);
-        let text = |col: &str| DB::TEXT.replace("{col}", col);
+        let text = |col: &str| <DB as StepsStatements>::TEXT.replace("{col}", col);
         let param = |n: usize| {
             if <DB as HistoryStatements>::NUMBERED {
                 format!("${n}")

@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use guestlist_core::TableName;
 
-use super::history::HistoryStatements;
 use super::statement::{Args, Bound, Codec, Statement, row};
 
 /// The per-database fragments of the steps' SQL. Sealed: implemented for the three backends only.
@@ -20,6 +19,8 @@ pub trait StepsStatements: Codec {
     /// What follows an insert that must do nothing where the row is there already (MySQL
     /// reports the duplicate instead, which [`super::sealed::Statements::inserted`] reads).
     const ON_CONFLICT: &'static str = " ON CONFLICT DO NOTHING";
+    /// Column `{col}` read as text (MySQL keeps ids as bytes); the history reads with it too.
+    const TEXT: &'static str = "{col}";
 }
 
 /// SQL text for one inbox's steps table (`<inbox>_steps`), formatted once per inbox.
@@ -57,13 +58,13 @@ pub struct StepsSql {
 }
 
 impl StepsSql {
-    pub(crate) fn new<DB: StepsStatements + HistoryStatements>(inbox: &TableName) -> Self {
+    pub(crate) fn new<DB: StepsStatements>(inbox: &TableName) -> Self {
         let table = format!("{}_steps", inbox.as_str());
         let now = DB::NOW_MS;
         let params = |text: &str, count: usize| {
             let mut text = text.replace("{table}", &table).replace("{now}", now);
             for n in 1..=count {
-                let param = if <DB as StepsStatements>::NUMBERED {
+                let param = if DB::NUMBERED {
                     format!("${n}")
                 } else {
                     "?".to_owned()
@@ -137,8 +138,8 @@ impl StepsSql {
                      FROM {{table}} r WHERE r.place = 0 AND NOT EXISTS (SELECT 1 FROM {inbox} i \
                      WHERE i.handler = r.handler AND i.message_id = r.message_id) \
                      ORDER BY r.lease_until LIMIT {{1}}",
-                    <DB as HistoryStatements>::TEXT.replace("{col}", "r.handler"),
-                    <DB as HistoryStatements>::TEXT.replace("{col}", "r.message_id"),
+                    DB::TEXT.replace("{col}", "r.handler"),
+                    DB::TEXT.replace("{col}", "r.message_id"),
                     inbox = inbox.as_str(),
                 ),
                 1,

@@ -190,7 +190,6 @@ impl crate::backend::history::HistoryStatements for MySql {
          DIV 1000 AS SIGNED)";
     const AGE_MS: &'static str =
         "CAST(TIMESTAMPDIFF(MICROSECOND, {at}, UTC_TIMESTAMP(6)) DIV 1000 AS SIGNED)";
-    const TEXT: &'static str = "CAST({col} AS CHAR)";
     const NUMBERED: bool = false;
 }
 
@@ -200,4 +199,5 @@ impl crate::backend::steps::StepsStatements for MySql {
          UTC_TIMESTAMP(6)) DIV 1000 AS SIGNED)";
     const NUMBERED: bool = false;
     const ON_CONFLICT: &'static str = "";
+    const TEXT: &'static str = "CAST({col} AS CHAR)";
 }
