@@ -1,7 +1,7 @@
-//! The three-step message written by hand with sqlx on PostgreSQL: the statements a careful
-//! engineer would send for the same guarantees (a run row with a lease and a fencing token,
-//! a journal row per step guarded by the token, a database step's journal row on its own
-//! transaction, the final commit with the inbox's claim), without guestlist around them.
+//! The three-step message written by hand with sqlx on PostgreSQL: the statements guestlist
+//! sends, without guestlist around them (a run row with a lease and a fencing token, an
+//! external step's journal row and the guard in one statement, a database step's journal row on
+//! its own transaction, the final commit with the inbox's claim).
 
 use guestlist::sqlx::{self, AssertSqlSafe, PgPool, Postgres, Transaction};
 
@@ -47,12 +47,10 @@ impl ByHand {
             .await?;
         std::hint::black_box(done);
         let step = |place: i64, name: &'static str| (place, name);
-        // The first external step: its (no-op) call, then its journal row.
-        let mut tx = pool.begin().await?;
-        self.guard(&mut tx, handler, id, token).await?;
-        self.record(&mut tx, handler, id, token, step(1, "a"), b"\"a\"")
+        // The first external step: its (no-op) call, then its journal row with the guard, in
+        // one statement.
+        self.journal_external(pool, handler, id, token, step(1, "a"), b"\"a\"")
             .await?;
-        tx.commit().await?;
         // The database step: its write and its journal row together.
         let mut tx = pool.begin().await?;
         self.guard(&mut tx, handler, id, token).await?;
@@ -65,11 +63,8 @@ impl ByHand {
             .await?;
         tx.commit().await?;
         // The second external step.
-        let mut tx = pool.begin().await?;
-        self.guard(&mut tx, handler, id, token).await?;
-        self.record(&mut tx, handler, id, token, step(3, "b"), b"\"b\"")
+        self.journal_external(pool, handler, id, token, step(3, "b"), b"\"b\"")
             .await?;
-        tx.commit().await?;
         // The final commit: the guard, the inbox's claim, the journal forgotten.
         let mut tx = pool.begin().await?;
         self.guard(&mut tx, handler, id, token).await?;
@@ -93,6 +88,40 @@ impl ByHand {
             .await?;
         tx.commit().await?;
         Ok(true)
+    }
+
+    /// Renews the run's lease by its token and journals an external step, in one statement.
+    async fn journal_external(
+        &self,
+        pool: &PgPool,
+        handler: &str,
+        id: &str,
+        token: i64,
+        (place, name): (i64, &str),
+        result: &[u8],
+    ) -> sqlx::Result<()> {
+        let steps = &self.steps;
+        let journal = format!(
+            "WITH run AS (UPDATE {steps} SET lease_until = {NOW_MS} + 30000 \
+             WHERE handler = $1 AND message_id = $2 AND place = 0 AND token = $3 RETURNING token) \
+             INSERT INTO {steps} (handler, message_id, place, name, token, lease_until, result) \
+             SELECT $1, $2, $4, $5, token, {NOW_MS}, $6 FROM run"
+        );
+        let written = sqlx::query(AssertSqlSafe(journal))
+            .bind(handler)
+            .bind(id)
+            .bind(token)
+            .bind(place)
+            .bind(name)
+            .bind(result)
+            .execute(pool)
+            .await?
+            .rows_affected();
+        if written == 1 {
+            Ok(())
+        } else {
+            Err(sqlx::Error::RowNotFound)
+        }
     }
 
     async fn guard(

@@ -19,6 +19,7 @@ use guestlist::{HandlerName, Inbox, MessageId};
 use self::by_hand::ByHand;
 use self::dbos::Dbos;
 use crate::Common;
+use crate::cpu::CpuClock;
 use crate::measure::{Plan, load, median_of};
 use crate::report::{Report, Row};
 
@@ -109,18 +110,22 @@ pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
     let mut report = Report::default();
     for workers in WORKERS {
         let mut samples: Vec<(Figure, f64)> = Vec::new();
+        let mut cpu: Vec<(Figure, f64)> = Vec::new();
         for round in 0..plan.rounds {
             for figure in plan.order(round, &Figure::ALL) {
                 bench.reset().await?;
-                let rate = bench
+                let (rate, cpu_us) = bench
                     .clone()
                     .measure(figure, workers, round, plan.each)
                     .await?;
+                let cpu_text =
+                    cpu_us.map_or_else(String::new, |us| format!("  {us:>7.1} CPU µs/msg"));
                 eprintln!(
-                    "  {:<20} workers {workers:>2}  round {round}  {rate:>9.0} msgs/s",
+                    "  {:<20} workers {workers:>2}  round {round}  {rate:>9.0} msgs/s{cpu_text}",
                     figure.name()
                 );
                 samples.push((figure, rate));
+                cpu.extend(cpu_us.map(|us| (figure, us)));
             }
         }
         for figure in Figure::ALL {
@@ -133,6 +138,17 @@ pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
                 unit: "msgs/s",
                 latency: None,
             });
+            if cpu.iter().any(|(f, _)| *f == figure) {
+                report.rows.push(Row {
+                    name: format!("{}_cpu", figure.name()),
+                    backend: "postgres",
+                    workers,
+                    batch: 1,
+                    per_sec: median_of(&cpu, &figure),
+                    unit: "CPU µs/msg",
+                    latency: None,
+                });
+            }
         }
     }
     if let Ok(bench) = Arc::try_unwrap(bench) {
@@ -163,7 +179,7 @@ impl Bench {
         workers: usize,
         round: usize,
         each: Duration,
-    ) -> anyhow::Result<f64> {
+    ) -> anyhow::Result<(f64, Option<f64>)> {
         if matches!(figure, Figure::StepsDuplicate | Figure::DbosDuplicate) {
             // Handled once first: the figure is their redeliveries.
             for worker in 0..workers {
@@ -172,11 +188,17 @@ impl Bench {
                 }
             }
         }
+        let cpu = CpuClock::now();
         let run = load(workers, each, move |worker, n| {
             let bench = self.clone();
             async move { bench.step(figure, round, worker, n, false).await }
         });
-        Ok(run.await?.per_sec)
+        let per_sec = run.await?.per_sec;
+        // The whole machine's CPU per message (the bench, DBOS and PostgreSQL together).
+        let cpu_us = cpu
+            .and_then(|cpu| cpu.busy_since())
+            .map(|busy| busy * 1e6 / (per_sec * each.as_secs_f64()));
+        Ok((per_sec, cpu_us))
     }
 
     /// One message of `figure`; `first` handles a duplicate figure's message the first time.
@@ -291,6 +313,12 @@ fn add_ratios(report: &mut Report) {
             (
                 "steps3_vs_carried_keys_only",
                 get("steps3") / get("carried_keys_only"),
+            ),
+            // What bounds `steps3_vs_dbos` on a machine the two fill: the CPU each message
+            // costs the whole machine.
+            (
+                "dbos3_cpu_vs_steps3_cpu",
+                get("dbos3_cpu") / get("steps3_cpu"),
             ),
         ];
         for (name, value) in ratios.into_iter().filter(|(_, v)| v.is_finite()) {

@@ -21,6 +21,11 @@ pub trait StepsStatements: Codec {
     const ON_CONFLICT: &'static str = " ON CONFLICT DO NOTHING";
     /// Column `{col}` read as text (MySQL keeps ids as bytes); the history reads with it too.
     const TEXT: &'static str = "{col}";
+    /// One statement that renews the run's lease by its token and journals a finished step,
+    /// where the database can write both at once (PostgreSQL, with a data-modifying `WITH`):
+    /// an external step's journal is then one round trip, not a transaction of four. Binds as
+    /// [`StepsSql::record_guarded`] says.
+    const RECORD_GUARDED: Option<&'static str> = None;
 }
 
 /// SQL text for one inbox's steps table (`<inbox>_steps`), formatted once per inbox.
@@ -42,6 +47,10 @@ pub struct StepsSql {
     pub(crate) journal: Arc<str>,
     /// Journals a finished step: handler, id, place, name, token, result.
     pub(crate) record: Arc<str>,
+    /// Renews the run's lease and journals a finished step in one statement, where the
+    /// database can ([`StepsStatements::RECORD_GUARDED`]): lease (ms), handler, id, token,
+    /// place, name, result; no row written: another run holds the message.
+    pub(crate) record_guarded: Option<Arc<str>>,
     /// Forgets a message's run and journal: handler, id.
     pub(crate) forget: Arc<str>,
     /// Forgets the runs and journals of at most a number of messages whose run was last
@@ -127,6 +136,7 @@ impl StepsSql {
                  WHERE place = 0 AND lease_until < {now} - {1})",
                 1,
             ),
+            record_guarded: DB::RECORD_GUARDED.map(|text| params(text, 7)),
             mid_steps: params(
                 &format!(
                     "SELECT {}, {}, r.lease_until - {{now}}, \
@@ -190,6 +200,40 @@ pub(crate) struct Record<'a> {
     pub(crate) name: &'a str,
     pub(crate) token: i64,
     pub(crate) result: &'a [u8],
+}
+
+/// Renews the run's lease and journals a finished step, in one statement.
+pub(crate) struct GuardedRecord<'a> {
+    pub(crate) lease_ms: i64,
+    pub(crate) record: Record<'a>,
+}
+
+impl Statement for GuardedRecord<'_> {
+    type Sql = StepsSql;
+    type Row = ();
+    fn text<'s>(&self, sql: &'s StepsSql) -> &'s Arc<str> {
+        sql.record_guarded
+            .as_ref()
+            .expect("a guarded record only where the database writes one")
+    }
+    fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB> {
+        let Record {
+            handler,
+            id,
+            place,
+            name,
+            token,
+            result,
+        } = self.record;
+        query
+            .arg(self.lease_ms)
+            .arg(handler)
+            .arg(id)
+            .arg(token)
+            .arg(place)
+            .arg(name)
+            .arg(result)
+    }
 }
 
 impl Statement for Record<'_> {

@@ -177,4 +177,11 @@ impl crate::backend::history::HistoryStatements for Postgres {
 impl crate::backend::steps::StepsStatements for Postgres {
     // clock_timestamp, not now(): a lease renewed late in a long transaction counts from then.
     const NOW_MS: &'static str = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint";
+    const RECORD_GUARDED: Option<&'static str> = Some(
+        "WITH run AS (UPDATE {table} SET lease_until = {now} + {1} \
+         WHERE handler = {2} AND message_id = {3} AND place = 0 AND token = {4} \
+         RETURNING token) \
+         INSERT INTO {table} (handler, message_id, place, name, token, lease_until, result) \
+         SELECT {2}, {3}, {5}, {6}, token, {now}, {7} FROM run",
+    );
 }

@@ -14,7 +14,7 @@ use super::MAX_STEP_RESULT;
 use super::retry::{After, Retry};
 use crate::backend::Backend;
 use crate::backend::statement::Plain;
-use crate::backend::steps::{JournalRow, Record, StepsSql};
+use crate::backend::steps::{GuardedRecord, JournalRow, Record, StepsSql};
 use crate::{Error, WorkError};
 
 /// Why a step did not return its result.
@@ -110,12 +110,30 @@ impl<DB: Backend> Steps<'_, DB> {
         };
         let result = outcome(&span, result)?;
         let bytes = encode(name, &result)?;
-        let mut tx = DB::begin(self.pool).await?;
-        self.guard(&mut tx).await?;
-        self.record(&mut tx, name, &bytes).await?;
-        tx.commit().await.map_err(Error::from_commit)?;
+        self.journal_external(name, &bytes).await?;
         self.advance(name, bytes);
         Ok(result)
+    }
+
+    /// Journals external step `name`'s result under the run's guard: one statement where the
+    /// database writes both at once, else a transaction of the guard and the journal row.
+    async fn journal_external(&self, name: &str, result: &[u8]) -> Result<(), Error> {
+        if self.sql.record_guarded.is_none() {
+            let mut tx = DB::begin(self.pool).await?;
+            self.guard(&mut tx).await?;
+            self.record(&mut tx, name, result).await?;
+            return tx.commit().await.map_err(Error::from_commit);
+        }
+        let record = GuardedRecord {
+            lease_ms: self.lease_ms,
+            record: self.entry(name, result),
+        };
+        let mut conn = self.pool.acquire().await?;
+        if DB::run(&mut conn, self.sql, record).await? == 1 {
+            Ok(())
+        } else {
+            Err(self.taken_over())
+        }
     }
 
     /// A database step: `work` runs on a transaction of its own, and its writes and the step's
@@ -213,10 +231,15 @@ impl<DB: Backend> Steps<'_, DB> {
         if DB::run(conn, self.sql, renew).await? == 1 {
             Ok(())
         } else {
-            Err(Error::RunTakenOver {
-                handler: self.handler.to_string(),
-                message_id: self.id.to_string(),
-            })
+            Err(self.taken_over())
+        }
+    }
+
+    /// What a stale run is told at its next journal or commit.
+    fn taken_over(&self) -> Error {
+        Error::RunTakenOver {
+            handler: self.handler.to_string(),
+            message_id: self.id.to_string(),
         }
     }
 
@@ -227,16 +250,20 @@ impl<DB: Backend> Steps<'_, DB> {
         name: &str,
         result: &[u8],
     ) -> Result<(), Error> {
-        let record = Record {
+        DB::run(conn, self.sql, self.entry(name, result)).await?;
+        Ok(())
+    }
+
+    /// Step `name`'s journal row at this place, with `result`.
+    fn entry<'a>(&'a self, name: &'a str, result: &'a [u8]) -> Record<'a> {
+        Record {
             handler: self.handler.as_str(),
             id: self.id.as_str(),
             place: self.place as i64 + 1,
             name,
             token: self.token,
             result,
-        };
-        DB::run(conn, self.sql, record).await?;
-        Ok(())
+        }
     }
 
     /// The step just journaled, as the journal now holds it.
