@@ -1,5 +1,6 @@
 //! The three-step message written by hand with sqlx on PostgreSQL: the statements guestlist
-//! sends, without guestlist around them (a run row with a lease and a fencing token, an
+//! sends, without guestlist around them (the inbox read that answers a redelivery, a run row
+//! with a lease and a fencing token, the journal read with a second look at the inbox, an
 //! external step's journal row and the guard in one statement, a database step's journal row on
 //! its own transaction, the final commit with the inbox's claim).
 
@@ -19,6 +20,19 @@ impl ByHand {
     /// One message's three steps and final commit; `false` when another run holds it or it
     /// was handled.
     pub(super) async fn run(&self, pool: &PgPool, handler: &str, id: &str) -> sqlx::Result<bool> {
+        // A redelivery of a handled message: one read, no write.
+        let handled = format!(
+            "SELECT count(*) FROM {} WHERE handler = $1 AND message_id = $2",
+            self.inbox
+        );
+        let handled: i64 = sqlx::query_scalar(AssertSqlSafe(handled))
+            .bind(handler)
+            .bind(id)
+            .fetch_one(pool)
+            .await?;
+        if handled > 0 {
+            return Ok(false);
+        }
         let token: i64 = fastrand::i64(..);
         let claim = format!(
             "INSERT INTO {} (handler, message_id, place, name, token, lease_until) \
@@ -35,17 +49,22 @@ impl ByHand {
         if claimed == 0 {
             return Ok(false);
         }
+        // The journal, and whether a run handled the message since the first read.
         let journal = format!(
-            "SELECT name, result FROM {} WHERE handler = $1 AND message_id = $2 AND place > 0 \
-             ORDER BY place",
-            self.steps
+            "SELECT place, name, result FROM {steps} WHERE handler = $1 AND message_id = $2 \
+             AND place > 0 UNION ALL SELECT -1, '', NULL FROM {inbox} \
+             WHERE handler = $1 AND message_id = $2 ORDER BY 1",
+            steps = self.steps,
+            inbox = self.inbox
         );
-        let done: Vec<(String, Option<Vec<u8>>)> = sqlx::query_as(AssertSqlSafe(journal))
+        let done: Vec<(i32, String, Option<Vec<u8>>)> = sqlx::query_as(AssertSqlSafe(journal))
             .bind(handler)
             .bind(id)
             .fetch_all(pool)
             .await?;
-        std::hint::black_box(done);
+        if done.first().is_some_and(|(place, ..)| *place < 0) {
+            return Ok(false);
+        }
         let step = |place: i64, name: &'static str| (place, name);
         // The first external step: its (no-op) call, then its journal row with the guard, in
         // one statement.
