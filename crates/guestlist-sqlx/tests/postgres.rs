@@ -62,3 +62,60 @@ async fn the_inbox_table_is_laid_out_for_inserts_then_purges() {
         );
     }
 }
+
+/// A run that committed (and forgot its journal) just after another delivery's first look at
+/// the inbox and before its run claim: the claim succeeds on a forgotten row, and the second
+/// look (with the journal's read) finds the message handled. Forced with a trigger that plays
+/// that other run's commit the moment the claim inserts its run row: the delivery is a
+/// duplicate, runs no step, and leaves no run row behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_that_commits_between_the_first_look_and_the_claim_is_seen_by_the_second() {
+    use guestlist_sqlx::{MessageId, Stepped};
+    let h = common::harness::Harness::<guestlist_sqlx::sqlx::Postgres>::new("pg_steps_race").await;
+    let inbox = h.inbox.table().to_string();
+    h.exec(format!(
+        "CREATE OR REPLACE FUNCTION {inbox}_race() RETURNS trigger AS $$ BEGIN \
+         INSERT INTO {inbox} (handler, message_id) VALUES (NEW.handler, NEW.message_id) \
+         ON CONFLICT DO NOTHING; RETURN NEW; END $$ LANGUAGE plpgsql"
+    ))
+    .await;
+    h.exec(format!(
+        "CREATE TRIGGER {inbox}_race AFTER INSERT ON {inbox}_steps FOR EACH ROW \
+         WHEN (NEW.place = 0) EXECUTE FUNCTION {inbox}_race()"
+    ))
+    .await;
+    let (warehouse, event) = (
+        common::harness::handler("warehouse"),
+        MessageId::new("evt_raced").unwrap(),
+    );
+    let calls = std::sync::atomic::AtomicU32::new(0);
+    let done = h
+        .inbox
+        .process_steps(
+            &h.pool,
+            &warehouse,
+            &event,
+            async |steps| {
+                let _: String = steps
+                    .external("charge", || async {
+                        calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        anyhow::Ok("ch_1".to_owned())
+                    })
+                    .await?;
+                anyhow::Ok(())
+            },
+            async |_tx, ()| anyhow::Ok(()),
+        )
+        .await;
+    let run_rows = h
+        .scalar(format!(
+            "SELECT count(*) FROM {inbox}_steps WHERE message_id = 'evt_raced'"
+        ))
+        .await;
+    h.exec(format!("DROP TRIGGER {inbox}_race ON {inbox}_steps"))
+        .await;
+    h.exec(format!("DROP FUNCTION {inbox}_race()")).await;
+    assert_eq!(done.unwrap(), Stepped::Duplicate);
+    assert_eq!(calls.into_inner(), 0, "no step ran");
+    assert_eq!(run_rows, 0, "the run row it claimed is forgotten");
+}
