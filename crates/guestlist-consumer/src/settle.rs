@@ -37,9 +37,7 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
             // uncounted, to be a duplicate then.
             message.outcome("withdrawn");
             tracing::info!(handler = %self.name, id = %message.id, error = %failure, "another run took the message over; it comes back later");
-            if let Err(err) = delivery.nak(self.backoff.0).await {
-                tracing::warn!(handler = %self.name, error = %err, "cannot hand the message back; the broker redelivers it after its ack wait");
-            }
+            self.hand_back(delivery, self.backoff.0).await;
             return Ok(());
         }
         let failed = self.failed_deliveries(delivery, &message.id).await?;
@@ -56,9 +54,7 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
             message.outcome("failed");
             let delay = self.delay(failed);
             tracing::warn!(handler = %self.name, id = %message.id, error = %failure, ?delay, "handler failed; the message comes back later");
-            if let Err(err) = delivery.nak(delay).await {
-                tracing::warn!(handler = %self.name, error = %err, "cannot hand the message back; the broker redelivers it after its ack wait");
-            }
+            self.hand_back(delivery, delay).await;
         }
         Ok(())
     }
@@ -99,10 +95,16 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
         handled.deferred += 1;
         self.count("deferred", 1);
         tracing::info!(handler = %self.name, id = %message.id, reason = deferral.reason(), ?delay, deferrals = deferrals.count, "not yet; the message comes back later");
+        self.hand_back(delivery, delay).await;
+        Ok(())
+    }
+
+    /// Hands the message back to be delivered again after `delay`; where the broker refuses,
+    /// it redelivers after its ack wait anyway.
+    async fn hand_back<D: Delivery>(&self, delivery: &D, delay: Duration) {
         if let Err(err) = delivery.nak(delay).await {
             tracing::warn!(handler = %self.name, error = %err, "cannot hand the message back; the broker redelivers it after its ack wait");
         }
-        Ok(())
     }
 
     /// The deliveries of `delivery`'s message so far (this one included) that count against

@@ -3,11 +3,10 @@
 
 use std::time::Duration;
 
-use super::super::Inbox;
-use crate::Error;
 use crate::backend::Backend;
 use crate::backend::statement::Plain;
 use crate::backend::steps::{MidStepsRow, StepsSql};
+use crate::{Error, Inbox};
 
 /// A message whose steps are not finished: a run works on it (its lease holds), or a run died,
 /// stalled or gave up on it (dead-lettered, say) and the next delivery resumes after the steps

@@ -235,14 +235,30 @@ impl<DB: Backend> Inbox<DB> {
         id: &MessageId,
         token: i64,
     ) -> Result<(), Error> {
-        let (handler, id) = (handler.as_str(), id.as_str());
         if self.keep_journals {
-            let end = Plain::new(|sql: &StepsSql| &sql.renew, (0_i64, handler, id, token));
-            DB::run(conn, &*self.steps, end).await?;
-        } else {
-            let forget = Plain::new(|sql: &StepsSql| &sql.forget, (handler, id));
-            DB::run(conn, &*self.steps, forget).await?;
+            return self.end_lease(conn, handler, id, token).await;
         }
+        let forget = Plain::new(
+            |sql: &StepsSql| &sql.forget,
+            (handler.as_str(), id.as_str()),
+        );
+        DB::run(conn, &*self.steps, forget).await?;
+        Ok(())
+    }
+
+    /// Ends the lease of the run holding `id` under `token` (none, where another holds it).
+    async fn end_lease(
+        &self,
+        conn: &mut DB::Connection,
+        handler: &HandlerName,
+        id: &MessageId,
+        token: i64,
+    ) -> Result<(), Error> {
+        let end = Plain::new(
+            |sql: &StepsSql| &sql.renew,
+            (0_i64, handler.as_str(), id.as_str(), token),
+        );
+        DB::run(conn, &*self.steps, end).await?;
         Ok(())
     }
 
@@ -300,16 +316,10 @@ impl<DB: Backend> Inbox<DB> {
         let Ok(mut conn) = steps.pool.acquire().await else {
             return;
         };
-        let end = Plain::new(
-            |sql: &StepsSql| &sql.renew,
-            (
-                0_i64,
-                steps.handler.as_str(),
-                steps.id.as_str(),
-                steps.token,
-            ),
-        );
-        if let Err(err) = DB::run(&mut conn, &*self.steps, end).await {
+        let ended = self
+            .end_lease(&mut conn, steps.handler, steps.id, steps.token)
+            .await;
+        if let Err(err) = ended {
             tracing::debug!(error = %err, "cannot give a failed run's lease back; it runs out by itself");
         }
     }
