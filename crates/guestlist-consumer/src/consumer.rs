@@ -103,7 +103,7 @@ where
     /// # impl StepHandler<sqlx::Postgres> for Warehouse {
     /// #     type Error = sqlx::Error;
     /// #     type Done = ();
-    /// #     async fn steps(&self, _: &mut guestlist_sqlx::Steps<'_, sqlx::Postgres>, _: &Message) -> Result<(), sqlx::Error> { Ok(()) }
+    /// #     async fn steps(&self, _: &mut guestlist_sqlx::Steps<sqlx::Postgres>, _: &Message) -> Result<(), sqlx::Error> { Ok(()) }
     /// #     async fn finish(&self, _: &mut sqlx::PgConnection, _: &Message, _: ()) -> Result<(), sqlx::Error> { Ok(()) }
     /// # }
     /// # async fn run<S: guestlist_consumer::Source>(source: S, pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {

@@ -34,7 +34,7 @@ use crate::Message;
 ///
 ///     async fn steps(
 ///         &self,
-///         steps: &mut Steps<'_, sqlx::Postgres>,
+///         steps: &mut Steps<sqlx::Postgres>,
 ///         message: &Message,
 ///     ) -> anyhow::Result<String> {
 ///         // The payments service gets `warehouse:<id>/charge` as its Idempotency-Key.
@@ -78,7 +78,7 @@ pub trait StepHandler<DB: Backend>: Send + Sync + 'static {
     /// without running.
     fn steps(
         &self,
-        steps: &mut Steps<'_, DB>,
+        steps: &mut Steps<DB>,
         message: &Message,
     ) -> impl Future<Output = Result<Self::Done, Self::Error>>;
 

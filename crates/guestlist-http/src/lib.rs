@@ -63,6 +63,8 @@ mod replay;
 mod replay_cache;
 mod service;
 #[cfg(feature = "sql")]
+mod steps;
+#[cfg(feature = "sql")]
 mod transactional;
 
 pub use attempts::Attempts;
@@ -78,5 +80,7 @@ pub use mode::{Mode, Plain};
 pub use rejection::IdempotentTxRejection;
 pub use replay_cache::ReplayCache;
 pub use service::Idempotency;
+#[cfg(feature = "sql")]
+pub use steps::IdempotentSteps;
 #[cfg(feature = "sql")]
 pub use transactional::{IdempotentTx, Transactional, TxSlot};

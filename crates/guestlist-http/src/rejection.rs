@@ -1,9 +1,11 @@
-//! Why [`IdempotentTx`](crate::IdempotentTx) could not be extracted.
+//! Why [`IdempotentTx`](crate::IdempotentTx) or [`IdempotentSteps`](crate::IdempotentSteps)
+//! could not be extracted.
 
 #[cfg(feature = "axum")]
 use crate::problem::Problem;
 
-/// The rejection of the [`IdempotentTx`](crate::IdempotentTx) extractor, as axum's own
+/// The rejection of the [`IdempotentTx`](crate::IdempotentTx) and
+/// [`IdempotentSteps`](crate::IdempotentSteps) extractors, as axum's own
 /// extractors reject with a type: match on it in your own error handling, or let it answer
 /// (an `application/problem+json` response, one of [the problem types]).
 ///
@@ -24,6 +26,31 @@ pub enum IdempotentTxRejection {
     /// key.
     #[error("cannot begin the handler's transaction: {0}")]
     StoreUnavailable(#[source] guestlist_sqlx::Error),
+    /// `IdempotentSteps` on a request without an idempotency key (the layer lets keyless
+    /// requests through): there is nothing to journal the steps under. Answers 400
+    /// `key-required`.
+    #[error(
+        "this endpoint runs its work in journaled steps, which need an Idempotency-Key header; \
+         send one (a fresh UUID per operation, the same on every retry)"
+    )]
+    NoKey,
+    /// `IdempotentSteps` behind a layer that writes its claim on the handler's transaction
+    /// ([`claim_in_transaction`](crate::IdempotencyLayer::claim_in_transaction)): a step's
+    /// journal must commit while the claim is still open. The server is misconfigured; answers
+    /// 500 `transaction-unavailable`.
+    #[error(
+        "IdempotentSteps needs the key's claim committed on its own: drop \
+         IdempotencyLayer::claim_in_transaction on this route"
+    )]
+    ClaimOnTransaction,
+    /// The key was released after an earlier request failed, and is now reused for another
+    /// request while the journal holds the first one's finished steps. Answers 422 `key-reused`.
+    #[error(transparent)]
+    JournalOfAnotherRequest(guestlist_sqlx::Error),
+    /// A retry took the key over from this attempt (its lease ended): it runs no step. Answers
+    /// 409 `attempt-superseded`.
+    #[error("a retry took this request's key over; this attempt runs no step")]
+    Superseded,
 }
 
 #[cfg(feature = "axum")]
@@ -37,6 +64,12 @@ impl IdempotentTxRejection {
                     .to_owned(),
             )
             .retry_after(1),
+            Self::NoKey => Problem::key_required(self.to_string()),
+            Self::ClaimOnTransaction => Problem::transaction_unavailable(self.to_string()),
+            Self::JournalOfAnotherRequest(_) => {
+                Problem::key_reused(http::StatusCode::UNPROCESSABLE_ENTITY, self.to_string())
+            }
+            Self::Superseded => Problem::attempt_superseded(self.to_string()),
         }
     }
 }

@@ -64,6 +64,18 @@ pub struct TxSlot<DB: Backend> {
     /// The claim written on the transaction, once it runs: what keeping the key locked writes
     /// again.
     claimed: Arc<std::sync::Mutex<Option<Claimed>>>,
+    /// What the request's steps need: its fingerprint, once a claim committed on its own let
+    /// it run, and whether its steps were journaled (their journal goes with the answer).
+    pub(crate) steps: Arc<std::sync::Mutex<StepsSeat>>,
+}
+
+/// What [`IdempotentSteps`](crate::IdempotentSteps) learns from the layer, and tells it back.
+#[derive(Debug, Default)]
+pub(crate) struct StepsSeat {
+    /// The request's fingerprint, where its claim committed on its own.
+    pub(crate) fingerprint: Option<Fingerprint>,
+    /// Whether the handler took its steps: the journal is forgotten with the stored answer.
+    pub(crate) journaled: bool,
 }
 
 /// A claim on the request's transaction that let its attempt run.
@@ -81,6 +93,7 @@ impl<DB: Backend> Clone for TxSlot<DB> {
             store: self.store.clone(),
             tx: Arc::clone(&self.tx),
             claimed: Arc::clone(&self.claimed),
+            steps: Arc::clone(&self.steps),
         }
     }
 }
@@ -92,6 +105,16 @@ impl<DB: Backend> std::fmt::Debug for TxSlot<DB> {
 }
 
 impl<DB: Backend> TxSlot<DB> {
+    /// The key store the request runs on.
+    pub(crate) fn store(&self) -> &SqlKeyStore<DB> {
+        &self.store
+    }
+
+    /// The seat of the request's steps.
+    pub(crate) fn steps_seat(&self) -> std::sync::MutexGuard<'_, StepsSeat> {
+        self.steps.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// The request's transaction, begun now if the handler is the first to ask.
     pub async fn take(&self) -> Result<IdempotentTx<DB>, guestlist_sqlx::Error> {
         let mut guard = Arc::clone(&self.tx).lock_owned().await;
@@ -184,6 +207,7 @@ impl<DB: Backend> Mode for Transactional<DB> {
         lease: Duration,
     ) -> Result<KeyClaim, BoxError> {
         if !self.claim_on_tx {
+            slot.steps_seat().fingerprint = Some(*fingerprint);
             return Ok(self.store.claim(scope, key, fingerprint, lease).await?);
         }
         let mut tx = slot.take().await?;
@@ -208,6 +232,7 @@ impl<DB: Backend> Mode for Transactional<DB> {
             store: self.store.clone(),
             tx: Arc::new(Mutex::new(None)),
             claimed: Arc::new(std::sync::Mutex::new(None)),
+            steps: Arc::default(),
         };
         extensions.insert(slot.clone());
         slot
@@ -234,6 +259,10 @@ impl<DB: Backend> Mode for Transactional<DB> {
             .await?
         {
             Completed::Stored => {
+                // The request's steps journal goes with its answer.
+                if slot.steps_seat().journaled {
+                    self.store.forget_steps(&mut tx, scope, key).await?;
+                }
                 tx.commit().await?;
                 Ok(Completed::Stored)
             }

@@ -118,6 +118,18 @@ pub enum Error {
         message_id: String,
     },
 
+    /// An idempotency key released after a failure was used again for another request, while
+    /// the journal still holds the steps the first request finished.
+    #[error(
+        "this Idempotency-Key (scope {scope}) began another request whose steps ran partway and \
+         are journaled: its steps are not replayed for a different request. Send this request \
+         with a new key, or retry the first request as it was to finish it"
+    )]
+    JournalOfAnotherRequest {
+        /// The key's scope, as its digest.
+        scope: String,
+    },
+
     /// A step's result is over the journal's bound.
     #[error(
         "step {step:?} returned {bytes} bytes of result, over the journal's {limit}: journal an \

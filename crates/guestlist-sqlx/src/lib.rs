@@ -31,6 +31,7 @@ mod purger;
 mod retry;
 mod scaffold;
 mod schema;
+mod steps;
 mod table_size;
 mod unix_ms;
 mod work_error;
@@ -51,8 +52,8 @@ pub use guestlist_core::{
 pub use health::Health;
 pub use history::{Found, History, Holder, Seen, Sighting};
 pub use inbox::{
-    BatchProcessed, Deferrals, HandlerRows, Inbox, InboxStats, IncomingDeadLetter, MAX_STEP_RESULT,
-    MidSteps, ProcessError, Processed, StepError, Stepped, Steps,
+    BatchProcessed, Deferrals, HandlerRows, Inbox, InboxStats, IncomingDeadLetter, MidSteps,
+    ProcessError, Processed, Stepped,
 };
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub use keys::{BatchBackend, BatchedKeyStore};
@@ -65,5 +66,6 @@ pub use purge::{Purge, Purgeable, Purged};
 pub use purger::{Purger, PurgerHandle};
 pub use schema::Schema;
 pub use sqlx;
+pub use steps::{MAX_STEP_RESULT, StepError, Steps};
 pub use table_size::TableSize;
 pub use work_error::WorkError;

@@ -59,7 +59,7 @@ pub enum Purged {
 pub trait Purgeable<DB: Backend>: sealed::Sealed {
     #[doc(hidden)]
     fn purge_table(&self) -> Arc<TableSql>;
-    /// The steps journal purged beside the table (an inbox's), if it has one.
+    /// The steps journal purged beside the table (an inbox's, a key store's).
     #[doc(hidden)]
     fn purge_journals(&self) -> Option<Arc<StepsSql>> {
         None

@@ -17,3 +17,17 @@ CREATE TABLE IF NOT EXISTS guestlist_keys (
     -- The purge deletes by age.
     KEY guestlist_keys_created_at_idx (created_at)
 ) ENGINE = InnoDB;
+-- Steps of requests (IdempotentSteps in transactional mode): a key's run and the journal of its
+-- finished steps, as for the inbox's steps: handler holds the key's scope and message_id the
+-- key as stored. Place 0 is the run (the token of the attempt that holds the key; name is the
+-- request's fingerprint); the rows go with the stored answer.
+CREATE TABLE IF NOT EXISTS guestlist_keys_steps (
+    handler     VARBINARY(255) NOT NULL,
+    message_id  VARBINARY(255) NOT NULL,
+    place       INT            NOT NULL,
+    name        VARCHAR(255)   NOT NULL,
+    token       BIGINT         NOT NULL,
+    lease_until BIGINT         NOT NULL,
+    result      LONGBLOB,
+    PRIMARY KEY (handler, message_id, place)
+) ENGINE = InnoDB;

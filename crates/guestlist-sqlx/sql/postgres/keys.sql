@@ -16,3 +16,17 @@ CREATE TABLE IF NOT EXISTS guestlist_keys (
 );
 -- The purge deletes by age.
 CREATE INDEX IF NOT EXISTS guestlist_keys_created_at_idx ON guestlist_keys (created_at);
+-- Steps of requests (IdempotentSteps in transactional mode): a key's run and the journal of its
+-- finished steps, as for the inbox's steps: handler holds the key's scope and message_id the
+-- key as stored. Place 0 is the run (the token of the attempt that holds the key; name is the
+-- request's fingerprint); the rows go with the stored answer.
+CREATE TABLE IF NOT EXISTS guestlist_keys_steps (
+    handler     TEXT COLLATE "C" NOT NULL,
+    message_id  TEXT COLLATE "C" NOT NULL,
+    place       INTEGER          NOT NULL,
+    name        TEXT             NOT NULL,
+    token       BIGINT           NOT NULL,
+    lease_until BIGINT           NOT NULL,
+    result      BYTEA,
+    PRIMARY KEY (handler, message_id, place)
+);

@@ -28,12 +28,52 @@ pub trait StepsStatements: Codec {
     const RECORD_GUARDED: Option<&'static str> = None;
 }
 
-/// SQL text for one inbox's steps table (`<inbox>_steps`), formatted once per inbox.
+/// Where a run's owner is found handled, so that a journal read and the list of runs mid-steps
+/// can tell: the inbox's row of the message, or the key's stored answer.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Done<'a> {
+    /// The table: the inbox, or the keys.
+    table: &'a str,
+    /// Its columns matching the journal's `handler` and `message_id`.
+    owner: &'a str,
+    id: &'a str,
+    /// What else a row must say to count as handled.
+    answered: &'a str,
+}
+
+impl<'a> Done<'a> {
+    /// A message is handled once the inbox holds it.
+    pub(crate) fn inbox(inbox: &'a TableName) -> Self {
+        Self {
+            table: inbox.as_str(),
+            owner: "handler",
+            id: "message_id",
+            answered: "",
+        }
+    }
+
+    /// A request is handled once its key has an answer stored.
+    pub(crate) fn keys(keys: &'a TableName) -> Self {
+        Self {
+            table: keys.as_str(),
+            owner: "scope",
+            id: "idempotency_key",
+            answered: " AND status IS NOT NULL",
+        }
+    }
+}
+
+/// SQL text for one steps table (`<inbox>_steps`, `<keys>_steps`), formatted once per inbox or
+/// key store.
 #[derive(Debug)]
 #[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
 pub struct StepsSql {
-    /// Claims a message's run: handler, id, token, lease (ms); one row changed when claimed.
+    /// Claims a message's run: handler, id, the run's mark (a key's request fingerprint; empty
+    /// for a message), token, lease (ms); one row changed when claimed.
     pub(crate) claim: Arc<str>,
+    /// Seats a new attempt of the same request as the run: token, lease (ms), handler, id,
+    /// mark; one row changed when the run row bears that mark.
+    pub(crate) adopt: Arc<str>,
     /// A message's run row: token, milliseconds its lease has left. Binds handler, id.
     pub(crate) run: Arc<str>,
     /// Takes an ended run over: new token, lease (ms), handler, id, the token read.
@@ -67,8 +107,17 @@ pub struct StepsSql {
 }
 
 impl StepsSql {
-    pub(crate) fn new<DB: StepsStatements>(inbox: &TableName) -> Self {
-        let table = format!("{}_steps", inbox.as_str());
+    pub(crate) fn new<DB: StepsStatements>(base: &TableName, done: Done<'_>) -> Self {
+        let table = format!("{}_steps", base.as_str());
+        let handled = |alias: &str| {
+            format!(
+                "{table} {alias} WHERE {alias}.{owner} = {{owner}} AND {alias}.{id} = {{id}}{answered}",
+                table = done.table,
+                owner = done.owner,
+                id = done.id,
+                answered = done.answered,
+            )
+        };
         let now = DB::NOW_MS;
         let params = |text: &str, count: usize| {
             let mut text = text.replace("{table}", &table).replace("{now}", now);
@@ -86,10 +135,15 @@ impl StepsSql {
             claim: params(
                 &format!(
                     "INSERT INTO {{table}} (handler, message_id, place, name, token, lease_until) \
-                     VALUES ({{1}}, {{2}}, 0, '', {{3}}, {{now}} + {{4}}){}",
+                     VALUES ({{1}}, {{2}}, 0, {{3}}, {{4}}, {{now}} + {{5}}){}",
                     DB::ON_CONFLICT
                 ),
-                4,
+                5,
+            ),
+            adopt: params(
+                "UPDATE {table} SET token = {1}, lease_until = {now} + {2} \
+                 WHERE handler = {3} AND message_id = {4} AND place = 0 AND name = {5}",
+                5,
             ),
             run: params(
                 "SELECT token, lease_until - {now} FROM {table} \
@@ -111,9 +165,10 @@ impl StepsSql {
                 &format!(
                     "SELECT place + 0 * token, name, result FROM {{table}} \
                      WHERE handler = {{1}} AND message_id = {{2}} AND place > 0 \
-                     UNION ALL SELECT -1, '', NULL FROM {inbox} \
-                     WHERE handler = {{3}} AND message_id = {{4}} ORDER BY 1",
-                    inbox = inbox.as_str()
+                     UNION ALL SELECT -1, '', NULL FROM {done} ORDER BY 1",
+                    done = handled("d")
+                        .replace("{owner}", "{3}")
+                        .replace("{id}", "{4}")
                 ),
                 4,
             ),
@@ -145,16 +200,17 @@ impl StepsSql {
                      (SELECT j.name FROM {{table}} j WHERE j.handler = r.handler \
                      AND j.message_id = r.message_id AND j.place > 0 \
                      ORDER BY j.place DESC LIMIT 1) \
-                     FROM {{table}} r WHERE r.place = 0 AND NOT EXISTS (SELECT 1 FROM {inbox} i \
-                     WHERE i.handler = r.handler AND i.message_id = r.message_id) \
+                     FROM {{table}} r WHERE r.place = 0 AND NOT EXISTS (SELECT 1 FROM {done}) \
                      ORDER BY r.lease_until LIMIT {{1}}",
                     DB::TEXT.replace("{col}", "r.handler"),
                     DB::TEXT.replace("{col}", "r.message_id"),
-                    inbox = inbox.as_str(),
+                    done = handled("i")
+                        .replace("{owner}", "r.handler")
+                        .replace("{id}", "r.message_id"),
                 ),
                 1,
             ),
-            table: TableName::new(&table).unwrap_or_else(|_| inbox.clone()),
+            table: TableName::new(&table).unwrap_or_else(|_| base.clone()),
             forget: params(
                 "DELETE FROM {table} WHERE handler = {1} AND message_id = {2}",
                 2,

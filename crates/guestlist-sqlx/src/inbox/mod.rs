@@ -9,7 +9,7 @@ use guestlist_core::{Claim, HandlerName, MessageId, TableName};
 use tracing::Instrument;
 
 use crate::Error;
-use crate::backend::steps::StepsSql;
+use crate::backend::steps::{Done, StepsSql};
 use crate::backend::{Backend, InboxSql};
 use crate::retry::RetryPolicy;
 use crate::scaffold::{clone_without_bound, on_one_table};
@@ -28,7 +28,7 @@ pub use deferrals::Deferrals;
 pub use process::{BatchProcessed, ProcessError, Processed};
 pub use stats::{HandlerRows, InboxStats};
 pub(crate) use steps::{DEFAULT_STEP_LEASE, DEFAULT_STEP_RETRY};
-pub use steps::{MAX_STEP_RESULT, MidSteps, StepError, Stepped, Steps};
+pub use steps::{MidSteps, Stepped};
 
 /// The guest list of a set of message consumers, kept in one table.
 ///
@@ -106,7 +106,7 @@ impl<DB: Backend> Inbox<DB> {
     pub fn in_table(table: TableName) -> Self {
         Self {
             sql: Arc::new(InboxSql::new::<DB>(&table)),
-            steps: Arc::new(StepsSql::new::<DB>(&table)),
+            steps: Arc::new(StepsSql::new::<DB>(&table, Done::inbox(&table))),
             retry: RetryPolicy::default(),
             step_lease: DEFAULT_STEP_LEASE,
             step_retry: DEFAULT_STEP_RETRY,

@@ -12,6 +12,7 @@ use sqlx::Pool;
 
 use crate::Error;
 use crate::backend::keys::{Complete, Insert, Key, TakeOver, release, select};
+use crate::backend::steps::{Done, StepsSql};
 use crate::backend::{Backend, KeyRow, KeysSql, TableSql};
 use crate::fencing::{lease_ms, new_token};
 use crate::purge::{Purge, Purgeable, sealed};
@@ -23,6 +24,7 @@ mod inspect;
 pub(crate) use inspect::key_state;
 mod locked;
 mod sealing;
+mod steps;
 
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub use batched::{BatchBackend, BatchedKeyStore};
@@ -66,13 +68,15 @@ pub(crate) const CLAIM_ROUNDS: usize = 5;
 pub struct SqlKeyStore<DB: Backend> {
     pool: Pool<DB>,
     pub(crate) sql: Arc<KeysSql>,
+    /// The journal of requests' steps (`<keys>_steps`).
+    pub(crate) steps: Arc<StepsSql>,
     /// Seals stored bodies at rest, when set.
     sealing: Option<Sealing>,
     /// Stores keys as keyed hashes, when set.
     hashing: Option<KeyHashing>,
 }
 
-clone_without_bound!(SqlKeyStore<DB: Backend> { pool, sql, sealing, hashing });
+clone_without_bound!(SqlKeyStore<DB: Backend> { pool, sql, steps, sealing, hashing });
 on_one_table!(SqlKeyStore, "Keys", "guestlist_keys", pool: Pool<DB>);
 
 impl<DB: Backend> SqlKeyStore<DB> {
@@ -81,6 +85,7 @@ impl<DB: Backend> SqlKeyStore<DB> {
         Self {
             pool,
             sql: Arc::new(KeysSql::new::<DB>(&table)),
+            steps: Arc::new(StepsSql::new::<DB>(&table, Done::keys(&table))),
             sealing: None,
             hashing: None,
         }
@@ -158,9 +163,10 @@ impl<DB: Backend> SqlKeyStore<DB> {
         Ok(())
     }
 
-    /// A purge of the keys older than `retention` (24 hours is the usual choice).
+    /// A purge of the keys older than `retention` (24 hours is the usual choice), and of the
+    /// steps journals of requests left mid-steps whose run was last touched longer ago.
     pub fn purge(&self, retention: Retention) -> Purge<'_, DB> {
-        Purge::new(&self.sql.common, retention)
+        Purge::new(&self.sql.common, retention).with_journals(Some(&self.steps))
     }
 
     /// What a claim that found the key's row already there answers: another request's
@@ -298,6 +304,10 @@ impl<DB: Backend> sealed::Sealed for SqlKeyStore<DB> {}
 impl<DB: Backend> Purgeable<DB> for SqlKeyStore<DB> {
     fn purge_table(&self) -> Arc<TableSql> {
         Arc::clone(&self.sql.common)
+    }
+
+    fn purge_journals(&self) -> Option<Arc<StepsSql>> {
+        Some(Arc::clone(&self.steps))
     }
 }
 

@@ -36,7 +36,7 @@ impl Payments {
 
 /// The warehouse's steps: charge (external), reserve (a pick task, in the database).
 async fn charge_and_reserve<DB: Fixture>(
-    steps: &mut Steps<'_, DB>,
+    steps: &mut Steps<DB>,
     payments: &Payments,
     reserve_sql: &str,
 ) -> anyhow::Result<String> {

@@ -314,10 +314,12 @@ macro_rules! steps_suite {
                 two_deliveries_of_one_message_at_once_run_its_steps_once,
                 a_run_stopped_past_its_lease_journals_and_commits_nothing_once_resumed,
                 a_poison_step_is_dead_lettered_by_name_its_finished_steps_kept,
+                a_request_killed_between_steps_resumes_on_the_retry_after_the_lease,
             );
 
             $crate::children!(steps, [$broker];
                 steps_consumer: "child process of the steps stories",
+                shop_server: "child process of the HTTP steps story",
             );
         }
     };

@@ -5,26 +5,21 @@
 //! protocol, [`guestlist_core::protocol::settle`] and `KeyLeaseRow`); what the journal says of
 //! each step asked for is [`guestlist_core::protocol::step_at`].
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use guestlist_core::protocol::{KeyRowView, Settlement, settle};
 use guestlist_core::{Claim, HandlerName, MessageId};
 use sqlx::Pool;
 
 use super::Inbox;
 use super::process::ProcessError;
 use crate::backend::Backend;
-use crate::backend::statement::Plain;
-use crate::backend::steps::{JournalRow, RunRow, StepsSql};
-use crate::fencing::new_token;
+use crate::steps::{Run, RunOf, Steps, claim_run, end_lease, forget, give_back, read_journal};
 use crate::{Error, WorkError};
 
 mod mid;
-mod retry;
-mod run;
 
 pub use mid::MidSteps;
-pub use run::{StepError, Steps};
 
 /// The lease of a run of a message's steps unless [`Inbox::step_lease`] sets another.
 pub(crate) const DEFAULT_STEP_LEASE: Duration = Duration::from_secs(30);
@@ -32,9 +27,6 @@ pub(crate) const DEFAULT_STEP_LEASE: Duration = Duration::from_secs(30);
 /// How long a step that meets an outage or a "not yet" is tried again in the process unless
 /// [`Inbox::step_retry`] sets another.
 pub(crate) const DEFAULT_STEP_RETRY: Duration = Duration::from_secs(10);
-
-/// The most bytes a step's result takes in the journal, serialized as JSON.
-pub const MAX_STEP_RESULT: usize = 64 * 1024;
 
 /// What [`Inbox::process_steps`] came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,14 +42,6 @@ pub enum Stepped<T> {
         /// When the other run's lease ends.
         retry_after: Duration,
     },
-}
-
-/// How a delivery's claim of a message's run ended.
-enum Run {
-    /// This run holds the message under `token`.
-    Holds(i64),
-    /// Another run holds it, for this long yet.
-    Held(Duration),
 }
 
 impl<DB: Backend> Inbox<DB> {
@@ -156,7 +140,7 @@ impl<DB: Backend> Inbox<DB> {
         finish: F,
     ) -> Result<Stepped<T>, ProcessError<E>>
     where
-        W: AsyncFnOnce(&mut Steps<'_, DB>) -> Result<S, E>,
+        W: AsyncFnOnce(&mut Steps<DB>) -> Result<S, E>,
         F: AsyncFnOnce(&mut DB::Connection, S) -> Result<T, E>,
         E: WorkError,
     {
@@ -165,31 +149,28 @@ impl<DB: Backend> Inbox<DB> {
         if self.holds(pool, handler, id).await? {
             return Ok(Stepped::Duplicate);
         }
+        let of = Arc::new(RunOf {
+            owner: handler.as_str().to_owned(),
+            id: id.as_str().to_owned(),
+            parent: Arc::from(format!("{handler}:{id}")),
+        });
         let mut conn = pool.acquire().await?;
-        let token = match self.claim_run(&mut conn, handler, id, lease_ms).await? {
+        let token = match claim_run::<DB>(&mut conn, &self.steps, &of, lease_ms).await? {
             Run::Holds(token) => token,
             Run::Held(retry_after) => return Ok(Stepped::InFlight { retry_after }),
         };
         // The inbox is asked again with the journal, once this run holds the message: a run
         // that committed (and forgot its journal) between the first question and the claim
         // would leave this one to run every step again.
-        let (handler_str, id_str) = (handler.as_str(), id.as_str());
-        let journal = Plain::reading(
-            |sql: &StepsSql| &sql.journal,
-            (handler_str, id_str, handler_str, id_str),
-        );
-        let mut journal: Vec<JournalRow> = DB::fetch(&mut conn, &*self.steps, journal).await?;
-        if journal.first().is_some_and(|row| row.place < 0) {
-            self.settle_journal(&mut conn, handler, id, token).await?;
+        let Some(journal) = read_journal::<DB>(&mut conn, &self.steps, &of).await? else {
+            self.settle_journal(&mut conn, &of, token).await?;
             return Ok(Stepped::Duplicate);
-        }
-        journal.retain(|row| row.place > 0);
+        };
         drop(conn);
         let mut steps = Steps {
-            pool,
-            sql: &self.steps,
-            handler,
-            id,
+            pool: pool.clone(),
+            sql: Arc::clone(&self.steps),
+            run: of,
             token,
             lease_ms,
             retry_for: self.step_retry,
@@ -201,7 +182,7 @@ impl<DB: Backend> Inbox<DB> {
         let ran = match work(&mut steps).await {
             Ok(ran) => ran,
             Err(err) => {
-                self.give_back(&fence).await;
+                give_back(&fence).await;
                 return Err(ProcessError::Handler(err));
             }
         };
@@ -215,11 +196,11 @@ impl<DB: Backend> Inbox<DB> {
             Ok(output) => output,
             Err(err) => {
                 tx.rollback().await?;
-                self.give_back(&fence).await;
+                give_back(&fence).await;
                 return Err(ProcessError::Handler(err));
             }
         };
-        self.settle_journal(&mut tx, handler, id, fence.token)
+        self.settle_journal(&mut tx, &fence.run, fence.token)
             .await?;
         tx.commit().await.map_err(Error::from_commit)?;
         Ok(Stepped::Ran(output))
@@ -231,96 +212,13 @@ impl<DB: Backend> Inbox<DB> {
     async fn settle_journal(
         &self,
         conn: &mut DB::Connection,
-        handler: &HandlerName,
-        id: &MessageId,
+        of: &RunOf,
         token: i64,
     ) -> Result<(), Error> {
         if self.keep_journals {
-            return self.end_lease(conn, handler, id, token).await;
-        }
-        let forget = Plain::new(
-            |sql: &StepsSql| &sql.forget,
-            (handler.as_str(), id.as_str()),
-        );
-        DB::run(conn, &*self.steps, forget).await?;
-        Ok(())
-    }
-
-    /// Ends the lease of the run holding `id` under `token` (none, where another holds it).
-    async fn end_lease(
-        &self,
-        conn: &mut DB::Connection,
-        handler: &HandlerName,
-        id: &MessageId,
-        token: i64,
-    ) -> Result<(), Error> {
-        let end = Plain::new(
-            |sql: &StepsSql| &sql.renew,
-            (0_i64, handler.as_str(), id.as_str(), token),
-        );
-        DB::run(conn, &*self.steps, end).await?;
-        Ok(())
-    }
-
-    /// Claims the run of `id`'s steps: a new run row, or the take-over of one whose lease ended.
-    async fn claim_run(
-        &self,
-        conn: &mut DB::Connection,
-        handler: &HandlerName,
-        id: &MessageId,
-        lease_ms: i64,
-    ) -> Result<Run, Error> {
-        let (handler, id) = (handler.as_str(), id.as_str());
-        let token = new_token()? as i64;
-        let claim = Plain::new(|sql: &StepsSql| &sql.claim, (handler, id, token, lease_ms));
-        if DB::inserted(DB::run(conn, &*self.steps, claim).await)? {
-            return Ok(Run::Holds(token));
-        }
-        let run = Plain::reading(|sql: &StepsSql| &sql.run, (handler, id));
-        let Some(row): Option<RunRow> = DB::fetch_first(conn, &*self.steps, run).await? else {
-            // Forgotten between the insert and the read: the final commit landed just now.
-            return Ok(Run::Held(Duration::from_secs(1)));
-        };
-        let view = KeyRowView {
-            same_request: true,
-            answered: false,
-            lease_left_ms: row.lease_left_ms,
-        };
-        match settle(view, Some(())) {
-            Settlement::TakeOver(()) => {
-                let take = Plain::new(
-                    |sql: &StepsSql| &sql.take_over,
-                    (token, lease_ms, handler, id, row.token),
-                );
-                if DB::run(conn, &*self.steps, take).await? == 1 {
-                    tracing::info!(
-                        handler,
-                        message_id = id,
-                        "a run's lease ended; taking its steps over"
-                    );
-                    Ok(Run::Holds(token))
-                } else {
-                    Ok(Run::Held(Duration::from_secs(1)))
-                }
-            }
-            Settlement::InFlight { retry_after_ms } => {
-                Ok(Run::Held(Duration::from_millis(retry_after_ms)))
-            }
-            Settlement::Replay | Settlement::Mismatch => Ok(Run::Held(Duration::from_secs(1))),
-        }
-    }
-
-    /// Ends the lease of a run whose work failed, so that the message's next delivery resumes
-    /// at once instead of waiting it out. Best effort: a lease left runs out by itself.
-    async fn give_back(&self, steps: &Steps<'_, DB>) {
-        let Ok(mut conn) = steps.pool.acquire().await else {
-            return;
-        };
-        let ended = self
-            .end_lease(&mut conn, steps.handler, steps.id, steps.token)
-            .await;
-        if let Err(err) = ended {
-            tracing::debug!(error = %err, "cannot give a failed run's lease back; it runs out by itself");
+            end_lease::<DB>(conn, &self.steps, of, token).await
+        } else {
+            forget::<DB>(conn, &self.steps, of).await
         }
     }
 }

@@ -5,6 +5,8 @@
 
 /// The warehouse's downstreams: payments behind guestlist's layer, and an email sink.
 pub mod downstream;
+/// The HTTP layer's steps: a shop API killed between two steps.
+pub mod shop;
 /// The stories.
 pub mod stories;
 /// The warehouse's step handler, and where a run can be stopped.
@@ -20,6 +22,7 @@ use crate::brokers::child::parent;
 use crate::brokers::{Broker, Rig};
 use warehouse::{AtPoint, Tables, Warehouse};
 
+pub use shop::{a_request_killed_between_steps_resumes_on_the_retry_after_the_lease, shop_server};
 pub use stories::*;
 
 /// The stories' ack wait and step lease: short, so that a killed run's message comes back, and

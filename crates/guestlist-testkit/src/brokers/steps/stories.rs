@@ -14,15 +14,15 @@ use crate::brokers::child::Running;
 use crate::brokers::{Broker, Rig};
 
 /// A story's broker, database, tables and downstreams.
-struct Stage<B: Broker> {
-    rig: Rig<B, Postgres>,
-    tables: Tables,
-    downstream: Downstream,
-    name: String,
+pub(super) struct Stage<B: Broker> {
+    pub(super) rig: Rig<B, Postgres>,
+    pub(super) tables: Tables,
+    pub(super) downstream: Downstream,
+    pub(super) name: String,
 }
 
 impl<B: Broker> Stage<B> {
-    async fn open(name: &str) -> Self {
+    pub(super) async fn open(name: &str) -> Self {
         let rig = Rig::<B, Postgres>::open(name, LEASE).await;
         let tables = Tables::of(&rig.tag);
         let handled = format!("handled_{}", rig.tag);
@@ -84,7 +84,7 @@ impl<B: Broker> Stage<B> {
         Running(self.rig.child(&self.name, "steps_consumer", &env))
     }
 
-    async fn count(&self, table: &str, event: Option<&str>) -> i64 {
+    pub(super) async fn count(&self, table: &str, event: Option<&str>) -> i64 {
         let filter = event.map_or(String::new(), |e| format!(" WHERE event = '{e}'"));
         self.rig
             .db

@@ -53,6 +53,52 @@ impl Tables {
     }
 }
 
+/// Stops at `point` (as `at_point` says) if `wanted` names it and no run of `event` reached it
+/// before; records the point in `tables.points` either way it stops.
+pub(super) async fn stop_at(
+    pool: &PgPool,
+    tables: &Tables,
+    at_point: AtPoint,
+    event: &str,
+    wanted: &serde_json::Value,
+    point: &str,
+) {
+    if *wanted != point {
+        return;
+    }
+    let insert = format!(
+        "INSERT INTO {} (event, point) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+        tables.points
+    );
+    let first = sqlx::query(sqlx::AssertSqlSafe(insert))
+        .bind(event)
+        .bind(point)
+        .execute(pool)
+        .await
+        .unwrap()
+        .rows_affected()
+        == 1;
+    if !first {
+        return;
+    }
+    match at_point {
+        AtPoint::Hang => std::future::pending().await,
+        AtPoint::Pause(pause) => {
+            tokio::time::sleep(pause).await;
+            let resumed = format!(
+                "INSERT INTO {} (event, point) VALUES ($1, $2)",
+                tables.points
+            );
+            sqlx::query(sqlx::AssertSqlSafe(resumed))
+                .bind(event)
+                .bind(format!("{point}:resumed"))
+                .execute(pool)
+                .await
+                .unwrap();
+        }
+    }
+}
+
 /// The warehouse's step handler.
 pub struct Warehouse {
     pub(super) client: ClientWithMiddleware,
@@ -88,40 +134,9 @@ impl Warehouse {
     /// Stops at `point` if `message` names it and no run of it reached it before.
     async fn point(&self, message: &Message, point: &str) {
         let body: serde_json::Value = serde_json::from_slice(&message.payload).unwrap_or_default();
-        if body["stop_at"] != point {
-            return;
-        }
-        let insert = format!(
-            "INSERT INTO {} (event, point) VALUES ($1, $2) ON CONFLICT DO NOTHING",
-            self.tables.points
-        );
-        let first = sqlx::query(sqlx::AssertSqlSafe(insert))
-            .bind(message.id.as_str())
-            .bind(point)
-            .execute(&self.pool)
-            .await
-            .unwrap()
-            .rows_affected()
-            == 1;
-        if !first {
-            return;
-        }
-        match self.at_point {
-            AtPoint::Hang => std::future::pending().await,
-            AtPoint::Pause(pause) => {
-                tokio::time::sleep(pause).await;
-                let resumed = format!(
-                    "INSERT INTO {} (event, point) VALUES ($1, $2)",
-                    self.tables.points
-                );
-                sqlx::query(sqlx::AssertSqlSafe(resumed))
-                    .bind(message.id.as_str())
-                    .bind(format!("{point}:resumed"))
-                    .execute(&self.pool)
-                    .await
-                    .unwrap();
-            }
-        }
+        let (pool, tables) = (&self.pool, &self.tables);
+        let event = message.id.as_str();
+        stop_at(pool, tables, self.at_point, event, &body["stop_at"], point).await;
     }
 
     /// Waits as long as `message` asks (`slow_ms`) before its charge.
@@ -154,7 +169,7 @@ impl StepHandler<Postgres> for Warehouse {
 
     async fn steps(
         &self,
-        steps: &mut Steps<'_, Postgres>,
+        steps: &mut Steps<Postgres>,
         message: &Message,
     ) -> anyhow::Result<String> {
         let event = message.id.as_str();

@@ -2,16 +2,16 @@
 //! journal or run and journaled, under the run's fencing token.
 
 use std::future::Future;
+use std::sync::Arc;
 
 use guestlist_core::protocol::{StepAt, step_at};
-use guestlist_core::{HandlerName, MessageId};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use sqlx::Pool;
 use tracing::{Instrument, Span};
 
-use super::MAX_STEP_RESULT;
 use super::retry::{After, Retry};
+use super::{MAX_STEP_RESULT, RunOf};
 use crate::backend::Backend;
 use crate::backend::statement::Plain;
 use crate::backend::steps::{GuardedRecord, JournalRow, Record, StepsSql};
@@ -41,33 +41,31 @@ impl<X> From<sqlx::Error> for StepError<X> {
 }
 
 /// A run of one message's steps, handed to the work of
-/// [`Inbox::process_steps`](crate::Inbox::process_steps): each step the work asks for, in order,
-/// is replayed from the journal where an earlier run finished it, and run (then journaled) where
-/// not.
-pub struct Steps<'r, DB: Backend> {
-    pub(super) pool: &'r Pool<DB>,
-    pub(super) sql: &'r StepsSql,
-    pub(super) handler: &'r HandlerName,
-    pub(super) id: &'r MessageId,
-    pub(super) token: i64,
-    pub(super) lease_ms: i64,
-    pub(super) retry_for: std::time::Duration,
-    pub(super) journal: Vec<JournalRow>,
-    pub(super) place: usize,
+/// [`Inbox::process_steps`](crate::Inbox::process_steps) (or of one request's, behind the HTTP
+/// layer): each step the work asks for, in order, is replayed from the journal where an earlier
+/// run finished it, and run (then journaled) where not.
+pub struct Steps<DB: Backend> {
+    pub(crate) pool: Pool<DB>,
+    pub(crate) sql: Arc<StepsSql>,
+    pub(crate) run: Arc<RunOf>,
+    pub(crate) token: i64,
+    pub(crate) lease_ms: i64,
+    pub(crate) retry_for: std::time::Duration,
+    pub(crate) journal: Vec<JournalRow>,
+    pub(crate) place: usize,
 }
 
-impl<DB: Backend> std::fmt::Debug for Steps<'_, DB> {
+impl<DB: Backend> std::fmt::Debug for Steps<DB> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Steps")
-            .field("handler", &self.handler.as_str())
-            .field("message_id", &self.id.as_str())
+            .field("of", &self.run.parent)
             .field("place", &self.place)
             .field("journaled", &self.journal.len())
             .finish()
     }
 }
 
-impl<DB: Backend> Steps<'_, DB> {
+impl<DB: Backend> Steps<DB> {
     /// An external step: `call` runs outside any open transaction, with the message's key
     /// carried (`handler:id/name`: `guestlist_carry::CarryKey` sets it on a request made
     /// inside, and `guestlist_carry::key_for(name)` gives it), and its result is
@@ -93,7 +91,7 @@ impl<DB: Backend> Steps<'_, DB> {
         let result = loop {
             retry.begin();
             let call = guestlist_carry::scope_step(name, call());
-            let call = guestlist_carry::scope_message(self.handler, self.id, call);
+            let call = guestlist_carry::scope(Arc::clone(&self.run.parent), call);
             let (result, deferred) =
                 guestlist_core::watch_deferral(call.instrument(span.clone())).await;
             let err = match result {
@@ -119,7 +117,7 @@ impl<DB: Backend> Steps<'_, DB> {
     /// database writes both at once, else a transaction of the guard and the journal row.
     async fn journal_external(&self, name: &str, result: &[u8]) -> Result<(), Error> {
         if self.sql.record_guarded.is_none() {
-            let mut tx = DB::begin(self.pool).await?;
+            let mut tx = DB::begin(&self.pool).await?;
             self.guard(&mut tx).await?;
             self.record(&mut tx, name, result).await?;
             return tx.commit().await.map_err(Error::from_commit);
@@ -129,7 +127,7 @@ impl<DB: Backend> Steps<'_, DB> {
             record: self.entry(name, result),
         };
         let mut conn = self.pool.acquire().await?;
-        if DB::run(&mut conn, self.sql, record).await? == 1 {
+        if DB::run(&mut conn, &*self.sql, record).await? == 1 {
             Ok(())
         } else {
             Err(self.taken_over())
@@ -157,7 +155,7 @@ impl<DB: Backend> Steps<'_, DB> {
         span.record("attempts", 1);
         let this = &*self;
         let tried = async move {
-            let mut tx = DB::begin(this.pool).await?;
+            let mut tx = DB::begin(&this.pool).await?;
             // The guard first: it locks the run row, so no take-over lands before this commits.
             this.guard(&mut tx).await?;
             let result = work(&mut tx).await.map_err(|error| StepError::Step {
@@ -176,8 +174,11 @@ impl<DB: Backend> Steps<'_, DB> {
 
     /// The run without its journal: what the final commit needs to guard it, and to give its
     /// lease back.
-    pub(super) fn fence(&self) -> Self {
+    pub(crate) fn fence(&self) -> Self {
         Self {
+            pool: self.pool.clone(),
+            sql: Arc::clone(&self.sql),
+            run: Arc::clone(&self.run),
             journal: Vec::new(),
             ..*self
         }
@@ -193,8 +194,8 @@ impl<DB: Backend> Steps<'_, DB> {
         match step_at(&names, self.place, name) {
             StepAt::Run => Ok(None),
             StepAt::Changed { journaled } => Err(Error::StepChanged {
-                handler: self.handler.to_string(),
-                message_id: self.id.to_string(),
+                handler: self.run.owner.clone(),
+                message_id: self.run.id.clone(),
                 place: self.place,
                 journaled: journaled.to_owned(),
                 asked: name.to_owned(),
@@ -218,17 +219,13 @@ impl<DB: Backend> Steps<'_, DB> {
 
     /// Renews the run's lease by its token on `conn`: [`Error::RunTakenOver`] where another run
     /// holds the message now.
-    pub(super) async fn guard(&self, conn: &mut DB::Connection) -> Result<(), Error> {
+    pub(crate) async fn guard(&self, conn: &mut DB::Connection) -> Result<(), Error> {
+        let (owner, id) = self.run.columns();
         let renew = Plain::new(
             |sql: &StepsSql| &sql.renew,
-            (
-                self.lease_ms,
-                self.handler.as_str(),
-                self.id.as_str(),
-                self.token,
-            ),
+            (self.lease_ms, owner, id, self.token),
         );
-        if DB::run(conn, self.sql, renew).await? == 1 {
+        if DB::run(conn, &*self.sql, renew).await? == 1 {
             Ok(())
         } else {
             Err(self.taken_over())
@@ -238,8 +235,8 @@ impl<DB: Backend> Steps<'_, DB> {
     /// What a stale run is told at its next journal or commit.
     fn taken_over(&self) -> Error {
         Error::RunTakenOver {
-            handler: self.handler.to_string(),
-            message_id: self.id.to_string(),
+            handler: self.run.owner.clone(),
+            message_id: self.run.id.clone(),
         }
     }
 
@@ -250,15 +247,15 @@ impl<DB: Backend> Steps<'_, DB> {
         name: &str,
         result: &[u8],
     ) -> Result<(), Error> {
-        DB::run(conn, self.sql, self.entry(name, result)).await?;
+        DB::run(conn, &*self.sql, self.entry(name, result)).await?;
         Ok(())
     }
 
     /// Step `name`'s journal row at this place, with `result`.
     fn entry<'a>(&'a self, name: &'a str, result: &'a [u8]) -> Record<'a> {
         Record {
-            handler: self.handler.as_str(),
-            id: self.id.as_str(),
+            handler: self.run.owner.as_str(),
+            id: self.run.id.as_str(),
             place: self.place as i64 + 1,
             name,
             token: self.token,
