@@ -286,7 +286,10 @@ where
             held.keep_locked(&self.mode).await;
             return Ok(response.map(body::boxed));
         }
-        if (self.config.release_when)(response.status()) {
+        let release = response
+            .extensions()
+            .get::<crate::keep_locked::ReleaseKey>();
+        if (self.config.release_when)(response.status()) || release.is_some() {
             held.release(&self.mode).await;
             return Ok(response.map(body::boxed));
         }

@@ -16,3 +16,10 @@
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KeepLocked;
+
+/// A response extension of the layer's own extractors: release the request's key whatever the
+/// status, as a 5xx would. A refusal that says nothing about the request's work (steps asked of
+/// a key whose journal is another request's) must not store its answer under the key: the
+/// request the journal belongs to can still come back and finish.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ReleaseKey;

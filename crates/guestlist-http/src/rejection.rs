@@ -44,7 +44,9 @@ pub enum IdempotentTxRejection {
     )]
     ClaimOnTransaction,
     /// The key was released after an earlier request failed, and is now reused for another
-    /// request while the journal holds the first one's finished steps. Answers 422 `key-reused`.
+    /// request while the journal holds the first one's finished steps. Answers 422 `key-reused`
+    /// and releases the key again (nothing is stored under it), so that the first request can
+    /// still come back and finish.
     #[error(transparent)]
     JournalOfAnotherRequest(guestlist_sqlx::Error),
     /// A retry took the key over from this attempt (its lease ended): it runs no step. Answers
@@ -77,6 +79,14 @@ impl IdempotentTxRejection {
 #[cfg(feature = "axum")]
 impl axum_core::response::IntoResponse for IdempotentTxRejection {
     fn into_response(self) -> axum_core::response::Response {
-        self.problem().into_response().into_response()
+        let another = matches!(self, Self::JournalOfAnotherRequest(_));
+        let mut response = self.problem().into_response().into_response();
+        if another {
+            // Not this key's answer: the request the journal belongs to may still finish.
+            response
+                .extensions_mut()
+                .insert(crate::keep_locked::ReleaseKey);
+        }
+        response
     }
 }
