@@ -67,8 +67,23 @@ pub struct IdempotentSteps<DB: Backend> {
 }
 
 impl<DB: Backend> IdempotentSteps<DB> {
+    /// The steps of the request whose extensions are `extensions`: a tower service's way to
+    /// take them (axum's is the extractor). [`IdempotentTxRejection::MissingLayer`] without
+    /// [`IdempotencyLayer::transactional`](crate::IdempotencyLayer::transactional) in front.
+    pub async fn from_extensions(
+        extensions: &http::Extensions,
+    ) -> Result<Self, IdempotentTxRejection> {
+        let Some(slot) = extensions.get::<TxSlot<DB>>().cloned() else {
+            tracing::error!(
+                "IdempotentSteps used on a route without IdempotencyLayer::transactional"
+            );
+            return Err(IdempotentTxRejection::MissingLayer);
+        };
+        Self::of(slot, extensions.get::<IdempotencyContext>()).await
+    }
+
     /// The steps of the request `slot` and `context` describe.
-    pub(crate) async fn of(
+    async fn of(
         slot: TxSlot<DB>,
         context: Option<&IdempotencyContext>,
     ) -> Result<Self, IdempotentTxRejection> {
@@ -134,12 +149,6 @@ impl<DB: Backend, S: Send + Sync> axum_core::extract::FromRequestParts<S> for Id
         parts: &mut http::request::Parts,
         _: &S,
     ) -> Result<Self, Self::Rejection> {
-        let Some(slot) = parts.extensions.get::<TxSlot<DB>>().cloned() else {
-            tracing::error!(
-                "IdempotentSteps used on a route without IdempotencyLayer::transactional"
-            );
-            return Err(IdempotentTxRejection::MissingLayer);
-        };
-        Self::of(slot, parts.extensions.get::<IdempotencyContext>()).await
+        Self::from_extensions(&parts.extensions).await
     }
 }
