@@ -6,7 +6,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use guestlist_core::{Backoff, Deferral, FailureKind, MessageId};
-use guestlist_sqlx::{Backend, ProcessError, Stepped, failure_kind};
+use guestlist_sqlx::{Backend, failure_kind};
 use tracing::Instrument;
 
 use crate::failure::{Failure, timed};
@@ -148,6 +148,12 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
         }
         // One message goes on its own (with the inbox's retries); several, in one transaction,
         // unless the handler runs in steps.
+        if ready.len() > 1
+            && self.together
+            && let Some(settled) = self.side_by_side(&ready, handled).await
+        {
+            return settled.map(|()| true);
+        }
         let carried = if ready.len() > 1 && self.handler.batches() {
             match self.in_one_transaction(&ready, next).await {
                 Batched::Committed(fresh) => {
@@ -272,7 +278,7 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
 
     /// Records a delivery withdrawn because of another message, where the broker counted it
     /// (SQS FIFO), so that it does not count against its own message.
-    async fn withdrawn<D: Delivery>(&self, delivery: &D, id: &MessageId) {
+    pub(crate) async fn withdrawn<D: Delivery>(&self, delivery: &D, id: &MessageId) {
         if !delivery.counts_withdrawn() {
             return;
         }
@@ -382,43 +388,8 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
         ))
         .instrument(message.span().clone())
         .await;
-        match outcome {
-            Ok(Stepped::Ran(())) => {
-                message.outcome("fresh");
-                handled.fresh += 1;
-                self.count("fresh", 1);
-                self.ack(delivery).await;
-                self.forget_deferrals(delivery, &message.id).await;
-            }
-            Ok(Stepped::Duplicate) => {
-                message.outcome("duplicate");
-                handled.duplicates += 1;
-                self.count("duplicate", 1);
-                self.ack(delivery).await;
-                self.forget_deferrals(delivery, &message.id).await;
-            }
-            Ok(Stepped::InFlight { retry_after }) => {
-                // Another run holds the message's steps: "not yet", for what its lease has left.
-                let not_yet = Deferral::new(retry_after, "another run holds the message's steps");
-                return self.defer(delivery, message, &not_yet, handled).await;
-            }
-            Err(ProcessError::Handler(failure)) => {
-                return self
-                    .settle_failure(delivery, message, failure, deferred, handled)
-                    .await;
-            }
-            Err(ProcessError::Store(err)) if err.kind() == FailureKind::Outage => {
-                message.outcome("outage");
-                return Err(Outage(format!("the database: {err}")));
-            }
-            Err(err) => {
-                // The store failed, not the message: back it goes, without counting against it.
-                message.outcome("store failed");
-                tracing::warn!(handler = %self.name, id = %message.id, error = %err, "store failed; the message comes back later");
-                let _ = delivery.nak(self.backoff.0).await;
-            }
-        }
-        Ok(())
+        self.settle_outcome(delivery, message, outcome, deferred, handled)
+            .await
     }
 
     /// The handler, on `tx`, within the handler timeout.

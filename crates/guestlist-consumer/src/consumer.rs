@@ -128,6 +128,17 @@ where
     ) -> Self {
         Self::build(source, pool, inbox, name, id_from, InSteps(handler))
     }
+
+    /// Runs the fresh messages of a batch side by side, their steps journaled together
+    /// ([`Inbox::process_steps_batch`]): one commit per step of the batch instead of one per step
+    /// of each message, and a batch of slow calls takes about as long as one of them (default:
+    /// off, a message at a time). Each message still resumes after its own last finished step,
+    /// and a failure of one message's own is its alone. The messages of a batch are then in no
+    /// order with each other: leave it off where a stream's order between messages matters.
+    pub fn steps_together(mut self, on: bool) -> Self {
+        self.core.together = on;
+        self
+    }
 }
 
 impl<S, DB, H> Consumer<S, DB, H>
@@ -163,6 +174,7 @@ where
                 ack_wait: None,
                 health,
                 outage_backoff: (Backoff::DEFAULT_FIRST, Backoff::DEFAULT_MAX),
+                together: false,
             },
         }
     }

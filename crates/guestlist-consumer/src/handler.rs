@@ -91,7 +91,31 @@ pub trait Handler<DB: Backend>: Send + Sync + 'static {
             })
         }
     }
+
+    /// Runs `messages` side by side through the inbox, their steps journaled together
+    /// ([`Inbox::process_steps_batch`](guestlist_sqlx::Inbox::process_steps_batch)), each within
+    /// `limit`: what each came to, with the deferral it recorded. `None` for a handler that
+    /// does not run in steps. The consumer's own: leave it be.
+    #[doc(hidden)]
+    fn together(
+        self: Arc<Self>,
+        inbox: &Inbox<DB>,
+        pool: &Pool<DB>,
+        name: &HandlerName,
+        messages: &[Arc<Message>],
+        limit: Duration,
+    ) -> impl Future<Output = Option<Vec<Ran>>> {
+        let _ = (inbox, pool, name, messages, limit);
+        async { None }
+    }
 }
+
+/// What a message's run came to, with the deferral it recorded, if it recorded one.
+#[doc(hidden)]
+pub(crate) type Ran = (
+    Result<Stepped<()>, ProcessError<Failure>>,
+    Option<guestlist_core::Deferral>,
+);
 
 impl<DB, F, E> Handler<DB> for F
 where

@@ -34,6 +34,7 @@ mod outage;
 mod runtime;
 mod settle;
 mod shutdown;
+mod side_by_side;
 mod step_handler;
 
 pub use consumer::Consumer;

@@ -31,6 +31,8 @@ pub(crate) struct Core<DB: Backend, H> {
     pub(crate) health: Health,
     /// The pauses between tries while the database is down: first, and longest.
     pub(crate) outage_backoff: (Duration, Duration),
+    /// Whether a batch's messages in steps run side by side, journaled together.
+    pub(crate) together: bool,
 }
 
 impl<DB: Backend, H: Handler<DB>> Core<DB, H> {

@@ -118,6 +118,16 @@ pub enum Error {
         message_id: String,
     },
 
+    /// A message of a batch whose steps are journaled together lost its part of the batch's
+    /// shared transaction to another message's failure (the database refused one of the
+    /// batch's statements, and the whole transaction rolled back).
+    #[error(
+        "another message's part of the batch failed on the transaction the batch's steps share, \
+         and this message's part rolled back with it: hand the message back (uncounted); its next \
+         run resumes after the steps journaled before"
+    )]
+    RolledBackWithBatch,
+
     /// An idempotency key released after a failure was used again for another request, while
     /// the journal still holds the steps the first request finished.
     #[error(

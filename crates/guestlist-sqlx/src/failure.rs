@@ -49,6 +49,8 @@ pub(crate) fn link_kind(link: &(dyn StdError + 'static)) -> Option<FailureKind> 
             crate::Error::Shared(err) => link_kind(err.as_ref()),
             // Another run of the message's steps holds it now and finishes it.
             crate::Error::RunTakenOver { .. } => Some(FailureKind::Withdrawn),
+            // Another message's failure rolled the batch's shared transaction back.
+            crate::Error::RolledBackWithBatch => Some(FailureKind::Withdrawn),
             _ => None,
         };
     }

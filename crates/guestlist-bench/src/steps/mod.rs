@@ -3,8 +3,9 @@
 //! handler with carried keys and no journal (`Inbox::process`), and the same three steps as a
 //! DBOS workflow, on one PostgreSQL, interleaved round by round at 1 and 16 workers.
 //!
-//! Figures: `steps3` (fresh messages), `steps3_duplicate` (handled ones again),
-//! `steps3_by_hand`, `carried_keys_only`, `dbos3` and `dbos3_duplicate`.
+//! Figures: `steps3` (fresh messages), `steps3_batch` (batches of fresh messages through
+//! `Inbox::process_steps_batch`, their steps journaled together), `steps3_duplicate` (handled
+//! ones again), `steps3_by_hand`, `carried_keys_only`, `dbos3` and `dbos3_duplicate`.
 
 mod by_hand;
 mod dbos;
@@ -26,6 +27,8 @@ use crate::report::{Report, Row};
 const WORKERS: [usize; 2] = [1, 16];
 /// Ids handled before a duplicate figure, per worker.
 const DUPLICATES_PER_WORKER: u64 = 100;
+/// Messages per batch of the batch figure, as a consumer's batch.
+const BATCH: u64 = 100;
 const INBOX: &str = "bench_steps_inbox";
 const HAND: &str = "bench_steps_hand";
 const PICKS: &str = "bench_steps_picks";
@@ -33,6 +36,7 @@ const PICKS: &str = "bench_steps_picks";
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Figure {
     Steps,
+    StepsBatch,
     StepsDuplicate,
     ByHand,
     CarriedKeysOnly,
@@ -41,8 +45,9 @@ enum Figure {
 }
 
 impl Figure {
-    const ALL: [Figure; 6] = [
+    const ALL: [Figure; 7] = [
         Figure::Steps,
+        Figure::StepsBatch,
         Figure::StepsDuplicate,
         Figure::ByHand,
         Figure::CarriedKeysOnly,
@@ -53,6 +58,7 @@ impl Figure {
     fn name(self) -> &'static str {
         match self {
             Figure::Steps => "steps3",
+            Figure::StepsBatch => "steps3_batch",
             Figure::StepsDuplicate => "steps3_duplicate",
             Figure::ByHand => "steps3_by_hand",
             Figure::CarriedKeysOnly => "carried_keys_only",
@@ -133,7 +139,11 @@ pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
                 name: figure.name().to_owned(),
                 backend: "postgres",
                 workers,
-                batch: 1,
+                batch: if figure == Figure::StepsBatch {
+                    BATCH as usize
+                } else {
+                    1
+                },
                 per_sec: median_of(&samples, &figure),
                 unit: "msgs/s",
                 latency: None,
@@ -226,6 +236,7 @@ impl Bench {
             Figure::ByHand => {
                 anyhow::ensure!(self.by_hand.run(&self.pool, "warehouse", &id).await?);
             }
+            Figure::StepsBatch => return self.steps_batch(&id).await,
             Figure::CarriedKeysOnly => self.carried_keys_only(&id).await?,
             Figure::Dbos | Figure::DbosDuplicate => self.dbos.run(&id).await?,
         }
@@ -267,6 +278,51 @@ impl Bench {
         Ok(done)
     }
 
+    /// A batch of [`BATCH`] messages (`id` and a number) through
+    /// `Inbox::process_steps_batch`: the same three steps, journaled together.
+    async fn steps_batch(&self, id: &str) -> anyhow::Result<u64> {
+        let ids = (0..BATCH)
+            .map(|n| MessageId::new(format!("{id}-{n}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let insert = format!("INSERT INTO {PICKS} (event) VALUES ($1)");
+        let runs = ids.iter().map(|id| {
+            let (event, insert) = (id.to_string(), insert.clone());
+            let work = async move |steps: &mut guestlist::inbox::Steps<sqlx::Postgres>| {
+                let event = event.as_str();
+                let _: String = steps
+                    .external("a", || async { anyhow::Ok(format!("a:{event}")) })
+                    .await?;
+                steps
+                    .database("reserve", async |tx| {
+                        sqlx::query(AssertSqlSafe(insert))
+                            .bind(event)
+                            .execute(&mut *tx)
+                            .await
+                            .map(drop)
+                    })
+                    .await?;
+                let _: String = steps
+                    .external("b", || async { anyhow::Ok(format!("b:{event}")) })
+                    .await?;
+                anyhow::Ok(())
+            };
+            (
+                id.clone(),
+                work,
+                async |_tx: &mut sqlx::PgConnection, ()| anyhow::Ok(()),
+            )
+        });
+        let done = self
+            .inbox
+            .process_steps_batch(&self.pool, &self.handler, runs)
+            .await;
+        for (id, done) in ids.iter().zip(done) {
+            let ran = matches!(done?, guestlist::inbox::Stepped::Ran(()));
+            anyhow::ensure!(ran, "{id}: a duplicate among fresh messages");
+        }
+        Ok(BATCH)
+    }
+
     /// The same handler with no journal: the claim and the database write on one
     /// transaction, the two calls' keys carried (`Inbox::process`).
     async fn carried_keys_only(&self, id: &str) -> anyhow::Result<()> {
@@ -302,6 +358,7 @@ fn add_ratios(report: &mut Report) {
         };
         let ratios = [
             ("steps3_vs_dbos", get("steps3") / get("dbos3")),
+            ("steps3_batch_vs_dbos", get("steps3_batch") / get("dbos3")),
             (
                 "steps3_duplicate_vs_dbos_duplicate",
                 get("steps3_duplicate") / get("dbos3_duplicate"),

@@ -60,6 +60,7 @@ impl<DB: Backend> SqlKeyStore<DB> {
             retry_for: DEFAULT_STEP_RETRY,
             journal,
             place: 0,
+            group: None,
         })
     }
 

@@ -15,6 +15,7 @@ use crate::backend::statement::Plain;
 use crate::backend::steps::{JournalRow, RunRow, StepsSql};
 use crate::fencing::new_token;
 
+pub(crate) mod group;
 mod retry;
 mod run;
 
@@ -36,6 +37,18 @@ pub(crate) struct RunOf {
 }
 
 impl RunOf {
+    /// The run of `handler`'s steps for message `id`, carrying `handler:id`.
+    pub(crate) fn message(
+        handler: &guestlist_core::HandlerName,
+        id: &guestlist_core::MessageId,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            owner: handler.as_str().to_owned(),
+            id: id.as_str().to_owned(),
+            parent: Arc::from(format!("{handler}:{id}")),
+        })
+    }
+
     /// The columns `(owner, id)`, for binding.
     pub(crate) fn columns(&self) -> (&str, &str) {
         (self.owner.as_str(), self.id.as_str())

@@ -10,6 +10,7 @@ use serde::de::DeserializeOwned;
 use sqlx::Pool;
 use tracing::{Instrument, Span};
 
+use super::group::Group;
 use super::retry::{After, Retry};
 use super::{MAX_STEP_RESULT, RunOf};
 use crate::backend::Backend;
@@ -53,6 +54,8 @@ pub struct Steps<DB: Backend> {
     pub(crate) retry_for: std::time::Duration,
     pub(crate) journal: Vec<JournalRow>,
     pub(crate) place: usize,
+    /// The batch whose runs journal together, where this run is one of them.
+    pub(crate) group: Option<Arc<Group<DB>>>,
 }
 
 impl<DB: Backend> std::fmt::Debug for Steps<DB> {
@@ -116,6 +119,39 @@ impl<DB: Backend> Steps<DB> {
     /// Journals external step `name`'s result under the run's guard: one statement where the
     /// database writes both at once, else a transaction of the guard and the journal row.
     async fn journal_external(&self, name: &str, result: &[u8]) -> Result<(), Error> {
+        if let Some(group) = &self.group {
+            let mut part = group.enter(false).await?;
+            if self.sql.record_guarded.is_some() {
+                let record = GuardedRecord {
+                    lease_ms: self.lease_ms,
+                    record: self.entry(name, result),
+                };
+                return match DB::run(part.conn(), &*self.sql, record).await {
+                    Ok(1) => part.keep().await,
+                    Ok(_) => {
+                        // Taken over: nothing written, the shared transaction unharmed.
+                        part.abandon();
+                        Err(self.taken_over())
+                    }
+                    Err(err) => {
+                        part.undo().await;
+                        Err(err.into())
+                    }
+                };
+            }
+            if let Err(err) = self.guard(part.conn()).await {
+                // Taken over: nothing written, the shared transaction unharmed.
+                part.abandon();
+                return Err(err);
+            }
+            return match self.record(part.conn(), name, result).await {
+                Ok(()) => part.keep().await,
+                Err(err) => {
+                    part.undo().await;
+                    Err(err)
+                }
+            };
+        }
         if self.sql.record_guarded.is_none() {
             let mut tx = DB::begin(&self.pool).await?;
             self.guard(&mut tx).await?;
@@ -154,6 +190,13 @@ impl<DB: Backend> Steps<DB> {
         }
         span.record("attempts", 1);
         let this = &*self;
+        if let Some(group) = &self.group {
+            let group = Arc::clone(group);
+            let tried = this.database_in(&group, name.to_owned(), work);
+            let (result, bytes) = outcome(&span, tried.instrument(span.clone()).await)?;
+            self.advance(name, bytes);
+            return Ok(result);
+        }
         let tried = async move {
             let mut tx = DB::begin(&this.pool).await?;
             // The guard first: it locks the run row, so no take-over lands before this commits.
@@ -172,6 +215,63 @@ impl<DB: Backend> Steps<DB> {
         Ok(result)
     }
 
+    /// Database step `name` on the batch's shared transaction, in a part of its own: its writes
+    /// and its journal row commit with the batch's.
+    async fn database_in<R, X>(
+        &self,
+        group: &Arc<Group<DB>>,
+        name: String,
+        work: impl AsyncFnOnce(&mut DB::Connection) -> Result<R, X>,
+    ) -> Result<(R, Vec<u8>), StepError<X>>
+    where
+        R: Serialize,
+    {
+        let mut part = group.enter(true).await?;
+        // The guard first (it locks the run row, so no take-over lands before this commits),
+        // unless the journal row is written guarded in one statement after the work: a
+        // take-over meanwhile then leaves it unwritten, and the part is undone.
+        let guarded_record = self.sql.record_guarded.is_some();
+        if !guarded_record && let Err(err) = self.guard(part.conn()).await {
+            part.undo().await;
+            return Err(err.into());
+        }
+        let result = match work(part.conn()).await {
+            Ok(result) => result,
+            Err(error) => {
+                part.undo().await;
+                return Err(StepError::Step { step: name, error });
+            }
+        };
+        let written = match encode(&name, &result) {
+            Ok(bytes) if guarded_record => {
+                let record = GuardedRecord {
+                    lease_ms: self.lease_ms,
+                    record: self.entry(&name, &bytes),
+                };
+                match DB::run(part.conn(), &*self.sql, record).await {
+                    Ok(1) => Ok(bytes),
+                    Ok(_) => Err(self.taken_over()),
+                    Err(err) => Err(err.into()),
+                }
+            }
+            Ok(bytes) => self
+                .record(part.conn(), &name, &bytes)
+                .await
+                .map(|()| bytes),
+            Err(err) => Err(err),
+        };
+        match written {
+            Ok(bytes) => {
+                part.keep().await?;
+                Ok((result, bytes))
+            }
+            Err(err) => {
+                part.undo().await;
+                Err(err.into())
+            }
+        }
+    }
+
     /// The run without its journal: what the final commit needs to guard it, and to give its
     /// lease back.
     pub(crate) fn fence(&self) -> Self {
@@ -179,6 +279,7 @@ impl<DB: Backend> Steps<DB> {
             pool: self.pool.clone(),
             sql: Arc::clone(&self.sql),
             run: Arc::clone(&self.run),
+            group: self.group.clone(),
             journal: Vec::new(),
             ..*self
         }

@@ -13,6 +13,7 @@ pub mod retention;
 pub mod retries;
 pub mod schema;
 pub mod steps;
+pub mod steps_batch;
 
 /// Generates one `#[tokio::test]` per story in [`claims`], [`retention`], [`schema`],
 /// [`protocol`] and [`retries`] for the backend `$db`.
@@ -59,6 +60,10 @@ macro_rules! inbox_suite {
             a_renamed_step_stops_with_both_names,
             a_run_past_its_lease_is_taken_over_and_journals_nothing,
             a_journal_left_mid_steps_is_purged_after_the_retention,
+        );
+        guestlist_testkit::stories!(common::steps_batch, [$db], ("");
+            a_batchs_steps_journaled_together_run_once_and_fail_alone,
+            a_failed_database_step_in_a_batch_rolls_back_alone,
         );
         guestlist_testkit::stories!(common::protocol, [$db], ("");
             the_key_statements_do_what_the_protocol_allows,

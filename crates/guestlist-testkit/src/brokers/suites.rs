@@ -311,6 +311,7 @@ macro_rules! steps_suite {
             use $crate::brokers::steps;
             $crate::stories!(steps, [$broker], (stringify!($m), "_");
                 a_run_killed_at_each_step_boundary_resumes_after_its_last_finished_step,
+                a_batch_side_by_side_killed_at_step_boundaries_resumes_each_message,
                 two_deliveries_of_one_message_at_once_run_its_steps_once,
                 a_run_stopped_past_its_lease_journals_and_commits_nothing_once_resumed,
                 a_poison_step_is_dead_lettered_by_name_its_finished_steps_kept,

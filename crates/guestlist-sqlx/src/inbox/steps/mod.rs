@@ -14,9 +14,12 @@ use sqlx::Pool;
 use super::Inbox;
 use super::process::ProcessError;
 use crate::backend::Backend;
+use crate::backend::steps::JournalRow;
+use crate::steps::group::Group;
 use crate::steps::{Run, RunOf, Steps, claim_run, end_lease, forget, give_back, read_journal};
 use crate::{Error, WorkError};
 
+mod batch;
 mod mid;
 
 pub use mid::MidSteps;
@@ -144,16 +147,12 @@ impl<DB: Backend> Inbox<DB> {
         F: AsyncFnOnce(&mut DB::Connection, S) -> Result<T, E>,
         E: WorkError,
     {
-        let lease_ms = i64::try_from(self.step_lease.as_millis()).unwrap_or(i64::MAX);
+        let lease_ms = self.step_lease_ms();
         // A redelivery of a handled message costs one read, no write.
         if self.holds(pool, handler, id).await? {
             return Ok(Stepped::Duplicate);
         }
-        let of = Arc::new(RunOf {
-            owner: handler.as_str().to_owned(),
-            id: id.as_str().to_owned(),
-            parent: Arc::from(format!("{handler}:{id}")),
-        });
+        let of = RunOf::message(handler, id);
         let mut conn = pool.acquire().await?;
         let token = match claim_run::<DB>(&mut conn, &self.steps, &of, lease_ms).await? {
             Run::Holds(token) => token,
@@ -167,16 +166,7 @@ impl<DB: Backend> Inbox<DB> {
             return Ok(Stepped::Duplicate);
         };
         drop(conn);
-        let mut steps = Steps {
-            pool: pool.clone(),
-            sql: Arc::clone(&self.steps),
-            run: of,
-            token,
-            lease_ms,
-            retry_for: self.step_retry,
-            journal,
-            place: 0,
-        };
+        let mut steps = self.steps_of(pool, of, token, journal, None);
         // The work takes the run; the final commit keeps what it needs to guard it.
         let fence = steps.fence();
         let ran = match work(&mut steps).await {
@@ -204,6 +194,34 @@ impl<DB: Backend> Inbox<DB> {
             .await?;
         tx.commit().await.map_err(Error::from_commit)?;
         Ok(Stepped::Ran(output))
+    }
+
+    /// The lease of a run of a message's steps, in milliseconds.
+    fn step_lease_ms(&self) -> i64 {
+        i64::try_from(self.step_lease.as_millis()).unwrap_or(i64::MAX)
+    }
+
+    /// The steps of run `of`, held under `token`, with `journal` finished so far; one of a
+    /// batch's journaled together where `group` says.
+    fn steps_of(
+        &self,
+        pool: &Pool<DB>,
+        of: Arc<RunOf>,
+        token: i64,
+        journal: Vec<JournalRow>,
+        group: Option<Arc<Group<DB>>>,
+    ) -> Steps<DB> {
+        Steps {
+            pool: pool.clone(),
+            sql: Arc::clone(&self.steps),
+            run: of,
+            token,
+            lease_ms: self.step_lease_ms(),
+            retry_for: self.step_retry,
+            journal,
+            place: 0,
+            group,
+        }
     }
 
     /// What becomes of a handled message's run and journal: forgotten, or (with

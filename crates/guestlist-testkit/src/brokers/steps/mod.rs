@@ -34,6 +34,7 @@ const PAYMENTS: &str = "GUESTLIST_STEPS_PAYMENTS";
 const EMAIL: &str = "GUESTLIST_STEPS_EMAIL";
 const PAUSE_MS: &str = "GUESTLIST_STEPS_PAUSE_MS";
 const BATCH: &str = "GUESTLIST_STEPS_BATCH";
+const TOGETHER: &str = "GUESTLIST_STEPS_TOGETHER";
 
 /// The consumer process of the steps stories (a child test): the warehouse in steps, until
 /// SIGTERM; then it writes what it handled into the story's `handled_` table.
@@ -64,6 +65,9 @@ pub async fn steps_consumer<B: Broker>() {
         warehouse,
     )
     .batch_size(var(BATCH).parse().unwrap_or(10))
+    .steps_together(var(TOGETHER) == "true")
+    // Side by side, each kill redelivers the whole batch in hand.
+    .max_deliveries(if var(TOGETHER) == "true" { 20 } else { 5 })
     .backoff(Duration::from_millis(50), Duration::from_millis(200));
     // Spawned, as a service would: a consumer in steps is `Send`.
     let handled = tokio::spawn(consumer.run(guestlist_consumer::shutdown_signal()))

@@ -1,0 +1,195 @@
+//! A batch of messages' steps side by side, journaled together (DESIGN 4d): each message's run
+//! as on its own, but what each writes goes on the batch's shared transaction
+//! ([`crate::steps::group`]), one commit per step of the batch.
+
+use std::sync::Arc;
+
+use guestlist_core::{Claim, HandlerName, MessageId};
+use sqlx::Pool;
+
+use super::Stepped;
+use crate::backend::Backend;
+use crate::inbox::Inbox;
+use crate::inbox::process::ProcessError;
+use crate::steps::group::Group;
+use crate::steps::{Run, RunOf, Steps, claim_run, end_lease, read_journal};
+use crate::{Error, WorkError};
+
+/// How a run's claim on the batch's transaction ended.
+enum Claimed {
+    /// This run holds the message; its journal so far.
+    Holds(i64, Vec<crate::backend::steps::JournalRow>),
+    /// Another run holds it, for this long yet.
+    Held(std::time::Duration),
+    /// The inbox holds the message already.
+    Handled,
+}
+
+impl<DB: Backend> Inbox<DB> {
+    /// Runs the steps of a batch of messages side by side, journaled together: each message as
+    /// [`Inbox::process_steps`] runs it (its run claimed under a lease, its finished steps
+    /// replayed, the rest run and journaled, its final work committed with its claim), but
+    /// what the runs write goes on one transaction the batch shares, each run's database step
+    /// and final work inside a savepoint of its own. The transaction commits once every run
+    /// still going waits for it, so a batch costs one commit per step, not one per step of each
+    /// message; a run goes on to its next step only once its last one is committed.
+    ///
+    /// The messages' external calls run at the same time (a batch of slow calls takes about as
+    /// long as one), and the runs are in no order with each other. What each message came to
+    /// is returned in the order given. A failure of one message's own (its step, its final
+    /// work) is its alone; a failure of the database's on the shared transaction fails every
+    /// run with a part on it ([`Error::RolledBackWithBatch`] for the others), and each message's
+    /// next run resumes after what was committed.
+    ///
+    /// Each run is given as the message's id with its own `work` and `finish`, as
+    /// [`Inbox::process_steps`] takes them (build them per message, owning what they use: a
+    /// closure called once per message would make the batch's future not `Send`, a rustc
+    /// limitation).
+    pub async fn process_steps_batch<S, T, E, W, F>(
+        &self,
+        pool: &Pool<DB>,
+        handler: &HandlerName,
+        runs: impl IntoIterator<Item = (MessageId, W, F)>,
+    ) -> Vec<Result<Stepped<T>, ProcessError<E>>>
+    where
+        W: AsyncFnOnce(&mut Steps<DB>) -> Result<S, E>,
+        F: AsyncFnOnce(&mut DB::Connection, S) -> Result<T, E>,
+        E: WorkError,
+    {
+        let runs: Vec<(MessageId, W, F)> = runs.into_iter().collect();
+        let group = Group::new(pool.clone(), runs.len());
+        let runs = runs.into_iter().map(|(id, work, finish)| {
+            let group = &group;
+            async move {
+                let done = self
+                    .run_in_group(pool, group, handler, &id, work, finish)
+                    .await;
+                group.leave().await;
+                done
+            }
+        });
+        futures_util::future::join_all(runs).await
+    }
+
+    /// One message's run of a batch's, on the batch's `group`.
+    async fn run_in_group<S, T, E, W, F>(
+        &self,
+        pool: &Pool<DB>,
+        group: &Arc<Group<DB>>,
+        handler: &HandlerName,
+        id: &MessageId,
+        work: W,
+        finish: F,
+    ) -> Result<Stepped<T>, ProcessError<E>>
+    where
+        W: AsyncFnOnce(&mut Steps<DB>) -> Result<S, E>,
+        F: AsyncFnOnce(&mut DB::Connection, S) -> Result<T, E>,
+        E: WorkError,
+    {
+        let lease_ms = self.step_lease_ms();
+        // No first look at the inbox here: the journal's read asks it, and a duplicate's run
+        // row goes again on the same commit as the batch's claims.
+        let of = RunOf::message(handler, id);
+        let mut part = group.enter(false).await?;
+        let claimed = match self.claim_in(part.conn(), &of, lease_ms).await {
+            Ok(claimed) => claimed,
+            Err(err) => {
+                part.undo().await;
+                return Err(err.into());
+            }
+        };
+        part.keep().await?;
+        let (token, journal) = match claimed {
+            Claimed::Holds(token, journal) => (token, journal),
+            Claimed::Held(retry_after) => return Ok(Stepped::InFlight { retry_after }),
+            Claimed::Handled => return Ok(Stepped::Duplicate),
+        };
+        let mut steps = self.steps_of(pool, of, token, journal, Some(Arc::clone(group)));
+        let fence = steps.fence();
+        let ran = match work(&mut steps).await {
+            Ok(ran) => ran,
+            Err(err) => {
+                give_back_in(group, &fence).await;
+                return Err(ProcessError::Handler(err));
+            }
+        };
+        let mut part = group.enter(true).await?;
+        let claimed = match fence.guard(part.conn()).await {
+            Ok(()) => self.claim(part.conn(), handler, id).await,
+            Err(err) => Err(err),
+        };
+        match claimed {
+            Ok(Claim::Duplicate) => {
+                part.undo().await;
+                return Ok(Stepped::Duplicate);
+            }
+            Ok(_) => {}
+            Err(err) => {
+                part.undo().await;
+                return Err(err.into());
+            }
+        }
+        let output = match finish(part.conn(), ran).await {
+            Ok(output) => output,
+            Err(err) => {
+                part.undo().await;
+                give_back_in(group, &fence).await;
+                return Err(ProcessError::Handler(err));
+            }
+        };
+        match self
+            .settle_journal(part.conn(), &fence.run, fence.token)
+            .await
+        {
+            Ok(()) => {
+                part.keep().await?;
+                Ok(Stepped::Ran(output))
+            }
+            Err(err) => {
+                part.undo().await;
+                Err(err.into())
+            }
+        }
+    }
+
+    /// Claims `of`'s run on the batch's transaction and reads its journal.
+    async fn claim_in(
+        &self,
+        conn: &mut DB::Connection,
+        of: &RunOf,
+        lease_ms: i64,
+    ) -> Result<Claimed, Error> {
+        let sql = &*self.steps;
+        let token = match claim_run::<DB>(conn, sql, of, lease_ms).await? {
+            Run::Holds(token) => token,
+            Run::Held(retry_after) => return Ok(Claimed::Held(retry_after)),
+        };
+        match read_journal::<DB>(conn, sql, of).await? {
+            Some(journal) => Ok(Claimed::Holds(token, journal)),
+            None => {
+                self.settle_journal(conn, of, token).await?;
+                Ok(Claimed::Handled)
+            }
+        }
+    }
+}
+
+/// Ends the lease of a run whose work failed, on the batch's transaction, so that the next
+/// delivery resumes at once. Best effort: a lease left runs out by itself.
+async fn give_back_in<DB: Backend>(group: &Arc<Group<DB>>, steps: &Steps<DB>) {
+    let ended = match group.enter(false).await {
+        Ok(mut part) => {
+            match end_lease::<DB>(part.conn(), &steps.sql, &steps.run, steps.token).await {
+                Ok(()) => part.keep().await,
+                Err(err) => {
+                    part.undo().await;
+                    Err(err)
+                }
+            }
+        }
+        Err(err) => Err(err),
+    };
+    if let Err(err) = ended {
+        tracing::debug!(error = %err, "cannot give a failed run's lease back; it runs out by itself");
+    }
+}

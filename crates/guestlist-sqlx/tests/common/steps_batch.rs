@@ -1,0 +1,176 @@
+//! A batch's steps journaled together (`Inbox::process_steps_batch`) on every backend: each
+//! message's steps run once, a message whose step fails is the only one to fail, and its next
+//! run resumes after what the batch committed. Effects are counted at each place.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use guestlist_sqlx::{MessageId, ProcessError, Stepped, Steps};
+use guestlist_testkit::Fixture;
+
+use super::harness::{Harness, handler};
+
+/// Calls an external step made, by message and step.
+#[derive(Default)]
+struct Calls(Mutex<HashMap<(String, &'static str), u64>>);
+
+impl Calls {
+    fn call(&self, id: &MessageId, step: &'static str) -> String {
+        let mut calls = self.0.lock().unwrap();
+        let n = calls.entry((id.to_string(), step)).or_default();
+        *n += 1;
+        format!("{step}:{id}:{n}")
+    }
+
+    fn of(&self, id: &MessageId, step: &'static str) -> u64 {
+        let calls = self.0.lock().unwrap();
+        calls.get(&(id.to_string(), step)).copied().unwrap_or(0)
+    }
+}
+
+/// Three steps: charge (external), pick (a pick task, in the database), email (external, which
+/// fails for the ids in `bouncing`); the final work sets the order to PICKING.
+async fn three_steps<DB: Fixture>(
+    h: &Harness<DB>,
+    steps: &mut Steps<DB>,
+    id: &MessageId,
+    calls: &Calls,
+    bouncing: &Mutex<Vec<MessageId>>,
+) -> anyhow::Result<String> {
+    let charge: String = steps
+        .external("charge", || async {
+            Ok::<_, anyhow::Error>(calls.call(id, "charge"))
+        })
+        .await?;
+    let pick = h.pick_sql(id).split("; ").nth(1).unwrap().to_owned();
+    steps
+        .database("pick", async |tx| DB::exec(tx, pick).await.map(drop))
+        .await?;
+    steps
+        .external("email", || async {
+            anyhow::ensure!(
+                !bouncing.lock().unwrap().contains(id),
+                "the address bounces"
+            );
+            Ok::<_, anyhow::Error>(calls.call(id, "email"))
+        })
+        .await?;
+    Ok(charge)
+}
+
+/// Eight messages in one batch: each runs its three steps once and commits; the same batch
+/// again is eight duplicates that run nothing. One message whose email bounces fails alone,
+/// keeps its charge and its pick task, and its next run (in the next batch) resumes at the
+/// email: no second charge, no second pick task.
+pub async fn a_batchs_steps_journaled_together_run_once_and_fail_alone<DB: Fixture>(name: &str) {
+    let h = Harness::<DB>::new(name).await;
+    let warehouse = handler("warehouse");
+    let ids: Vec<MessageId> = (0..8)
+        .map(|n| MessageId::new(format!("evt_b{n}")).unwrap())
+        .collect();
+    let calls = Calls::default();
+    let bouncing = Mutex::new(vec![ids[3].clone()]);
+    let picked = format!(
+        "UPDATE {} SET status = 'PICKING' WHERE id = {}",
+        h.orders(),
+        super::harness::ORDER
+    );
+    let run = async || {
+        let runs = ids.iter().map(|id| {
+            let (h, calls, bouncing, picked) = (&h, &calls, &bouncing, picked.clone());
+            (
+                id.clone(),
+                async move |steps: &mut Steps<DB>| three_steps(h, steps, id, calls, bouncing).await,
+                async move |tx: &mut DB::Connection, charge: String| {
+                    DB::exec(tx, picked).await?;
+                    Ok::<_, anyhow::Error>(charge)
+                },
+            )
+        });
+        h.inbox.process_steps_batch(&h.pool, &warehouse, runs).await
+    };
+    let first = run().await;
+    for (n, (id, done)) in ids.iter().zip(&first).enumerate() {
+        if n == 3 {
+            assert!(
+                matches!(done, Err(ProcessError::Handler(e)) if e.to_string().contains("email")),
+                "{id}: {done:?}"
+            );
+        } else {
+            let expected = format!("charge:{id}:1");
+            assert!(
+                matches!(done, Ok(Stepped::Ran(c)) if *c == expected),
+                "{id}: {done:?}"
+            );
+        }
+        assert_eq!(calls.of(id, "charge"), 1, "{id}: one charge");
+        assert_eq!(h.picks_for(id).await, 1, "{id}: one pick task");
+    }
+    assert_eq!(h.inbox_rows().await, 7, "seven handled");
+    bouncing.lock().unwrap().clear();
+    let second = run().await;
+    for (n, (id, done)) in ids.iter().zip(&second).enumerate() {
+        if n == 3 {
+            let expected = format!("charge:{id}:1");
+            assert!(
+                matches!(done, Ok(Stepped::Ran(c)) if *c == expected),
+                "{id}: resumed, the charge replayed: {done:?}"
+            );
+            assert_eq!(calls.of(id, "email"), 1, "{id}: the email ran now");
+        } else {
+            assert!(matches!(done, Ok(Stepped::Duplicate)), "{id}: {done:?}");
+        }
+        assert_eq!(calls.of(id, "charge"), 1, "{id}: still one charge");
+        assert_eq!(h.picks_for(id).await, 1, "{id}: still one pick task");
+    }
+    let journal = format!("SELECT count(*) FROM {}_steps", h.inbox.table());
+    assert_eq!(
+        h.scalar(journal).await,
+        0,
+        "every journal went with its commit"
+    );
+    assert_eq!(h.inbox_rows().await, 8);
+}
+
+/// A database step that fails for one message of a batch rolls back to its savepoint: the
+/// others' writes on the shared transaction commit, and its own next run resumes there.
+pub async fn a_failed_database_step_in_a_batch_rolls_back_alone<DB: Fixture>(name: &str) {
+    let h = Harness::<DB>::new(name).await;
+    let warehouse = handler("warehouse");
+    let ids: Vec<MessageId> = (0..4)
+        .map(|n| MessageId::new(format!("evt_d{n}")).unwrap())
+        .collect();
+    let broken = ids[1].clone();
+    let runs = ids.iter().map(|id| {
+        let pick = h.pick_sql(id).split("; ").nth(1).unwrap().to_owned();
+        let sql = if *id == broken {
+            // Writes a pick task, then fails: the write must not stay.
+            format!("{pick}; INSERT INTO no_such_table_here VALUES (1)")
+        } else {
+            pick
+        };
+        (
+            id.clone(),
+            async move |steps: &mut Steps<DB>| {
+                steps
+                    .database("pick", async |tx| DB::exec(tx, sql).await.map(drop))
+                    .await?;
+                Ok::<_, anyhow::Error>(())
+            },
+            async |_tx: &mut DB::Connection, ()| Ok::<_, anyhow::Error>(()),
+        )
+    });
+    let first = h.inbox.process_steps_batch(&h.pool, &warehouse, runs).await;
+    for (id, done) in ids.iter().zip(&first) {
+        if *id == broken {
+            assert!(
+                matches!(done, Err(ProcessError::Handler(_))),
+                "{id}: {done:?}"
+            );
+            assert_eq!(h.picks_for(id).await, 0, "{id}: its write rolled back");
+        } else {
+            assert!(matches!(done, Ok(Stepped::Ran(()))), "{id}: {done:?}");
+            assert_eq!(h.picks_for(id).await, 1, "{id}: one pick task");
+        }
+    }
+}
