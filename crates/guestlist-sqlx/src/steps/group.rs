@@ -34,6 +34,10 @@ pub(crate) struct Group<DB: Backend> {
 struct Shared<DB: Backend> {
     tx: Option<Transaction<'static, DB>>,
     generation: u64,
+    /// A part was dropped before it was kept or undone (its run's future cancelled: a
+    /// timeout): what it wrote is on the transaction without its journal row, so the
+    /// transaction must not commit.
+    poisoned: bool,
 }
 
 /// The runs still going, and those of them waiting for a commit.
@@ -50,6 +54,7 @@ impl<DB: Backend> Group<DB> {
             shared: Arc::new(tokio::sync::Mutex::new(Shared {
                 tx: None,
                 generation: 1,
+                poisoned: false,
             })),
             counts: Mutex::new(Counts {
                 active: runs,
@@ -77,6 +82,7 @@ impl<DB: Backend> Group<DB> {
             group: Arc::clone(self),
             shared,
             isolated,
+            ended: false,
         };
         if isolated {
             savepoint::<DB>(part.conn(), "SAVEPOINT guestlist_run").await?;
@@ -141,20 +147,42 @@ impl<DB: Backend> Group<DB> {
         let Some(tx) = shared.tx.take() else {
             return;
         };
-        let generation = shared.generation;
+        let failed = match (failed, std::mem::take(&mut shared.poisoned)) {
+            (None, true) => Some(Error::RolledBackWithBatch),
+            (failed, _) => failed,
+        };
+        let mut told = Told {
+            group: self,
+            generation: shared.generation,
+            error: Some(Error::RolledBackWithBatch),
+        };
         shared.generation += 1;
-        let ended = match failed {
-            None => tx.commit().await.map_err(Error::from_commit),
+        told.error = match failed {
+            None => tx.commit().await.map_err(Error::from_commit).err(),
             Some(err) => {
                 let _ = tx.rollback().await;
-                Err(err)
+                Some(err)
             }
         };
-        if let Err(err) = ended {
-            let failed = &mut self.failed.lock().unwrap_or_else(|e| e.into_inner());
-            failed.push((generation, Arc::new(err)));
+    }
+}
+
+/// Tells the waiters of a generation how its end went, when dropped: also where the end was
+/// cut off (the future running it cancelled mid-commit), as a failure, so that nobody waits for
+/// a generation that will never be told.
+struct Told<'g, DB: Backend> {
+    group: &'g Group<DB>,
+    generation: u64,
+    error: Option<Error>,
+}
+
+impl<DB: Backend> Drop for Told<'_, DB> {
+    fn drop(&mut self) {
+        if let Some(err) = self.error.take() {
+            let failed = &mut self.group.failed.lock().unwrap_or_else(|e| e.into_inner());
+            failed.push((self.generation, Arc::new(err)));
         }
-        self.committed.send_replace(generation);
+        self.group.committed.send_replace(self.generation);
     }
 }
 
@@ -164,6 +192,16 @@ pub(crate) struct Part<DB: Backend> {
     group: Arc<Group<DB>>,
     shared: tokio::sync::OwnedMutexGuard<Shared<DB>>,
     isolated: bool,
+    /// Kept, undone or abandoned: dropped otherwise, it poisons the shared transaction.
+    ended: bool,
+}
+
+impl<DB: Backend> Drop for Part<DB> {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.shared.poisoned = true;
+        }
+    }
 }
 
 impl<DB: Backend> Part<DB> {
@@ -179,14 +217,16 @@ impl<DB: Backend> Part<DB> {
         }
         let generation = self.shared.generation;
         let group = Arc::clone(&self.group);
+        self.ended = true;
         drop(self);
         group.wait(generation).await
     }
 
     /// Leaves a part that wrote nothing (not isolated: no savepoint to release), without
     /// waiting for the commit.
-    pub(crate) fn abandon(self) {
+    pub(crate) fn abandon(mut self) {
         debug_assert!(!self.isolated, "an isolated part is undone, not abandoned");
+        self.ended = true;
     }
 
     /// Undoes the part, which failed: back to its savepoint, or (not isolated) the whole shared
@@ -199,9 +239,11 @@ impl<DB: Backend> Part<DB> {
                 Err(err) => Err(err),
             };
             if released.is_ok() {
+                self.ended = true;
                 return;
             }
         }
+        self.ended = true;
         let group = Arc::clone(&self.group);
         group
             .end(&mut self.shared, Some(Error::RolledBackWithBatch))

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use guestlist_sqlx::{MessageId, ProcessError, Stepped, Steps};
 use guestlist_testkit::Fixture;
@@ -172,5 +173,66 @@ pub async fn a_failed_database_step_in_a_batch_rolls_back_alone<DB: Fixture>(nam
             assert!(matches!(done, Ok(Stepped::Ran(()))), "{id}: {done:?}");
             assert_eq!(h.picks_for(id).await, 1, "{id}: one pick task");
         }
+    }
+}
+
+/// A database step whose future is dropped mid-write (its handler timed out inside it) leaves
+/// its write on the batch's shared transaction without its journal row: that transaction must
+/// not commit. The batch's other parts on it fail with it (and resume), and in the end every
+/// message has its pick task exactly once, the cut one included.
+pub async fn a_database_step_cut_mid_write_in_a_batch_commits_nothing_of_it<DB: Fixture>(
+    name: &str,
+) {
+    let h = Harness::<DB>::new(name).await;
+    let warehouse = handler("warehouse");
+    let ids: Vec<MessageId> = (0..4)
+        .map(|n| MessageId::new(format!("evt_c{n}")).unwrap())
+        .collect();
+    let cut = ids[2].clone();
+    // Leases short enough that the second round takes over the runs the first left held (their
+    // give-backs may ride the transaction the cut part poisoned).
+    let inbox = h.inbox.clone().step_lease(Duration::from_millis(300));
+    for round in 0..2 {
+        if round == 1 {
+            tokio::time::sleep(Duration::from_millis(400)).await;
+        }
+        let runs = ids.iter().map(|id| {
+            let pick = h.pick_sql(id).split("; ").nth(1).unwrap().to_owned();
+            let hangs = round == 0 && *id == cut;
+            (
+                id.clone(),
+                async move |steps: &mut Steps<DB>| {
+                    let step = steps.database("pick", async |tx| {
+                        DB::exec(tx, pick).await?;
+                        if hangs {
+                            tokio::time::sleep(Duration::from_secs(30)).await;
+                        }
+                        Ok::<_, anyhow::Error>(())
+                    });
+                    match tokio::time::timeout(Duration::from_millis(200), step).await {
+                        Ok(done) => done?,
+                        Err(_) => anyhow::bail!("the handler timed out inside its step"),
+                    }
+                    Ok::<_, anyhow::Error>(())
+                },
+                async |_tx: &mut DB::Connection, ()| Ok::<_, anyhow::Error>(()),
+            )
+        });
+        let done = inbox.process_steps_batch(&h.pool, &warehouse, runs).await;
+        if round == 0 {
+            assert!(
+                matches!(done[2], Err(ProcessError::Handler(_))),
+                "{:?}",
+                done[2]
+            );
+            assert_eq!(h.picks_for(&cut).await, 0, "the cut write did not commit");
+        } else {
+            for (id, done) in ids.iter().zip(&done) {
+                assert!(matches!(done, Ok(Stepped::Ran(()))), "{id}: {done:?}");
+            }
+        }
+    }
+    for id in &ids {
+        assert_eq!(h.picks_for(id).await, 1, "{id}: one pick task");
     }
 }
