@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use guestlist::inbox::Steps;
 use guestlist::sqlx::{self, AssertSqlSafe, PgPool};
 use guestlist::{HandlerName, Inbox, MessageId};
 
@@ -254,24 +255,7 @@ impl Bench {
                 &self.pool,
                 &self.handler,
                 &message,
-                async |steps| {
-                    let _: String = steps
-                        .external("a", || async { anyhow::Ok(format!("a:{id}")) })
-                        .await?;
-                    steps
-                        .database("reserve", async |tx| {
-                            sqlx::query(AssertSqlSafe(insert))
-                                .bind(id)
-                                .execute(&mut *tx)
-                                .await
-                                .map(drop)
-                        })
-                        .await?;
-                    let _: String = steps
-                        .external("b", || async { anyhow::Ok(format!("b:{id}")) })
-                        .await?;
-                    anyhow::Ok(())
-                },
+                async |steps| three_steps(steps, id, insert).await,
                 async |_tx, ()| anyhow::Ok(()),
             )
             .await?;
@@ -287,24 +271,8 @@ impl Bench {
         let insert = format!("INSERT INTO {PICKS} (event) VALUES ($1)");
         let runs = ids.iter().map(|id| {
             let (event, insert) = (id.to_string(), insert.clone());
-            let work = async move |steps: &mut guestlist::inbox::Steps<sqlx::Postgres>| {
-                let event = event.as_str();
-                let _: String = steps
-                    .external("a", || async { anyhow::Ok(format!("a:{event}")) })
-                    .await?;
-                steps
-                    .database("reserve", async |tx| {
-                        sqlx::query(AssertSqlSafe(insert))
-                            .bind(event)
-                            .execute(&mut *tx)
-                            .await
-                            .map(drop)
-                    })
-                    .await?;
-                let _: String = steps
-                    .external("b", || async { anyhow::Ok(format!("b:{event}")) })
-                    .await?;
-                anyhow::Ok(())
+            let work = async move |steps: &mut Steps<sqlx::Postgres>| {
+                three_steps(steps, &event, insert).await
             };
             (
                 id.clone(),
@@ -345,6 +313,31 @@ impl Bench {
         anyhow::ensure!(done.ran(), "{id}: a duplicate among fresh messages");
         Ok(())
     }
+}
+
+/// The bench's handler: two external no-op steps around a database step that inserts a row
+/// (`insert`, binding `event`).
+async fn three_steps(
+    steps: &mut Steps<sqlx::Postgres>,
+    event: &str,
+    insert: String,
+) -> anyhow::Result<()> {
+    let _: String = steps
+        .external("a", || async { anyhow::Ok(format!("a:{event}")) })
+        .await?;
+    steps
+        .database("reserve", async |tx| {
+            sqlx::query(AssertSqlSafe(insert))
+                .bind(event)
+                .execute(&mut *tx)
+                .await
+                .map(drop)
+        })
+        .await?;
+    let _: String = steps
+        .external("b", || async { anyhow::Ok(format!("b:{event}")) })
+        .await?;
+    anyhow::Ok(())
 }
 
 /// The ratios the guide's Steps chapter quotes: at 16 workers, and at 1 (suffixed).

@@ -13,6 +13,7 @@ use crate::backend::steps::{Done, StepsSql};
 use crate::backend::{Backend, InboxSql};
 use crate::retry::RetryPolicy;
 use crate::scaffold::{clone_without_bound, on_one_table};
+use crate::steps::{DEFAULT_STEP_LEASE, DEFAULT_STEP_RETRY};
 
 mod ask;
 mod dead;
@@ -27,7 +28,6 @@ pub use dead::IncomingDeadLetter;
 pub use deferrals::Deferrals;
 pub use process::{BatchProcessed, ProcessError, Processed};
 pub use stats::{HandlerRows, InboxStats};
-pub(crate) use steps::{DEFAULT_STEP_LEASE, DEFAULT_STEP_RETRY};
 pub use steps::{MidSteps, Stepped};
 
 /// The guest list of a set of message consumers, kept in one table.

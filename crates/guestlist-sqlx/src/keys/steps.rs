@@ -14,8 +14,9 @@ use guestlist_core::{Attempt, Fingerprint, IdempotencyKey, Scope};
 use super::SqlKeyStore;
 use crate::Error;
 use crate::backend::Backend;
-use crate::inbox::{DEFAULT_STEP_LEASE, DEFAULT_STEP_RETRY};
-use crate::steps::{RunOf, Steps, forget, read_journal, seat_run};
+use crate::steps::{
+    DEFAULT_STEP_LEASE, DEFAULT_STEP_RETRY, RunOf, Steps, forget, read_journal, seat_run,
+};
 
 impl<DB: Backend> SqlKeyStore<DB> {
     /// The steps of the request that holds `key` in `scope` as `attempt`: a handler behind the

@@ -21,6 +21,15 @@ mod run;
 
 pub use run::{StepError, Steps};
 
+/// The lease of a run of a message's steps unless
+/// [`Inbox::step_lease`](crate::Inbox::step_lease) sets another; a request's steps journal
+/// under it too (their key's lease keeps their attempts apart).
+pub(crate) const DEFAULT_STEP_LEASE: Duration = Duration::from_secs(30);
+
+/// How long a step that meets an outage or a "not yet" is tried again in the process unless
+/// [`Inbox::step_retry`](crate::Inbox::step_retry) sets another.
+pub(crate) const DEFAULT_STEP_RETRY: Duration = Duration::from_secs(10);
+
 /// The most bytes a step's result takes in the journal, serialized as JSON.
 pub const MAX_STEP_RESULT: usize = 64 * 1024;
 

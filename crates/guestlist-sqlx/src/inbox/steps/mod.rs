@@ -24,13 +24,6 @@ mod mid;
 
 pub use mid::MidSteps;
 
-/// The lease of a run of a message's steps unless [`Inbox::step_lease`] sets another.
-pub(crate) const DEFAULT_STEP_LEASE: Duration = Duration::from_secs(30);
-
-/// How long a step that meets an outage or a "not yet" is tried again in the process unless
-/// [`Inbox::step_retry`] sets another.
-pub(crate) const DEFAULT_STEP_RETRY: Duration = Duration::from_secs(10);
-
 /// What [`Inbox::process_steps`] came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Stepped<T> {
