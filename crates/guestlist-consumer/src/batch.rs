@@ -143,22 +143,40 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
                 }
             }
         }
+        let ready = self.not_held(ready, handled).await?;
         if ready.is_empty() {
             return Ok(false);
         }
-        // One message goes on its own (with the inbox's retries); several, in one transaction,
-        // unless the handler runs in steps.
         if ready.len() > 1
             && self.together
             && let Some(settled) = self.side_by_side(&ready, handled).await
         {
             return settled.map(|()| true);
         }
+        if ready.len() > 1
+            && self.concurrency > 1
+            && let Some(settled) = self.in_lanes(&ready, handled, next).await
+        {
+            return settled.map(|()| true);
+        }
+        self.settle_ready(&ready, handled, next).await?;
+        Ok(true)
+    }
+
+    /// Settles the admitted messages of `ready`: one on its own (with the inbox's retries);
+    /// several in one transaction, unless the handler runs in steps; one by one when that
+    /// transaction fails.
+    pub(crate) async fn settle_ready<D: Delivery, F: Future>(
+        &self,
+        ready: &[(Arc<D>, Arc<Message>)],
+        handled: &mut Handled,
+        next: &mut Next<F>,
+    ) -> Result<(), Held<D>> {
         let carried = if ready.len() > 1 && self.handler.batches() {
-            match self.in_one_transaction(&ready, next).await {
+            match self.in_one_transaction(ready, next).await {
                 Batched::Committed(fresh) => {
-                    self.settle_committed(&ready, &fresh, handled).await;
-                    return Ok(true);
+                    self.settle_committed(ready, &fresh, handled).await;
+                    return Ok(());
                 }
                 // Its outcome unknown: one by one, each finds out (fresh, or a duplicate).
                 Batched::CommitFailed => None,
@@ -167,8 +185,7 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
         } else {
             None
         };
-        self.all_one_by_one(&ready, carried, handled).await?;
-        Ok(true)
+        self.all_one_by_one(ready, carried, handled).await
     }
 
     /// The message of `delivery`, to be handled; `None` when it was settled here instead: no
@@ -197,6 +214,7 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
                     handled.duplicates += 1;
                     self.count("duplicate", 1);
                     self.ack(delivery.as_ref()).await;
+                    self.done_with(delivery.as_ref(), &id).await;
                     return Ok(None);
                 }
                 let why = format!(
@@ -239,7 +257,7 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
             } else {
                 "duplicate"
             });
-            self.forget_deferrals(delivery.as_ref(), &message.id).await;
+            self.done_with(delivery.as_ref(), &message.id).await;
         }
     }
 
@@ -266,7 +284,14 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
                     self.settle_failure(delivery.as_ref(), message, failure, deferred, handled)
                         .await
                 }
-                None => self.one_by_one(delivery.as_ref(), message, handled).await,
+                // A message whose key went back earlier in the batch waits behind it.
+                None => match self.must_wait(delivery.as_ref(), message, &[]) {
+                    Some(wait) => {
+                        self.wait_behind(delivery.as_ref(), message, wait, handled)
+                            .await
+                    }
+                    None => self.one_by_one(delivery.as_ref(), message, handled).await,
+                },
             };
             if let Err(outage) = settled {
                 let unsettled = ready[at..].iter().map(|(d, _)| Arc::clone(d)).collect();

@@ -9,9 +9,10 @@ use guestlist_sqlx::{Backend, Health, Inbox, WorkError};
 use sqlx::Pool;
 
 use crate::handled::Handled;
+use crate::held_keys::HeldKeys;
 use crate::runtime::Core;
 use crate::shutdown::Stop;
-use crate::{Error, Handler, IdFrom, InSteps, Message, Source, StepHandler};
+use crate::{Error, Handler, IdFrom, InSteps, KeyFrom, Message, Source, StepHandler};
 
 /// A consumer: a [`Source`] of deliveries, an [`Inbox`] on a pool, and a handler that does its
 /// work on the transaction it is given.
@@ -175,6 +176,9 @@ where
                 health,
                 outage_backoff: (Backoff::DEFAULT_FIRST, Backoff::DEFAULT_MAX),
                 together: false,
+                concurrency: 1,
+                key_from: KeyFrom::default(),
+                held: HeldKeys::default(),
             },
         }
     }
@@ -186,6 +190,38 @@ where
     /// within the broker's ack wait (keep-alives cover a batch in hand, not one waiting).
     pub fn batch_size(mut self, messages: usize) -> Self {
         self.core.batch_size = messages.max(1);
+        self
+    }
+
+    /// How many keys' messages are handled at once (default 1: a batch at a time, in the
+    /// broker's order). Above 1, a batch is split by key ([`keys`](Self::keys)) into up to this
+    /// many lanes, each claimed, handled and committed on a transaction of its own and
+    /// acknowledged after its commit, the lanes at once: a key's messages still run one after
+    /// another in the broker's order, and the next batch starts once every lane is settled. A
+    /// handler that waits on another system (a 10 ms call) then takes about a lane's share of a
+    /// batch's time instead of the whole batch's. Give the pool at least this many connections.
+    ///
+    /// A lane is a transaction of its own: it pays for itself where the handler waits on
+    /// another system, not where it only writes to its database (a batch of quick inserts runs
+    /// fastest as one transaction: leave such a consumer at 1). On SQLite, whose writers take
+    /// turns, lanes run one after another: there a handler in steps (whose calls run outside any
+    /// transaction) is the way to wait on several systems at once.
+    ///
+    /// A message that fails or defers goes back to the broker as before, and the later
+    /// messages of its key wait behind it (sent back to come again after it, uncounted) while
+    /// every other key flows. On Kafka a record handed back is then kept in memory and handed
+    /// out again after its delay, instead of its partition being sought back to it; the
+    /// partition's committed offset stays below it until it is done.
+    pub fn concurrency(mut self, keys: usize) -> Self {
+        self.core.concurrency = keys.max(1);
+        self
+    }
+
+    /// Where a message's ordering key comes from (default [`KeyFrom::Broker`]: a Kafka record's
+    /// key, an SQS FIFO message's group; NATS and RabbitMQ messages then have none, and keep the
+    /// broker's order).
+    pub fn keys(mut self, from: KeyFrom) -> Self {
+        self.core.key_from = from;
         self
     }
 
@@ -318,6 +354,9 @@ where
             mut core,
         } = self;
         core.ack_wait = source.ack_wait();
+        if core.concurrency > 1 {
+            source.order_by_key();
+        }
         if let Some(limit) = source.max_deliveries() {
             core.max_deliveries = limit.max(1);
         }

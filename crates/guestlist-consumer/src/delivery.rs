@@ -104,6 +104,16 @@ pub trait Source: Send + Sync + 'static {
     /// bounds it. The inbox's retention must outlive it.
     fn redelivery_horizon(&self) -> Option<Duration>;
 
+    /// The consumer orders messages by key itself ([`Consumer::concurrency`] above one): a
+    /// message handed back goes back alone, and the consumer keeps its key's later messages
+    /// waiting behind it, rather than the source taking the rest of its partition back with it
+    /// (Kafka then parks a record handed back in memory, and hands it out again after its delay,
+    /// while its partition goes on). Nothing by default: the other brokers hand a message back
+    /// alone anyway.
+    ///
+    /// [`Consumer::concurrency`]: crate::Consumer::concurrency
+    fn order_by_key(&mut self) {}
+
     /// The delivery count at which the broker dead-letters a message by itself, where it is
     /// set to (an SQS queue's redrive policy): the consumer then dead-letters at that count
     /// instead of its own [`max_deliveries`](crate::Consumer::max_deliveries), leaving the

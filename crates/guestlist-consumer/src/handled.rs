@@ -17,4 +17,19 @@ pub struct Handled {
     pub deferred: u64,
     /// Messages moved to the dead-letter place.
     pub dead_lettered: u64,
+    /// Deliveries sent back to wait behind an earlier message of their key that went back
+    /// itself (failed or deferred), without counting against them.
+    pub held_back: u64,
+}
+
+impl std::ops::AddAssign for Handled {
+    fn add_assign(&mut self, other: Self) {
+        self.delivered += other.delivered;
+        self.fresh += other.fresh;
+        self.duplicates += other.duplicates;
+        self.failed += other.failed;
+        self.deferred += other.deferred;
+        self.dead_lettered += other.dead_lettered;
+        self.held_back += other.held_back;
+    }
 }

@@ -8,8 +8,9 @@ use guestlist_core::{HandlerName, Retention};
 use guestlist_sqlx::{Backend, Health, Inbox};
 use sqlx::Pool;
 
+use crate::held_keys::HeldKeys;
 use crate::keep_alive::KeepAlive;
-use crate::{Delivery, Handler, IdFrom};
+use crate::{Delivery, Handler, IdFrom, KeyFrom};
 
 /// What a consumer needs besides its source: the store, the handler and the settings.
 pub(crate) struct Core<DB: Backend, H> {
@@ -33,6 +34,12 @@ pub(crate) struct Core<DB: Backend, H> {
     pub(crate) outage_backoff: (Duration, Duration),
     /// Whether a batch's messages in steps run side by side, journaled together.
     pub(crate) together: bool,
+    /// How many keys' messages are handled at once.
+    pub(crate) concurrency: usize,
+    /// Where a message's ordering key comes from.
+    pub(crate) key_from: KeyFrom,
+    /// The keys whose later messages wait behind one that went back.
+    pub(crate) held: HeldKeys,
 }
 
 impl<DB: Backend, H: Handler<DB>> Core<DB, H> {

@@ -37,7 +37,7 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
             // uncounted, to be a duplicate then.
             message.outcome("withdrawn");
             tracing::info!(handler = %self.name, id = %message.id, error = %failure, "another run took the message over; it comes back later");
-            self.hand_back(delivery, self.backoff.0).await;
+            self.hand_back(delivery, &message.id, self.backoff.0).await;
             return Ok(());
         }
         let failed = self.failed_deliveries(delivery, &message.id).await?;
@@ -54,7 +54,7 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
             message.outcome("failed");
             let delay = self.delay(failed);
             tracing::warn!(handler = %self.name, id = %message.id, error = %failure, ?delay, "handler failed; the message comes back later");
-            self.hand_back(delivery, delay).await;
+            self.hand_back(delivery, &message.id, delay).await;
         }
         Ok(())
     }
@@ -76,7 +76,7 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
                 }
                 // Uncounted, it must not pass for a deferral: back it goes as after a store failure.
                 tracing::warn!(handler = %self.name, id = %message.id, error = %err, "cannot count a deferral; the message comes back later");
-                let _ = delivery.nak(self.backoff.0).await;
+                self.hand_back(delivery, &message.id, self.backoff.0).await;
                 return Ok(());
             }
         };
@@ -95,13 +95,26 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
         handled.deferred += 1;
         self.count("deferred", 1);
         tracing::info!(handler = %self.name, id = %message.id, reason = deferral.reason(), ?delay, deferrals = deferrals.count, "not yet; the message comes back later");
-        self.hand_back(delivery, delay).await;
+        self.hand_back(delivery, &message.id, delay).await;
         Ok(())
     }
 
-    /// Hands the message back to be delivered again after `delay`; where the broker refuses,
-    /// it redelivers after its ack wait anyway.
-    async fn hand_back<D: Delivery>(&self, delivery: &D, delay: Duration) {
+    /// Hands message `id` back to be delivered again after `delay` (where the broker refuses,
+    /// it redelivers after its ack wait anyway); the later messages of its key wait for it.
+    pub(crate) async fn hand_back<D: Delivery>(
+        &self,
+        delivery: &D,
+        id: &MessageId,
+        delay: Duration,
+    ) {
+        if let Some(key) = self.key_from.key_of(delivery, 0).held() {
+            self.held.hold(key, id, delay);
+        }
+        self.nak(delivery, delay).await;
+    }
+
+    /// Sends `delivery` back for `delay`, logging a refusal.
+    pub(crate) async fn nak<D: Delivery>(&self, delivery: &D, delay: Duration) {
         if let Err(err) = delivery.nak(delay).await {
             tracing::warn!(handler = %self.name, error = %err, "cannot hand the message back; the broker redelivers it after its ack wait");
         }
@@ -148,8 +161,14 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
         }
     }
 
-    /// Forgets a handled message's deferrals, if it may have any.
-    pub(crate) async fn forget_deferrals<D: Delivery>(&self, delivery: &D, id: &MessageId) {
+    /// A message is done with (handled, a duplicate, dead-lettered): its key flows again if it
+    /// was held for it, and its deferrals are forgotten, if it may have any.
+    pub(crate) async fn done_with<D: Delivery>(&self, delivery: &D, id: &MessageId) {
+        if !self.held.is_empty()
+            && let Some(key) = self.key_from.key_of(delivery, 0).held()
+        {
+            self.held.release(key, id);
+        }
         if delivery.delivery_count() <= 1 {
             return; // a first delivery was never deferred
         }
@@ -205,7 +224,7 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
                     "dead-lettered, but not recorded in the inbox's dead letters (run the inbox's migrate to create its table)");
             }
         }
-        self.forget_deferrals(delivery, id).await;
+        self.done_with(delivery, id).await;
     }
 
     /// Moves a delivery to the dead-letter place: `true` once it is there.

@@ -67,14 +67,14 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
                 handled.fresh += 1;
                 self.count("fresh", 1);
                 self.ack(delivery).await;
-                self.forget_deferrals(delivery, &message.id).await;
+                self.done_with(delivery, &message.id).await;
             }
             Ok(Stepped::Duplicate) => {
                 message.outcome("duplicate");
                 handled.duplicates += 1;
                 self.count("duplicate", 1);
                 self.ack(delivery).await;
-                self.forget_deferrals(delivery, &message.id).await;
+                self.done_with(delivery, &message.id).await;
             }
             Ok(Stepped::InFlight { retry_after }) => {
                 // Another run holds the message's steps: "not yet", for what its lease has left.
@@ -94,7 +94,7 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
                 // The store failed, not the message: back it goes, without counting against it.
                 message.outcome("store failed");
                 tracing::warn!(handler = %self.name, id = %message.id, error = %err, "store failed; the message comes back later");
-                let _ = delivery.nak(self.backoff.0).await;
+                self.hand_back(delivery, &message.id, self.backoff.0).await;
             }
         }
         Ok(())

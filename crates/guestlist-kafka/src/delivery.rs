@@ -161,11 +161,23 @@ impl Delivery for KafkaDelivery {
     }
 
     async fn nak(&self, delay: Duration) -> Result<(), BoxError> {
-        if !self.settled.swap(true, Ordering::AcqRel) {
-            self.shared
-                .partitions
-                .rewind(self.partition(), self.offset(), delay, true);
+        if self.settled.swap(true, Ordering::AcqRel) {
+            return Ok(());
         }
+        let shared = &self.shared;
+        if shared.by_key.load(Ordering::Relaxed)
+            && shared.parked.park(self.message.clone(), self.epoch, delay)
+        {
+            // False where its partition moved meanwhile: it is read again from the committed
+            // offset, and the parked copy is dropped when due.
+            shared
+                .partitions
+                .park(self.partition(), self.offset(), self.epoch);
+            return Ok(());
+        }
+        shared
+            .partitions
+            .rewind(self.partition(), self.offset(), self.epoch, delay, true);
         Ok(())
     }
 
@@ -219,7 +231,13 @@ impl Drop for KafkaDelivery {
             partitions.let_go(self.partition(), self.offset());
         } else {
             // Neither done nor handed back: read it again, at once, uncounted.
-            partitions.rewind(self.partition(), self.offset(), Duration::ZERO, false);
+            partitions.rewind(
+                self.partition(),
+                self.offset(),
+                self.epoch,
+                Duration::ZERO,
+                false,
+            );
         }
     }
 }

@@ -30,6 +30,7 @@ use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 
 mod delivery;
+mod parked;
 mod partitions;
 mod poller;
 mod publisher;

@@ -56,6 +56,10 @@ enum Held {
     /// Handed back: the partition is read again from it, and nothing past it is committed
     /// until it is done.
     Awaited,
+    /// Handed back while the consumer orders by key: handed out again from memory after its
+    /// delay (see [`crate::parked`]), its partition going on; nothing past it is committed
+    /// until it is done.
+    Parked,
 }
 
 /// A partition to read again from `offset`, once `resume_at` has come.
@@ -214,15 +218,51 @@ impl Partitions {
         self.settled.notify_all();
     }
 
-    /// Reads `partition` again from `offset` after `delay`: the records in hand from `offset`
-    /// on are withdrawn. `failed` counts the delivery as a failure of the record.
-    pub(crate) fn rewind(&self, partition: i32, offset: i64, delay: Duration, failed: bool) {
+    /// The record at `offset`, handed out under `epoch`, is parked to be handed out again:
+    /// counted as a failure, and not committed past. `false` where its partition moved (or was
+    /// sought back) since: it is read again anyway.
+    pub(crate) fn park(&self, partition: i32, offset: i64, epoch: u64) -> bool {
+        let mut state = self.lock();
+        let Some(p) = state.partitions.get_mut(&partition) else {
+            return false;
+        };
+        if p.epoch != epoch || p.in_hand.get(&offset) != Some(&Held::Out) {
+            return false;
+        }
+        p.in_hand.insert(offset, Held::Parked);
+        *p.failures.entry(offset).or_default() += 1;
+        drop(state);
+        self.settled.notify_all();
+        true
+    }
+
+    /// Reads `partition` again from `offset` (a record handed out under `handed`) after
+    /// `delay`: the records in hand from `offset` on are withdrawn. `failed` counts the delivery
+    /// as a failure of the record.
+    ///
+    /// A record whose partition was sought back (or moved) since it was handed out is read
+    /// again anyway: its failure is counted, but it moves no rewind (a rewind to it would drop
+    /// the earlier one, and with it the record that rewind waits for).
+    pub(crate) fn rewind(
+        &self,
+        partition: i32,
+        offset: i64,
+        handed: u64,
+        delay: Duration,
+        failed: bool,
+    ) {
         let mut state = self.lock();
         state.last_epoch += 1;
         let epoch = state.last_epoch;
         let Some(p) = state.partitions.get_mut(&partition) else {
             return; // revoked meanwhile: the next owner starts from the committed offset
         };
+        if p.epoch != handed {
+            if failed {
+                *p.failures.entry(offset).or_default() += 1;
+            }
+            return;
+        }
         p.epoch = epoch;
         p.rewinding = true;
         p.in_hand.retain(|o, _| *o < offset);
@@ -300,8 +340,10 @@ mod tests {
         partitions.assigned([0]);
         let epoch = handed(&partitions, 0, 0..3);
         partitions.settle(0, 0);
-        partitions.rewind(0, 1, Duration::ZERO, true);
+        partitions.rewind(0, 1, epoch, Duration::ZERO, true);
         assert!(partitions.withdrawn(0, epoch));
+        // The record after it fails too, run before it knew: the rewind stays at the first.
+        partitions.rewind(0, 2, epoch, Duration::ZERO, true);
         assert_eq!(
             partitions.epoch_for_poll(0),
             None,
@@ -324,9 +366,9 @@ mod tests {
     fn nothing_past_a_handed_back_record_is_committed_until_it_is_done() {
         let partitions = Partitions::default();
         partitions.assigned([0]);
-        handed(&partitions, 0, 0..3);
+        let epoch = handed(&partitions, 0, 0..3);
         partitions.settle(0, 0);
-        partitions.rewind(0, 1, Duration::ZERO, true);
+        partitions.rewind(0, 1, epoch, Duration::ZERO, true);
         partitions.rewound(0);
         // As if the seek had failed: the record after the handed-back one comes first.
         let epoch = partitions.epoch_for_poll(0).unwrap();
@@ -335,6 +377,32 @@ mod tests {
         assert_eq!(partitions.to_commit(), vec![(0, 1)]);
         partitions.hand_out(0, 1, epoch).unwrap();
         partitions.settle(0, 1);
+        assert_eq!(partitions.to_commit(), vec![(0, 3)]);
+    }
+
+    #[test]
+    fn a_parked_record_holds_the_commit_but_not_its_partition() {
+        let partitions = Partitions::default();
+        partitions.assigned([0]);
+        let epoch = handed(&partitions, 0, 0..3);
+        assert!(partitions.park(0, 0, epoch));
+        assert!(
+            !partitions.withdrawn(0, epoch),
+            "the records after it stay in hand"
+        );
+        partitions.settle(0, 1);
+        partitions.settle(0, 2);
+        assert_eq!(
+            partitions.to_commit(),
+            vec![],
+            "nothing past a parked record"
+        );
+        assert_eq!(
+            partitions.hand_out(0, 0, epoch),
+            Some(1),
+            "one failure before"
+        );
+        partitions.settle(0, 0);
         assert_eq!(partitions.to_commit(), vec![(0, 3)]);
     }
 

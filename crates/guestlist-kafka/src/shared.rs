@@ -1,10 +1,12 @@
 //! What a source, its poll thread and its deliveries share.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 use rdkafka::consumer::BaseConsumer;
 use rdkafka::producer::FutureProducer;
 
+use crate::parked::Parked;
 use crate::partitions::Partitions;
 use crate::rebalance::Rebalancing;
 
@@ -17,4 +19,9 @@ pub(crate) struct Shared {
     pub(crate) dead_letter_topic: String,
     /// Whether the broker id is the record's key rather than its `message-id` header.
     pub(crate) id_in_key: bool,
+    /// Whether the consumer orders by key itself: a record handed back is parked, not sought
+    /// back to.
+    pub(crate) by_key: AtomicBool,
+    /// The records parked.
+    pub(crate) parked: Parked,
 }

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use guestlist_consumer::{BoxError, Source};
 use rdkafka::ClientConfig;
@@ -14,6 +14,7 @@ use tokio::sync::mpsc;
 
 use crate::Error;
 use crate::delivery::KafkaDelivery;
+use crate::parked::Parked;
 use crate::partitions::Partitions;
 use crate::poller::{self, Polled};
 use crate::rebalance::Rebalancing;
@@ -108,6 +109,20 @@ impl KafkaSource {
         true
     }
 
+    /// Up to `max` parked records whose delay is over, handed out again (those whose partition
+    /// moved meanwhile are dropped: they are read again from the committed offset).
+    fn parked_due(&self, max: usize) -> Vec<KafkaDelivery> {
+        let Some(shared) = &self.shared else {
+            return Vec::new();
+        };
+        shared
+            .parked
+            .due(max)
+            .into_iter()
+            .filter_map(|(message, epoch)| self.delivery(Polled { message, epoch }))
+            .collect()
+    }
+
     fn delivery(&self, polled: Polled) -> Option<KafkaDelivery> {
         let shared = self.shared.as_ref()?;
         let (partition, offset) = (polled.message.partition(), polled.message.offset());
@@ -198,6 +213,8 @@ impl KafkaSourceBuilder {
             dead_letters,
             dead_letter_topic,
             id_in_key: self.id_in_key,
+            by_key: AtomicBool::new(false),
+            parked: Parked::default(),
         });
         let (sender, records) = mpsc::channel(1024);
         let stop = Arc::new(AtomicBool::new(false));
@@ -222,8 +239,21 @@ impl Source for KafkaSource {
     type Delivery = KafkaDelivery;
 
     async fn fetch(&mut self, max: usize) -> Result<Vec<KafkaDelivery>, BoxError> {
-        // The first record may wait; the rest of a batch is whatever has already been polled.
-        let first = match tokio::time::timeout(self.fetch_wait, self.records.recv()).await {
+        let parked = self.parked_due(max);
+        if !parked.is_empty() {
+            return Ok(parked);
+        }
+        // The first record may wait (no longer than the next parked one); the rest of a batch is
+        // whatever has already been polled.
+        let wait = self
+            .shared
+            .as_ref()
+            .and_then(|shared| shared.parked.next_due())
+            .map_or(self.fetch_wait, |due| {
+                due.saturating_duration_since(Instant::now())
+                    .min(self.fetch_wait)
+            });
+        let first = match tokio::time::timeout(wait, self.records.recv()).await {
             Ok(Some(first)) => first,
             Ok(None) => return Err(POLL_STOPPED.into()),
             Err(_) => return Ok(Vec::new()),
@@ -238,7 +268,7 @@ impl Source for KafkaSource {
     }
 
     async fn fetch_ready(&mut self, max: usize) -> Result<Vec<KafkaDelivery>, BoxError> {
-        let mut deliveries = Vec::with_capacity(max);
+        let mut deliveries = self.parked_due(max);
         while deliveries.len() < max {
             match self.records.try_recv() {
                 Ok(polled) => deliveries.extend(self.delivery(polled)),
@@ -247,6 +277,12 @@ impl Source for KafkaSource {
             }
         }
         Ok(deliveries)
+    }
+
+    fn order_by_key(&mut self) {
+        if let Some(shared) = &self.shared {
+            shared.by_key.store(true, Ordering::Relaxed);
+        }
     }
 
     fn ack_wait(&self) -> Option<Duration> {

@@ -45,6 +45,8 @@ pub trait Fixture: Backend {
     const PURGE_LOCK: bool;
     /// Whether two transactions can lock rows in opposite orders (and so deadlock).
     const ROW_LOCKS: bool;
+    /// Whether two transactions can write at once (not SQLite: one writer at a time).
+    const CONCURRENT_WRITERS: bool = Self::ROW_LOCKS;
     /// A `COMMIT` as sqlx sends it over the wire, for a [`FaultProxy`](fault_proxy::FaultProxy)
     /// to trap; `None` for an embedded database, which has no wire.
     const COMMIT_FRAME: Option<&'static [u8]>;

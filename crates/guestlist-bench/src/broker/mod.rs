@@ -10,7 +10,12 @@
 //! - `default` runs guestlist's consumer with no settings;
 //! - `batch1`, `batch10` and `batch100` run it at those batch limits;
 //! - `inbox_only` does the consumer's claims and work in batches of 100 on one connection, with
-//!   no broker: the database's limit for one consumer.
+//!   no broker: the database's limit for one consumer;
+//! - `keys_default` and `keys16` run it with keys (the event's order, 1,000 of them) at the
+//!   default concurrency and at 16: the price of keys in parallel where the handler is fast.
+//!
+//! NATS and Kafka then get the keys figures with a handler that waits 10 ms on another system
+//! (see `keys`).
 //!
 //! SQS (a local server: moto) gets `baseline` (the SDK's receive, the work on one transaction,
 //! commit, `DeleteMessageBatch`; no inbox), `batch10` (SQS receives ten at most) and
@@ -21,6 +26,7 @@
 //! The work is one INSERT per message. Then `default` is run again at 10 messages a second, for
 //! the latency from publish to commit when traffic is thin.
 
+mod keys;
 mod latency;
 mod plain;
 mod publish;
@@ -33,7 +39,7 @@ use std::time::{Duration, Instant};
 
 use guestlist::sqlx::{self, PgConnection, PgPool};
 use guestlist::{HandlerName, Inbox, MessageId};
-use guestlist_consumer::{Consumer, Delivery, IdFrom, Message, Source};
+use guestlist_consumer::{Consumer, Delivery, IdFrom, KeyFrom, Message, Source};
 use tokio::sync::Notify;
 
 use self::queues::{Queue, with_source};
@@ -52,10 +58,12 @@ enum Figure {
     Default,
     Batch(usize),
     BrokerOnly,
+    /// Keyed by the event's order, at this concurrency (the default where `None`).
+    Keys(Option<usize>),
 }
 
 impl Figure {
-    const ALL: [Figure; 7] = [
+    const ALL: [Figure; 9] = [
         Figure::Baseline,
         Figure::Plain,
         Figure::InboxOnly,
@@ -63,6 +71,8 @@ impl Figure {
         Figure::Batch(1),
         Figure::Batch(10),
         Figure::Batch(100),
+        Figure::Keys(None),
+        Figure::Keys(Some(16)),
     ];
     /// SQS's figures.
     const SQS: [Figure; 3] = [Figure::Baseline, Figure::Batch(10), Figure::BrokerOnly];
@@ -75,6 +85,8 @@ impl Figure {
             Figure::Default => "default".to_owned(),
             Figure::Batch(n) => format!("batch{n}"),
             Figure::BrokerOnly => "broker_only".to_owned(),
+            Figure::Keys(None) => "keys_default".to_owned(),
+            Figure::Keys(Some(n)) => format!("keys{n}"),
         }
     }
 
@@ -83,7 +95,7 @@ impl Figure {
             Figure::Plain | Figure::Batch(1) => 1,
             Figure::Batch(n) => n,
             Figure::BrokerOnly => 10,
-            Figure::Baseline | Figure::InboxOnly | Figure::Default => 100,
+            Figure::Baseline | Figure::InboxOnly | Figure::Default | Figure::Keys(_) => 100,
         }
     }
 }
@@ -264,6 +276,20 @@ pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
             report.ratio("batch100_vs_inbox_only", "batch100", "inbox_only", label, 1);
             report.ratio("default_vs_batch100", "default", "batch100", label, 1);
             report.ratio("default_vs_plain", "default", "plain", label, 1);
+            report.ratio("keys16_vs_batch100", "keys16", "batch100", label, 1);
+            let keyed = report.quotient("keys_default", "batch100", label, 1);
+            report.record(
+                &format!("parallel_default_fast_handler_vs_batch_{broker}"),
+                keyed,
+            );
+        }
+        if matches!(broker, "nats" | "kafka") {
+            eprintln!("measuring {broker} with a handler that waits 10 ms …");
+            let open = async |name: &str| match broker {
+                "nats" => Queue::nats(&nats_url, name).await,
+                _ => Queue::kafka(&kafka, name).await,
+            };
+            keys::measure_slow(broker, open, &inbox, common, label, &mut report).await?;
         }
 
         // Thin traffic: the default consumer must not wait for a batch to fill.
@@ -310,10 +336,9 @@ async fn drain<S: Source>(
         Figure::Plain | Figure::InboxOnly | Figure::BrokerOnly => {
             unreachable!("{figure:?} runs without a source")
         }
-        Figure::Default | Figure::Batch(_) => {
-            let handled = Arc::new(AtomicU64::new(0));
-            let all_done = Arc::new(Notify::new());
-            let counter = (handled.clone(), all_done.clone());
+        Figure::Default | Figure::Batch(_) | Figure::Keys(_) => {
+            let tally = Tally::of(events);
+            let counted = Arc::clone(&tally);
             let consumer = Consumer::new(
                 source,
                 pool.clone(),
@@ -321,24 +346,57 @@ async fn drain<S: Source>(
                 HandlerName::new("warehouse")?,
                 IdFrom::JsonField("/id".into()),
                 async move |tx: &mut PgConnection, message: &Message| {
-                    let (handled, all_done) = &counter;
                     work(tx, message.id.as_str()).await?;
-                    if handled.fetch_add(1, Ordering::SeqCst) + 1 >= events as u64 {
-                        all_done.notify_one();
-                    }
+                    counted.one_more();
                     Ok::<_, sqlx::Error>(())
                 },
             );
             // `default` keeps every setting as it comes.
             let consumer = match figure {
                 Figure::Batch(n) => consumer.batch_size(n),
+                Figure::Keys(concurrency) => {
+                    let keyed = consumer.keys(KeyFrom::JsonField("/order".into()));
+                    match concurrency {
+                        Some(n) => keyed.concurrency(n),
+                        None => keyed,
+                    }
+                }
                 _ => consumer,
             };
-            consumer
-                .run(async move { all_done.notified().await })
-                .await?;
+            consumer.run(tally.all_done()).await?;
             Ok(())
         }
+    }
+}
+
+/// How many messages a figure's handler has handled, and the moment the last one of a figure's
+/// events is.
+pub(super) struct Tally {
+    handled: AtomicU64,
+    events: u64,
+    all_done: Notify,
+}
+
+impl Tally {
+    /// A tally of `events` messages to handle.
+    pub(super) fn of(events: usize) -> Arc<Self> {
+        Arc::new(Self {
+            handled: AtomicU64::new(0),
+            events: events as u64,
+            all_done: Notify::new(),
+        })
+    }
+
+    /// One more message handled.
+    pub(super) fn one_more(&self) {
+        if self.handled.fetch_add(1, Ordering::SeqCst) + 1 >= self.events {
+            self.all_done.notify_one();
+        }
+    }
+
+    /// Completes once every event is handled: a consumer's shutdown.
+    pub(super) async fn all_done(self: Arc<Self>) {
+        self.all_done.notified().await;
     }
 }
 

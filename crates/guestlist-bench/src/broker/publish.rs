@@ -194,7 +194,8 @@ impl Queue {
     }
 }
 
-/// The n-th event.
+/// Event `n`: an OrderPaid of one of 1,000 orders (the keys figures' keys).
 fn payload(n: usize) -> Vec<u8> {
-    format!(r#"{{"id":"evt_{n}","type":"OrderPaid","order":{n}}}"#).into_bytes()
+    let order = n % 1_000;
+    format!(r#"{{"id":"evt_{n}","type":"OrderPaid","order":{order}}}"#).into_bytes()
 }

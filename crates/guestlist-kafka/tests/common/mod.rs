@@ -274,6 +274,31 @@ impl Kafka {
     }
 }
 
+impl Kafka {
+    /// Produces `payload` with `headers`, under the record key `key` where given (which picks
+    /// its partition), and waits for the topic to store it.
+    async fn send(&self, payload: &[u8], headers: &[(&str, &str)], key: Option<&str>) {
+        let mut owned = rdkafka::message::OwnedHeaders::new();
+        for (name, value) in headers {
+            owned = owned.insert(rdkafka::message::Header {
+                key: name,
+                value: Some(*value),
+            });
+        }
+        let mut record = FutureRecord::<str, [u8]>::to(&self.topic)
+            .payload(payload)
+            .headers(owned);
+        if let Some(key) = key {
+            record = record.key(key);
+        }
+        self.producer
+            .send(record, Duration::from_secs(10))
+            .await
+            .map_err(|(err, _)| err)
+            .expect("the topic stored it");
+    }
+}
+
 impl Broker for Kafka {
     type Source = guestlist_kafka::KafkaSource;
     type Publisher = guestlist_kafka::KafkaPublisher;
@@ -356,23 +381,11 @@ impl Broker for Kafka {
     }
 
     async fn publish_with(&self, payload: &[u8], headers: &[(&str, &str)]) {
-        let mut owned = rdkafka::message::OwnedHeaders::new();
-        for (key, value) in headers {
-            owned = owned.insert(rdkafka::message::Header {
-                key,
-                value: Some(*value),
-            });
-        }
-        self.producer
-            .send(
-                FutureRecord::<(), [u8]>::to(&self.topic)
-                    .payload(payload)
-                    .headers(owned),
-                Duration::from_secs(10),
-            )
-            .await
-            .map_err(|(err, _)| err)
-            .expect("the topic stored it");
+        self.send(payload, headers, None).await;
+    }
+
+    async fn publish_keyed(&self, payload: &[u8], header: &str, key: &str) {
+        self.send(payload, &[(header, key)], Some(key)).await;
     }
 
     async fn missing(&self) -> String {

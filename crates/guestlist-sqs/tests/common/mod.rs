@@ -373,6 +373,10 @@ impl<const FIFO: bool> Broker for SqsQueue<FIFO> {
         self.send(payload, headers).await;
     }
 
+    async fn publish_keyed(&self, payload: &[u8], header: &str, key: &str) {
+        self.send_to_group(payload, &[(header, key)], key).await;
+    }
+
     async fn publish_stream(&self, payloads: Vec<Vec<u8>>) -> usize {
         // moto scans a queue's every message on each receive: sent all at once, 5,000 messages
         // would slow it to a crawl. Ten to a request, as the consumers take them.

@@ -81,6 +81,17 @@ pub trait Broker: Send + Sync + Sized + 'static {
         payload: &[u8],
         headers: &[(&str, &str)],
     ) -> impl Future<Output = ()> + Send;
+    /// Publishes `payload` as a message of ordering key `key`, in the header `header` and, where
+    /// the broker orders by a key of its own, there too (a Kafka record's key, which picks its
+    /// partition; an SQS FIFO message's group), waiting for the broker to confirm.
+    fn publish_keyed(
+        &self,
+        payload: &[u8],
+        header: &str,
+        key: &str,
+    ) -> impl Future<Output = ()> + Send {
+        async move { self.publish_with(payload, &[(header, key)]).await }
+    }
     /// Publishes many events for a chaos story, each confirmed by the broker, and returns how
     /// many the broker confirmed; a publish it refuses panics with the broker's error. The
     /// story runs this beside its consumers and their kills, in its own task, and awaits it

@@ -60,6 +60,24 @@ macro_rules! broker_suite {
     };
 }
 
+/// Generates the keys stories ([`suite`](crate::brokers::suite)'s keys in parallel, each key in
+/// order) for the broker `$broker` with the store `$db`, in module `$m` (named as for
+/// [`broker_suite!`]).
+#[macro_export]
+macro_rules! keys_suite {
+    ($m:ident, $broker:ty, $db:ty) => {
+        mod $m {
+            #[allow(unused_imports)]
+            use super::*;
+            use $crate::brokers::suite;
+            $crate::stories!(suite, [$broker, $db], (stringify!($m), "_");
+                keys_in_parallel_each_key_in_order,
+                a_failing_key_and_a_deferring_key_hold_back_only_themselves,
+            );
+        }
+    };
+}
+
 /// The stories of a broker that goes away (a proxy in front of it cuts every connection) and
 /// comes back, under a consumer and under the relay, for the brokers a proxy can cut off
 /// ([`Broker::open_behind_proxy`]).

@@ -1,0 +1,101 @@
+//! Records handed back while the consumer orders by key itself (its concurrency above one):
+//! kept in memory and handed out again once their delay is over, while their partition goes on.
+//! A seek back would take every later record of the partition back with them, every key's;
+//! parked, a record holds back only its own key (the consumer keeps that key's later records
+//! waiting behind it), and the partition's committed offset stays below it until it is done.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use rdkafka::message::OwnedMessage;
+
+/// The most records parked at once: past it a record handed back seeks its partition back, as
+/// when the consumer does not order by key, so that memory stays bounded whatever fails.
+pub(crate) const MOST: usize = 10_000;
+
+/// The records parked, each with the epoch it was handed out under and when it is due.
+#[derive(Debug, Default)]
+pub(crate) struct Parked {
+    waiting: Mutex<Vec<Waiting>>,
+}
+
+#[derive(Debug)]
+struct Waiting {
+    message: OwnedMessage,
+    epoch: u64,
+    due: Instant,
+}
+
+impl Parked {
+    /// Parks `message` (handed out under `epoch`) for `delay`; `false` where [`MOST`] are
+    /// parked already.
+    pub(crate) fn park(&self, message: OwnedMessage, epoch: u64, delay: Duration) -> bool {
+        let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        if waiting.len() >= MOST {
+            return false;
+        }
+        waiting.push(Waiting {
+            message,
+            epoch,
+            due: Instant::now() + delay,
+        });
+        true
+    }
+
+    /// Up to `max` records whose delay is over, the earliest due first, with their epochs.
+    pub(crate) fn due(&self, max: usize) -> Vec<(OwnedMessage, u64)> {
+        let now = Instant::now();
+        let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        if waiting.iter().all(|w| w.due > now) {
+            return Vec::new();
+        }
+        waiting.sort_by_key(|w| w.due);
+        let ready = waiting
+            .iter()
+            .take(max)
+            .take_while(|w| w.due <= now)
+            .count();
+        waiting
+            .drain(..ready)
+            .map(|w| (w.message, w.epoch))
+            .collect()
+    }
+
+    /// When the next parked record is due, if any is parked.
+    pub(crate) fn next_due(&self) -> Option<Instant> {
+        let waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        waiting.iter().map(|w| w.due).min()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdkafka::Timestamp;
+    use rdkafka::message::Message;
+
+    fn record(offset: i64) -> OwnedMessage {
+        OwnedMessage::new(
+            None,
+            None,
+            "t".into(),
+            Timestamp::NotAvailable,
+            0,
+            offset,
+            None,
+        )
+    }
+
+    #[test]
+    fn parked_records_come_back_once_due_the_earliest_first() {
+        let parked = Parked::default();
+        assert!(parked.park(record(7), 1, Duration::from_millis(60)));
+        assert!(parked.park(record(5), 1, Duration::ZERO));
+        assert!(parked.park(record(6), 1, Duration::from_secs(60)));
+        std::thread::sleep(Duration::from_millis(80));
+        let due: Vec<i64> = parked.due(10).iter().map(|(m, _)| m.offset()).collect();
+        assert_eq!(due, vec![5, 7]);
+        assert!(parked.due(10).is_empty(), "the third is not due yet");
+        assert!(parked.next_due().is_some());
+    }
+}
