@@ -17,11 +17,13 @@
 //!   plus this one's is the floor of the relay's (`relay_cpu_floor_vs_publish_only`).
 //!
 //! Then the relay runs on its own while messages commit at 100 a second, for the latency from
-//! a commit to the message's arrival at a subscriber; and last, relays side by side (see
-//! `scale`): four against one on a broker 5 ms away, two against one at hand.
+//! a commit to the message's arrival at a subscriber; then the price of its per-key order (see
+//! `order`); and last, relays side by side (see `scale`): four against one on a broker 5 ms
+//! away, two against one at hand.
 
 mod by_hand;
 mod latency;
+mod order;
 mod scale;
 
 use std::time::Instant;
@@ -256,6 +258,8 @@ pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
             latency: Some(latency),
         });
     }
+    eprintln!("measuring the relay's per-key order against pipelining a key …");
+    order::measure(&pool, &outbox, &nats_url, common, &mut report).await?;
     eprintln!("measuring relays side by side on 16 shards …");
     let scale_messages = if common.quick { 10_000 } else { 40_000 };
     let rates = scale::measure(&common.database, &nats_url, scale_messages).await?;
@@ -327,7 +331,7 @@ async fn measure<P: Publish>(
         let rate = messages as f64 / started.elapsed().as_secs_f64();
         return Ok((rate, per_message(cpu)));
     }
-    preload(pool, &topic, messages).await?;
+    preload(pool, &topic, messages, KEYS).await?;
     let (started, cpu) = (Instant::now(), CpuClock::now());
     match figure {
         Figure::Relay | Figure::RelayKeepPublished => {
@@ -361,8 +365,8 @@ async fn measure<P: Publish>(
 /// The ordering keys the messages are spread over.
 const KEYS: usize = 100;
 
-/// Empties the outbox and fills it with `messages` committed rows on [`KEYS`] ordering keys.
-async fn preload(pool: &PgPool, topic: &str, messages: usize) -> anyhow::Result<()> {
+/// Empties the outbox and fills it with `messages` committed rows on `keys` ordering keys.
+async fn preload(pool: &PgPool, topic: &str, messages: usize, keys: usize) -> anyhow::Result<()> {
     for table in [TABLE.to_owned(), format!("{TABLE}_keys")] {
         sqlx::query(sqlx::AssertSqlSafe(format!("TRUNCATE {table}")))
             .execute(pool)
@@ -370,7 +374,7 @@ async fn preload(pool: &PgPool, topic: &str, messages: usize) -> anyhow::Result<
     }
     sqlx::query(sqlx::AssertSqlSafe(format!(
         "INSERT INTO {TABLE} (message_id, topic, ordering_key, seq, payload) \
-         SELECT 'evt_' || g, $1, 'order-' || (g % {KEYS}), g / {KEYS} + 1, \
+         SELECT 'evt_' || g, $1, 'order-' || (g % {keys}), g / {keys} + 1, \
          convert_to('{{\"id\":\"evt_' || g || '\",\"type\":\"OrderPaid\",\"order\":' || g || '}}', 'UTF8') \
          FROM generate_series(0, $2 - 1) AS g"
     )))

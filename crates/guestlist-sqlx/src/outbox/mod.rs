@@ -21,6 +21,7 @@ mod reshard;
 mod round;
 mod shards;
 mod stats;
+mod waves;
 
 pub use dead::DeadLetter;
 // Hold no SQL: they live in guestlist-core, beside the consumer side's types, and are named here

@@ -56,7 +56,7 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
             return publication;
         }
         let ended = {
-            let publish = self.publisher.publish(&traced, &mut outcomes);
+            let publish = self.send(&traced, &mut outcomes);
             tokio::select! {
                 () = publish => Ended::Confirmed,
                 () = tokio::time::sleep(self.confirm_timeout) => Ended::TimedOut,

@@ -21,7 +21,9 @@ use guestlist_core::{Publish, PublishError};
 /// - **Order.** Messages go out in the order they committed for each ordering key (the outbox
 ///   gives each key's messages their places as their transactions commit), in batches whose
 ///   publishes are pipelined and confirmed together, each sent while the batch before it is
-///   stamped. Every confirmed message is stamped, whatever failed beside it.
+///   stamped; a key's next message in a batch goes out only once the broker confirmed the one
+///   before ([`pipeline_keys`](Relay::pipeline_keys) lifts that). Every confirmed message is
+///   stamped, whatever failed beside it.
 /// - **Failures, told apart** ([`FailureKind`](guestlist_core::FailureKind)). A message the
 ///   broker refuses holds back its own ordering key: it is tried again alone, with a doubling
 ///   pause, while nothing after it on its key is sent and every other key flows; after
@@ -29,9 +31,7 @@ use guestlist_core::{Publish, PublishError};
 ///   it ([`Publish::check`]), it moves to the outgoing dead letters (`<table>_dead`:
 ///   [`Outbox::dead_letters`]) with why, and its key moves on. A broker or database that is
 ///   down is an outage: nothing is counted against any message, the relay backs off as a
-///   whole, reports it ([`Relay::health`]) and resumes by itself. Later messages of a key sent
-///   in the same batch as its refused head may have reached the broker before it: they are
-///   stamped and never sent again.
+///   whole, reports it ([`Relay::health`]) and resumes by itself.
 /// - **At least once.** A relay that dies between the broker's confirmation and the stamp
 ///   publishes those messages again. Each carries its id where the broker deduplicates, and
 ///   the consumers' inbox drops what gets through.
@@ -67,6 +67,7 @@ pub struct Relay<DB: Backend, P> {
     pub(super) backoff: (Duration, Duration),
     pub(super) max_attempts: u32,
     pub(super) confirm_timeout: Duration,
+    pub(super) pipeline_keys: bool,
     pub(super) health: Health,
     pub(super) stamp: Stamp,
 }
@@ -119,6 +120,7 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
             backoff: (Backoff::DEFAULT_FIRST, Backoff::DEFAULT_MAX),
             max_attempts: Self::DEFAULT_MAX_ATTEMPTS,
             confirm_timeout: Self::DEFAULT_CONFIRM_TIMEOUT,
+            pipeline_keys: false,
             health,
             stamp: Stamp::Delete,
         }
@@ -187,6 +189,18 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
     /// messages until a round fits again.
     pub fn confirm_timeout(mut self, limit: Duration) -> Self {
         self.confirm_timeout = limit.max(Duration::from_millis(10));
+        self
+    }
+
+    /// Whether a key's later messages in a round go out pipelined behind its earlier ones
+    /// (default off). Off, a round sends them in waves: a key's next message only once the
+    /// broker confirmed the one before, so that a refused message's followers never reach the
+    /// broker before it. On, a round costs one wait for the broker however many messages a key
+    /// has in it, but when the broker refuses a message, the later messages of its key sent in
+    /// the same round may be stored already: they reach the consumers before it (stamped, never
+    /// sent again).
+    pub fn pipeline_keys(mut self, on: bool) -> Self {
+        self.pipeline_keys = on;
         self
     }
 
