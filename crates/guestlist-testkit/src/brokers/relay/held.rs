@@ -123,7 +123,11 @@ pub async fn held_relay<B: Broker, DB: Fixture>() {
             .then(|| (line.outbox.clone(), line.rig.db.pool.clone())),
         hold: Duration::from_millis(env_ms(CHILD_HOLD_MS)),
     };
-    let relay = line.relay(held, Duration::from_millis(env_ms(CHILD_LEASE_MS)));
+    // The batch's messages share a key: pipelined, the whole batch is one publish, confirmed
+    // together before the hold (in waves, the hold would come after the key's first message).
+    let relay = line
+        .relay(held, Duration::from_millis(env_ms(CHILD_LEASE_MS)))
+        .pipeline_keys(true);
     relay.run(std::future::pending()).await.unwrap();
 }
 
