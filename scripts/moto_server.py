@@ -9,8 +9,23 @@ never received, not in flight, not in the dead-letter queue. (The second delete 
 the message the first one deleted.) Under the chaos story's load, with two consumers deleting
 while the story sends, that lost events now and then (issue 53).
 
-Here each delete runs under the queue's lock, as its appends do. The rest is moto's own server,
-with moto's own options: `python3 scripts/moto_server.py -H 127.0.0.1 -p 5000`.
+Here each delete runs under the queue's lock, as its appends do.
+
+A second: moto counts a FIFO message group as in flight while any of its messages is pending,
+the ones whose visibility timeout ran out included, and a receive takes such a message off the
+pending ones only when it reaches it in the queue's order, looking again at the groups then. A
+group whose consumer died with two messages in flight then gives its second before its first:
+at the first, the second still counts as in flight, so the first is skipped; at the second, none
+does. Or another group's message taken off the pending ones makes the receive look again at a
+group whose first message ran out after the receive began, so that it is not in the receive's
+list, and its second is given. SQS gives a group's messages in order. Here a message whose
+visibility timeout ran out is taken off the pending ones whenever moto looks at them, so that a
+receive sees each group as it was when it began: a group held then stays held through it, and
+its first message comes in the next receive, before the rest. (The keys story, a consumer
+killed with groups in flight, found both.)
+
+The rest is moto's own server, with moto's own options:
+`python3 scripts/moto_server.py -H 127.0.0.1 -p 5000`.
 """
 
 import inspect
@@ -32,6 +47,27 @@ if "self._messages_lock" not in inspect.getsource(models.Queue.__init__):
     sys.exit("moto_server.py: this moto's queues have no _messages_lock to delete under; "
              "install the version scripts/services.sh pins (MOTO_PACKAGE)")
 models.Queue.delete_message = delete_message
+
+
+def pending_messages(self):
+    # A pending message visible again is one whose receiver let its timeout run out. One clock
+    # reading for the lot: a receive looks at the pending messages once per message it passes.
+    now = models.unix_time_millis()
+    for message in [m for m in self._pending_messages if now > m.visible_at]:
+        self._pending_messages.discard(message)
+    return self._pending_messages
+
+
+def pending_message_groups(self):
+    return {m.group_id for m in pending_messages(self) if m.group_id is not None}
+
+
+for name in ("pending_messages", "pending_message_groups"):
+    if not isinstance(models.Queue.__dict__.get(name), property):
+        sys.exit(f"moto_server.py: this moto's queues have no {name} to mend; "
+                 "install the version scripts/services.sh pins (MOTO_PACKAGE)")
+models.Queue.pending_messages = property(pending_messages)
+models.Queue.pending_message_groups = property(pending_message_groups)
 
 if __name__ == "__main__":
     sys.exit(main())

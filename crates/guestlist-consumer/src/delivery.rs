@@ -108,8 +108,9 @@ pub trait Source: Send + Sync + 'static {
     /// message handed back goes back alone, and the consumer keeps its key's later messages
     /// waiting behind it, rather than the source taking the rest of its partition back with it
     /// (Kafka then parks a record handed back in memory, and hands it out again after its delay,
-    /// while its partition goes on). Nothing by default: the other brokers hand a message back
-    /// alone anyway.
+    /// while its partition goes on; NATS, at start, waits for the messages a dead process left
+    /// in hand to be redelivered before it fetches newer ones). Nothing by default: the other
+    /// brokers hand a message back alone anyway, and give a dead consumer's messages first.
     ///
     /// [`Consumer::concurrency`]: crate::Consumer::concurrency
     fn order_by_key(&mut self) {}

@@ -18,6 +18,9 @@ pub struct JetStreamSource {
     dead_letters: String,
     fetch_wait: Duration,
     confirmed_acks: bool,
+    /// Where a consumer that orders by key stands with a dead process's messages (see
+    /// [`JetStreamSource::catch_up`]).
+    catch_up: CatchUp,
 }
 
 impl std::fmt::Debug for JetStreamSource {
@@ -27,6 +30,17 @@ impl std::fmt::Debug for JetStreamSource {
             .field("dead_letters", &self.dead_letters)
             .finish_non_exhaustive()
     }
+}
+
+/// Where a consumer that orders by key stands with the messages a process before it died with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CatchUp {
+    /// Not yet asked the server.
+    Unchecked,
+    /// Waiting until then for them to be due for redelivery.
+    Until(tokio::time::Instant),
+    /// Nothing to wait for (or not ordering by key).
+    Done,
 }
 
 /// Settings for a [`JetStreamSource`]; [`connect`](Self::connect) binds it.
@@ -149,11 +163,47 @@ impl JetStreamSourceBuilder {
             dead_letters,
             fetch_wait: self.fetch_wait,
             confirmed_acks: self.confirmed_acks,
+            catch_up: CatchUp::Done,
         })
     }
 }
 
 impl JetStreamSource {
+    /// How long past the ack wait a consumer that orders by key waits before its first fetch,
+    /// when a process before it died with messages in hand: time for the server to find them
+    /// expired and queue them for redelivery.
+    const CATCH_UP_SLACK: Duration = Duration::from_secs(1);
+
+    /// Once, before the first fetch of a consumer that orders by key: when the durable consumer
+    /// has messages delivered and not acknowledged (a process before this one died with them in
+    /// hand), waits one ack wait (and [`Self::CATCH_UP_SLACK`]) before fetching. JetStream
+    /// redelivers such a message only once its ack wait has passed, and until then serves a
+    /// fetch the stream's newer messages: a key's later message would run before its earlier
+    /// one. Once they are due, it serves the messages due for redelivery first, in the stream's
+    /// order. A process that stopped cleanly left none in hand, and its successor starts at once.
+    async fn catch_up(&mut self) -> Result<(), BoxError> {
+        if self.catch_up == CatchUp::Unchecked {
+            let in_hand = self.consumer.info().await?.num_ack_pending;
+            self.catch_up = CatchUp::Done;
+            if in_hand > 0 {
+                let wait = self.ack_wait + Self::CATCH_UP_SLACK;
+                tracing::info!(
+                    in_hand,
+                    ?wait,
+                    "messages delivered before this consumer started are not acknowledged (a \
+                     process died with them): waiting for them to be redelivered first, so \
+                     that each key keeps its order"
+                );
+                self.catch_up = CatchUp::Until(tokio::time::Instant::now() + wait);
+            }
+        }
+        if let CatchUp::Until(until) = self.catch_up {
+            tokio::time::sleep_until(until).await;
+            self.catch_up = CatchUp::Done;
+        }
+        Ok(())
+    }
+
     /// How long past a pull request's own wait its answer may take before the request counts
     /// as lost: a request or its answer (the messages, or the status that ends it) can be lost
     /// with a connection that dies, and nothing else would end the wait. async-nats allows the
@@ -195,6 +245,7 @@ impl Source for JetStreamSource {
     type Delivery = JetStreamDelivery;
 
     async fn fetch(&mut self, max: usize) -> Result<Vec<JetStreamDelivery>, BoxError> {
+        self.catch_up().await?;
         let deliveries = self.fetch_ready(max).await?;
         if !deliveries.is_empty() {
             return Ok(deliveries);
@@ -211,6 +262,7 @@ impl Source for JetStreamSource {
     }
 
     async fn fetch_ready(&mut self, max: usize) -> Result<Vec<JetStreamDelivery>, BoxError> {
+        self.catch_up().await?;
         // A no-wait pull: the server sends what it has, up to `max`, and ends the request.
         let ready = self.consumer.fetch().max_messages(max).messages().await?;
         self.gather(ready, max, Duration::ZERO).await
@@ -222,5 +274,9 @@ impl Source for JetStreamSource {
 
     fn redelivery_horizon(&self) -> Option<Duration> {
         self.horizon
+    }
+
+    fn order_by_key(&mut self) {
+        self.catch_up = CatchUp::Unchecked;
     }
 }

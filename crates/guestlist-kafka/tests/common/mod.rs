@@ -349,6 +349,22 @@ impl Broker for Kafka {
         Some((kafka, proxy, through))
     }
 
+    async fn committed(&self) -> Option<Vec<Vec<u8>>> {
+        let offsets = self.offsets().await;
+        let below = self
+            .all_records(&self.topic, PARTITIONS)
+            .await
+            .into_iter()
+            .filter(|record| {
+                offsets.iter().any(|(partition, _, done)| {
+                    *partition == record.partition() && record.offset() < *done
+                })
+            })
+            .map(|record| record.payload().unwrap_or_default().to_vec())
+            .collect();
+        Some(below)
+    }
+
     async fn stored(&self) -> Option<usize> {
         Some(self.received().await.len())
     }

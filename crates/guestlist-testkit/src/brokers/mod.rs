@@ -41,6 +41,13 @@ pub trait Broker: Send + Sync + Sized + 'static {
     const DEDUPLICATES: bool;
     /// Whether the publisher learns that the broker dropped a repeat (not SQS FIFO's).
     const REPORTS_DUPLICATES: bool = Self::DEDUPLICATES;
+    /// Whether the broker itself gives none of a key's later messages while an earlier one is
+    /// in flight (an SQS FIFO queue's message group), so that a consumer never holds them back.
+    const HOLDS_BACK_A_KEY: bool = false;
+    /// Keys, and messages of each key, in the story of keys through a consumer killed three
+    /// times: fewer where a queue slows down as it grows (moto's SQS FIFO queue checks each
+    /// message sent against every one it holds).
+    const KEYS_STORY: (usize, usize) = (200, 50);
     /// Publishes in the chaos test: fewer where each publish is slow to make (SQS) or each kill
     /// slow to recover from (Kafka's rebalance).
     const CHAOS_EVENTS: usize = 10_000;
@@ -152,6 +159,11 @@ pub trait Broker: Send + Sync + Sized + 'static {
     }
     /// The headers (message attributes) of each message in the dead-letter place, in order.
     fn dead_letter_headers(&self) -> impl Future<Output = Vec<Vec<(String, String)>>> + Send;
+    /// The payloads of the records below the consumer group's committed offsets, where the
+    /// broker keeps a consumer's place as an offset (Kafka); `None` elsewhere.
+    fn committed(&self) -> impl Future<Output = Option<Vec<Vec<u8>>>> + Send {
+        async { None }
+    }
     /// Messages waiting, and (where the broker says so cheaply) delivered but unacknowledged.
     fn outstanding(&self) -> impl Future<Output = u64> + Send;
     /// `true` when no message waits and none is delivered but unacknowledged (exact, maybe slow).

@@ -73,6 +73,11 @@ macro_rules! keys_suite {
             $crate::stories!(suite, [$broker, $db], (stringify!($m), "_");
                 keys_in_parallel_each_key_in_order,
                 a_failing_key_and_a_deferring_key_hold_back_only_themselves,
+                keys_through_a_consumer_killed_three_times_keep_their_order,
+            );
+
+            $crate::children!(suite, [$broker, $db];
+                keys_consumer: "child process of keys_through_a_consumer_killed_three_times_keep_their_order",
             );
         }
     };
