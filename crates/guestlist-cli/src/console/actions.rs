@@ -4,19 +4,20 @@
 //! token is this session's; then it acts and sends the browser back to the page (303) with a
 //! line on what it did.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Form;
-use axum::extract::{FromRequest, Path, Request, State};
-use axum::http::header::{LOCATION, SET_COOKIE};
+use axum::extract::{ConnectInfo, FromRequest, Path, Request, State};
+use axum::http::header::{LOCATION, RETRY_AFTER, SET_COOKIE};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use guestlist::{Backend, IdempotencyKey, Outbox, keys::Scope};
 use serde::de::DeserializeOwned;
 
 use super::done::{Done, Key};
-use super::session::{Sessions, same_origin};
+use super::session::{Session, Sessions, same_origin};
 use super::{Console, Shared, page};
 use crate::database::with_pool;
 
@@ -63,15 +64,19 @@ impl Csrf for LoginForm {
     }
 }
 
-/// Back to the page, with what was done.
-fn back(done: &Done, cookie: Option<String>) -> Response {
-    let mut query = url::form_urlencoded::Serializer::new(String::new());
-    for (name, value) in done.query() {
-        query.append_pair(name, &value);
-    }
+/// Back to the page, with what was done, sealed for `bound`, the session the browser comes back
+/// with; `cookie` set.
+fn back(
+    sessions: &Sessions,
+    bound: Option<&Session>,
+    done: &Done,
+    cookie: Option<String>,
+) -> Response {
+    let address = done.address();
+    let seal = sessions.seal(bound, &address);
     let mut response = StatusCode::SEE_OTHER.into_response();
     let headers = response.headers_mut();
-    if let Ok(location) = HeaderValue::from_str(&format!("/?{}", query.finish())) {
+    if let Ok(location) = HeaderValue::from_str(&format!("/?{address}&seal={seal}")) {
         headers.insert(LOCATION, location);
     }
     if let Some(cookie) = cookie.and_then(|c| HeaderValue::from_str(&c).ok()) {
@@ -98,6 +103,8 @@ pub(crate) struct Authorized<F> {
     pub(crate) form: F,
     /// The console it was sent to.
     pub(crate) console: Arc<Console>,
+    /// The browser's session (always, for a form with a CSRF token).
+    session: Option<Session>,
 }
 
 impl<F> Authorized<F> {
@@ -107,6 +114,11 @@ impl<F> Authorized<F> {
             .sessions
             .as_ref()
             .expect("an authorized form reached a console that takes actions")
+    }
+
+    /// Back to the page, with what was done, sealed for this browser's session.
+    fn back(&self, done: &Done) -> Response {
+        back(self.sessions(), self.session.as_ref(), done, None)
     }
 }
 
@@ -118,16 +130,22 @@ impl<F: DeserializeOwned + Csrf + Send> FromRequest<Arc<Console>> for Authorized
         let Form(form) = Form::<F>::from_request(request, console)
             .await
             .map_err(IntoResponse::into_response)?;
-        authorize(console, &headers, form.csrf()).map_err(IntoResponse::into_response)?;
+        let session =
+            authorize(console, &headers, form.csrf()).map_err(IntoResponse::into_response)?;
         Ok(Self {
             form,
             console: Arc::clone(console),
+            session,
         })
     }
 }
 
-/// The checks every action passes before it acts.
-fn authorize(console: &Console, headers: &HeaderMap, csrf: Option<&str>) -> Result<(), Forbidden> {
+/// The checks every action passes before it acts; the browser's session, if it has one.
+fn authorize(
+    console: &Console,
+    headers: &HeaderMap,
+    csrf: Option<&str>,
+) -> Result<Option<Session>, Forbidden> {
     let Some(sessions) = &console.sessions else {
         return Err(Forbidden(
             "this console is read-only: start it with GUESTLIST_CONSOLE_TOKEN set (a long \
@@ -141,12 +159,12 @@ fn authorize(console: &Console, headers: &HeaderMap, csrf: Option<&str>) -> Resu
         ));
     }
     let Some(csrf) = csrf else {
-        return Ok(());
+        return Ok(sessions.session(headers));
     };
     let Some(session) = sessions.session(headers) else {
         return Err(Forbidden(
             "sign in first: enter GUESTLIST_CONSOLE_TOKEN in the console's sign-in form (a \
-             restarted console has forgotten its sessions)",
+             session signed out is over, and a restarted console has forgotten its sessions)",
         ));
     };
     if !sessions.csrf_is(&session, csrf) {
@@ -155,22 +173,53 @@ fn authorize(console: &Console, headers: &HeaderMap, csrf: Option<&str>) -> Resu
              the form came from elsewhere): reload the console and try again",
         ));
     }
-    Ok(())
+    Ok(Some(session))
 }
 
-/// `POST /login`: the operator's token buys a session cookie.
-pub(crate) async fn login(login: Authorized<LoginForm>) -> Response {
+/// `POST /login`: the operator's token buys a session cookie. At most a few attempts a minute
+/// from one client, and a few more from all ([`Attempts`](super::attempts::Attempts)); a wrong
+/// token is logged with the client that sent it.
+pub(crate) async fn login(
+    ConnectInfo(client): ConnectInfo<SocketAddr>,
+    login: Authorized<LoginForm>,
+) -> Response {
+    if let Err(wait) = login.console.attempts.take(client.ip()) {
+        tracing::warn!(%client, ?wait, "console: sign-in refused: too many attempts");
+        return too_many_attempts(wait);
+    }
     if !login.sessions().token_is(&login.form.token) {
+        tracing::warn!(%client, "console: sign-in with a wrong token");
         // Slows down guessing; the operator who mistyped barely notices.
         tokio::time::sleep(Duration::from_millis(500)).await;
-        return back(&Done::WrongToken, None);
+        return login.back(&Done::WrongToken);
     }
-    back(&Done::SignedIn, Some(login.sessions().open()))
+    let (session, cookie) = login.sessions().open();
+    back(
+        login.sessions(),
+        Some(&session),
+        &Done::SignedIn,
+        Some(cookie),
+    )
 }
 
-/// `POST /logout`: ends the session.
-pub(crate) async fn logout(_: Authorized<ActionForm>) -> Response {
-    back(&Done::SignedOut, Some(Sessions::close()))
+/// 429 for a sign-in past the limit, with when to try again.
+fn too_many_attempts(wait: Duration) -> Response {
+    let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+    let message = format!(
+        "too many sign-in attempts (at most 5 a minute from one client, 20 from all): try again \
+         in {seconds} s. Every attempt is logged"
+    );
+    let mut response = refused(StatusCode::TOO_MANY_REQUESTS, &message);
+    response
+        .headers_mut()
+        .insert(RETRY_AFTER, HeaderValue::from(seconds));
+    response
+}
+
+/// `POST /logout`: ends the session, for good (its cookie and forms are refused after).
+pub(crate) async fn logout(headers: HeaderMap, logout: Authorized<ActionForm>) -> Response {
+    let cookie = logout.sessions().close(&headers);
+    back(logout.sessions(), None, &Done::SignedOut, Some(cookie))
 }
 
 /// `POST /dead/{id}/retry` puts an outgoing dead letter back in the outbox; `POST
@@ -178,7 +227,7 @@ pub(crate) async fn logout(_: Authorized<ActionForm>) -> Response {
 pub(crate) async fn dead_letter(
     State(console): Shared,
     Path((id, action)): Path<(i64, String)>,
-    _: Authorized<ActionForm>,
+    form: Authorized<ActionForm>,
 ) -> Response {
     let what = match action.as_str() {
         "retry" => Letter::Retry,
@@ -198,13 +247,13 @@ pub(crate) async fn dead_letter(
     match (changed, what) {
         (Ok(true), Letter::Retry) => {
             tracing::info!(id, action = "retried", "console: outgoing dead letter");
-            back(&Done::Retried(id), None)
+            form.back(&Done::Retried(id))
         }
         (Ok(true), Letter::Drop) => {
             tracing::info!(id, action = "dropped", "console: outgoing dead letter");
-            back(&Done::Dropped(id), None)
+            form.back(&Done::Dropped(id))
         }
-        (Ok(false), _) => back(&Done::NoDeadLetter(id), None),
+        (Ok(false), _) => form.back(&Done::NoDeadLetter(id)),
         (Err(err), _) => failed(&err),
     }
 }
@@ -231,7 +280,7 @@ async fn on_letter<DB: Backend>(
 /// `POST /keys/evict`: removes one idempotency key, so that the next request with it runs
 /// again; a key in flight only when the form says so.
 pub(crate) async fn evict(State(console): Shared, action: Authorized<ActionForm>) -> Response {
-    let form = action.form;
+    let form = &action.form;
     let (scope, key) = match (
         Scope::new(form.scope.clone()),
         IdempotencyKey::new(form.key.clone()),
@@ -251,16 +300,16 @@ pub(crate) async fn evict(State(console): Shared, action: Authorized<ActionForm>
     )
     .await);
     let named = Key {
-        scope: form.scope,
-        key: form.key,
+        scope: form.scope.clone(),
+        key: form.key.clone(),
     };
     match outcome {
         Ok(Evicted::Removed) => {
             tracing::info!(%scope, %key, "console: key evicted");
-            back(&Done::Evicted(named), None)
+            action.back(&Done::Evicted(named))
         }
-        Ok(Evicted::None) => back(&Done::NoKey(named), None),
-        Ok(Evicted::InFlight) => back(&Done::InFlight(named), None),
+        Ok(Evicted::None) => action.back(&Done::NoKey(named)),
+        Ok(Evicted::InFlight) => action.back(&Done::InFlight(named)),
         Err(err) => failed(&err),
     }
 }

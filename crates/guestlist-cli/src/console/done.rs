@@ -1,6 +1,7 @@
 //! What the last action did: the line the page shows after an action sends the browser back
-//! to it. It travels in the page's address as a word and the values it names, and only these
-//! words are read back, so that a link cannot make the page say something else.
+//! to it. It travels in the page's address as a word and the values it names, sealed for the
+//! browser's session ([`Sessions::seal`](super::session::Sessions::seal)): only these words
+//! are read back, and only under their seal, so that a link cannot make the page say anything.
 
 use super::Tables;
 
@@ -42,6 +43,14 @@ pub(crate) struct DoneQuery {
     id: Option<String>,
     scope: Option<String>,
     key: Option<String>,
+    seal: Option<String>,
+}
+
+impl DoneQuery {
+    /// The seal the address carries, if any.
+    pub(crate) fn seal(&self) -> Option<&str> {
+        self.seal.as_deref()
+    }
 }
 
 impl Done {
@@ -69,6 +78,15 @@ impl Done {
             query.push(("trace", key.key.clone()));
         }
         query
+    }
+
+    /// The word and its values as the page's address carries them (what a seal signs).
+    pub(crate) fn address(&self) -> String {
+        let mut query = url::form_urlencoded::Serializer::new(String::new());
+        for (name, value) in self.query() {
+            query.append_pair(name, &value);
+        }
+        query.finish()
     }
 
     /// What the page's address says was done, if it names a known word.
@@ -161,8 +179,15 @@ mod tests {
                 id: field("id"),
                 scope: field("scope"),
                 key: field("key"),
+                seal: None,
             };
-            assert_eq!(Done::from_query(&query), Some(done.clone()));
+            let read = Done::from_query(&query);
+            assert_eq!(read, Some(done.clone()));
+            assert_eq!(
+                read.unwrap().address(),
+                done.address(),
+                "the same words, sealed alike"
+            );
         }
         let unknown = DoneQuery {
             done: Some("pwned".to_owned()),

@@ -9,6 +9,8 @@
 //! read-only.
 
 mod actions;
+mod attempts;
+mod body;
 mod done;
 mod forms;
 mod live;
@@ -57,6 +59,11 @@ pub(crate) struct ConsoleArgs {
     /// How long the key table keeps its keys (the gateway's --retention).
     #[arg(long, value_parser = humantime::parse_duration, default_value = "24h")]
     key_retention: Duration,
+    /// A `Host` the console answers to (`name`, on any port, or `name:port`), besides
+    /// `127.0.0.1`, `localhost` and `[::1]` on loopback; repeat it for several. Any other name
+    /// gets 421. Off loopback, the console starts only with a token or with this list.
+    #[arg(long = "allow-host", value_name = "HOST")]
+    allow_hosts: Vec<String>,
 }
 
 /// The three tables the console reads, validated before any is formatted into SQL.
@@ -81,6 +88,8 @@ pub(crate) struct Console {
     sessions: Option<Sessions>,
     /// The `Host` values the console answers to; `None` answers to any.
     hosts: Option<Vec<String>>,
+    /// The sign-in attempts so far, limited per client and in all.
+    attempts: attempts::Attempts,
 }
 
 type Shared = State<Arc<Console>>;
@@ -97,6 +106,14 @@ pub(crate) async fn run(args: ConsoleArgs) -> anyhow::Result<()> {
         Err(std::env::VarError::NotPresent) => None,
         Err(err) => anyhow::bail!("{TOKEN_VAR}: {err}"),
     };
+    anyhow::ensure!(
+        args.listen.ip().is_loopback() || sessions.is_some() || !args.allow_hosts.is_empty(),
+        "--listen {} is off loopback, and the console has no token and no --allow-host: anyone \
+         who reaches it, and any web page under a name of its own (DNS rebinding), would read \
+         its message ids, keys and reasons. Set {TOKEN_VAR}, name the hosts it answers to with \
+         --allow-host HOST, or listen on 127.0.0.1 behind an SSH tunnel or a TLS proxy",
+        args.listen
+    );
     let pool = database::connect_existing(&args.database, 2).await?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
@@ -107,15 +124,7 @@ pub(crate) async fn run(args: ConsoleArgs) -> anyhow::Result<()> {
             )
         })?;
     let listen = listener.local_addr()?;
-    // On loopback, a page under another name (DNS rebinding) must not read the console.
-    let hosts = listen.ip().is_loopback().then(|| {
-        let port = listen.port();
-        vec![
-            format!("127.0.0.1:{port}"),
-            format!("localhost:{port}"),
-            format!("[::1]:{port}"),
-        ]
-    });
+    let hosts = answers_to(listen, &args.allow_hosts);
     let actions = if sessions.is_some() {
         "actions enabled: sign in on the page with GUESTLIST_CONSOLE_TOKEN"
     } else {
@@ -140,6 +149,7 @@ pub(crate) async fn run(args: ConsoleArgs) -> anyhow::Result<()> {
         database: database::redact(&args.database),
         sessions,
         hosts,
+        attempts: attempts::Attempts::new(),
     });
     let app = Router::new()
         .route("/", get(show))
@@ -154,11 +164,32 @@ pub(crate) async fn run(args: ConsoleArgs) -> anyhow::Result<()> {
         ))
         .with_state(console);
     let terminated = crate::signal::Terminated::install()?;
-    axum::serve(listener, app)
-        .with_graceful_shutdown(terminated.wait())
-        .await
-        .context("the console's server stopped")?;
+    // Each request knows its client's address: sign-in attempts are limited per client.
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(terminated.wait())
+    .await
+    .context("the console's server stopped")?;
     Ok(())
+}
+
+/// The `Host` values a console listening on `listen` answers to: on loopback its own names (a
+/// page under another name, by DNS rebinding, must not read it) and `allowed`; elsewhere
+/// `allowed`, or any (`None`) when none is given.
+fn answers_to(listen: SocketAddr, allowed: &[String]) -> Option<Vec<String>> {
+    let mut hosts = Vec::new();
+    if listen.ip().is_loopback() {
+        let port = listen.port();
+        hosts.extend([
+            format!("127.0.0.1:{port}"),
+            format!("localhost:{port}"),
+            format!("[::1]:{port}"),
+        ]);
+    }
+    hosts.extend(allowed.iter().cloned());
+    (!hosts.is_empty()).then_some(hosts)
 }
 
 /// What the page's address may carry: an id to look up, and what the last action did.
@@ -196,7 +227,9 @@ async fn show(
     let frame = Frame {
         database: &console.database,
         refresh: console.refresh,
-        done: done::Done::from_query(&query.done).map(|done| (done, &console.tables)),
+        done: console
+            .done(&headers, &query.done)
+            .map(|done| (done, &console.tables)),
         trace,
         nonce: &nonce,
     };
@@ -221,6 +254,17 @@ async fn live(State(console): Shared, headers: HeaderMap) -> maud::Markup {
 }
 
 impl Console {
+    /// What the page's address says was done, if it carries this process's seal for the
+    /// session `headers` carry (or for none, where they carry none).
+    fn done(&self, headers: &HeaderMap, query: &done::DoneQuery) -> Option<done::Done> {
+        let sessions = self.sessions.as_ref()?;
+        let done = done::Done::from_query(query)?;
+        let session = sessions.session(headers);
+        sessions
+            .is_sealed(session.as_ref(), &done.address(), query.seal()?)
+            .then_some(done)
+    }
+
     /// The CSRF token of the session `headers` carry, when signed in.
     fn csrf(&self, headers: &HeaderMap) -> Option<String> {
         let sessions = self.sessions.as_ref()?;
@@ -247,26 +291,49 @@ impl Console {
 /// Answers only to the console's own names when on loopback, and keeps every answer out of
 /// caches and frames.
 async fn guard(State(console): Shared, request: Request, next: Next) -> Response {
-    if let Some(hosts) = &console.hosts {
-        let host = request
-            .headers()
-            .get(HOST)
-            .and_then(|h| h.to_str().ok())
-            .unwrap_or_default();
-        if !hosts
-            .iter()
-            .any(|allowed| allowed.eq_ignore_ascii_case(host))
-        {
-            let message = format!(
-                "this console answers to {} only, not to {host:?}: open http://{}/",
-                hosts.join(", "),
-                hosts[0]
-            );
-            return actions::refused(StatusCode::MISDIRECTED_REQUEST, &message);
-        }
+    let mut response = match misdirected(&console, &request) {
+        Some(refused) => refused,
+        None => match body::read_whole(request).await {
+            Ok(request) => next.run(request).await,
+            Err(refused) => refused,
+        },
+    };
+    same_headers(response.headers_mut());
+    response
+}
+
+/// The 421 for a request to a name this console does not answer to, on loopback (where a page
+/// under another name, by DNS rebinding, must not read it).
+fn misdirected(console: &Console, request: &Request) -> Option<Response> {
+    let hosts = console.hosts.as_ref()?;
+    let host = request
+        .headers()
+        .get(HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or_default();
+    // A name given without a port answers on any port.
+    let name = host
+        .rsplit_once(':')
+        .filter(|(_, port)| port.bytes().all(|b| b.is_ascii_digit()))
+        .map_or(host, |(name, _)| name);
+    if hosts.iter().any(|allowed| {
+        allowed.eq_ignore_ascii_case(host)
+            || (!allowed.contains(':') && allowed.eq_ignore_ascii_case(name))
+    }) {
+        return None;
     }
-    let mut response = next.run(request).await;
-    let headers = response.headers_mut();
+    let message = format!(
+        "this console answers to {} only, not to {host:?}: open http://{}/",
+        hosts.join(", "),
+        hosts[0]
+    );
+    Some(actions::refused(StatusCode::MISDIRECTED_REQUEST, &message))
+}
+
+/// The headers every answer carries, refusals and the page's figures included: no caching, no
+/// framing, no sniffing, and, where the answer set none of its own (the page sets one with its
+/// script's nonce), a policy that lets it load and run nothing.
+fn same_headers(headers: &mut HeaderMap) {
     headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
     headers.insert("x-frame-options", HeaderValue::from_static("DENY"));
     headers.insert(
@@ -274,5 +341,12 @@ async fn guard(State(console): Shared, request: Request, next: Next) -> Response
         HeaderValue::from_static("nosniff"),
     );
     headers.insert("referrer-policy", HeaderValue::from_static("same-origin"));
-    response
+    if !headers.contains_key(CONTENT_SECURITY_POLICY) {
+        headers.insert(
+            CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(
+                "default-src 'none'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+            ),
+        );
+    }
 }

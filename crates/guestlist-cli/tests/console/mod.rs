@@ -166,15 +166,15 @@ impl Shop {
     /// Starts `guestlist console` on a free port, with `token` if any, refreshing every 300
     /// ms; returns it with its address.
     fn console(&self, token: Option<&str>) -> (Running, String) {
+        self.console_with(token, &["--listen", "127.0.0.1:0"])
+    }
+
+    /// [`Shop::console`] with `args` (where it listens, at least).
+    fn console_with(&self, token: Option<&str>, args: &[&str]) -> (Running, String) {
         let mut command = Command::new(env!("CARGO_BIN_EXE_guestlist"));
         command
-            .args([
-                "console",
-                "--database",
-                &self.url,
-                "--listen",
-                "127.0.0.1:0",
-            ])
+            .args(["console", "--database", &self.url])
+            .args(args)
             .args(["--refresh", "300ms"])
             .env_remove("GUESTLIST_DATABASE_URL")
             .env_remove("GUESTLIST_CONSOLE_TOKEN")
@@ -392,4 +392,284 @@ async fn console_without_a_token_shows_everything_and_takes_no_action() {
         "{said}"
     );
     assert_eq!(shop.dead().await, 1);
+}
+
+/// Signing out ends the session for good: the signed-out cookie, with the CSRF token its forms
+/// carried, drops nothing afterwards (before, a replayed cookie still acted: the session lived
+/// as long as the process).
+#[tokio::test]
+async fn console_signing_out_ends_the_session_for_good() {
+    let shop = Shop::open().await;
+    let (_console, at) = shop.console(Some(TOKEN));
+    let http = client();
+    let signed_in = http
+        .post(format!("{at}/login"))
+        .header("content-type", FORM)
+        .body(format!("token={TOKEN}"))
+        .send()
+        .await
+        .unwrap();
+    let cookie = signed_in.headers()["set-cookie"].to_str().unwrap();
+    let cookie = cookie.split(';').next().unwrap().to_owned();
+    let page = http
+        .get(format!("{at}/"))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let csrf = page
+        .split(r#"name="csrf" value=""#)
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("a signed-in page's forms carry the session's CSRF token")
+        .to_owned();
+    let signed_out = http
+        .post(format!("{at}/logout"))
+        .header("cookie", &cookie)
+        .header("content-type", FORM)
+        .body(format!("csrf={csrf}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(signed_out.status(), StatusCode::SEE_OTHER);
+    assert!(
+        signed_out.headers()["set-cookie"]
+            .to_str()
+            .unwrap()
+            .contains("Max-Age=0")
+    );
+    let id = shop.dead_letter_id().await;
+    let replayed = http
+        .post(format!("{at}/dead/{id}/drop"))
+        .header("cookie", &cookie)
+        .header("content-type", FORM)
+        .body(format!("csrf={csrf}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(replayed.status(), StatusCode::FORBIDDEN);
+    let said = replayed.text().await.unwrap();
+    assert!(said.contains("sign in first"), "{said}");
+    assert_eq!(shop.dead().await, 1, "nothing dropped");
+}
+
+/// Every answer carries the same guarding headers: the page, its figures (`/live`), and the
+/// refusal of a request to another name (421). Before, `/live` had no content security policy
+/// and the 421 neither `X-Frame-Options` nor `nosniff`.
+#[tokio::test]
+async fn console_every_answer_carries_the_same_guarding_headers() {
+    let shop = Shop::open().await;
+    let (_console, at) = shop.console(Some(TOKEN));
+    let http = client();
+    for (path, host, status) in [
+        ("/", None, StatusCode::OK),
+        ("/live", None, StatusCode::OK),
+        (
+            "/",
+            Some("rebound.example"),
+            StatusCode::MISDIRECTED_REQUEST,
+        ),
+    ] {
+        let mut request = http.get(format!("{at}{path}"));
+        if let Some(host) = host {
+            let port = at.rsplit(':').next().unwrap();
+            request = request.header("host", format!("{host}:{port}"));
+        }
+        let answer = request.send().await.unwrap();
+        assert_eq!(answer.status(), status, "{path} at {host:?}");
+        let headers = answer.headers();
+        for (name, value) in [
+            ("x-frame-options", "DENY"),
+            ("x-content-type-options", "nosniff"),
+            ("cache-control", "no-store"),
+        ] {
+            assert_eq!(
+                headers.get(name).and_then(|v| v.to_str().ok()),
+                Some(value),
+                "{name} on {path} at {host:?}"
+            );
+        }
+        let policy = headers
+            .get("content-security-policy")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default();
+        assert!(
+            policy.contains("default-src 'none'") && policy.contains("frame-ancestors 'none'"),
+            "content-security-policy on {path} at {host:?}: {policy:?}"
+        );
+    }
+}
+
+/// A crafted link cannot put words in the page's result line: the line shows only under the
+/// seal the console gave the action's own redirect, for the browser's own session. Before, the
+/// link below rendered "key Your session expired: … evicted".
+#[tokio::test]
+async fn console_result_line_names_only_what_this_session_did() {
+    let shop = Shop::open().await;
+    let (_console, at) = shop.console(Some(TOKEN));
+    let http = client();
+    let crafted = "/?done=evicted&scope=client-shop&key=Your+session+expired%3A+re-enter+the+token+at+http%3A%2F%2Fevil.example";
+    for seal in ["", "&seal=00ff", "&seal="] {
+        let page = http
+            .get(format!("{at}{crafted}{seal}"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(
+            !page.contains(r#"id="flash""#) && !page.contains("evicted:"),
+            "a crafted link ({seal:?}) made the page say something"
+        );
+    }
+    // A real action's redirect carries its seal, and the page shows its line.
+    let signed_in = http
+        .post(format!("{at}/login"))
+        .header("content-type", FORM)
+        .body(format!("token={TOKEN}"))
+        .send()
+        .await
+        .unwrap();
+    let location = signed_in.headers()["location"].to_str().unwrap().to_owned();
+    assert!(location.contains("seal="), "{location}");
+    let cookie = signed_in.headers()["set-cookie"].to_str().unwrap();
+    let cookie = cookie.split(';').next().unwrap().to_owned();
+    let page = |cookie: Option<String>| {
+        let mut request = http.get(format!("{at}{location}"));
+        if let Some(cookie) = cookie {
+            request = request.header("cookie", cookie);
+        }
+        async move { request.send().await.unwrap().text().await.unwrap() }
+    };
+    assert!(
+        page(Some(cookie))
+            .await
+            .contains("signed in: retry, drop and evict")
+    );
+    assert!(
+        !page(None).await.contains(r#"id="flash""#),
+        "another browser following the same address sees no line"
+    );
+}
+
+/// Sign-in attempts are limited per client and in all, however many connections they come on:
+/// twenty wrong tokens at once from one client get at most five tried (the rest 429 with
+/// `Retry-After`), and three more clients' five each use up the minute's twenty, so that a
+/// fifth client is refused at its first. Before, each request waited half a second on its own
+/// and twenty connections tried forty tokens a second.
+#[tokio::test]
+async fn console_sign_in_attempts_are_limited_per_client_and_in_all() {
+    let shop = Shop::open().await;
+    let (_console, at) = shop.console(Some(TOKEN));
+    let from = |n: u8| {
+        reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .local_address(std::net::IpAddr::from([127, 0, 0, n]))
+            .build()
+            .unwrap()
+    };
+    let attempt = |http: reqwest::Client| {
+        let at = at.clone();
+        async move {
+            let answer = http
+                .post(format!("{at}/login"))
+                .header("content-type", FORM)
+                .body("token=not-the-console-token-at-all")
+                .send()
+                .await
+                .unwrap();
+            let retry_after = answer.headers().get("retry-after").cloned();
+            (answer.status(), retry_after)
+        }
+    };
+    let one = from(1);
+    let answers = futures_util::future::join_all((0..20).map(|_| attempt(one.clone()))).await;
+    let tried = answers
+        .iter()
+        .filter(|(status, _)| *status == StatusCode::SEE_OTHER)
+        .count();
+    let limited: Vec<_> = answers
+        .iter()
+        .filter(|(status, _)| *status == StatusCode::TOO_MANY_REQUESTS)
+        .collect();
+    assert_eq!(tried, 5, "five tried, one client: {answers:?}");
+    assert_eq!(limited.len(), 15, "{answers:?}");
+    assert!(limited.iter().all(|(_, retry_after)| retry_after.is_some()));
+    // At once, so that the minute's twenty are not replenished meanwhile (one every 3 s).
+    let others = (2..5).flat_map(|n| (0..5).map(move |_| n));
+    let answers = futures_util::future::join_all(others.map(|n| attempt(from(n)))).await;
+    assert!(
+        answers
+            .iter()
+            .all(|(status, _)| *status == StatusCode::SEE_OTHER),
+        "three more clients, five tries each: {answers:?}"
+    );
+    assert_eq!(
+        attempt(from(5)).await.0,
+        StatusCode::TOO_MANY_REQUESTS,
+        "a new client past the twenty of all"
+    );
+}
+
+/// Off loopback, the console starts only with a token or with the hosts it answers to: with
+/// neither it refuses to start and says what to do; with `--allow-host` it answers to that name
+/// and refuses any other with 421. Before, it answered any name, with no warning without a
+/// token.
+#[tokio::test]
+async fn console_off_loopback_needs_a_token_or_its_hosts() {
+    let shop = Shop::open().await;
+    let refused = Command::new(env!("CARGO_BIN_EXE_guestlist"))
+        .args(["console", "--database", &shop.url, "--listen", "0.0.0.0:0"])
+        .env_remove("GUESTLIST_DATABASE_URL")
+        .env_remove("GUESTLIST_CONSOLE_TOKEN")
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let said = stderr(&refused);
+    assert!(
+        said.contains("off loopback") && said.contains("--allow-host"),
+        "{said}"
+    );
+    let (_console, at) = shop.console_with(
+        None,
+        &["--listen", "0.0.0.0:0", "--allow-host", "console.example"],
+    );
+    let port = at.rsplit(':').next().unwrap().to_owned();
+    let http = client();
+    for (host, status) in [
+        ("console.example", StatusCode::OK),
+        ("elsewhere.example", StatusCode::MISDIRECTED_REQUEST),
+    ] {
+        let answer = http
+            .get(format!("http://127.0.0.1:{port}/"))
+            .header("host", format!("{host}:{port}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), status, "{host}");
+    }
+}
+
+/// A 5 MB form sent whole before the answer is read gets the console's 413, not a broken pipe:
+/// the console reads the body to its end before it refuses it. Before, it answered after 2 MB
+/// and closed the connection under the client's write.
+#[tokio::test]
+async fn console_a_body_over_the_limit_gets_its_413_whole() {
+    let shop = Shop::open().await;
+    let (_console, at) = shop.console(Some(TOKEN));
+    let body = format!("token={}", "a".repeat(5 * 1024 * 1024));
+    let answer = client()
+        .post(format!("{at}/login"))
+        .header("content-type", FORM)
+        .body(body)
+        .send()
+        .await
+        .expect("an answer, not a broken pipe");
+    assert_eq!(answer.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    let said = answer.text().await.unwrap();
+    assert!(said.contains("at most 64 KiB"), "{said}");
 }
