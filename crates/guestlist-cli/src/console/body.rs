@@ -23,8 +23,8 @@ pub(crate) async fn read_whole(request: Request) -> Result<Request, Response> {
         .headers()
         .get(CONTENT_LENGTH)
         .and_then(|value| value.to_str().ok()?.parse::<u64>().ok());
-    if declared.is_some_and(|length| length > DRAIN) {
-        return Err(too_large(declared.unwrap_or_default(), true));
+    if let Some(length) = declared.filter(|length| *length > DRAIN) {
+        return Err(too_large(length, true));
     }
     let (parts, mut body) = request.into_parts();
     let mut kept = Vec::new();

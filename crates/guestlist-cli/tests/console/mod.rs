@@ -216,6 +216,29 @@ fn client() -> reqwest::Client {
         .unwrap()
 }
 
+/// Posts the form `body` to `url`, with the session `cookie` if any.
+async fn post_form(
+    http: &reqwest::Client,
+    url: String,
+    cookie: Option<&str>,
+    body: String,
+) -> reqwest::Response {
+    let mut request = http.post(url).header("content-type", FORM).body(body);
+    if let Some(cookie) = cookie {
+        request = request.header("cookie", cookie);
+    }
+    request.send().await.unwrap()
+}
+
+/// Signs in with the console's token: its answer (the redirect, the `Set-Cookie`), and the
+/// session cookie to send back.
+async fn sign_in(http: &reqwest::Client, at: &str) -> (reqwest::Response, String) {
+    let signed_in = post_form(http, format!("{at}/login"), None, format!("token={TOKEN}")).await;
+    let cookie = signed_in.headers()["set-cookie"].to_str().unwrap();
+    let cookie = cookie.split(';').next().unwrap().to_owned();
+    (signed_in, cookie)
+}
+
 #[tokio::test]
 async fn console_operator_looks_up_a_key_retries_a_dead_letter_and_sees_the_counts_change() {
     let shop = Shop::open().await;
@@ -307,20 +330,13 @@ async fn console_operator_looks_up_a_key_retries_a_dead_letter_and_sees_the_coun
 
     // A form without this session's CSRF token, or sent from another site, does nothing.
     let http = client();
-    let signed_in = http
-        .post(format!("{at}/login"))
-        .header("content-type", FORM)
-        .body(format!("token={TOKEN}"))
-        .send()
-        .await
-        .unwrap();
+    let (signed_in, cookie) = sign_in(&http, &at).await;
     assert_eq!(signed_in.status(), StatusCode::SEE_OTHER);
-    let cookie = signed_in.headers()["set-cookie"].to_str().unwrap();
+    let set_cookie = signed_in.headers()["set-cookie"].to_str().unwrap();
     assert!(
-        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
-        "{cookie}"
+        set_cookie.contains("HttpOnly") && set_cookie.contains("SameSite=Strict"),
+        "{set_cookie}"
     );
-    let cookie = cookie.split(';').next().unwrap().to_owned();
     let id = shop.dead_letter_id().await;
     for (csrf, origin) in [
         ("", at.as_str()),
@@ -402,15 +418,7 @@ async fn console_signing_out_ends_the_session_for_good() {
     let shop = Shop::open().await;
     let (_console, at) = shop.console(Some(TOKEN));
     let http = client();
-    let signed_in = http
-        .post(format!("{at}/login"))
-        .header("content-type", FORM)
-        .body(format!("token={TOKEN}"))
-        .send()
-        .await
-        .unwrap();
-    let cookie = signed_in.headers()["set-cookie"].to_str().unwrap();
-    let cookie = cookie.split(';').next().unwrap().to_owned();
+    let (_, cookie) = sign_in(&http, &at).await;
     let page = http
         .get(format!("{at}/"))
         .header("cookie", &cookie)
@@ -426,14 +434,13 @@ async fn console_signing_out_ends_the_session_for_good() {
         .and_then(|rest| rest.split('"').next())
         .expect("a signed-in page's forms carry the session's CSRF token")
         .to_owned();
-    let signed_out = http
-        .post(format!("{at}/logout"))
-        .header("cookie", &cookie)
-        .header("content-type", FORM)
-        .body(format!("csrf={csrf}"))
-        .send()
-        .await
-        .unwrap();
+    let signed_out = post_form(
+        &http,
+        format!("{at}/logout"),
+        Some(&cookie),
+        format!("csrf={csrf}"),
+    )
+    .await;
     assert_eq!(signed_out.status(), StatusCode::SEE_OTHER);
     assert!(
         signed_out.headers()["set-cookie"]
@@ -442,14 +449,13 @@ async fn console_signing_out_ends_the_session_for_good() {
             .contains("Max-Age=0")
     );
     let id = shop.dead_letter_id().await;
-    let replayed = http
-        .post(format!("{at}/dead/{id}/drop"))
-        .header("cookie", &cookie)
-        .header("content-type", FORM)
-        .body(format!("csrf={csrf}"))
-        .send()
-        .await
-        .unwrap();
+    let replayed = post_form(
+        &http,
+        format!("{at}/dead/{id}/drop"),
+        Some(&cookie),
+        format!("csrf={csrf}"),
+    )
+    .await;
     assert_eq!(replayed.status(), StatusCode::FORBIDDEN);
     let said = replayed.text().await.unwrap();
     assert!(said.contains("sign in first"), "{said}");
@@ -527,17 +533,9 @@ async fn console_result_line_names_only_what_this_session_did() {
         );
     }
     // A real action's redirect carries its seal, and the page shows its line.
-    let signed_in = http
-        .post(format!("{at}/login"))
-        .header("content-type", FORM)
-        .body(format!("token={TOKEN}"))
-        .send()
-        .await
-        .unwrap();
+    let (signed_in, cookie) = sign_in(&http, &at).await;
     let location = signed_in.headers()["location"].to_str().unwrap().to_owned();
     assert!(location.contains("seal="), "{location}");
-    let cookie = signed_in.headers()["set-cookie"].to_str().unwrap();
-    let cookie = cookie.split(';').next().unwrap().to_owned();
     let page = |cookie: Option<String>| {
         let mut request = http.get(format!("{at}{location}"));
         if let Some(cookie) = cookie {
@@ -575,13 +573,8 @@ async fn console_sign_in_attempts_are_limited_per_client_and_in_all() {
     let attempt = |http: reqwest::Client| {
         let at = at.clone();
         async move {
-            let answer = http
-                .post(format!("{at}/login"))
-                .header("content-type", FORM)
-                .body("token=not-the-console-token-at-all")
-                .send()
-                .await
-                .unwrap();
+            let wrong = "token=not-the-console-token-at-all".to_owned();
+            let answer = post_form(&http, format!("{at}/login"), None, wrong).await;
             let retry_after = answer.headers().get("retry-after").cloned();
             (answer.status(), retry_after)
         }
