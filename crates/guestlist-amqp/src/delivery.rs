@@ -47,6 +47,9 @@ pub struct RabbitDelivery {
     pub(crate) channel: Channel,
     pub(crate) dead_letters: Option<(String, String)>,
     pub(crate) unsettled: Unsettled,
+    /// The queue it came from: a retried dead letter goes back there, through the default
+    /// exchange, and to no other queue bound where it was first published.
+    pub(crate) queue: std::sync::Arc<str>,
 }
 
 /// The set, even if a thread panicked while holding it (a set of integers stays whole).
@@ -102,6 +105,10 @@ impl Delivery for RabbitDelivery {
 
     fn topic(&self) -> Option<String> {
         Some(self.delivery.routing_key.to_string())
+    }
+
+    fn return_topic(&self) -> Option<String> {
+        Some(self.queue.to_string())
     }
 
     fn broker_id(&self) -> Option<&str> {

@@ -85,6 +85,7 @@ impl RabbitSource {
             channel: self.channel.clone(),
             dead_letters: self.dead_letters.clone(),
             unsettled: std::sync::Arc::clone(&self.unsettled),
+            queue: self.settings.queue.as_str().into(),
         }
     }
 }

@@ -13,6 +13,7 @@ use crate::failure::{Failure, timed};
 use crate::handled::Handled;
 use crate::next_fetch::Next;
 use crate::outage::{Held, Outage};
+use crate::retried::Addressed;
 use crate::runtime::Core;
 use crate::shutdown::Stop;
 use crate::{BoxError, Delivery, Handler, Message};
@@ -196,7 +197,19 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
         delivery: &Arc<D>,
         handled: &mut Handled,
     ) -> Result<Option<Arc<Message>>, Outage> {
-        let id = match self.id_from.id_of(delivery.as_ref()) {
+        let found = match crate::retried::addressed(delivery.as_ref(), &self.name) {
+            Addressed::Anyone => self.id_from.id_of(delivery.as_ref()),
+            Addressed::This(id) => Ok(id),
+            Addressed::Invalid(why) => Err(why),
+            Addressed::Another => {
+                // Another handler's dead letter put back on a subject or topic this one reads.
+                handled.for_other_handlers += 1;
+                self.count("for_another_handler", 1);
+                self.ack(delivery.as_ref()).await;
+                return Ok(None);
+            }
+        };
+        let id = match found {
             Ok(id) => id,
             Err(why) => {
                 tracing::error!(handler = %self.name, reason = %why, "dead-lettering a message");

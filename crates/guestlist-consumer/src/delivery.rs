@@ -27,6 +27,13 @@ pub trait Delivery: Send + Sync + 'static {
     fn topic(&self) -> Option<String> {
         None
     }
+    /// Where a retry of this message, once dead-lettered, is published to reach this consumer
+    /// again (`guestlist inbox dead retry`): the subject, queue or topic it reads. By default
+    /// [`topic`](Self::topic); a RabbitMQ delivery names its queue (reached through the default
+    /// exchange), an SQS one its queue's URL.
+    fn return_topic(&self) -> Option<String> {
+        self.topic()
+    }
     /// The broker's own id for the message (`Nats-Msg-Id`, AMQP `message_id`), if it set one.
     fn broker_id(&self) -> Option<&str>;
     /// How many times this message has been delivered, this time included (1 the first time).

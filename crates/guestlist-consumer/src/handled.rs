@@ -20,6 +20,9 @@ pub struct Handled {
     /// Deliveries sent back to wait behind an earlier message of their key that went back
     /// itself (failed or deferred), without counting against them.
     pub held_back: u64,
+    /// Retried dead letters of another handler that reached this one (on a subject or topic
+    /// both read): acknowledged without running.
+    pub for_other_handlers: u64,
 }
 
 impl std::ops::AddAssign for Handled {
@@ -31,5 +34,6 @@ impl std::ops::AddAssign for Handled {
         self.deferred += other.deferred;
         self.dead_lettered += other.dead_lettered;
         self.held_back += other.held_back;
+        self.for_other_handlers += other.for_other_handlers;
     }
 }

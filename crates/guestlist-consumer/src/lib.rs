@@ -34,6 +34,7 @@ mod lanes;
 mod message;
 mod next_fetch;
 mod outage;
+mod retried;
 mod runtime;
 mod settle;
 mod shutdown;

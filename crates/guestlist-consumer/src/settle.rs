@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use guestlist_core::protocol::{AfterDeferral, Redelivery};
 use guestlist_core::{Deferral, FailureKind, MessageId};
-use guestlist_sqlx::{Backend, failure_kind};
+use guestlist_sqlx::{Backend, DeadCopy, failure_kind};
 
 use crate::failure::Failure;
 use crate::handled::Handled;
@@ -215,9 +215,17 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
         if self.dead_letter_only(delivery, why, handled).await {
             // Beside the guest list, for operators (guestlist console, guestlist history).
             let deliveries = delivery.delivery_count();
+            let (topic, key) = (delivery.return_topic(), delivery.key());
+            let headers = kept_headers(delivery.headers());
+            let copy = DeadCopy {
+                topic: topic.as_deref(),
+                key: key.as_deref(),
+                headers: &headers,
+                body: delivery.payload(),
+            };
             let recorded = self
                 .inbox
-                .record_dead(&self.pool, &self.name, id, why, deliveries)
+                .record_dead(&self.pool, &self.name, id, why, deliveries, copy)
                 .await;
             if let Err(err) = recorded {
                 tracing::warn!(handler = %self.name, id = %id, error = %err,
@@ -244,4 +252,21 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
             }
         }
     }
+}
+
+/// The headers a dead letter's copy keeps: the message's own, without those its broker set
+/// (a retry is a new message to it, which sets its own).
+fn kept_headers(headers: Vec<(String, String)>) -> Vec<(String, String)> {
+    const BROKERS: [&str; 3] = ["nats-", "x-death", "x-delivery-count"];
+    const DEATH: [&str; 2] = ["x-first-death-", "x-last-death-"];
+    headers
+        .into_iter()
+        .filter(|(name, _)| {
+            let lower = name.to_ascii_lowercase();
+            !BROKERS
+                .iter()
+                .chain(&DEATH)
+                .any(|prefix| lower.starts_with(prefix))
+        })
+        .collect()
 }

@@ -52,8 +52,8 @@ pub use guestlist_core::{
 pub use health::Health;
 pub use history::{Found, History, Holder, Seen, Sighting};
 pub use inbox::{
-    BatchProcessed, Deferrals, HandlerRows, Inbox, InboxStats, IncomingDeadLetter, MidSteps,
-    ProcessError, Processed, Stepped,
+    BatchProcessed, DeadCopy, DeadGroup, DeadRetry, DeadState, Deferrals, HandlerRows, Inbox,
+    InboxStats, IncomingDeadLetter, KEPT_BODY_BYTES, MidSteps, ProcessError, Processed, Stepped,
 };
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub use keys::{BatchBackend, BatchedKeyStore};

@@ -225,6 +225,10 @@ impl Delivery for SqsDelivery {
         true // every receive raises ApproximateReceiveCount, a withdrawn one's too
     }
 
+    fn return_topic(&self) -> Option<String> {
+        Some(self.shared.queue.url.clone())
+    }
+
     fn broker_id(&self) -> Option<&str> {
         if let Some(attribute) = &self.shared.id_attribute {
             return self.header(attribute);

@@ -98,9 +98,9 @@ pub mod inbox {
     //! crate's root.
     pub use guestlist_core::{Claim, Deferral, FailureKind, HandlerName, MessageId, defer};
     pub use guestlist_sqlx::{
-        BatchProcessed, Deferrals, HandlerRows, Inbox, InboxStats, IncomingDeadLetter,
-        MAX_STEP_RESULT, MidSteps, ProcessError, Processed, StepError, Stepped, Steps, WorkError,
-        failure_kind,
+        BatchProcessed, DeadCopy, DeadGroup, DeadRetry, DeadState, Deferrals, HandlerRows, Inbox,
+        InboxStats, IncomingDeadLetter, KEPT_BODY_BYTES, MAX_STEP_RESULT, MidSteps, ProcessError,
+        Processed, StepError, Stepped, Steps, WorkError, failure_kind,
     };
 }
 

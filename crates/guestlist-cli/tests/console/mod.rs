@@ -116,6 +116,12 @@ impl Shop {
                 &MessageId::new("evt_poison").unwrap(),
                 "failed on delivery 5 of 5: no such order",
                 5,
+                guestlist::inbox::DeadCopy {
+                    topic: Some("orders.paid"),
+                    key: None,
+                    headers: &[],
+                    body: br#"{"order": 404}"#,
+                },
             )
             .await
             .unwrap();

@@ -154,7 +154,19 @@ async fn history_story<DB: Fixture>(p: &str) {
     let id = MessageId::new(event.as_str()).unwrap();
     let why = "deferred 2 times over 1s, past the consumer's max_deferral";
     inbox
-        .record_dead(pool, &billing, &id, why, 3)
+        .record_dead(
+            pool,
+            &billing,
+            &id,
+            why,
+            3,
+            guestlist::inbox::DeadCopy {
+                topic: Some("orders.paid"),
+                key: None,
+                headers: &[],
+                body: b"{}",
+            },
+        )
         .await
         .unwrap();
 

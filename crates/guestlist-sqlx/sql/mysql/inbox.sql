@@ -49,3 +49,17 @@ CREATE TABLE IF NOT EXISTS guestlist_inbox_steps (
     result      LONGBLOB,
     PRIMARY KEY (handler, message_id, place)
 ) ENGINE = InnoDB;
+-- An incoming dead letter's copy, for a retry from guestlist (added the same way to tables made
+-- before it): where it goes back to (the subject, queue or topic the consumer reads), the
+-- broker's key, its headers (name, NUL, value, NUL per header) and body, kept up to 4 MiB.
+-- state is 'dead', 'retrying' (published, or about to be, by retried_by at retried_at) or
+-- 'retried' (the broker confirmed it); retries counts them. A retried message dead-lettered
+-- again is 'dead' again.
+ALTER TABLE guestlist_inbox_dead ADD COLUMN topic TEXT NULL;
+ALTER TABLE guestlist_inbox_dead ADD COLUMN msg_key TEXT NULL;
+ALTER TABLE guestlist_inbox_dead ADD COLUMN headers LONGBLOB NULL;
+ALTER TABLE guestlist_inbox_dead ADD COLUMN body LONGBLOB NULL;
+ALTER TABLE guestlist_inbox_dead ADD COLUMN state VARCHAR(16) NOT NULL DEFAULT 'dead';
+ALTER TABLE guestlist_inbox_dead ADD COLUMN retries BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE guestlist_inbox_dead ADD COLUMN retried_at BIGINT NULL;
+ALTER TABLE guestlist_inbox_dead ADD COLUMN retried_by TEXT NULL;

@@ -53,3 +53,25 @@ CREATE TABLE IF NOT EXISTS guestlist_inbox_steps (
     result      BYTEA,
     PRIMARY KEY (handler, message_id, place)
 );
+-- An incoming dead letter's copy, for a retry from guestlist (added to tables made before it):
+-- where it goes back to (the subject, queue or topic the consumer reads), the broker's key, its
+-- headers (name, NUL, value, NUL per header) and body, kept up to 4 MiB. state is 'dead',
+-- 'retrying' (published, or about to be, by retried_by at retried_at) or 'retried' (the broker
+-- confirmed it); retries counts them. A retried message dead-lettered again is 'dead' again.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema()
+                   AND table_name = lower('guestlist_inbox_dead') AND column_name = 'body') THEN
+        ALTER TABLE guestlist_inbox_dead ADD COLUMN IF NOT EXISTS topic TEXT;
+        ALTER TABLE guestlist_inbox_dead ADD COLUMN IF NOT EXISTS msg_key TEXT;
+        ALTER TABLE guestlist_inbox_dead ADD COLUMN IF NOT EXISTS headers BYTEA;
+        ALTER TABLE guestlist_inbox_dead ADD COLUMN IF NOT EXISTS body BYTEA;
+        ALTER TABLE guestlist_inbox_dead ADD COLUMN IF NOT EXISTS state TEXT NOT NULL DEFAULT 'dead';
+        ALTER TABLE guestlist_inbox_dead ADD COLUMN IF NOT EXISTS retries BIGINT NOT NULL DEFAULT 0;
+        ALTER TABLE guestlist_inbox_dead ADD COLUMN IF NOT EXISTS retried_at BIGINT;
+        ALTER TABLE guestlist_inbox_dead ADD COLUMN IF NOT EXISTS retried_by TEXT;
+    END IF;
+END
+$$;
+-- The purge of the dead letters goes by age.
+CREATE INDEX IF NOT EXISTS guestlist_inbox_dead_at_idx ON guestlist_inbox_dead (dead_at);

@@ -26,12 +26,6 @@ pub struct InboxSql {
     pub(crate) forget_deferrals: Arc<str>,
     /// Each handler's rows and its oldest row's age in milliseconds.
     pub(crate) handlers: Arc<str>,
-    /// Records an incoming dead letter: handler, id, reason, deliveries, Unix ms.
-    pub(crate) record_dead: Arc<str>,
-    /// The incoming dead letters, newest first: how many at most.
-    pub(crate) dead_letters: Arc<str>,
-    /// How many incoming dead letters there are.
-    pub(crate) dead_count: Arc<str>,
 }
 
 impl InboxSql {
@@ -51,22 +45,7 @@ impl InboxSql {
             deferrals: fill(DB::DEFERRALS),
             forget_deferrals: fill(DB::FORGET_DEFERRALS),
             handlers: fill(DB::INBOX_HANDLERS),
-            record_dead: fill(DB::RECORD_DEAD),
-            dead_letters: fill(DB::DEAD_LETTERS),
-            dead_count: fill("SELECT COUNT(*) + 0 FROM {table}_dead"),
         }
-    }
-}
-
-row! {
-    /// An incoming dead letter as read.
-    pub(crate) struct DeadRow {
-        handler: String,
-        message_id: String,
-        reason: String,
-        deliveries: i64,
-        /// When it was dead-lettered, in Unix milliseconds.
-        at_ms: i64,
     }
 }
 

@@ -82,6 +82,7 @@ macro_rules! backend {
 mod classify;
 pub(crate) mod history;
 pub(crate) mod inbox;
+pub(crate) mod inbox_dead;
 pub(crate) mod keys;
 #[cfg(feature = "mysql")]
 mod mysql;
@@ -138,12 +139,10 @@ pub(crate) mod sealed {
         const DEFERRALS: &'static str;
         /// Template of [`InboxSql::forget_deferrals`].
         const FORGET_DEFERRALS: &'static str;
-        /// Template of [`InboxSql::record_dead`], on the table `{table}_dead`: handler, id,
-        /// reason, deliveries, Unix ms; a message dead-lettered again replaces its row.
+        /// Template of [`inbox_dead::DeadSql::record`], on the table `{table}_dead`: handler, id,
+        /// reason, deliveries, Unix ms, topic, key, headers, body; a message dead-lettered again
+        /// replaces its row, dead again.
         const RECORD_DEAD: &'static str;
-        /// Template of [`InboxSql::dead_letters`]: handler, id, reason, deliveries, Unix ms,
-        /// the newest first, at most $1.
-        const DEAD_LETTERS: &'static str;
         /// Template of [`TableSql::purge_batch`], with `{table}`, the time column `{at}` and, where
         /// the database locks rows before deleting them, `{skip_locked}` (see `Rows`).
         const PURGE_BATCH: &'static str;

@@ -9,6 +9,7 @@ use guestlist_core::{Claim, HandlerName, MessageId, TableName};
 use tracing::Instrument;
 
 use crate::Error;
+use crate::backend::inbox_dead::DeadSql;
 use crate::backend::steps::{Done, StepsSql};
 use crate::backend::{Backend, InboxSql};
 use crate::retry::RetryPolicy;
@@ -17,6 +18,8 @@ use crate::steps::{DEFAULT_STEP_LEASE, DEFAULT_STEP_RETRY};
 
 mod ask;
 mod dead;
+mod dead_groups;
+mod dead_retry;
 mod deferrals;
 mod process;
 mod stats;
@@ -24,7 +27,9 @@ mod steps;
 mod transaction;
 mod upkeep;
 
-pub use dead::IncomingDeadLetter;
+pub use dead::{DeadCopy, DeadState, IncomingDeadLetter, KEPT_BODY_BYTES};
+pub use dead_groups::DeadGroup;
+pub use dead_retry::DeadRetry;
 pub use deferrals::Deferrals;
 pub use process::{BatchProcessed, ProcessError, Processed};
 pub use stats::{HandlerRows, InboxStats};
@@ -73,6 +78,7 @@ pub use steps::{MidSteps, Stepped};
 pub struct Inbox<DB: Backend> {
     pub(crate) sql: Arc<InboxSql>,
     pub(crate) steps: Arc<StepsSql>,
+    pub(crate) dead: Arc<DeadSql>,
     pub(crate) retry: RetryPolicy,
     pub(crate) step_lease: Duration,
     pub(crate) step_retry: Duration,
@@ -80,7 +86,7 @@ pub struct Inbox<DB: Backend> {
     db: PhantomData<fn() -> DB>,
 }
 
-clone_without_bound!(Inbox<DB: Backend> { sql, steps, retry, step_lease, step_retry, keep_journals, db });
+clone_without_bound!(Inbox<DB: Backend> { sql, steps, dead, retry, step_lease, step_retry, keep_journals, db });
 on_one_table!(Inbox, "An inbox", "guestlist_inbox");
 
 impl<DB: Backend> Default for Inbox<DB> {
@@ -107,6 +113,7 @@ impl<DB: Backend> Inbox<DB> {
         Self {
             sql: Arc::new(InboxSql::new::<DB>(&table)),
             steps: Arc::new(StepsSql::new::<DB>(&table, Done::inbox(&table))),
+            dead: Arc::new(DeadSql::new::<DB>(&table)),
             retry: RetryPolicy::default(),
             step_lease: DEFAULT_STEP_LEASE,
             step_retry: DEFAULT_STEP_RETRY,

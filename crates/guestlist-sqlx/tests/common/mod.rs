@@ -5,6 +5,7 @@
 #![allow(unreachable_pub)] // a test crate has no public API
 
 pub mod claims;
+pub mod dead;
 pub mod faults;
 pub mod harness;
 pub mod outbox;
@@ -41,11 +42,14 @@ macro_rules! inbox_suite {
             claims_succeed_while_a_million_rows_are_purged,
             purger_task_purges_in_the_background,
             stats_count_each_handlers_rows_and_the_oldest,
-            incoming_dead_letters_are_recorded_newest_first_and_counted,
             claims_and_purged_rows_are_counted_in_metrics,
             a_cancelled_purge_releases_its_lock,
             a_retention_shorter_than_the_horizon_is_refused_at_start_up,
             old_idempotency_keys_are_purged_and_young_ones_stay,
+        );
+        guestlist_testkit::stories!(common::dead, [$db], ("");
+            incoming_dead_letters_are_recorded_newest_first_and_counted,
+            dead_letters_keep_their_message_and_group_by_failure,
         );
         guestlist_testkit::stories!(common::schema, [$db], ("");
             bad_ids_and_table_names_get_errors_that_say_what_to_do,

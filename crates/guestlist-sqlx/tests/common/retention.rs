@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use guestlist_sqlx::sqlx;
 use guestlist_sqlx::{
@@ -150,51 +150,6 @@ pub async fn claims_succeed_while_a_million_rows_are_purged<DB: Fixture>(name: &
         "every live claim survived the purge"
     );
     assert_eq!(h.all_picks().await, claims);
-}
-
-/// What a consumer records of the messages it dead-letters: each handler's give-up, the newest
-/// first, a message dead-lettered again replacing its record; counted.
-pub async fn incoming_dead_letters_are_recorded_newest_first_and_counted<DB: Fixture>(name: &str) {
-    let h = Harness::<DB>::new(name).await;
-    assert_eq!(h.inbox.dead_count(&h.pool).await.unwrap(), 0);
-    let record = async |handler_name: &str, event: &str, why: &str, deliveries: u32| {
-        h.inbox
-            .record_dead(&h.pool, &handler(handler_name), &id(event), why, deliveries)
-            .await
-            .unwrap();
-        // Apart by more than the clock's millisecond, so that the order is the records'.
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    };
-    record("warehouse", "a", "failed on delivery 5 of 5: boom", 5).await;
-    record("billing", "a", "deferred 9 times, past max_deferral", 12).await;
-    record("warehouse", "b", "failed on delivery 5 of 5: boom", 5).await;
-    // a, redelivered from the broker's dead-letter place and given up on again.
-    record("warehouse", "a", "failed on delivery 6 of 5: still boom", 6).await;
-
-    assert_eq!(h.inbox.dead_count(&h.pool).await.unwrap(), 3);
-    let letters = h.inbox.dead_letters(&h.pool, 10).await.unwrap();
-    let seen: Vec<(&str, &str, &str, u32)> = letters
-        .iter()
-        .map(|l| {
-            (
-                l.handler.as_str(),
-                l.message_id.as_str(),
-                l.reason.as_str(),
-                l.deliveries,
-            )
-        })
-        .collect();
-    assert_eq!(
-        seen,
-        [
-            ("warehouse", "a", "failed on delivery 6 of 5: still boom", 6),
-            ("warehouse", "b", "failed on delivery 5 of 5: boom", 5),
-            ("billing", "a", "deferred 9 times, past max_deferral", 12),
-        ]
-    );
-    let age = SystemTime::now().duration_since(letters[0].at).unwrap();
-    assert!(age < Duration::from_secs(60), "recorded just now: {age:?}");
-    assert_eq!(h.inbox.dead_letters(&h.pool, 1).await.unwrap().len(), 1);
 }
 
 pub async fn stats_count_each_handlers_rows_and_the_oldest<DB: Fixture>(name: &str) {

@@ -2,7 +2,7 @@
 //! counts effects in them.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -26,6 +26,8 @@ pub struct Pick {
     deferred_once: Arc<Mutex<HashSet<String>>>,
     /// The headers of each message the handler ran on, by id.
     headers_seen: HeadersSeen,
+    /// Whether a curable poison event's cause is fixed: it then runs as any event.
+    cured: Arc<AtomicBool>,
 }
 
 /// The headers of each message a handler ran on, by id.
@@ -59,7 +61,8 @@ impl<DB: Fixture> Handler<DB> for Pick {
             let not_yet = Deferral::new(Duration::from_millis(200), "stock is being counted");
             return Err(guestlist_carry::defer(not_yet).into());
         }
-        if event["kind"] == "poison" {
+        let cured = event["curable"] == true && self.cured.load(Ordering::SeqCst);
+        if event["kind"] == "poison" && !cured {
             self.poison_runs.fetch_add(1, Ordering::SeqCst);
             anyhow::bail!("poison pill: the order has no lines");
         }
@@ -94,6 +97,9 @@ pub struct Rig<B: Broker, DB: Fixture> {
     pub poison_runs: Arc<AtomicU64>,
     deferred_once: Arc<Mutex<HashSet<String>>>,
     pub(crate) headers_seen: HeadersSeen,
+    /// Set: the poison events marked `"curable": true` run as any event from then on (the
+    /// bug that made them fail is fixed).
+    pub cured: Arc<AtomicBool>,
 }
 
 impl<B: Broker, DB: Fixture> Rig<B, DB> {
@@ -147,6 +153,7 @@ impl<B: Broker, DB: Fixture> Rig<B, DB> {
             poison_runs: Arc::default(),
             deferred_once: Arc::default(),
             headers_seen: Arc::default(),
+            cured: Arc::default(),
         }
     }
 
@@ -253,6 +260,7 @@ impl<B: Broker, DB: Fixture> Rig<B, DB> {
                 poison_runs: self.poison_runs.clone(),
                 deferred_once: self.deferred_once.clone(),
                 headers_seen: self.headers_seen.clone(),
+                cured: self.cured.clone(),
             },
         )
         .batch_size(batch)

@@ -49,6 +49,7 @@ macro_rules! broker_suite {
                 a_deferral_inside_a_batch_waits_as_asked_and_counts_once,
                 a_poison_in_a_batch_runs_once_per_delivery_and_each_run_is_counted,
                 a_batch_ends_as_the_inboxs_own_batch_path_ends,
+                a_group_of_dead_letters_retried_is_handled_once_each,
             );
 
             $crate::children!(suite, [$broker, $db];

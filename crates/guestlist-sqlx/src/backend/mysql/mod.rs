@@ -88,12 +88,12 @@ impl Statements for MySql {
          CAST(index_length AS SIGNED), CAST(NULL AS SIGNED), CAST(data_free AS SIGNED) \
          FROM information_schema.tables \
          WHERE table_schema = DATABASE() AND table_name = '{table}'";
-    const RECORD_DEAD: &'static str = "INSERT INTO {table}_dead \
-         (handler, message_id, reason, deliveries, dead_at) VALUES (?, ?, ?, ?, ?) \
+    const RECORD_DEAD: &'static str = "INSERT INTO {table}_dead (handler, message_id, reason, \
+         deliveries, dead_at, topic, msg_key, headers, body) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) \
          ON DUPLICATE KEY UPDATE reason = VALUES(reason), deliveries = VALUES(deliveries), \
-         dead_at = VALUES(dead_at)";
-    const DEAD_LETTERS: &'static str = "SELECT CAST(handler AS CHAR), CAST(message_id AS CHAR), \
-         reason, deliveries, dead_at FROM {table}_dead ORDER BY dead_at DESC LIMIT ?";
+         dead_at = VALUES(dead_at), topic = VALUES(topic), msg_key = VALUES(msg_key), \
+         headers = VALUES(headers), body = VALUES(body), state = 'dead'";
     const INBOX_HANDLERS: &'static str = "SELECT CAST(handler AS CHAR), COUNT(*), \
          CAST(TIMESTAMPDIFF(MICROSECOND, MIN(seen_at), UTC_TIMESTAMP(6)) DIV 1000 AS SIGNED) \
          FROM {table} GROUP BY handler ORDER BY handler";

@@ -91,12 +91,13 @@ impl Statements for Postgres {
          pg_indexes_size('{table}'::regclass)::bigint, \
          (SELECT n_dead_tup FROM pg_stat_all_tables WHERE relid = '{table}'::regclass)::bigint, \
          NULL::bigint";
-    const RECORD_DEAD: &'static str = "INSERT INTO {table}_dead \
-         (handler, message_id, reason, deliveries, dead_at) VALUES ($1, $2, $3, $4, $5) \
+    const RECORD_DEAD: &'static str = "INSERT INTO {table}_dead (handler, message_id, reason, \
+         deliveries, dead_at, topic, msg_key, headers, body) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
          ON CONFLICT (handler, message_id) DO UPDATE SET reason = EXCLUDED.reason, \
-         deliveries = EXCLUDED.deliveries, dead_at = EXCLUDED.dead_at";
-    const DEAD_LETTERS: &'static str = "SELECT handler, message_id, reason, deliveries, dead_at \
-         FROM {table}_dead ORDER BY dead_at DESC LIMIT $1";
+         deliveries = EXCLUDED.deliveries, dead_at = EXCLUDED.dead_at, topic = EXCLUDED.topic, \
+         msg_key = EXCLUDED.msg_key, headers = EXCLUDED.headers, body = EXCLUDED.body, \
+         state = 'dead'";
     const INBOX_HANDLERS: &'static str = "SELECT handler, COUNT(*)::bigint, \
          (EXTRACT(EPOCH FROM (now() - MIN(seen_at))) * 1000)::bigint \
          FROM {table} GROUP BY handler ORDER BY handler";

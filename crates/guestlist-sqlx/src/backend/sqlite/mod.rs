@@ -93,12 +93,13 @@ impl Statements for Sqlite {
           (SELECT name FROM sqlite_schema WHERE type = 'index' AND tbl_name = '{table}')), \
          NULL, \
          (SELECT freelist_count * page_size FROM pragma_freelist_count(), pragma_page_size())";
-    const RECORD_DEAD: &'static str = "INSERT INTO {table}_dead \
-         (handler, message_id, reason, deliveries, dead_at) VALUES (?1, ?2, ?3, ?4, ?5) \
+    const RECORD_DEAD: &'static str = "INSERT INTO {table}_dead (handler, message_id, reason, \
+         deliveries, dead_at, topic, msg_key, headers, body) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) \
          ON CONFLICT (handler, message_id) DO UPDATE SET reason = excluded.reason, \
-         deliveries = excluded.deliveries, dead_at = excluded.dead_at";
-    const DEAD_LETTERS: &'static str = "SELECT handler, message_id, reason, deliveries, dead_at \
-         FROM {table}_dead ORDER BY dead_at DESC LIMIT ?1";
+         deliveries = excluded.deliveries, dead_at = excluded.dead_at, topic = excluded.topic, \
+         msg_key = excluded.msg_key, headers = excluded.headers, body = excluded.body, \
+         state = 'dead'";
     const INBOX_HANDLERS: &'static str = "SELECT handler, COUNT(*), \
          CAST(round((julianday('now') - julianday(MIN(seen_at))) * 86400000.0) AS INTEGER) \
          FROM {table} GROUP BY handler ORDER BY handler";

@@ -3,6 +3,7 @@
 mod ambiguous;
 mod broker_away;
 mod chaos;
+mod dead_retry;
 mod deferrals;
 mod flow;
 mod keys;
@@ -14,6 +15,7 @@ mod stops;
 pub use ambiguous::*;
 pub use broker_away::*;
 pub use chaos::*;
+pub use dead_retry::*;
 pub use deferrals::*;
 pub use flow::*;
 pub use keys::*;
