@@ -83,6 +83,10 @@ pub(crate) enum Command {
     /// The outbox's dead letters: list them, put one back in the outbox, or drop one.
     #[command(subcommand)]
     Outbox(crate::outbox::OutboxCommand),
+    /// The inbox's dead letters (messages a handler gave up on): list them, group them by
+    /// failure, show one, put one or a group back on the handler's source, or drop them.
+    #[command(subcommand)]
+    Inbox(crate::inbox_dead::InboxCommand),
     /// Play the warehouse story: redeliveries, a second event, a race, a crash, and a crash after
     /// a charge to another service.
     Demo(DemoArgs),

@@ -5,6 +5,8 @@
 //! [operations](https://github.com/guestlist-rs/guestlist/blob/main/docs/guide/src/operations.md)
 //! (or build it locally with `mdbook serve docs/guide`).
 
+mod body_text;
+mod broker;
 mod cli;
 mod console;
 mod database;
@@ -12,6 +14,7 @@ mod demo;
 mod figures;
 mod gateway;
 mod history;
+mod inbox_dead;
 mod keys;
 mod migrate;
 mod ops;
@@ -82,6 +85,7 @@ fn main() -> ExitCode {
             Command::Console(args) => console::run(args).await,
             Command::Relay(args) => relay::run(args).await,
             Command::Outbox(command) => outbox::run(command).await,
+            Command::Inbox(command) => inbox_dead::run(command).await,
             Command::Demo(args) => demo::run(args).await,
             Command::DemoCrashConsumer(args) => demo::crash::run(args).await,
         }

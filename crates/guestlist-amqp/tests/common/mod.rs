@@ -74,6 +74,10 @@ impl Broker for Rabbit {
         self.queue.clone()
     }
 
+    fn program_args(&self) -> Vec<String> {
+        vec!["--amqp".to_owned(), self.url.clone()]
+    }
+
     async fn publisher(&self) -> guestlist_amqp::RabbitPublisher {
         guestlist_amqp::RabbitPublisher::builder(&self.url)
             .connect()

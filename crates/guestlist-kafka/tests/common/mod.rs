@@ -321,6 +321,10 @@ impl Broker for Kafka {
         format!("gl.nowhere.{}", "x".repeat(240))
     }
 
+    fn program_args(&self) -> Vec<String> {
+        vec!["--kafka".to_owned(), self.brokers.clone()]
+    }
+
     async fn publisher(&self) -> guestlist_kafka::KafkaPublisher {
         self.publisher_at(&self.brokers)
             .await

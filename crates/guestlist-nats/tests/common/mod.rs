@@ -82,6 +82,10 @@ impl Broker for Nats {
         self.subject.clone()
     }
 
+    fn program_args(&self) -> Vec<String> {
+        vec!["--nats".to_owned(), self.url.clone()]
+    }
+
     async fn publisher(&self) -> guestlist_nats::JetStreamPublisher {
         guestlist_nats::JetStreamPublisher::new(self.context.clone())
     }

@@ -314,6 +314,14 @@ impl<const FIFO: bool> Broker for SqsQueue<FIFO> {
         format!("gl-nowhere-{}", tag.replace('_', "-"))
     }
 
+    fn program_args(&self) -> Vec<String> {
+        vec![
+            "--sqs".to_owned(),
+            "--sqs-endpoint".to_owned(),
+            Self::endpoint(),
+        ]
+    }
+
     async fn publisher(&self) -> guestlist_sqs::SqsPublisher {
         guestlist_sqs::SqsPublisher::builder()
             .client(self.client.clone())

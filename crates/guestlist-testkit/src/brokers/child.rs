@@ -54,3 +54,22 @@ pub fn parent(child: &str) -> Option<(String, String)> {
         }
     }
 }
+
+/// The `guestlist` program built beside the running test binary (cargo builds it with the
+/// workspace's tests), for the stories that drive it as an operator would.
+pub fn guestlist_program() -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    // target/<profile>/deps/<test binary>: the program is in target/<profile>.
+    let program = exe
+        .parent()
+        .and_then(std::path::Path::parent)
+        .map(|dir| dir.join(format!("guestlist{}", std::env::consts::EXE_SUFFIX)))
+        .unwrap();
+    assert!(
+        program.exists(),
+        "{} is not built: run the workspace's tests (`cargo nextest run --workspace \
+         --all-features`), or `cargo build -p guestlist-cli --all-features` first",
+        program.display()
+    );
+    program
+}

@@ -180,6 +180,9 @@ pub trait Broker: Send + Sync + Sized + 'static {
     }
     /// A relay's publisher to the test's queue (stream).
     fn publisher(&self) -> impl Future<Output = Self::Publisher> + Send;
+    /// The `guestlist` program's arguments that name this broker (`--nats URL`, `--sqs
+    /// --sqs-endpoint URL`).
+    fn program_args(&self) -> Vec<String>;
     /// How many messages the queue (stream) holds, where that can be read without taking them
     /// off it (not on RabbitMQ).
     fn stored(&self) -> impl Future<Output = Option<usize>> + Send {

@@ -20,23 +20,15 @@ pub async fn a_group_of_dead_letters_retried_is_handled_once_each<B: Broker, DB:
     name: &str,
 ) {
     let rig = Rig::<B, DB>::open(name, Duration::from_secs(30)).await;
-    for n in 0..3 {
-        let poison = format!(r#"{{"id":"evt_p{n}","kind":"poison","curable":true}}"#);
-        rig.broker
-            .publish_with(poison.as_bytes(), &[("x-tenant", "acme")])
-            .await;
-    }
     for n in 0..5 {
         rig.broker.publish(&order_paid(&format!("evt_{n}"))).await;
     }
-    let (stop, task) = run_until_stopped!(rig.consumer(10).await.max_deliveries(2));
-    let recorded = async || rig.inbox.dead_count(&rig.db.pool).await.unwrap();
-    rig.until(
-        Duration::from_secs(60),
-        "three dead letters recorded and five events handled",
-        || async { recorded().await == 3 && rig.effects().await == (5, 5) },
-    )
+    let (stop, task) = dead_lettered(&rig, "evt_p", 3).await;
+    rig.until(Duration::from_secs(60), "five events handled", || async {
+        rig.effects().await == (5, 5)
+    })
     .await;
+    let recorded = async || rig.inbox.dead_count(&rig.db.pool).await.unwrap();
     let groups = rig.inbox.dead_groups(&rig.db.pool, 100).await.unwrap();
     assert_eq!(groups.len(), 1, "one failure, one group: {groups:?}");
     let group: &DeadGroup = &groups[0];
@@ -162,4 +154,42 @@ pub async fn a_group_of_dead_letters_retried_is_handled_once_each<B: Broker, DB:
         seen.iter().any(|(n, v)| n == "x-tenant" && v == "acme"),
         "the retry kept the message's headers: {seen:?}"
     );
+}
+
+/// Publishes `n` curable poison events `<prefix>0`, `<prefix>1`, … (with the header
+/// `x-tenant: acme`), starts a consumer that dead-letters at the second delivery, and waits
+/// until the inbox has recorded the `n` of them; returns the running consumer.
+pub(crate) async fn dead_lettered<B: Broker, DB: Fixture>(
+    rig: &Rig<B, DB>,
+    prefix: &str,
+    n: usize,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<Result<guestlist_consumer::Handled, guestlist_consumer::Error>>,
+) {
+    for k in 0..n {
+        let poison = format!(r#"{{"id":"{prefix}{k}","kind":"poison","curable":true}}"#);
+        rig.broker
+            .publish_with(poison.as_bytes(), &[("x-tenant", "acme")])
+            .await;
+    }
+    let running = run_until_stopped!(rig.consumer(10).await.max_deliveries(2));
+    rig.until(
+        Duration::from_secs(60),
+        "the poison events are dead-lettered and recorded",
+        || async { rig.inbox.dead_count(&rig.db.pool).await.unwrap() == n as u64 },
+    )
+    .await;
+    running
+}
+
+/// Runs of the pick handler that wrote an effect for `event`.
+pub(crate) async fn effects_of<B: Broker, DB: Fixture>(rig: &Rig<B, DB>, event: &str) -> i64 {
+    // The stories' ids are letters, digits and underscores.
+    rig.db
+        .scalar(format!(
+            "SELECT count(*) FROM {} WHERE event = '{event}'",
+            rig.effects
+        ))
+        .await
 }
