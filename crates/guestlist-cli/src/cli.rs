@@ -145,6 +145,11 @@ pub(crate) struct PurgeArgs {
     /// The outbox table.
     #[arg(long, default_value = "guestlist_outbox", requires = "outbox")]
     pub(crate) outbox_table: String,
+    /// Purge the inbox's dead letters (`<table>_dead`) instead: those recorded longer ago than
+    /// --older-than, their own retention (the horizon does not bound it: a dead letter guards
+    /// no duplicate). Those being retried stay.
+    #[arg(long, conflicts_with = "outbox")]
+    pub(crate) dead: bool,
 }
 
 #[derive(Debug, Args)]

@@ -7,6 +7,10 @@ use crate::cli::PurgeArgs;
 use crate::database::{self, with_pool};
 
 pub(crate) async fn run(args: PurgeArgs) -> anyhow::Result<()> {
+    if args.dead {
+        let pool = database::connect_existing(&args.db.database, 1).await?;
+        return with_pool!(pool, |pool| purge_dead(&pool, &args).await);
+    }
     // Refused before connecting: a purge shorter than the horizon re-opens the door to duplicates.
     let retention = Retention::new(args.older_than, args.horizon)?;
     let pool = database::connect_existing(&args.db.database, 1).await?;
@@ -54,5 +58,34 @@ async fn purge<DB: Backend>(
             "another purger is working on {table} right now; nothing deleted here — it will finish the job"
         ),
     }
+    Ok(())
+}
+
+/// The inbox's dead letters recorded longer ago than `--older-than` (their own retention).
+async fn purge_dead<DB: Backend>(
+    pool: &guestlist::sqlx::Pool<DB>,
+    args: &PurgeArgs,
+) -> anyhow::Result<()> {
+    let inbox = Inbox::<DB>::with_table(&args.db.table)?;
+    let older_than = humantime::format_duration(args.older_than);
+    if args.dry_run {
+        let cutoff = std::time::SystemTime::now() - args.older_than;
+        let old = inbox
+            .dead_letters(pool, u32::MAX)
+            .await?
+            .into_iter()
+            .filter(|l| l.at < cutoff && l.state != guestlist::inbox::DeadState::Retrying)
+            .count();
+        println!(
+            "{old} dead letters of {}_dead are older than {older_than}; nothing deleted (dry run)",
+            inbox.table()
+        );
+        return Ok(());
+    }
+    let purged = inbox.purge_dead(pool, args.older_than).await?;
+    println!(
+        "purged {purged} dead letters older than {older_than} from {}_dead",
+        inbox.table()
+    );
     Ok(())
 }

@@ -211,6 +211,70 @@ async fn migrate_then_purge_deletes_only_old_rows() {
     assert!(shown.contains("oldest     1h"), "{shown}");
 }
 
+/// The inbox's dead letters go by their own retention, shorter than the horizon if asked
+/// (a dead letter guards no duplicate); one being retried stays. A dead-letter table made
+/// before copies were kept gains their columns on migrate, its rows kept.
+#[tokio::test]
+async fn purge_dead_deletes_old_dead_letters_by_their_own_retention() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", dir.path().join("g.db").display());
+    let pool = SqlitePool::connect_with(guestlist::sqlite_options(&url).unwrap())
+        .await
+        .unwrap();
+    // The table as it was before copies were kept.
+    sqlx::raw_sql(
+        "CREATE TABLE guestlist_inbox_dead (handler TEXT NOT NULL, message_id TEXT NOT NULL, \
+         reason TEXT NOT NULL, deliveries INTEGER NOT NULL, dead_at INTEGER NOT NULL, \
+         PRIMARY KEY (handler, message_id));
+         INSERT INTO guestlist_inbox_dead VALUES ('warehouse', 'from-before', 'boom', 5, 0);",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let output = guestlist(&["migrate", "--database", &url]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let day_ms = 86_400_000_i64;
+    let now_ms = i64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis(),
+    )
+    .unwrap();
+    for (id, days, state) in [
+        ("old", 40, "dead"),
+        ("old-retrying", 40, "retrying"),
+        ("young", 1, "dead"),
+    ] {
+        sqlx::query(
+            "INSERT INTO guestlist_inbox_dead (handler, message_id, reason, deliveries, dead_at, \
+             state) VALUES ('warehouse', ?1, 'boom', 5, ?2, ?3)",
+        )
+        .bind(id)
+        .bind(now_ms - days * day_ms)
+        .bind(state)
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+    let args = ["purge", "--dead", "--database", &url, "--older-than", "30d"];
+    let dry = guestlist(&[&args[..], &["--dry-run"]].concat());
+    assert!(stdout(&dry).contains("2 dead letters"), "{}", stdout(&dry));
+    let output = guestlist(&args);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        stdout(&output).contains("purged 2 dead letters"),
+        "{}",
+        stdout(&output)
+    );
+    let left: Vec<String> =
+        sqlx::query_scalar("SELECT message_id FROM guestlist_inbox_dead ORDER BY message_id")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(left, ["old-retrying", "young"]);
+}
+
 #[test]
 fn migrate_print_shows_the_ddl_for_the_url() {
     let output = guestlist(&[
