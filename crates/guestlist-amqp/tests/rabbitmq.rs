@@ -5,6 +5,7 @@ mod common;
 guestlist_testkit::broker_suite!(rpg, common::Rabbit, sqlx::Postgres);
 guestlist_testkit::broker_suite!(rlite, common::Rabbit, sqlx::Sqlite);
 guestlist_testkit::keys_suite!(rkeys, common::Rabbit, sqlx::Postgres);
+guestlist_testkit::dead_letters_suite!(rdead, common::Rabbit, sqlx::Postgres);
 guestlist_testkit::outage_suite!(rout, common::Rabbit);
 guestlist_testkit::broker_away_suite!(raway, common::Rabbit);
 

@@ -5,9 +5,9 @@ use clap::Args;
 
 use crate::database;
 
-/// Which broker, and where.
-#[derive(Debug, Args)]
-#[command(group(clap::ArgGroup::new("broker").required(true).args(["nats", "amqp", "kafka", "sqs"])))]
+/// Which broker, and where. A command that cannot run without one refuses to start without it
+/// ([`BrokerArgs::broker`]); the console runs without one, and retries nothing then.
+#[derive(Debug, Clone, Args)]
 pub(crate) struct BrokerArgs {
     /// Publish to NATS JetStream at this URL: each topic is a subject some stream captures.
     /// (The `nats` feature, on by default.)
@@ -47,6 +47,11 @@ pub(crate) enum Broker<'a> {
 }
 
 impl BrokerArgs {
+    /// Whether a broker is named at all.
+    pub(crate) fn given(&self) -> bool {
+        self.nats.is_some() || self.amqp.is_some() || self.kafka.is_some() || self.sqs
+    }
+
     /// The broker named, refused when this build left its publisher out; RabbitMQ's through
     /// `exchange`.
     pub(crate) fn broker<'a>(&'a self, exchange: &'a str) -> anyhow::Result<Broker<'a>> {

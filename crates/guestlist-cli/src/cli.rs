@@ -72,8 +72,10 @@ pub(crate) enum Command {
     History(crate::history::HistoryArgs),
     /// A web page for operators, on 127.0.0.1:8089 by default: what stats shows, kept fresh
     /// (keys, inbox handlers, outbox backlog, relays and shards, purge, dead letters), history
-    /// lookups, and, with GUESTLIST_CONSOLE_TOKEN set, retry or drop an outgoing dead letter
-    /// and evict a key (signed-in session, CSRF-checked forms). Read-only without the token.
+    /// lookups, and, with GUESTLIST_CONSOLE_TOKEN set, retry or drop an outgoing dead letter,
+    /// retry (through --nats, --amqp, --kafka or --sqs) or drop an incoming one or a failure
+    /// group, and evict a key (signed-in session, CSRF-checked forms). Read-only without the
+    /// token.
     Console(crate::console::ConsoleArgs),
     /// Publish an outbox table's committed messages to NATS JetStream, RabbitMQ, Kafka or
     /// Amazon SQS, each key's in commit order, stamping each once the broker confirmed it; a

@@ -5,6 +5,7 @@ mod common;
 guestlist_testkit::broker_suite!(kpg, common::Kafka, sqlx::Postgres);
 guestlist_testkit::broker_suite!(klite, common::Kafka, sqlx::Sqlite);
 guestlist_testkit::keys_suite!(kkeys, common::Kafka, sqlx::Postgres);
+guestlist_testkit::dead_letters_suite!(kdead, common::Kafka, sqlx::Postgres);
 guestlist_testkit::outage_suite!(kout, common::Kafka);
 guestlist_testkit::broker_away_suite!(kaway, common::Kafka);
 

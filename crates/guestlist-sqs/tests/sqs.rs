@@ -8,6 +8,7 @@ mod common;
 guestlist_testkit::broker_suite!(spg, common::Sqs, sqlx::Postgres);
 guestlist_testkit::broker_suite!(slite, common::Sqs, sqlx::Sqlite);
 guestlist_testkit::keys_suite!(skeys, common::SqsFifo, sqlx::Postgres);
+guestlist_testkit::dead_letters_suite!(sdead, common::Sqs, sqlx::Postgres);
 guestlist_testkit::outage_suite!(sout, common::Sqs);
 guestlist_testkit::broker_away_suite!(saway, common::Sqs);
 

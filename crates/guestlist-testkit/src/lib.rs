@@ -23,6 +23,8 @@ pub mod raw_http;
 pub mod restart_clients;
 pub mod skewed_clock;
 mod stories;
+#[cfg(feature = "webdriver")]
+pub mod webdriver;
 
 use std::future::Future;
 

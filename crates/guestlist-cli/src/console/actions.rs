@@ -116,8 +116,13 @@ impl<F> Authorized<F> {
             .expect("an authorized form reached a console that takes actions")
     }
 
+    /// The browser's session, where the form needed one.
+    pub(crate) fn session(&self) -> Option<&Session> {
+        self.session.as_ref()
+    }
+
     /// Back to the page, with what was done, sealed for this browser's session.
-    fn back(&self, done: &Done) -> Response {
+    pub(crate) fn back(&self, done: &Done) -> Response {
         back(self.sessions(), self.session.as_ref(), done, None)
     }
 }
@@ -341,7 +346,7 @@ async fn evict_key<DB: Backend>(
     })
 }
 
-fn failed(err: &dyn std::fmt::Display) -> Response {
+pub(crate) fn failed(err: &dyn std::fmt::Display) -> Response {
     tracing::warn!(%err, "console: an action failed");
     refused(
         StatusCode::INTERNAL_SERVER_ERROR,

@@ -26,6 +26,38 @@ pub(crate) enum Done {
     NoKey(Key),
     /// The key is in flight and the form did not say to evict it all the same.
     InFlight(Key),
+    /// The incoming dead letter was published again for its handler.
+    InboxRetried(Letter),
+    /// It had been retried already.
+    InboxAlready(Letter),
+    /// It has no copy to publish.
+    InboxNoCopy(Letter),
+    /// The incoming dead letter was deleted.
+    InboxDropped(Letter),
+    /// There was no such incoming dead letter.
+    NoInboxDead(Letter),
+    /// A failure group's dead letters were retried: how many of how many.
+    GroupRetried(Group),
+    /// A failure group's dead letters were deleted.
+    GroupDropped(Group),
+    /// The console was started without a broker to retry incoming dead letters through.
+    NoBroker,
+}
+
+/// An incoming dead letter an action named: its handler and message id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Letter {
+    pub(crate) handler: String,
+    pub(crate) message: String,
+}
+
+/// A failure group an action took whole: its name, and how many of its letters it changed out
+/// of how many.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Group {
+    pub(crate) group: String,
+    pub(crate) done: usize,
+    pub(crate) of: usize,
 }
 
 /// The key an eviction named: its scope and the key.
@@ -43,6 +75,11 @@ pub(crate) struct DoneQuery {
     id: Option<String>,
     scope: Option<String>,
     key: Option<String>,
+    handler: Option<String>,
+    message: Option<String>,
+    group: Option<String>,
+    count: Option<String>,
+    of: Option<String>,
     seal: Option<String>,
 }
 
@@ -66,6 +103,15 @@ impl Done {
             Done::Evicted(key) => ("evicted", None, Some(key)),
             Done::NoKey(key) => ("no-key", None, Some(key)),
             Done::InFlight(key) => ("in-flight", None, Some(key)),
+            Done::NoBroker => ("no-broker", None, None),
+            Done::InboxRetried(letter)
+            | Done::InboxAlready(letter)
+            | Done::InboxNoCopy(letter)
+            | Done::InboxDropped(letter)
+            | Done::NoInboxDead(letter) => return self.letter_query(letter),
+            Done::GroupRetried(group) | Done::GroupDropped(group) => {
+                return self.group_query(group);
+            }
         };
         let mut query = vec![("done", word.to_owned())];
         if let Some(id) = id {
@@ -78,6 +124,34 @@ impl Done {
             query.push(("trace", key.key.clone()));
         }
         query
+    }
+
+    fn letter_query(&self, letter: &Letter) -> Vec<(&'static str, String)> {
+        let word = match self {
+            Done::InboxRetried(_) => "inbox-retried",
+            Done::InboxAlready(_) => "inbox-already",
+            Done::InboxNoCopy(_) => "inbox-no-copy",
+            Done::InboxDropped(_) => "inbox-dropped",
+            _ => "no-inbox-dead",
+        };
+        vec![
+            ("done", word.to_owned()),
+            ("handler", letter.handler.clone()),
+            ("message", letter.message.clone()),
+        ]
+    }
+
+    fn group_query(&self, group: &Group) -> Vec<(&'static str, String)> {
+        let word = match self {
+            Done::GroupRetried(_) => "group-retried",
+            _ => "group-dropped",
+        };
+        vec![
+            ("done", word.to_owned()),
+            ("group", group.group.clone()),
+            ("count", group.done.to_string()),
+            ("of", group.of.to_string()),
+        ]
     }
 
     /// The word and its values as the page's address carries them (what a seal signs).
@@ -99,6 +173,16 @@ impl Done {
             scope: query.scope.clone().unwrap_or_default(),
             key: query.key.clone().unwrap_or_default(),
         };
+        let letter = || Letter {
+            handler: query.handler.clone().unwrap_or_default(),
+            message: query.message.clone().unwrap_or_default(),
+        };
+        let number = |n: &Option<String>| n.as_deref().unwrap_or_default().parse().unwrap_or(0);
+        let group = || Group {
+            group: query.group.clone().unwrap_or_default(),
+            done: number(&query.count),
+            of: number(&query.of),
+        };
         Some(match query.done.as_deref()? {
             "signed-in" => Done::SignedIn,
             "signed-out" => Done::SignedOut,
@@ -109,6 +193,14 @@ impl Done {
             "evicted" => Done::Evicted(key()),
             "no-key" => Done::NoKey(key()),
             "in-flight" => Done::InFlight(key()),
+            "no-broker" => Done::NoBroker,
+            "inbox-retried" => Done::InboxRetried(letter()),
+            "inbox-already" => Done::InboxAlready(letter()),
+            "inbox-no-copy" => Done::InboxNoCopy(letter()),
+            "inbox-dropped" => Done::InboxDropped(letter()),
+            "no-inbox-dead" => Done::NoInboxDead(letter()),
+            "group-retried" => Done::GroupRetried(group()),
+            "group-dropped" => Done::GroupDropped(group()),
             _ => return None,
         })
     }
@@ -142,13 +234,38 @@ impl Done {
                  request again while the first may still be running, and the first one's answer \
                  would not be stored. Wait for its lease, or tick \"even in flight\""
             ),
+            Done::NoBroker => "this console has no broker to retry incoming dead letters \
+                 through: start it with --nats URL, --amqp URL, --kafka HOST:PORT or --sqs"
+                .to_owned(),
+            Done::InboxRetried(Letter { handler, message }) => {
+                format!("{message} is back on {handler}'s source: {handler} alone runs it, once")
+            }
+            Done::InboxAlready(Letter { handler, message }) => {
+                format!("{message} of {handler} was retried already")
+            }
+            Done::InboxNoCopy(Letter { handler, message }) => format!(
+                "{message} of {handler} has no copy to publish (over 4 MiB, or recorded before \
+                 copies were kept): replay it from the broker's dead-letter place"
+            ),
+            Done::InboxDropped(Letter { handler, message }) => {
+                format!("{message} of {handler} dropped")
+            }
+            Done::NoInboxDead(Letter { handler, message }) => {
+                format!("no dead letter {message} of {handler}: dropped already?")
+            }
+            Done::GroupRetried(Group { group, done, of }) => {
+                format!("group {group}: {done} of {of} dead letters back on their handler's source")
+            }
+            Done::GroupDropped(Group { group, done, of }) => {
+                format!("group {group}: {done} of {of} dead letters dropped")
+            }
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{Done, DoneQuery, Key};
+    use super::{Done, DoneQuery, Group, Key, Letter};
 
     /// What an action puts in the address reads back as the same outcome.
     #[test]
@@ -156,6 +273,15 @@ mod tests {
         let key = Key {
             scope: "client-shop".to_owned(),
             key: "k-1".to_owned(),
+        };
+        let letter = Letter {
+            handler: "warehouse".to_owned(),
+            message: "evt_1".to_owned(),
+        };
+        let group = Group {
+            group: "5b1c0e7a".to_owned(),
+            done: 2,
+            of: 3,
         };
         for done in [
             Done::SignedIn,
@@ -167,6 +293,14 @@ mod tests {
             Done::Evicted(key.clone()),
             Done::NoKey(key.clone()),
             Done::InFlight(key.clone()),
+            Done::NoBroker,
+            Done::InboxRetried(letter.clone()),
+            Done::InboxAlready(letter.clone()),
+            Done::InboxNoCopy(letter.clone()),
+            Done::InboxDropped(letter.clone()),
+            Done::NoInboxDead(letter.clone()),
+            Done::GroupRetried(group.clone()),
+            Done::GroupDropped(group.clone()),
         ] {
             let field = |name: &str| {
                 done.query()
@@ -179,6 +313,11 @@ mod tests {
                 id: field("id"),
                 scope: field("scope"),
                 key: field("key"),
+                handler: field("handler"),
+                message: field("message"),
+                group: field("group"),
+                count: field("count"),
+                of: field("of"),
                 seal: None,
             };
             let read = Done::from_query(&query);

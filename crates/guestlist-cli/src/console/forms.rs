@@ -12,6 +12,8 @@ pub(crate) struct Viewer<'a> {
     pub(crate) csrf: Option<&'a str>,
     /// Whether the console takes actions at all (started with a token).
     pub(crate) actions: bool,
+    /// Whether the console has a broker to retry incoming dead letters through.
+    pub(crate) broker: bool,
 }
 
 /// The hidden field that carries the session's CSRF token in an action form.

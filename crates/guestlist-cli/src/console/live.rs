@@ -29,7 +29,7 @@ pub(crate) fn live(viewer: &Viewer, snapshot: &Snapshot) -> Markup {
                 p.muted { "no outbox table here" }
             }
         }
-        (incoming(snapshot))
+        (super::incoming::incoming(viewer, snapshot))
         (mid_steps(snapshot))
         div.cols {
             div { (keys(viewer, snapshot)) }
@@ -53,43 +53,6 @@ fn heading(title: &str, there: bool) -> Markup {
     html! {
         h2 { (title) }
         @if !there { p.muted { "no " (title.to_lowercase()) " table here" } }
-    }
-}
-
-/// The messages consumers dead-lettered, as their inbox recorded them.
-fn incoming(snapshot: &Snapshot) -> Markup {
-    html! {
-        h2 { "Incoming dead letters" }
-        @if let Some((count, letters)) = &snapshot.incoming {
-            p {
-                span #incoming-dead { (count) }
-                " dead-lettered by a handler. Each message is in its broker's dead-letter place \
-                 (a RabbitMQ dead-letter exchange, an SQS redrive queue, a JetStream or Kafka \
-                 dead-letter stream): replay it from there with the broker's tools."
-            }
-            @if !letters.is_empty() {
-                table #incoming {
-                    tr {
-                        th { "handler" } th { "message" } th { "deliveries" } th { "when" }
-                        th { "why" }
-                    }
-                    @for letter in letters {
-                        tr {
-                            td { (letter.handler) }
-                            td { (letter.message_id) }
-                            td.n { (letter.deliveries) }
-                            td { (age(SystemTime::now().duration_since(letter.at).ok())) " ago" }
-                            td { (letter.reason) }
-                        }
-                    }
-                }
-                @if *count > u64::from(DEAD_LETTERS_SHOWN) {
-                    p.muted { "the newest " (DEAD_LETTERS_SHOWN) " of " (count) }
-                }
-            }
-        } @else {
-            p.muted { "no inbox dead-letter table here (the inbox's migrate creates it)" }
-        }
     }
 }
 

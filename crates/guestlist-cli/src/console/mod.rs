@@ -1,6 +1,7 @@
 //! `guestlist console`: a small web page for operators, written on the server, that shows what
-//! `guestlist stats` shows and keeps it fresh, looks ids up as `guestlist history` does, and
-//! retries or drops an outgoing dead letter and evicts a key.
+//! `guestlist stats` shows and keeps it fresh, looks ids up as `guestlist history` does,
+//! retries or drops dead letters both ways (incoming ones by failure group too) and evicts a
+//! key.
 //!
 //! It listens on loopback unless told otherwise. Actions need the token the console was started
 //! with (`GUESTLIST_CONSOLE_TOKEN`): the operator signs in with it once and gets a session
@@ -13,6 +14,8 @@ mod attempts;
 mod body;
 mod done;
 mod forms;
+mod inbox_actions;
+mod incoming;
 mod live;
 mod page;
 mod session;
@@ -64,6 +67,10 @@ pub(crate) struct ConsoleArgs {
     /// gets 421. Off loopback, the console starts only with a token or with this list.
     #[arg(long = "allow-host", value_name = "HOST")]
     allow_hosts: Vec<String>,
+    /// The broker an incoming dead letter is retried through (none: the page drops them but
+    /// retries none).
+    #[command(flatten)]
+    broker: crate::broker::BrokerArgs,
 }
 
 /// The three tables the console reads, validated before any is formatted into SQL.
@@ -90,6 +97,8 @@ pub(crate) struct Console {
     hosts: Option<Vec<String>>,
     /// The sign-in attempts so far, limited per client and in all.
     attempts: attempts::Attempts,
+    /// The broker incoming dead letters are retried through.
+    broker: crate::broker::BrokerArgs,
 }
 
 type Shared = State<Arc<Console>>;
@@ -114,6 +123,11 @@ pub(crate) async fn run(args: ConsoleArgs) -> anyhow::Result<()> {
          --allow-host HOST, or listen on 127.0.0.1 behind an SSH tunnel or a TLS proxy",
         args.listen
     );
+    if args.broker.given() {
+        // Which broker, before anything is opened: one this build lacks is the first thing to
+        // hear.
+        args.broker.broker("")?;
+    }
     let pool = database::connect_existing(&args.database, 2).await?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
@@ -150,6 +164,7 @@ pub(crate) async fn run(args: ConsoleArgs) -> anyhow::Result<()> {
         sessions,
         hosts,
         attempts: attempts::Attempts::new(),
+        broker: args.broker.clone(),
     });
     let app = Router::new()
         .route("/", get(show))
@@ -158,6 +173,8 @@ pub(crate) async fn run(args: ConsoleArgs) -> anyhow::Result<()> {
         .route("/logout", post(actions::logout))
         .route("/dead/{id}/{action}", post(actions::dead_letter))
         .route("/keys/evict", post(actions::evict))
+        .route("/inbox/dead/{action}", post(inbox_actions::letter))
+        .route("/inbox/group/{group}/{action}", post(inbox_actions::group))
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&console),
             guard,
@@ -275,6 +292,7 @@ impl Console {
         Viewer {
             csrf,
             actions: self.sessions.is_some(),
+            broker: self.broker.given(),
         }
     }
 

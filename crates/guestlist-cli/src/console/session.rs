@@ -41,6 +41,16 @@ pub(crate) struct Session {
     id: String,
 }
 
+impl Session {
+    /// A name for the session in what it changed (`console-1f2e3d4c`), which neither is its id
+    /// nor leads to it.
+    pub(crate) fn label(&self) -> String {
+        use sha2::Digest as _;
+        let digest = sha2::Sha256::digest(self.id.as_bytes());
+        format!("console-{}", hex::encode(&digest[..4]))
+    }
+}
+
 impl Sessions {
     /// Sessions for the operator who knows `token`; a token too short to resist guessing is
     /// refused with what to do.

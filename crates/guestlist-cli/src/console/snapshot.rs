@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use guestlist::{
     Backend, Inbox, Retention,
-    inbox::{InboxStats, IncomingDeadLetter, MidSteps},
+    inbox::{DeadGroup, InboxStats, IncomingDeadLetter, MidSteps},
     keys::{HeldKey, KeyStats},
     outbox::{DeadLetter, OutboxStats},
 };
@@ -34,9 +34,9 @@ pub(crate) struct Snapshot {
     pub(crate) keys_hashed: bool,
     /// The inbox's figures.
     pub(crate) inbox: Option<InboxStats>,
-    /// The incoming dead letters: how many, and the newest up to [`DEAD_LETTERS_SHOWN`];
-    /// `None` without their table.
-    pub(crate) incoming: Option<(u64, Vec<IncomingDeadLetter>)>,
+    /// The incoming dead letters: how many wait, the newest up to [`DEAD_LETTERS_SHOWN`], and
+    /// the failure groups of the newest [`GROUPED`]; `None` without their table.
+    pub(crate) incoming: Option<Incoming>,
     /// The messages mid-steps, the longest stalled first, up to [`MID_STEPS_SHOWN`]; `None`
     /// without the inbox's steps table.
     pub(crate) mid_steps: Option<Vec<MidSteps>>,
@@ -47,6 +47,19 @@ pub(crate) struct Snapshot {
     /// What could not be read, and why.
     pub(crate) trouble: Vec<String>,
 }
+
+/// The incoming dead letters' part of a [`Snapshot`].
+pub(crate) struct Incoming {
+    /// How many are dead or being retried.
+    pub(crate) waiting: u64,
+    /// The newest, retried ones included, up to [`DEAD_LETTERS_SHOWN`].
+    pub(crate) letters: Vec<IncomingDeadLetter>,
+    /// The failure groups of those waiting, the largest first.
+    pub(crate) groups: Vec<DeadGroup>,
+}
+
+/// The most incoming dead letters read to group them.
+pub(crate) const GROUPED: u32 = 10_000;
 
 /// The outbox's part of a [`Snapshot`].
 pub(crate) struct OutboxFigures {
@@ -173,10 +186,17 @@ async fn inbox_past_retention<DB: Backend>(
 async fn read_incoming<DB: Backend>(
     pool: &guestlist::sqlx::Pool<DB>,
     tables: &Tables,
-) -> anyhow::Result<(u64, Vec<IncomingDeadLetter>)> {
+) -> anyhow::Result<Incoming> {
     let inbox = Inbox::<DB>::in_table(tables.inbox.clone());
-    let count = inbox.dead_count(pool).await?;
-    Ok((count, inbox.dead_letters(pool, DEAD_LETTERS_SHOWN).await?))
+    let waiting = inbox.dead_count(pool).await?;
+    let mut letters = inbox.dead_letters(pool, GROUPED).await?;
+    let groups = DeadGroup::of(&letters);
+    letters.truncate(DEAD_LETTERS_SHOWN as usize);
+    Ok(Incoming {
+        waiting,
+        letters,
+        groups,
+    })
 }
 
 async fn read_dead_letters<DB: Backend>(

@@ -3,8 +3,6 @@
 //! the page keeps up with the database by itself; forms without the session's CSRF token and
 //! a console started without a token take no action.
 
-mod webdriver;
-
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -18,8 +16,8 @@ use guestlist::{
 };
 use reqwest::StatusCode;
 
-use self::webdriver::Browser;
 use super::{guestlist, stderr};
+use guestlist_testkit::webdriver::Browser;
 
 const TOKEN: &str = "co-token-0123456789abcdef";
 

@@ -49,15 +49,36 @@ macro_rules! broker_suite {
                 a_deferral_inside_a_batch_waits_as_asked_and_counts_once,
                 a_poison_in_a_batch_runs_once_per_delivery_and_each_run_is_counted,
                 a_batch_ends_as_the_inboxs_own_batch_path_ends,
-                a_group_of_dead_letters_retried_is_handled_once_each,
-                a_retry_killed_at_each_step_loses_nothing_and_runs_once,
-                the_program_retries_a_failure_group_once_confirmed,
             );
 
             $crate::children!(suite, [$broker, $db];
                 term_consumer: "child process of sigterm_mid_batch_finishes_the_batch_and_loses_nothing",
                 held_acks_consumer: "child process of sigkill_between_commit_and_acks_redelivers_a_batch_of_duplicates",
                 chaos_consumer: "child process of ten_thousand_events_two_consumers_one_killed_again_and_again",
+            );
+        }
+    };
+}
+
+/// Generates the stories of incoming dead letters put back ([`suite`](crate::brokers::suite)'s
+/// retries: a group from the library, from the program, from the console in Chromium, and a
+/// retrier killed at each step) for the broker `$broker` with the store `$db`, in module `$m`
+/// (named as for [`broker_suite!`]).
+#[macro_export]
+macro_rules! dead_letters_suite {
+    ($m:ident, $broker:ty, $db:ty) => {
+        mod $m {
+            #[allow(unused_imports)]
+            use super::*;
+            use $crate::brokers::suite;
+            $crate::stories!(suite, [$broker, $db], (stringify!($m), "_");
+                a_group_of_dead_letters_retried_is_handled_once_each,
+                a_retry_killed_at_each_step_loses_nothing_and_runs_once,
+                the_program_retries_a_failure_group_once_confirmed,
+                the_console_retries_a_failure_group_once_confirmed,
+            );
+
+            $crate::children!(suite, [$broker, $db];
                 dead_retrier: "child process of a_retry_killed_at_each_step_loses_nothing_and_runs_once",
             );
         }

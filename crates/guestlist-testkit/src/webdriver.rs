@@ -14,7 +14,7 @@ const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 const PATIENCE: Duration = Duration::from_secs(30);
 
 /// One Chromium, with a profile of its own, under its own chromedriver.
-pub(super) struct Browser {
+pub struct Browser {
     http: reqwest::Client,
     session: String,
     driver: Child,
@@ -22,7 +22,7 @@ pub(super) struct Browser {
 }
 
 /// A free port on loopback, for a server about to start.
-pub(super) fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.local_addr().unwrap().port()
 }
@@ -30,7 +30,7 @@ pub(super) fn free_port() -> u16 {
 impl Browser {
     /// Starts chromedriver and, through it, a headless Chromium (Debian's `chromium` and
     /// `chromium-driver`: scripts/services.sh's ensure_chromium installs them).
-    pub(super) async fn start() -> Self {
+    pub async fn start() -> Self {
         for program in ["/usr/bin/chromium", "/usr/bin/chromedriver"] {
             assert!(
                 std::path::Path::new(program).exists(),
@@ -129,12 +129,12 @@ impl Browser {
     }
 
     /// Opens `url` and waits for it to load.
-    pub(super) async fn goto(&self, url: &str) {
+    pub async fn goto(&self, url: &str) {
         self.post("/url", json!({"url": url})).await.unwrap();
     }
 
     /// The address shown now.
-    pub(super) async fn url(&self) -> String {
+    pub async fn url(&self) -> String {
         let url = self
             .command(reqwest::Method::GET, "/url", Value::Null)
             .await;
@@ -142,7 +142,7 @@ impl Browser {
     }
 
     /// The elements `css` selects now.
-    pub(super) async fn all(&self, css: &str) -> Vec<String> {
+    pub async fn all(&self, css: &str) -> Vec<String> {
         let found = self
             .post("/elements", json!({"using": "css selector", "value": css}))
             .await
@@ -156,7 +156,7 @@ impl Browser {
     }
 
     /// The text of the first element `css` selects, or `None` while there is none.
-    pub(super) async fn text(&self, css: &str) -> Option<String> {
+    pub async fn text(&self, css: &str) -> Option<String> {
         let element = self.all(css).await.into_iter().next()?;
         // The page may replace the element between the two commands: read again then.
         let text = self
@@ -189,7 +189,7 @@ impl Browser {
 
     /// Waits until the first element `css` selects has a text that `wanted` takes, and
     /// returns that text.
-    pub(super) async fn until_text(&self, css: &str, wanted: impl Fn(&str) -> bool) -> String {
+    pub async fn until_text(&self, css: &str, wanted: impl Fn(&str) -> bool) -> String {
         let what = format!("the text awaited in {css}");
         self.until(&what, async || {
             self.text(css).await.filter(|text| wanted(text))
@@ -198,7 +198,7 @@ impl Browser {
     }
 
     /// Waits until the first element `css` selects reads `text` exactly.
-    pub(super) async fn until_shows(&self, css: &str, text: &str) {
+    pub async fn until_shows(&self, css: &str, text: &str) {
         let what = format!("{text:?} in {css}");
         self.until(&what, async || {
             self.text(css).await.filter(|shown| shown.trim() == text)
@@ -209,7 +209,7 @@ impl Browser {
     /// Types `text` into the field `css` selects. The figures refresh themselves, and an
     /// element found just before a refresh is gone by the time it is typed into ("stale"):
     /// then it is found again.
-    pub(super) async fn type_into(&self, css: &str, text: &str) {
+    pub async fn type_into(&self, css: &str, text: &str) {
         self.until(&format!("{text:?} typed into {css}"), async || {
             let element = self.all(css).await.into_iter().next()?;
             self.post(&format!("/element/{element}/clear"), json!({}))
@@ -224,7 +224,7 @@ impl Browser {
 
     /// Clicks what `css` selects (a form's button: the form is sent, and the click returns
     /// once the next page has loaded); found again when a refresh replaced it first.
-    pub(super) async fn click(&self, css: &str) {
+    pub async fn click(&self, css: &str) {
         self.until(&format!("a click on {css}"), async || {
             let element = self.all(css).await.into_iter().next()?;
             self.post(&format!("/element/{element}/click"), json!({}))
@@ -236,13 +236,13 @@ impl Browser {
 
     /// Clicks the button `css` selects, then waits until `shown_in` says `says`, and returns
     /// all it says.
-    pub(super) async fn press(&self, css: &str, shown_in: &str, says: &str) -> String {
+    pub async fn press(&self, css: &str, shown_in: &str, says: &str) -> String {
         self.click(css).await;
         self.until_text(shown_in, |text| text.contains(says)).await
     }
 
     /// The window as a PNG.
-    pub(super) async fn screenshot(&self) -> Vec<u8> {
+    pub async fn screenshot(&self) -> Vec<u8> {
         let shot = self
             .command(reqwest::Method::GET, "/screenshot", Value::Null)
             .await
@@ -253,7 +253,7 @@ impl Browser {
     }
 
     /// Closes Chromium, then stops chromedriver.
-    pub(super) async fn quit(mut self) {
+    pub async fn quit(mut self) {
         let _ = self.command(reqwest::Method::DELETE, "", Value::Null).await;
         let _ = self.driver.kill();
         let _ = self.driver.wait();
