@@ -221,6 +221,14 @@ ensure_chromium() {
     fi
 }
 
+# Prometheus and promtool (Debian's `prometheus`): the alert rules' tests and the story where a
+# real Prometheus scrapes a relay and an alert fires and resolves. Its service is not started.
+ensure_prometheus() {
+    if ! command -v promtool >/dev/null || ! command -v prometheus >/dev/null; then
+        apt_install prometheus
+    fi
+}
+
 # What building the tests needs beyond cargo: a C compiler and make for librdkafka (under the
 # Kafka crate, built from source), and cargo-nextest, which runs each test in its own process
 # with a timeout (.config/nextest.toml), so that a hung lock fails one test instead of the run.

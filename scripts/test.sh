@@ -13,6 +13,7 @@ ensure_rabbitmq
 ensure_kafka
 ensure_sqs
 ensure_chromium
+ensure_prometheus
 
 ensure_build_tools
 cargo nextest run --workspace --all-features --no-fail-fast "$@"

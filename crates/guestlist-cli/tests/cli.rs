@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use guestlist::sqlx::{self, SqlitePool};
 
 mod console;
+mod deploy;
 mod history;
 
 fn guestlist(args: &[&str]) -> Output {

@@ -27,6 +27,24 @@ pub(crate) struct Held<M: Mode> {
     // When the attempt's lease ends (from the claim, on this process's clock: a bound for its
     // own retries only, never to judge the lease, which the store does on its own clock).
     lease_ends: Instant,
+    _counted: InFlight,
+}
+
+/// The gauge of keys this process holds in flight (`guestlist_http_keys_in_flight`): one more
+/// while an attempt holds its key, however it ends.
+struct InFlight;
+
+impl InFlight {
+    fn count() -> Self {
+        metrics::gauge!("guestlist_http_keys_in_flight").increment(1.0);
+        Self
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        metrics::gauge!("guestlist_http_keys_in_flight").decrement(1.0);
+    }
 }
 
 /// A claim that did not let its request run: why (a replay, in flight, another payload, the
@@ -53,6 +71,7 @@ impl<M: Mode> Held<M> {
                 keyed,
                 attempt,
                 lease_ends: asked + lease,
+                _counted: InFlight::count(),
             }),
             other => {
                 // A claim made on the request's transaction found the key taken: end it.

@@ -88,4 +88,45 @@ async fn every_outcome_is_counted() {
     assert_eq!(count("refused"), 1, "{counted:?}");
     assert_eq!(count("conflict_in_flight"), 1, "{counted:?}");
     assert_eq!(count("lease_takeover"), 1, "{counted:?}");
+
+    // The keys this process holds in flight: one while a slow request runs, none after. (A
+    // snapshot takes what was recorded since the last one: the level is their sum.)
+    let level = std::cell::Cell::new(0.0);
+    let in_flight = || {
+        let recorded = snapshotter
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .find(|(key, ..)| key.key().name() == "guestlist_http_keys_in_flight")
+            .and_then(|(.., value)| match value {
+                DebugValue::Gauge(n) => Some(n.into_inner()),
+                _ => None,
+            });
+        level.set(level.get() + recorded.unwrap_or(0.0));
+        Some(level.get())
+    };
+    assert_eq!(
+        in_flight(),
+        Some(0.0),
+        "every attempt so far let its key go"
+    );
+    let slow = tokio::spawn({
+        let base = base.clone();
+        async move {
+            Call::new("slow")
+                .header("x-test-delay-ms", "1500")
+                .send(&base)
+                .await
+        }
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while in_flight() != Some(1.0) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the slow request's key is counted"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(slow.await.unwrap().status, reqwest::StatusCode::CREATED);
+    assert_eq!(in_flight(), Some(0.0));
 }

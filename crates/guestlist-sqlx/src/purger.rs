@@ -93,7 +93,10 @@ impl<DB: Backend> Purger<DB> {
                 tokio::select! {
                     _ = &mut stopped => return,
                     result = purge => match result {
-                        Ok(Purged::Deleted(rows)) => tracing::debug!(%table, rows, "purged"),
+                        Ok(Purged::Deleted(rows)) => {
+                            tracing::debug!(%table, rows, "purged");
+                            passed(table.as_str(), self.every);
+                        }
                         Ok(Purged::Busy) => tracing::debug!(%table, "another instance is purging"),
                         Err(err) => tracing::warn!(%table, error = %err, "purge failed; trying again next turn"),
                     },
@@ -105,6 +108,19 @@ impl<DB: Backend> Purger<DB> {
             task,
         }
     }
+}
+
+/// A pass over `table` ended: when (`guestlist_purge_last_success_timestamp_seconds`), beside
+/// how often one starts (`guestlist_purge_interval_seconds`), so that an alert can tell a purge
+/// that stopped keeping up with the retention.
+fn passed(table: &str, every: Duration) {
+    let labels = [("table", table.to_owned())];
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    metrics::gauge!("guestlist_purge_last_success_timestamp_seconds", &labels)
+        .set(now.as_secs_f64());
+    metrics::gauge!("guestlist_purge_interval_seconds", &labels).set(every.as_secs_f64());
 }
 
 /// The running purger. Dropping it stops the purger; [`PurgerHandle::shutdown`] also waits.

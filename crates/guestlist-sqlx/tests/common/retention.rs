@@ -218,6 +218,7 @@ pub async fn stats_count_each_handlers_rows_and_the_oldest<DB: Fixture>(name: &s
 }
 
 pub async fn purger_task_purges_in_the_background<DB: Fixture>(name: &str) {
+    recorder();
     let h = Harness::<DB>::new(name).await;
     let table = h.inbox.table().to_string();
     h.exec(DB::bulk_old_rows(&table, 10, (8 * DAY).as_secs() as i64))
@@ -236,6 +237,22 @@ pub async fn purger_task_purges_in_the_background<DB: Fixture>(name: &str) {
     purger.shutdown().await;
     assert!(gone.is_ok(), "the purger deleted the old rows");
     assert_eq!(h.inbox_rows().await, 1, "the young row stays");
+    // When its last pass ended, and how often one starts: what the purge-behind alert reads.
+    let labels = [("table", table.as_str())];
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let last = guestlist_testkit::metrics::gauge(
+        "guestlist_purge_last_success_timestamp_seconds",
+        &labels,
+    )
+    .expect("a pass ended");
+    assert!((now - last).abs() < 60.0, "just now: {last} against {now}");
+    assert_eq!(
+        guestlist_testkit::metrics::gauge("guestlist_purge_interval_seconds", &labels),
+        Some(0.05)
+    );
 }
 
 pub async fn claims_and_purged_rows_are_counted_in_metrics<DB: Fixture>(name: &str) {
