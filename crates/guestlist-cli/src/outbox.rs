@@ -3,7 +3,9 @@
 //! `guestlist outbox shards`: how many relays can publish the table at once.
 
 use clap::{Args, Subcommand};
-use guestlist::{Backend, Outbox};
+use guestlist::{Backend, Outbox, outbox::DeadEdit};
+
+use crate::body_text::body_text;
 
 use crate::database::{self, DatabaseUrl, with_pool};
 
@@ -34,8 +36,11 @@ pub(crate) struct ShardsArgs {
 pub(crate) enum DeadCommand {
     /// List them, oldest first, with why each was refused (never their bodies).
     List(ListArgs),
-    /// Put one back in the outbox, to be published after what is pending now.
-    Retry(OneArgs),
+    /// One's headers and body (the first 64 KiB), to look at before a retry or an edit.
+    Show(OneArgs),
+    /// Put one back in the outbox, to be published after what is pending now; with --body,
+    /// --header or --drop-header, edited first (marked `guestlist-edited-by`).
+    Retry(RetryArgs),
     /// Delete one for good.
     Drop(OneArgs),
 }
@@ -67,6 +72,60 @@ pub(crate) struct OneArgs {
     id: i64,
 }
 
+#[derive(Debug, Args)]
+pub(crate) struct RetryArgs {
+    #[command(flatten)]
+    one: OneArgs,
+    /// Replace the body with this file's bytes (`-`: standard input).
+    #[arg(long, value_name = "FILE")]
+    body: Option<std::path::PathBuf>,
+    /// Set a header (NAME=VALUE), in place of any of that name; repeat for several.
+    #[arg(long = "header", value_name = "NAME=VALUE")]
+    headers: Vec<String>,
+    /// Remove a header; repeat for several.
+    #[arg(long = "drop-header", value_name = "NAME")]
+    drop_headers: Vec<String>,
+    /// Who edits, recorded in the message's `guestlist-edited-by` header.
+    #[arg(long, env = "USER", default_value = "cli")]
+    by: String,
+}
+
+impl RetryArgs {
+    /// The edit the flags ask for, if any.
+    fn edit(&self) -> anyhow::Result<Option<DeadEdit>> {
+        if self.body.is_none() && self.headers.is_empty() && self.drop_headers.is_empty() {
+            return Ok(None);
+        }
+        let mut edit = DeadEdit::by(&self.by);
+        if let Some(path) = &self.body {
+            let body = if path.as_os_str() == "-" {
+                let mut body = Vec::new();
+                std::io::Read::read_to_end(&mut std::io::stdin(), &mut body)?;
+                body
+            } else {
+                std::fs::read(path).map_err(|err| {
+                    anyhow::anyhow!("cannot read the new body from {}: {err}", path.display())
+                })?
+            };
+            edit = edit.body(body);
+        }
+        for header in &self.headers {
+            let Some((name, value)) = header.split_once('=') else {
+                anyhow::bail!("--header {header:?}: write it NAME=VALUE");
+            };
+            anyhow::ensure!(
+                !name.trim().is_empty(),
+                "--header {header:?}: the name is empty"
+            );
+            edit = edit.header(name.trim(), value);
+        }
+        for name in &self.drop_headers {
+            edit = edit.without_header(name);
+        }
+        Ok(Some(edit))
+    }
+}
+
 pub(crate) async fn run(command: OutboxCommand) -> anyhow::Result<()> {
     let command = match command {
         OutboxCommand::Dead(command) => command,
@@ -77,7 +136,8 @@ pub(crate) async fn run(command: OutboxCommand) -> anyhow::Result<()> {
     };
     let table = match &command {
         DeadCommand::List(args) => &args.table,
-        DeadCommand::Retry(args) | DeadCommand::Drop(args) => &args.table,
+        DeadCommand::Show(args) | DeadCommand::Drop(args) => &args.table,
+        DeadCommand::Retry(args) => &args.one.table,
     };
     let pool = database::connect_existing(&table.database, 1).await?;
     with_pool!(pool, |pool| dead(pool, &command).await)
@@ -110,18 +170,38 @@ async fn dead<DB: Backend>(
                 );
             }
         }
-        DeadCommand::Retry(args) => {
+        DeadCommand::Show(args) => {
             let outbox = Outbox::<DB>::with_table(&args.table.outbox_table)?;
-            if !outbox.retry_dead(&pool, args.id).await? {
+            let Some((headers, body)) = outbox.dead_letter_message(&pool, args.id).await? else {
                 anyhow::bail!(
                     "no dead letter {} in {}_dead: see `guestlist outbox dead list`",
                     args.id,
                     outbox.table()
                 );
+            };
+            for (name, value) in &headers {
+                println!("header  {name}: {}", body_text(value.as_bytes()));
             }
+            let shown = &body[..body.len().min(64 * 1024)];
+            println!("body    {} bytes:\n{}", body.len(), body_text(shown));
+        }
+        DeadCommand::Retry(args) => {
+            let outbox = Outbox::<DB>::with_table(&args.one.table.outbox_table)?;
+            let id = args.one.id;
+            let edit = args.edit()?;
+            let back = match &edit {
+                Some(edit) => outbox.retry_dead_edited(&pool, id, edit).await?,
+                None => outbox.retry_dead(&pool, id).await?,
+            };
+            if !back {
+                anyhow::bail!(
+                    "no dead letter {id} in {}_dead: see `guestlist outbox dead list`",
+                    outbox.table()
+                );
+            }
+            let edited = if edit.is_some() { ", edited," } else { "" };
             println!(
-                "dead letter {} is back in {}: the relay publishes it after what is pending",
-                args.id,
+                "dead letter {id} is back{edited} in {}: the relay publishes it after what is pending",
                 outbox.table()
             );
         }

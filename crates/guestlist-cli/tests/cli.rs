@@ -825,3 +825,100 @@ async fn relays_whose_clocks_are_off_take_no_lease_over_early_or_late() {
         assert_eq!(seqs, (1..=30).collect::<Vec<i64>>(), "{key}: in its order");
     }
 }
+
+/// A message NATS can never take (a header over its limit) goes to the outgoing dead letters;
+/// the operator looks at it, drops the header, fixes the body, sets another header, and puts
+/// it back: the relay publishes it edited, marked with who edited it.
+#[tokio::test]
+async fn an_outgoing_dead_letter_edited_and_retried_is_published_as_edited() {
+    let nats = async_nats::connect(nats_url()).await.expect("NATS runs");
+    let jetstream = async_nats::jetstream::new(nats);
+    let _ = jetstream.delete_stream("GL_CLI_EDIT").await;
+    let stream = jetstream
+        .create_stream(async_nats::jetstream::stream::Config {
+            name: "GL_CLI_EDIT".to_owned(),
+            subjects: vec!["cli.edit.orders".to_owned()],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let url = outbox_written_by_another_language(&dir, "evt_edit", "cli.edit.orders").await;
+    let pool = SqlitePool::connect_with(guestlist::sqlite_options(&url).unwrap())
+        .await
+        .unwrap();
+    let huge = format!("trace-id: t-1\r\nx-debug: {}\r\n", "d".repeat(100_000));
+    sqlx::query("UPDATE guestlist_outbox SET headers = ?1 WHERE message_id = 'evt_edit_1'")
+        .bind(huge.as_bytes())
+        .execute(&pool)
+        .await
+        .unwrap();
+    let nats = nats_url();
+    let relay = spawn_relay(&url, &["--nats", &nats]);
+    let listed = until_shown(
+        &["outbox", "dead", "list", "--database", &url],
+        "evt_edit_1",
+    )
+    .await;
+    assert!(listed.contains("headers take"), "{listed}");
+    let id = listed.split_whitespace().next().unwrap().to_owned();
+    let shown = stdout(&guestlist(&[
+        "outbox",
+        "dead",
+        "show",
+        &id,
+        "--database",
+        &url,
+    ]));
+    assert!(shown.contains("header  trace-id: t-1"), "{shown}");
+    assert!(shown.contains("body    7 bytes:\n{\"n\":1}"), "{shown}");
+
+    let body = dir.path().join("fixed.json");
+    std::fs::write(&body, br#"{"n":1,"fixed":true}"#).unwrap();
+    let retried = guestlist(&[
+        "outbox",
+        "dead",
+        "retry",
+        &id,
+        "--database",
+        &url,
+        "--body",
+        body.to_str().unwrap(),
+        "--drop-header",
+        "X-Debug",
+        "--header",
+        "content-type=application/json",
+        "--by",
+        "alice",
+    ]);
+    assert!(retried.status.success(), "{}", stderr(&retried));
+    assert!(
+        stdout(&retried).contains("is back, edited, in"),
+        "{}",
+        stdout(&retried)
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let last = loop {
+        let last = stream
+            .get_last_raw_message_by_subject("cli.edit.orders")
+            .await
+            .unwrap();
+        if last.payload.as_ref() == br#"{"n":1,"fixed":true}"# {
+            break last;
+        }
+        assert!(Instant::now() < deadline, "the edited message is published");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    terminate(relay);
+    let header = |name: &str| last.headers.get(name).map(|v| v.as_str().to_owned());
+    assert_eq!(header("guestlist-edited-by").as_deref(), Some("alice"));
+    assert_eq!(header("content-type").as_deref(), Some("application/json"));
+    assert_eq!(
+        header("trace-id").as_deref(),
+        Some("t-1"),
+        "the others stay"
+    );
+    assert_eq!(header("x-debug"), None, "the dropped header is gone");
+    let none = stdout(&guestlist(&["outbox", "dead", "list", "--database", &url]));
+    assert!(none.contains("no dead letters"), "{none}");
+}

@@ -20,6 +20,8 @@ pub(crate) enum Done {
     Dropped(i64),
     /// There was no such outgoing dead letter.
     NoDeadLetter(i64),
+    /// The outgoing dead letter is back in the outbox, edited.
+    Edited(i64),
     /// The key was evicted.
     Evicted(Key),
     /// There was no such key.
@@ -100,6 +102,7 @@ impl Done {
             Done::Retried(id) => ("retried", Some(*id), None),
             Done::Dropped(id) => ("dropped", Some(*id), None),
             Done::NoDeadLetter(id) => ("no-dead", Some(*id), None),
+            Done::Edited(id) => ("edited", Some(*id), None),
             Done::Evicted(key) => ("evicted", None, Some(key)),
             Done::NoKey(key) => ("no-key", None, Some(key)),
             Done::InFlight(key) => ("in-flight", None, Some(key)),
@@ -190,6 +193,7 @@ impl Done {
             "retried" => Done::Retried(id()),
             "dropped" => Done::Dropped(id()),
             "no-dead" => Done::NoDeadLetter(id()),
+            "edited" => Done::Edited(id()),
             "evicted" => Done::Evicted(key()),
             "no-key" => Done::NoKey(key()),
             "in-flight" => Done::InFlight(key()),
@@ -218,6 +222,11 @@ impl Done {
                 tables.outbox
             ),
             Done::Dropped(id) => format!("dead letter {id} dropped"),
+            Done::Edited(id) => format!(
+                "dead letter {id} is back, edited, in {}: the relay publishes it after what is \
+                 pending",
+                tables.outbox
+            ),
             Done::NoDeadLetter(id) => {
                 format!("no dead letter {id}: it was retried or dropped already")
             }
@@ -290,6 +299,7 @@ mod tests {
             Done::Retried(7),
             Done::Dropped(8),
             Done::NoDeadLetter(9),
+            Done::Edited(10),
             Done::Evicted(key.clone()),
             Done::NoKey(key.clone()),
             Done::InFlight(key.clone()),

@@ -286,6 +286,9 @@ fn dead_letters(viewer: &Viewer, outbox: &OutboxFigures) -> Markup {
                             td { (letter.reason) }
                             td {
                                 @if let Some(csrf) = viewer.csrf {
+                                    a.edit href={ "/dead/" (letter.id) "/edit" }
+                                        title="change its body or headers, then retry it" { "edit" }
+                                    " "
                                     @for (action, title) in [
                                         ("retry", "back to the outbox, after what is pending"),
                                         ("drop", "delete it for good"),

@@ -13,6 +13,7 @@ mod actions;
 mod attempts;
 mod body;
 mod done;
+mod edit;
 mod forms;
 mod inbox_actions;
 mod incoming;
@@ -171,6 +172,7 @@ pub(crate) async fn run(args: ConsoleArgs) -> anyhow::Result<()> {
         .route("/live", get(live))
         .route("/login", post(actions::login))
         .route("/logout", post(actions::logout))
+        .route("/dead/{id}/edit", get(edit::page).post(edit::save))
         .route("/dead/{id}/{action}", post(actions::dead_letter))
         .route("/keys/evict", post(actions::evict))
         .route("/inbox/dead/{action}", post(inbox_actions::letter))

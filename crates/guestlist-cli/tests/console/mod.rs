@@ -670,3 +670,60 @@ async fn console_a_body_over_the_limit_gets_its_413_whole() {
     let said = answer.text().await.unwrap();
     assert!(said.contains("at most 64 KiB"), "{said}");
 }
+
+/// A signed-in operator opens an outgoing dead letter's edit page from the console, changes its
+/// body and headers and sends it back: it is pending again, edited, marked with the session's
+/// label; a browser not signed in sees no body.
+#[tokio::test]
+async fn console_edits_an_outgoing_dead_letter_and_retries_it() {
+    let shop = Shop::open().await;
+    let (_console, at) = shop.console(Some(TOKEN));
+    let id = shop.dead_letter_id().await;
+    let http = client();
+    let unsigned = http
+        .get(format!("{at}/dead/{id}/edit"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unsigned.status(), 403, "no body shown without signing in");
+
+    let browser = Browser::start().await;
+    browser.goto(&format!("{at}/")).await;
+    browser.type_into("#login input[name=token]", TOKEN).await;
+    browser.press("#login button", "#flash", "signed in").await;
+    browser.click(&format!("#dead-{id} a.edit")).await;
+    let body = browser.until_text("#body", |_| true).await;
+    assert_eq!(body, "{}", "the body as it was");
+    browser
+        .type_into("#headers", "content-type: application/json\nx-fixed: yes")
+        .await;
+    browser
+        .type_into("#body", "{\"order\": 42,\n \"fixed\": true}")
+        .await;
+    let flash = browser.press("#save", "#flash", "edited").await;
+    assert!(
+        flash.contains(&format!(
+            "dead letter {id} is back, edited, in guestlist_outbox"
+        )),
+        "{flash}"
+    );
+    browser.quit().await;
+    let (payload, headers): (Vec<u8>, Vec<u8>) = guestlist::sqlx::query_as(
+        "SELECT payload, headers FROM guestlist_outbox WHERE message_id = 'evt_refused'",
+    )
+    .fetch_one(&shop.pool)
+    .await
+    .unwrap();
+    assert_eq!(payload, b"{\"order\": 42,\n \"fixed\": true}");
+    let headers = String::from_utf8(headers).unwrap();
+    assert!(
+        headers.contains("content-type: application/json\r\n"),
+        "{headers}"
+    );
+    assert!(headers.contains("x-fixed: yes\r\n"), "{headers}");
+    assert!(
+        headers.contains("guestlist-edited-by: console-"),
+        "{headers}"
+    );
+    assert_eq!(shop.dead().await, 0, "no longer dead");
+}

@@ -55,7 +55,7 @@ CREATE TABLE IF NOT EXISTS guestlist_inbox_steps (
 );
 -- An incoming dead letter's copy, for a retry from guestlist (added to tables made before it):
 -- where it goes back to (the subject, queue or topic the consumer reads), the broker's key, its
--- headers (name, NUL, value, NUL per header) and body, kept up to 4 MiB. state is 'dead',
+-- headers (a `name: value` line each) and body, kept up to 4 MiB. state is 'dead',
 -- 'retrying' (published, or about to be, by retried_by at retried_at) or 'retried' (the broker
 -- confirmed it); retries counts them. A retried message dead-lettered again is 'dead' again.
 DO $$

@@ -89,7 +89,7 @@ impl<DB: Backend> Outbox<DB> {
         Ok(count.max(0).unsigned_abs())
     }
 
-    fn dead_error(&self, err: sqlx::Error) -> Error {
+    pub(crate) fn dead_error(&self, err: sqlx::Error) -> Error {
         let table = crate::TableName::new(format!("{}_dead", self.table()))
             .unwrap_or_else(|_| self.table().clone());
         Error::from_store::<DB>(&table, err)

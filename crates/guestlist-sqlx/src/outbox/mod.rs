@@ -12,6 +12,7 @@ use crate::purge::{Purge, Purgeable, sealed};
 use crate::scaffold::{clone_without_bound, on_one_table};
 
 mod dead;
+mod dead_edit;
 mod held;
 mod lease;
 mod progress;
@@ -24,6 +25,7 @@ mod stats;
 mod waves;
 
 pub use dead::DeadLetter;
+pub use dead_edit::{DeadEdit, EDITED_HEADER};
 // Hold no SQL: they live in guestlist-core, beside the consumer side's types, and are named here
 // too, where the outbox and its relay use them.
 pub use guestlist_core::{Confirmed, OutboxMessage, Outcomes, Outgoing, Publish, PublishError};

@@ -105,6 +105,8 @@ impl DeadStatements for MySql {
          SELECT message_id, topic, ordering_key, seq, headers, payload, slot \
          FROM {table}_dead WHERE id = ?";
     const DEAD_DROP: &'static str = "DELETE FROM {table}_dead WHERE id = ?";
+    const DEAD_READ: &'static str = "SELECT headers, payload FROM {table}_dead WHERE id = ?";
+    const DEAD_EDIT: &'static str = "UPDATE {table}_dead SET headers = ?, payload = ? WHERE id = ?";
 }
 
 impl FigureStatements for MySql {

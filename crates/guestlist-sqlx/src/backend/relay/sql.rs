@@ -49,6 +49,10 @@ pub struct RelaySql {
     pub(crate) dead_drop: Arc<str>,
     /// How many dead letters there are.
     pub(crate) dead_count: Arc<str>,
+    /// A dead letter's headers and body: its id.
+    pub(crate) dead_read: Arc<str>,
+    /// Rewrites a dead letter's headers and body: headers, body, id.
+    pub(crate) dead_edit: Arc<str>,
     /// Pending rows and the oldest one's age (ms).
     pub(crate) backlog: Arc<str>,
     /// Rows, pending rows, the oldest pending one's age (ms), table size (bytes).
@@ -95,6 +99,8 @@ impl RelaySql {
             dead_retry: fill(DB::DEAD_RETRY),
             dead_drop: fill(DB::DEAD_DROP),
             dead_count: fill(DB::DEAD_COUNT),
+            dead_read: fill(DB::DEAD_READ),
+            dead_edit: fill(DB::DEAD_EDIT),
             backlog: fill(DB::OUTBOX_BACKLOG),
             stats: fill(DB::OUTBOX_STATS),
             shards: fill(DB::RELAY_SHARDS),

@@ -62,6 +62,9 @@ impl DeadStatements for Sqlite {
          SELECT message_id, topic, ordering_key, seq, headers, payload, slot \
          FROM {table}_dead WHERE id = ?1";
     const DEAD_DROP: &'static str = "DELETE FROM {table}_dead WHERE id = ?1";
+    const DEAD_READ: &'static str = "SELECT headers, payload FROM {table}_dead WHERE id = ?1";
+    const DEAD_EDIT: &'static str =
+        "UPDATE {table}_dead SET headers = ?1, payload = ?2 WHERE id = ?3";
 }
 
 impl FigureStatements for Sqlite {
