@@ -98,6 +98,11 @@ impl<DB: Backend> Inbox<DB> {
     }
 }
 
+/// The header the publishers carry a keyed message's ordering key in.
+const KEY_HEADER: &str = "guestlist-ordering-key";
+/// The header the publishers carry a keyed message's place in.
+const SEQ_HEADER: &str = "guestlist-seq";
+
 /// The message that retry `letter.retries` of `letter` publishes: `None` without a copy.
 fn retry_message(letter: &IncomingDeadLetter) -> Option<OutboxMessage> {
     let (topic, body) = (letter.topic.as_ref()?, letter.body.as_ref()?);
@@ -107,14 +112,31 @@ fn retry_message(letter: &IncomingDeadLetter) -> Option<OutboxMessage> {
         body.clone(),
     );
     message.ordering_key = letter.key.clone();
+    let header = |name: &str| {
+        letter
+            .headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, value)| value.as_str())
+    };
+    // A keyed message keeps its place among its key's, which the publishers write themselves.
+    let keyed = message.ordering_key.is_some();
+    if keyed {
+        message.seq = header(SEQ_HEADER)
+            .and_then(|seq| seq.parse().ok())
+            .unwrap_or(0);
+    }
     message.headers = letter
         .headers
         .iter()
-        // The publishers write the broker id themselves (`message-id`: the retry's own).
+        // The publishers write the broker id themselves (`message-id`: the retry's own), and
+        // a keyed message's key and place.
         .filter(|(name, _)| {
+            let own = |header: &&str| name.eq_ignore_ascii_case(header);
             ![RETRY_FOR_HEADER, RETRY_OF_HEADER, "message-id"]
                 .iter()
-                .any(|own| name.eq_ignore_ascii_case(own))
+                .any(own)
+                && !(keyed && [KEY_HEADER, SEQ_HEADER].iter().any(own))
         })
         .cloned()
         .chain([
@@ -123,4 +145,85 @@ fn retry_message(letter: &IncomingDeadLetter) -> Option<OutboxMessage> {
         ])
         .collect();
     Some(message)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::SystemTime;
+
+    use super::*;
+
+    fn letter(key: Option<&str>) -> IncomingDeadLetter {
+        let headers = [
+            ("message-id", "evt_1"),
+            ("Guestlist-Ordering-Key", "order-7"),
+            ("guestlist-seq", "12"),
+            ("x-tenant", "acme"),
+            (RETRY_OF_HEADER, "stale"),
+        ];
+        IncomingDeadLetter {
+            handler: "warehouse".to_owned(),
+            message_id: "evt_1".to_owned(),
+            reason: "boom".to_owned(),
+            deliveries: 5,
+            at: SystemTime::now(),
+            topic: Some("orders.paid".to_owned()),
+            key: key.map(str::to_owned),
+            state: DeadState::Retrying,
+            retries: 2,
+            retried_at: None,
+            retried_by: None,
+            body_bytes: Some(2),
+            preview: b"{}".to_vec(),
+            headers: headers
+                .iter()
+                .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
+                .collect(),
+            body: Some(b"{}".to_vec()),
+        }
+    }
+
+    fn names(message: &OutboxMessage) -> Vec<(&str, &str)> {
+        message
+            .headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .collect()
+    }
+
+    #[test]
+    fn a_retry_is_addressed_to_its_handler_under_its_id_with_the_original_headers() {
+        let unkeyed = retry_message(&letter(None)).unwrap();
+        assert_eq!(
+            unkeyed.message_id,
+            guestlist_core::retry_broker_id("warehouse", "evt_1", 2)
+        );
+        assert_eq!((unkeyed.topic.as_str(), unkeyed.seq), ("orders.paid", 0));
+        assert_eq!(
+            names(&unkeyed),
+            [
+                ("Guestlist-Ordering-Key", "order-7"),
+                ("guestlist-seq", "12"),
+                ("x-tenant", "acme"),
+                (RETRY_FOR_HEADER, "warehouse"),
+                (RETRY_OF_HEADER, "evt_1"),
+            ],
+            "the broker's own id and the stale retry headers go; the rest stays"
+        );
+        // Keyed (a Kafka record key, an SQS group): the publisher writes the key and the
+        // place, which come from the original.
+        let keyed = retry_message(&letter(Some("order-7"))).unwrap();
+        assert_eq!(
+            (keyed.ordering_key.as_deref(), keyed.seq),
+            (Some("order-7"), 12)
+        );
+        assert_eq!(
+            names(&keyed),
+            [
+                ("x-tenant", "acme"),
+                (RETRY_FOR_HEADER, "warehouse"),
+                (RETRY_OF_HEADER, "evt_1"),
+            ]
+        );
+    }
 }
