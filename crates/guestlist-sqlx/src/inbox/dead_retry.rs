@@ -133,10 +133,11 @@ fn retry_message(letter: &IncomingDeadLetter) -> Option<OutboxMessage> {
         // a keyed message's key and place.
         .filter(|(name, _)| {
             let own = |header: &&str| name.eq_ignore_ascii_case(header);
-            ![RETRY_FOR_HEADER, RETRY_OF_HEADER, "message-id"]
+            let written = [RETRY_FOR_HEADER, RETRY_OF_HEADER, "message-id"]
                 .iter()
-                .any(own)
-                && !(keyed && [KEY_HEADER, SEQ_HEADER].iter().any(own))
+                .any(own);
+            let placed = keyed && [KEY_HEADER, SEQ_HEADER].iter().any(own);
+            !(written || placed)
         })
         .cloned()
         .chain([
