@@ -16,7 +16,7 @@ use crate::figures::{age, mib};
 const SHARDS_SHOWN: usize = 32;
 
 /// The figures, read now.
-pub(crate) fn live(viewer: &Viewer, snapshot: &Snapshot) -> Markup {
+pub(crate) fn live(viewer: &Viewer, snapshot: &Snapshot, charts: Markup) -> Markup {
     html! {
         p.muted { "read at " (humantime::format_rfc3339_seconds(SystemTime::now())) }
         @for trouble in &snapshot.trouble {
@@ -31,6 +31,7 @@ pub(crate) fn live(viewer: &Viewer, snapshot: &Snapshot) -> Markup {
         }
         (super::incoming::incoming(viewer, snapshot))
         (mid_steps(snapshot))
+        (charts)
         div.cols {
             div { (keys(viewer, snapshot)) }
             div { (inbox(snapshot)) }

@@ -12,13 +12,16 @@
 mod actions;
 mod attempts;
 mod body;
+mod chart;
 mod done;
 mod edit;
 mod forms;
 mod inbox_actions;
 mod incoming;
 mod live;
+mod over_time;
 mod page;
+mod samples;
 mod session;
 mod snapshot;
 
@@ -100,6 +103,8 @@ pub(crate) struct Console {
     attempts: attempts::Attempts,
     /// The broker incoming dead letters are retried through.
     broker: crate::broker::BrokerArgs,
+    /// The figures sampled while the console runs, for its charts.
+    samples: samples::Samples,
 }
 
 type Shared = State<Arc<Console>>;
@@ -166,6 +171,18 @@ pub(crate) async fn run(args: ConsoleArgs) -> anyhow::Result<()> {
         hosts,
         attempts: attempts::Attempts::new(),
         broker: args.broker.clone(),
+        samples: samples::Samples::default(),
+    });
+    // Samples the figures every half minute, whether or not a browser looks.
+    let sampler = tokio::spawn({
+        let console = Arc::clone(&console);
+        async move {
+            let mut every = tokio::time::interval(Duration::from_secs(30));
+            loop {
+                every.tick().await;
+                console.snapshot().await;
+            }
+        }
     });
     let app = Router::new()
         .route("/", get(show))
@@ -191,6 +208,7 @@ pub(crate) async fn run(args: ConsoleArgs) -> anyhow::Result<()> {
     .with_graceful_shutdown(terminated.wait())
     .await
     .context("the console's server stopped")?;
+    sampler.abort();
     Ok(())
 }
 
@@ -215,6 +233,8 @@ fn answers_to(listen: SocketAddr, allowed: &[String]) -> Option<Vec<String>> {
 #[derive(Debug, Default, serde::Deserialize)]
 pub(crate) struct PageQuery {
     trace: Option<String>,
+    /// The charts' span: `hour` (by default) or `day`.
+    span: Option<String>,
     #[serde(flatten)]
     done: done::DoneQuery,
 }
@@ -251,8 +271,10 @@ async fn show(
             .map(|done| (done, &console.tables)),
         trace,
         nonce: &nonce,
+        span: span_of(query.span.as_deref()),
     };
-    let mut response = page::page(&frame, &viewer, &snapshot).into_response();
+    let charts = over_time::section(&console.samples, frame.span);
+    let mut response = page::page(&frame, &viewer, &snapshot, charts).into_response();
     let policy = format!(
         "default-src 'none'; style-src 'unsafe-inline'; script-src 'nonce-{nonce}'; \
          connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
@@ -266,10 +288,24 @@ async fn show(
 }
 
 /// The figures alone, which the page fetches to refresh itself.
-async fn live(State(console): Shared, headers: HeaderMap) -> maud::Markup {
+async fn live(
+    State(console): Shared,
+    headers: HeaderMap,
+    Query(query): Query<PageQuery>,
+) -> maud::Markup {
     let csrf = console.csrf(&headers);
     let viewer = console.viewer(csrf.as_deref());
-    live::live(&viewer, &console.snapshot().await)
+    let snapshot = console.snapshot().await;
+    let charts = over_time::section(&console.samples, span_of(query.span.as_deref()));
+    live::live(&viewer, &snapshot, charts)
+}
+
+/// The charts' span an address asks for.
+fn span_of(span: Option<&str>) -> chart::Span {
+    match span {
+        Some("day") => chart::Span::Day,
+        _ => chart::Span::Hour,
+    }
 }
 
 impl Console {
@@ -298,13 +334,16 @@ impl Console {
         }
     }
 
+    /// What the tables say now, kept in the charts' samples too.
     async fn snapshot(&self) -> Snapshot {
-        with_pool!(self.pool.clone(), |pool| Snapshot::read(
+        let snapshot = with_pool!(self.pool.clone(), |pool| Snapshot::read(
             &pool,
             &self.tables,
             self.retentions
         )
-        .await)
+        .await);
+        self.samples.record(&snapshot);
+        snapshot
     }
 }
 

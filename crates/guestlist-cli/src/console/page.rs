@@ -25,6 +25,8 @@ pub(crate) struct Frame<'a> {
     pub(crate) trace: Option<(String, Result<Found, String>)>,
     /// The nonce of the page's one script.
     pub(crate) nonce: &'a str,
+    /// The charts' span.
+    pub(crate) span: super::chart::Span,
 }
 
 pub(super) const STYLE: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222}\
@@ -36,13 +38,14 @@ border:1px solid #d99;padding:.5em}.muted{color:#666}form.inline{display:inline}
 header p{margin:.2em 0}.cols{display:flex;flex-wrap:wrap;gap:0 3em}.cols>div{max-width:40em}code{background:#f4f4f4;padding:0 .2em}";
 
 /// The whole page.
-pub(crate) fn page(frame: &Frame, viewer: &Viewer, snapshot: &Snapshot) -> Markup {
+pub(crate) fn page(frame: &Frame, viewer: &Viewer, snapshot: &Snapshot, charts: Markup) -> Markup {
     let every = frame.refresh.as_secs().max(1);
     // Refetches the figures; the interval is a number, nothing from outside.
     let script = format!(
         "const live=document.getElementById('live');\
-         setInterval(async()=>{{try{{const r=await fetch('/live',{{cache:'no-store'}});\
+         setInterval(async()=>{{try{{const r=await fetch('/live?span={}',{{cache:'no-store'}});\
          if(r.ok)live.innerHTML=await r.text();}}catch(e){{}}}},{});",
+        frame.span.name(),
         frame.refresh.as_millis().max(250)
     );
     html! {
@@ -68,7 +71,7 @@ pub(crate) fn page(frame: &Frame, viewer: &Viewer, snapshot: &Snapshot) -> Marku
                     p.flash #flash { (done.message(tables)) }
                 }
                 (history(frame, viewer))
-                section #live { (live(viewer, snapshot)) }
+                section #live { (live(viewer, snapshot, charts)) }
                 script nonce=(frame.nonce) { (PreEscaped(script)) }
             }
         }

@@ -304,12 +304,32 @@ async fn console_operator_looks_up_a_key_retries_a_dead_letter_and_sees_the_coun
     browser.until_shows("#outbox-dead", "0").await;
     browser.until_shows("#outbox-pending", "2").await;
     assert_eq!(shop.dead().await, 0, "retried in the database too");
+    // The charts keep up: this minute's sample is the burst the retry made.
+    browser
+        .until_text("#chart-pending", |t| t.contains("outbox pending (now 2)"))
+        .await;
+    browser
+        .until_text("#chart-dead", |t| {
+            t.contains("outgoing dead letters (now 0)")
+        })
+        .await;
+    assert!(
+        !browser.all("#chart-pending svg polyline").await.is_empty(),
+        "drawn as SVG"
+    );
+    if let Some(path) = std::env::var_os("GUESTLIST_SCREENSHOT_CHARTS") {
+        std::fs::write(path, browser.element_screenshot("#charts").await).unwrap();
+    }
 
     // The page keeps up by itself: the relay refuses the message again, and publishes the other.
     shop.relay().await;
     browser.until_shows("#outbox-dead", "1").await;
     browser.until_shows("#outbox-pending", "0").await;
 
+    browser.goto(&format!("{at}/?span=day")).await;
+    browser
+        .until_text("#over-time", |t| t.contains("The last day"))
+        .await;
     browser.goto(&format!("{at}/?trace=order-7")).await;
     browser.until_shows("#outbox-dead", "1").await;
     let shot = browser.screenshot().await;
@@ -376,6 +396,10 @@ async fn console_without_a_token_shows_everything_and_takes_no_action() {
     let (_console, at) = shop.console(None);
     let browser = Browser::start().await;
 
+    browser.goto(&format!("{at}/?span=day")).await;
+    browser
+        .until_text("#over-time", |t| t.contains("The last day"))
+        .await;
     browser.goto(&format!("{at}/?trace=order-7")).await;
     browser.until_shows("#outbox-dead", "1").await;
     let header = browser
