@@ -252,27 +252,6 @@ impl Browser {
             .unwrap()
     }
 
-    /// What `css` selects (the first one), as a PNG.
-    pub async fn element_screenshot(&self, css: &str) -> Vec<u8> {
-        let element = self
-            .all(css)
-            .await
-            .into_iter()
-            .next()
-            .expect("the element is there");
-        let shot = self
-            .command(
-                reqwest::Method::GET,
-                &format!("/element/{element}/screenshot"),
-                Value::Null,
-            )
-            .await
-            .unwrap();
-        base64::engine::general_purpose::STANDARD
-            .decode(shot.as_str().unwrap())
-            .unwrap()
-    }
-
     /// Closes Chromium, then stops chromedriver.
     pub async fn quit(mut self) {
         let _ = self.command(reqwest::Method::DELETE, "", Value::Null).await;

@@ -317,9 +317,6 @@ async fn console_operator_looks_up_a_key_retries_a_dead_letter_and_sees_the_coun
         !browser.all("#chart-pending svg polyline").await.is_empty(),
         "drawn as SVG"
     );
-    if let Some(path) = std::env::var_os("GUESTLIST_SCREENSHOT_CHARTS") {
-        std::fs::write(path, browser.element_screenshot("#charts").await).unwrap();
-    }
 
     // The page keeps up by itself: the relay refuses the message again, and publishes the other.
     shop.relay().await;
