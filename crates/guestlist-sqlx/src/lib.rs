@@ -17,6 +17,7 @@
     allow(dead_code, unused_variables)
 )]
 
+mod activity;
 mod backend;
 mod error;
 mod failure;
@@ -36,6 +37,7 @@ mod table_size;
 mod unix_ms;
 mod work_error;
 
+pub use activity::PerMinute;
 pub use backend::Backend;
 #[cfg(feature = "sqlite")]
 pub use backend::sqlite::{SQLITE_BUSY_TIMEOUT, sqlite_options};

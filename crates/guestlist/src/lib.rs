@@ -82,7 +82,8 @@ pub use guestlist_core::{
     BoxError, Claim, HandlerName, IdempotencyKey, KeyStore, MessageId, Outgoing, Retention, Topic,
 };
 pub use guestlist_sqlx::{
-    Backend, Error, Inbox, Outbox, Processed, Purger, Relay, Schema, SqlKeyStore, TableName, sqlx,
+    Backend, Error, Inbox, Outbox, PerMinute, Processed, Purger, Relay, Schema, SqlKeyStore,
+    TableName, sqlx,
 };
 #[cfg(feature = "sqlite")]
 pub use guestlist_sqlx::{SQLITE_BUSY_TIMEOUT, sqlite_options};

@@ -49,13 +49,23 @@ impl Span {
     }
 }
 
+/// What a chart's legend says of each line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Legend {
+    /// Its latest value (a figure sampled).
+    Now,
+    /// Its values added up over the span (counts per minute).
+    Total,
+}
+
 /// A chart of `series` (a name and its values) over `span`, up to `now` (a Unix minute).
 pub(crate) fn chart(
+    legend: Legend,
     title: &str,
     id: &str,
     span: Span,
     now: i64,
-    series: &[(&str, Series)],
+    series: &[(String, Series)],
 ) -> Markup {
     let start = now - span.minutes();
     let top = series
@@ -104,10 +114,28 @@ pub(crate) fn chart(
             p.legend.muted {
                 @for (n, (name, values)) in series.iter().enumerate() {
                     @let (_, pattern) = PATTERNS[n % PATTERNS.len()];
-                    span { (pattern) ": " (name) " (now " (values.back().map_or("-".to_owned(), |(_, v)| number(*v))) ")" }
+                    span { (pattern) ": " (name) " (" (reading(legend, span, start, values)) ")" }
                     " "
                 }
             }
+        }
+    }
+}
+
+/// What the legend says of `values`.
+fn reading(legend: Legend, span: Span, start: i64, values: &Series) -> String {
+    match legend {
+        Legend::Now => format!(
+            "now {}",
+            values.back().map_or("-".to_owned(), |(_, v)| number(*v))
+        ),
+        Legend::Total => {
+            let total: f64 = values
+                .iter()
+                .filter(|(m, _)| *m >= start)
+                .map(|(_, v)| v)
+                .sum();
+            format!("{} in the last {}", number(total), span.name())
         }
     }
 }
@@ -132,11 +160,15 @@ mod tests {
             .collect();
         let oldest: Series = [(100, 2.5)].into_iter().collect();
         let drawn = chart(
+            Legend::Now,
             "Outbox",
             "chart-outbox",
             Span::Hour,
             100,
-            &[("pending", pending), ("oldest", oldest)],
+            &[
+                ("pending".to_owned(), pending),
+                ("oldest".to_owned(), oldest),
+            ],
         )
         .into_string();
         // 40 is an hour ago: the left edge, at the bottom; 70 half way, at half height; 100 the

@@ -10,6 +10,7 @@
 //! read-only.
 
 mod actions;
+mod activity;
 mod attempts;
 mod body;
 mod chart;
@@ -273,7 +274,7 @@ async fn show(
         nonce: &nonce,
         span: span_of(query.span.as_deref()),
     };
-    let charts = over_time::section(&console.samples, frame.span);
+    let charts = console.charts(frame.span).await;
     let mut response = page::page(&frame, &viewer, &snapshot, charts).into_response();
     let policy = format!(
         "default-src 'none'; style-src 'unsafe-inline'; script-src 'nonce-{nonce}'; \
@@ -296,7 +297,7 @@ async fn live(
     let csrf = console.csrf(&headers);
     let viewer = console.viewer(csrf.as_deref());
     let snapshot = console.snapshot().await;
-    let charts = over_time::section(&console.samples, span_of(query.span.as_deref()));
+    let charts = console.charts(span_of(query.span.as_deref())).await;
     live::live(&viewer, &snapshot, charts)
 }
 
@@ -332,6 +333,19 @@ impl Console {
             actions: self.sessions.is_some(),
             broker: self.broker.given(),
         }
+    }
+
+    /// The charts over `span`: what the tables' timestamps give, and the samples.
+    async fn charts(&self, span: chart::Span) -> maud::Markup {
+        let now = samples::this_minute();
+        let counted = with_pool!(self.pool.clone(), |pool| activity::read(
+            &pool,
+            &self.tables,
+            span,
+            now
+        )
+        .await);
+        over_time::section(&self.samples, span, now, &counted)
     }
 
     /// What the tables say now, kept in the charts' samples too.

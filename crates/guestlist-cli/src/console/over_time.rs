@@ -2,20 +2,27 @@
 
 use maud::{Markup, html};
 
-use super::chart::{Span, chart};
-use super::samples::{self, Samples, this_minute};
+use super::activity::Lines;
+use super::chart::{Legend, Span, chart};
+use super::samples::{self, Samples};
 
-/// The charts over `span`, from what the console sampled while it ran.
-pub(crate) fn section(samples: &Samples, span: Span) -> Markup {
-    let now = this_minute();
+/// The charts over `span` up to `now` (a Unix minute): `counted`, those the tables' own
+/// timestamps give (and what could not be read), then those the console sampled while it ran.
+pub(crate) fn section(
+    samples: &Samples,
+    span: Span,
+    now: i64,
+    counted: &(Vec<(&'static str, &'static str, Lines)>, Vec<String>),
+) -> Markup {
     let since = now - span.minutes();
-    let series = |names: &[&'static str]| -> Vec<(&'static str, samples::Series)> {
+    let series = |names: &[&'static str]| -> Lines {
         names
             .iter()
-            .map(|name| (*name, samples.since(name, since)))
+            .map(|name| ((*name).to_owned(), samples.since(name, since)))
             .filter(|(_, values)| !values.is_empty())
             .collect()
     };
+    let (tables, trouble) = counted;
     let charts = [
         (
             "Outbox: messages pending",
@@ -45,18 +52,30 @@ pub(crate) fn section(samples: &Samples, span: Span) -> Markup {
     html! {
         h2 #over-time { "The last " (span.name()) }
         p.muted {
+            "A minute each, from the tables' own timestamps (rows a purge deleted, and published \
+             messages a relay keeps no row of, are not counted). "
+            a href={ "/?span=" (other.name()) } { "the last " (other.name()) }
+        }
+        @for line in trouble {
+            p.trouble { "cannot read " (line) }
+        }
+        div.cols #counted {
+            @for (title, id, lines) in tables {
+                div { (chart(Legend::Total, title, id, span, now, lines)) }
+            }
+        }
+        p.muted {
             "A minute each, sampled while this console runs"
             @if let Some(first) = samples.first() {
                 " (since " (humantime::format_rfc3339_seconds(minute_time(first))) ")"
             }
-            ": no table keeps a history of these figures. "
-            a href={ "/?span=" (other.name()) } { "the last " (other.name()) }
+            ": no table keeps a history of these figures."
         }
         div.cols #charts {
             @for (title, id, names) in charts {
                 @let drawn = series(&names);
                 @if !drawn.is_empty() {
-                    div { (chart(title, id, span, now, &drawn)) }
+                    div { (chart(Legend::Now, title, id, span, now, &drawn)) }
                 }
             }
         }

@@ -317,6 +317,23 @@ async fn console_operator_looks_up_a_key_retries_a_dead_letter_and_sees_the_coun
         !browser.all("#chart-pending svg polyline").await.is_empty(),
         "drawn as SVG"
     );
+    // From the tables' own timestamps: the claim the shop made, the key taken, the messages
+    // written this minute.
+    browser
+        .until_text("#chart-handled", |t| {
+            t.contains("warehouse (1 in the last hour)")
+        })
+        .await;
+    browser
+        .until_text("#chart-keys-taken", |t| {
+            t.contains("taken (2 in the last hour)")
+        })
+        .await;
+    browser
+        .until_text("#chart-outbox-activity", |t| {
+            t.contains("written (2 in the last hour)")
+        })
+        .await;
 
     // The page keeps up by itself: the relay refuses the message again, and publishes the other.
     shop.relay().await;

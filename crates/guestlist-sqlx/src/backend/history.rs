@@ -20,6 +20,10 @@ pub trait HistoryStatements: Codec {
     const AGE_MS: &'static str;
     /// Whether placeholders are numbered (`$1`) or all `?`.
     const NUMBERED: bool = true;
+    /// Integer division, as in `{a} DIV {b}` (MySQL's `/` gives a decimal).
+    const DIV: &'static str = "/";
+    /// Now less `{secs}` seconds, in the type of a timestamp column (`seen_at`).
+    const AGO: &'static str;
 }
 
 /// SQL text for one history's tables, formatted once when the [`crate::History`] is built.

@@ -221,3 +221,105 @@ pub async fn dead_letters_keep_their_message_and_group_by_failure<DB: Fixture>(n
     );
     assert_eq!(h.inbox.dead_count(&h.pool).await.unwrap(), 0);
 }
+
+/// What the tables' own timestamps say happened a minute at a time: claims per handler,
+/// dead letters per handler, keys taken; rows older than the span left out.
+pub async fn activity_per_minute_reads_the_tables_timestamps<DB: Fixture>(name: &str) {
+    use guestlist_sqlx::{KeyStore, PerMinute, SqlKeyStore};
+    let h = Harness::<DB>::new(name).await;
+    let table = h.inbox.table().to_string();
+    // One statement, one clock: the minutes compare exactly.
+    h.exec(format!(
+        "INSERT INTO {table} (handler, message_id, seen_at) VALUES \
+         ('warehouse', 'a', {now}), ('warehouse', 'b', {now}), ('billing', 'a', {now}), \
+         ('warehouse', 'old', {three}), ('warehouse', 'older', {two_hours})",
+        now = DB::ago(0),
+        three = DB::ago(180),
+        two_hours = DB::ago(7200)
+    ))
+    .await;
+    let hour = Duration::from_secs(3600);
+    let handled = h.inbox.handled_per_minute(&h.pool, hour).await.unwrap();
+    let count = |all: &[PerMinute], name: &str| -> Vec<u64> {
+        all.iter()
+            .filter(|p| p.name == name)
+            .map(|p| p.count)
+            .collect()
+    };
+    assert_eq!(count(&handled, "warehouse"), [1, 2], "{handled:?}");
+    assert_eq!(count(&handled, "billing"), [1], "{handled:?}");
+    let minutes: Vec<i64> = handled
+        .iter()
+        .filter(|p| p.name == "warehouse")
+        .map(|p| p.minute)
+        .collect();
+    assert_eq!(
+        minutes[1] - minutes[0],
+        3,
+        "three minutes apart: {handled:?}"
+    );
+    let now_minute = i64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            / 60,
+    )
+    .unwrap();
+    assert!(
+        (minutes[1] - now_minute).abs() <= 1,
+        "this minute: {handled:?}"
+    );
+
+    h.inbox
+        .record_dead(
+            &h.pool,
+            &handler("warehouse"),
+            &id("p"),
+            "boom",
+            5,
+            copy(b"{}"),
+        )
+        .await
+        .unwrap();
+    let dead = h
+        .inbox
+        .dead_lettered_per_minute(&h.pool, hour)
+        .await
+        .unwrap();
+    assert_eq!(count(&dead, "warehouse"), [1], "{dead:?}");
+    assert!((dead[0].minute - now_minute).abs() <= 1, "{dead:?}");
+
+    let keys = SqlKeyStore::with_table(h.pool.clone(), &format!("keys_{}", h.tag)).unwrap();
+    h.exec(format!("DROP TABLE IF EXISTS {}", keys.table()))
+        .await;
+    keys.migrate().await.unwrap();
+    let scope = guestlist_sqlx::Scope::new("client-a").unwrap();
+    for key in ["k-1", "k-2"] {
+        let key = guestlist_sqlx::IdempotencyKey::new(key).unwrap();
+        let fingerprint = guestlist_sqlx::Fingerprint::builder("POST", "/orders").body(b"{}");
+        keys.claim(&scope, &key, &fingerprint, hour).await.unwrap();
+    }
+    let taken = keys.taken_per_minute(hour).await.unwrap();
+    assert_eq!(count(&taken, "taken"), [2], "{taken:?}");
+
+    let outbox = guestlist_sqlx::Outbox::<DB>::with_table(&format!("ob_{}", h.tag)).unwrap();
+    for suffix in ["", "_dead", "_keys", "_relay", "_relays"] {
+        h.exec(format!("DROP TABLE IF EXISTS {}{suffix}", outbox.table()))
+            .await;
+    }
+    outbox.migrate(&h.pool).await.unwrap();
+    let mut tx = h.pool.begin().await.unwrap();
+    for n in 0..2 {
+        let topic = guestlist_sqlx::Topic::new("orders.paid").unwrap();
+        let message = guestlist_sqlx::Outgoing::new(topic, format!("{n}").into_bytes());
+        outbox.enqueue(&mut *tx, &message).await.unwrap();
+    }
+    tx.commit().await.unwrap();
+    let written = outbox.activity_per_minute(&h.pool, hour).await.unwrap();
+    assert_eq!(count(&written, "written"), [2], "{written:?}");
+    assert!(
+        count(&written, "published").is_empty(),
+        "none published: {written:?}"
+    );
+}

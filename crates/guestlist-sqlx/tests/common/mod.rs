@@ -50,6 +50,7 @@ macro_rules! inbox_suite {
         guestlist_testkit::stories!(common::dead, [$db], ("");
             incoming_dead_letters_are_recorded_newest_first_and_counted,
             dead_letters_keep_their_message_and_group_by_failure,
+            activity_per_minute_reads_the_tables_timestamps,
         );
         guestlist_testkit::stories!(common::schema, [$db], ("");
             bad_ids_and_table_names_get_errors_that_say_what_to_do,

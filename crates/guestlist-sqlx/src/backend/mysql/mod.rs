@@ -191,6 +191,8 @@ impl crate::backend::history::HistoryStatements for MySql {
     const AGE_MS: &'static str =
         "CAST(TIMESTAMPDIFF(MICROSECOND, {at}, UTC_TIMESTAMP(6)) DIV 1000 AS SIGNED)";
     const NUMBERED: bool = false;
+    const DIV: &'static str = "DIV";
+    const AGO: &'static str = "UTC_TIMESTAMP(6) - INTERVAL {secs} SECOND";
 }
 
 impl crate::backend::steps::StepsStatements for MySql {

@@ -173,6 +173,7 @@ impl Statements for Postgres {
 impl crate::backend::history::HistoryStatements for Postgres {
     const EPOCH_MS: &'static str = "(EXTRACT(EPOCH FROM {at}) * 1000)::bigint";
     const AGE_MS: &'static str = "(EXTRACT(EPOCH FROM (now() - {at})) * 1000)::bigint";
+    const AGO: &'static str = "now() - make_interval(secs => {secs})";
 }
 
 impl crate::backend::steps::StepsStatements for Postgres {

@@ -164,6 +164,7 @@ impl crate::backend::history::HistoryStatements for Sqlite {
         "CAST(round((julianday({at}) - 2440587.5) * 86400000.0) AS INTEGER)";
     const AGE_MS: &'static str =
         "CAST(round((julianday('now') - julianday({at})) * 86400000.0) AS INTEGER)";
+    const AGO: &'static str = "strftime('%Y-%m-%d %H:%M:%f', 'now', '-{secs} seconds')";
 }
 
 impl crate::backend::steps::StepsStatements for Sqlite {
