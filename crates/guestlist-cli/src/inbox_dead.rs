@@ -5,7 +5,7 @@
 use std::time::{Duration, SystemTime};
 
 use clap::{Args, Subcommand};
-use guestlist::inbox::{DeadGroup, DeadRetry, IncomingDeadLetter};
+use guestlist::inbox::{DeadRetry, IncomingDeadLetter};
 use guestlist::{Backend, Inbox, outbox::Publish};
 
 use crate::body_text::body_text;
@@ -200,7 +200,13 @@ async fn picked<DB: Backend>(
             "no failure group {name} among the dead letters waiting: see `guestlist inbox dead groups`"
         );
     };
-    confirmed(group, pick.confirm)?;
+    confirmed(
+        &group.id,
+        group.count(),
+        &group.handler,
+        &group.class,
+        pick.confirm,
+    )?;
     Ok(group
         .message_ids
         .iter()
@@ -208,24 +214,24 @@ async fn picked<DB: Backend>(
         .collect())
 }
 
-/// Whether the operator confirmed the group's size as it is now.
-fn confirmed(group: &DeadGroup, confirm: Option<usize>) -> anyhow::Result<()> {
+/// Whether the operator confirmed the size of the group `id` (`count` dead letters of
+/// `owner`, a handler or a topic, failing as `class`) as it is now.
+pub(crate) fn confirmed(
+    id: &str,
+    count: usize,
+    owner: &str,
+    class: &str,
+    confirm: Option<usize>,
+) -> anyhow::Result<()> {
     match confirm {
-        Some(n) if n == group.count() => Ok(()),
+        Some(n) if n == count => Ok(()),
         Some(n) => anyhow::bail!(
-            "group {} holds {} dead letters now, not {n}: look again (`guestlist inbox dead \
-             groups`) and confirm the count it shows",
-            group.id,
-            group.count()
+            "group {id} holds {count} dead letters now, not {n}: look at the groups again and \
+             confirm the count they show"
         ),
         None => anyhow::bail!(
-            "group {} holds {} dead letters of {} ({}): to act on all of them, run this again \
-             with --confirm {}",
-            group.id,
-            group.count(),
-            group.handler,
-            group.class,
-            group.count()
+            "group {id} holds {count} dead letters of {owner} ({class}): to act on all of them, \
+             run this again with --confirm {count}"
         ),
     }
 }

@@ -36,13 +36,17 @@ pub(crate) struct ShardsArgs {
 pub(crate) enum DeadCommand {
     /// List them, oldest first, with why each was refused (never their bodies).
     List(ListArgs),
+    /// Their failure groups: per topic, the refusals with ids, numbers and quoted values taken
+    /// out, with how many and since when.
+    Groups(ListArgs),
     /// One's headers and body (the first 64 KiB), to look at before a retry or an edit.
     Show(OneArgs),
-    /// Put one back in the outbox, to be published after what is pending now; with --body,
-    /// --header or --drop-header, edited first (marked `guestlist-edited-by`).
+    /// Put one (ID) or a group (--group G --confirm N) back in the outbox, to be published
+    /// after what is pending now; one with --body, --header or --drop-header is edited first
+    /// (marked `guestlist-edited-by`).
     Retry(RetryArgs),
-    /// Delete one for good.
-    Drop(OneArgs),
+    /// Delete one (ID) or a group (--group G --confirm N) for good.
+    Drop(PickArgs),
 }
 
 /// Where the outbox is.
@@ -72,18 +76,35 @@ pub(crate) struct OneArgs {
     id: i64,
 }
 
+/// One dead letter, or a failure group of them.
+#[derive(Debug, Args)]
+pub(crate) struct PickArgs {
+    #[command(flatten)]
+    table: OutboxTableArgs,
+    /// The dead letter's id, as `list` shows it.
+    #[arg(required_unless_present = "group")]
+    id: Option<i64>,
+    /// A failure group, as `groups` names it.
+    #[arg(long, conflicts_with = "id")]
+    group: Option<String>,
+    /// The group's size, as `groups` shows it: nothing is done unless it still holds exactly
+    /// that many.
+    #[arg(long, requires = "group")]
+    confirm: Option<usize>,
+}
+
 #[derive(Debug, Args)]
 pub(crate) struct RetryArgs {
     #[command(flatten)]
-    one: OneArgs,
+    one: PickArgs,
     /// Replace the body with this file's bytes (`-`: standard input).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "group")]
     body: Option<std::path::PathBuf>,
     /// Set a header (NAME=VALUE), in place of any of that name; repeat for several.
-    #[arg(long = "header", value_name = "NAME=VALUE")]
+    #[arg(long = "header", value_name = "NAME=VALUE", conflicts_with = "group")]
     headers: Vec<String>,
     /// Remove a header; repeat for several.
-    #[arg(long = "drop-header", value_name = "NAME")]
+    #[arg(long = "drop-header", value_name = "NAME", conflicts_with = "group")]
     drop_headers: Vec<String>,
     /// Who edits, recorded in the message's `guestlist-edited-by` header.
     #[arg(long, env = "USER", default_value = "cli")]
@@ -135,8 +156,9 @@ pub(crate) async fn run(command: OutboxCommand) -> anyhow::Result<()> {
         }
     };
     let table = match &command {
-        DeadCommand::List(args) => &args.table,
-        DeadCommand::Show(args) | DeadCommand::Drop(args) => &args.table,
+        DeadCommand::List(args) | DeadCommand::Groups(args) => &args.table,
+        DeadCommand::Show(args) => &args.table,
+        DeadCommand::Drop(args) => &args.table,
         DeadCommand::Retry(args) => &args.one.table,
     };
     let pool = database::connect_existing(&table.database, 1).await?;
@@ -185,39 +207,88 @@ async fn dead<DB: Backend>(
             let shown = &body[..body.len().min(64 * 1024)];
             println!("body    {} bytes:\n{}", body.len(), body_text(shown));
         }
+        DeadCommand::Groups(args) => {
+            let outbox = Outbox::<DB>::with_table(&args.table.outbox_table)?;
+            let groups = outbox.dead_groups(&pool, args.limit).await?;
+            if groups.is_empty() {
+                println!("no dead letters in {}_dead", outbox.table());
+            }
+            for group in &groups {
+                println!(
+                    "group {}  {}  {} dead letters  first {} ago, last {} ago\n    {}\n    e.g. {}",
+                    group.id,
+                    group.topic,
+                    group.count(),
+                    whole_seconds(group.first_age),
+                    whole_seconds(group.last_age),
+                    group.class,
+                    group.example
+                );
+            }
+        }
         DeadCommand::Retry(args) => {
             let outbox = Outbox::<DB>::with_table(&args.one.table.outbox_table)?;
-            let id = args.one.id;
             let edit = args.edit()?;
-            let back = match &edit {
-                Some(edit) => outbox.retry_dead_edited(&pool, id, edit).await?,
-                None => outbox.retry_dead(&pool, id).await?,
-            };
-            if !back {
-                anyhow::bail!(
-                    "no dead letter {id} in {}_dead: see `guestlist outbox dead list`",
+            for id in picked(&outbox, &pool, &args.one).await? {
+                let back = match &edit {
+                    Some(edit) => outbox.retry_dead_edited(&pool, id, edit).await?,
+                    None => outbox.retry_dead(&pool, id).await?,
+                };
+                if !back {
+                    anyhow::bail!(
+                        "no dead letter {id} in {}_dead: see `guestlist outbox dead list`",
+                        outbox.table()
+                    );
+                }
+                let edited = if edit.is_some() { ", edited," } else { "" };
+                println!(
+                    "dead letter {id} is back{edited} in {}: the relay publishes it after what is pending",
                     outbox.table()
                 );
             }
-            let edited = if edit.is_some() { ", edited," } else { "" };
-            println!(
-                "dead letter {id} is back{edited} in {}: the relay publishes it after what is pending",
-                outbox.table()
-            );
         }
         DeadCommand::Drop(args) => {
             let outbox = Outbox::<DB>::with_table(&args.table.outbox_table)?;
-            if !outbox.drop_dead(&pool, args.id).await? {
-                anyhow::bail!(
-                    "no dead letter {} in {}_dead: see `guestlist outbox dead list`",
-                    args.id,
-                    outbox.table()
-                );
+            for id in picked(&outbox, &pool, args).await? {
+                if !outbox.drop_dead(&pool, id).await? {
+                    anyhow::bail!(
+                        "no dead letter {id} in {}_dead: see `guestlist outbox dead list`",
+                        outbox.table()
+                    );
+                }
+                println!("dead letter {id} dropped");
             }
-            println!("dead letter {} dropped", args.id);
         }
     }
     Ok(())
+}
+
+/// The dead letters `pick` names: one, or a whole group whose size the operator confirmed.
+async fn picked<DB: Backend>(
+    outbox: &Outbox<DB>,
+    pool: &guestlist::sqlx::Pool<DB>,
+    pick: &PickArgs,
+) -> anyhow::Result<Vec<i64>> {
+    let Some(name) = &pick.group else {
+        let Some(id) = pick.id else {
+            anyhow::bail!("name a dead letter (ID) or a group (--group G)");
+        };
+        return Ok(vec![id]);
+    };
+    let groups = outbox.dead_groups(pool, 100_000).await?;
+    let Some(group) = groups.iter().find(|g| &g.id == name) else {
+        anyhow::bail!(
+            "no failure group {name} among the dead letters: see `guestlist outbox dead groups`"
+        );
+    };
+    let count = group.count();
+    crate::inbox_dead::confirmed(&group.id, count, &group.topic, &group.class, pick.confirm)?;
+    Ok(group.ids.clone())
+}
+
+/// `age` to the second, as a person reads it.
+fn whole_seconds(age: std::time::Duration) -> humantime::FormattedDuration {
+    humantime::format_duration(std::time::Duration::from_secs(age.as_secs()))
 }
 
 async fn shards<DB: Backend>(

@@ -634,9 +634,33 @@ async fn a_message_rabbitmq_cannot_take_is_dead_lettered_and_the_operator_sees_i
         !logs.contains("{\"n\":2}") && !logs.contains("{\"n\":1}"),
         "no payload in the logs: {logs}"
     );
-    let id = listed.split_whitespace().next().unwrap().to_owned();
-
-    let retried = guestlist(&["outbox", "dead", "retry", &id, "--database", &url]);
+    // Retried as its failure group: refused until the count is confirmed.
+    let groups = stdout(&guestlist(&[
+        "outbox",
+        "dead",
+        "groups",
+        "--database",
+        &url,
+    ]));
+    assert!(groups.contains("gl-cli-dead  1 dead letters"), "{groups}");
+    let group = groups.split_whitespace().nth(1).unwrap().to_owned();
+    let retry = [
+        "outbox",
+        "dead",
+        "retry",
+        "--group",
+        &group,
+        "--database",
+        &url,
+    ];
+    let unconfirmed = guestlist(&retry);
+    assert!(!unconfirmed.status.success());
+    assert!(
+        stderr(&unconfirmed).contains("--confirm 1"),
+        "{}",
+        stderr(&unconfirmed)
+    );
+    let retried = guestlist(&[&retry[..], &["--confirm", "1"]].concat());
     assert!(retried.status.success(), "{}", stderr(&retried));
     let none = guestlist(&["outbox", "dead", "list", "--database", &url]);
     assert!(

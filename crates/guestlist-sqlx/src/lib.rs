@@ -62,7 +62,8 @@ pub use keys::{BatchBackend, BatchedKeyStore};
 pub use keys::{HeldKey, KeyHashing, KeyRecord, KeyState, KeyStats, Sealing, SqlKeyStore};
 pub use outbox::{
     Confirmed, DeadEdit, DeadLetter, EDITED_HEADER, Enqueued, Outbox, OutboxMessage, OutboxStats,
-    Outcomes, Outgoing, Publish, PublishError, Relay, RelayLease, RelayStats, Relayed, ShardStats,
+    Outcomes, Outgoing, OutgoingGroup, Publish, PublishError, Relay, RelayLease, RelayStats,
+    Relayed, ShardStats,
 };
 pub use purge::{Purge, Purgeable, Purged};
 pub use purger::{Purger, PurgerHandle};

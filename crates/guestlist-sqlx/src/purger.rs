@@ -9,10 +9,10 @@ use sqlx::Pool;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use crate::Purged;
 use crate::backend::steps::StepsSql;
 use crate::backend::{Backend, TableSql};
 use crate::purge::{Purge, Purgeable};
+use crate::{Inbox, Purged};
 
 /// Purges a guestlist table (an [`Inbox`](crate::Inbox) or a
 /// [`SqlKeyStore`](crate::SqlKeyStore)) on an interval, in the background, for as long as its
@@ -45,6 +45,8 @@ pub struct Purger<DB: Backend> {
     retention: Retention,
     every: Duration,
     batch_size: u32,
+    /// An inbox whose dead letters go too, by their own retention.
+    dead: Option<(Inbox<DB>, Duration)>,
     db: PhantomData<fn() -> DB>,
 }
 
@@ -58,6 +60,7 @@ impl<DB: Backend> Purger<DB> {
             retention,
             every: Duration::from_secs(3600),
             batch_size: Purge::<DB>::DEFAULT_BATCH_SIZE,
+            dead: None,
             db: PhantomData,
         }
     }
@@ -71,6 +74,14 @@ impl<DB: Backend> Purger<DB> {
     /// Rows deleted per batch.
     pub fn batch_size(mut self, rows: u32) -> Self {
         self.batch_size = rows;
+        self
+    }
+
+    /// Also deletes `inbox`'s dead letters recorded longer ago than `keep`, at each pass: their
+    /// own retention, apart from the guest list's (a dead letter guards no duplicate, so no
+    /// redelivery horizon bounds it; one being retried stays). See [`Inbox::purge_dead`].
+    pub fn dead_letters(mut self, inbox: &Inbox<DB>, keep: Duration) -> Self {
+        self.dead = Some((inbox.clone(), keep));
         self
     }
 
@@ -100,6 +111,16 @@ impl<DB: Backend> Purger<DB> {
                         Ok(Purged::Busy) => tracing::debug!(%table, "another instance is purging"),
                         Err(err) => tracing::warn!(%table, error = %err, "purge failed; trying again next turn"),
                     },
+                }
+                if let Some((inbox, keep)) = &self.dead {
+                    match inbox.purge_dead(&self.pool, *keep).await {
+                        Ok(rows) => {
+                            tracing::debug!(table = %inbox.table(), rows, "dead letters purged")
+                        }
+                        Err(err) => {
+                            tracing::warn!(table = %inbox.table(), error = %err, "purging dead letters failed; trying again next turn")
+                        }
+                    }
                 }
             }
         });

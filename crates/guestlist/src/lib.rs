@@ -116,8 +116,8 @@ pub mod outbox {
         Confirmed, OrderingKey, OutboxMessage, Outcomes, Outgoing, Publish, PublishError, Topic,
     };
     pub use guestlist_sqlx::{
-        DeadEdit, DeadLetter, EDITED_HEADER, Enqueued, Health, Outbox, OutboxStats, Relay,
-        RelayLease, RelayStats, Relayed, ShardStats,
+        DeadEdit, DeadLetter, EDITED_HEADER, Enqueued, Health, Outbox, OutboxStats, OutgoingGroup,
+        Relay, RelayLease, RelayStats, Relayed, ShardStats,
     };
 }
 

@@ -42,6 +42,10 @@ pub(crate) enum Done {
     GroupRetried(Group),
     /// A failure group's dead letters were deleted.
     GroupDropped(Group),
+    /// A failure group of outgoing dead letters is back in the outbox.
+    OutboxGroupRetried(Group),
+    /// A failure group of outgoing dead letters was deleted.
+    OutboxGroupDropped(Group),
     /// The console was started without a broker to retry incoming dead letters through.
     NoBroker,
 }
@@ -112,7 +116,10 @@ impl Done {
             | Done::InboxNoCopy(letter)
             | Done::InboxDropped(letter)
             | Done::NoInboxDead(letter) => return self.letter_query(letter),
-            Done::GroupRetried(group) | Done::GroupDropped(group) => {
+            Done::GroupRetried(group)
+            | Done::GroupDropped(group)
+            | Done::OutboxGroupRetried(group)
+            | Done::OutboxGroupDropped(group) => {
                 return self.group_query(group);
             }
         };
@@ -147,6 +154,8 @@ impl Done {
     fn group_query(&self, group: &Group) -> Vec<(&'static str, String)> {
         let word = match self {
             Done::GroupRetried(_) => "group-retried",
+            Done::OutboxGroupRetried(_) => "outbox-group-retried",
+            Done::OutboxGroupDropped(_) => "outbox-group-dropped",
             _ => "group-dropped",
         };
         vec![
@@ -205,6 +214,8 @@ impl Done {
             "no-inbox-dead" => Done::NoInboxDead(letter()),
             "group-retried" => Done::GroupRetried(group()),
             "group-dropped" => Done::GroupDropped(group()),
+            "outbox-group-retried" => Done::OutboxGroupRetried(group()),
+            "outbox-group-dropped" => Done::OutboxGroupDropped(group()),
             _ => return None,
         })
     }
@@ -265,9 +276,15 @@ impl Done {
             Done::GroupRetried(Group { group, done, of }) => {
                 format!("group {group}: {done} of {of} dead letters back on their handler's source")
             }
-            Done::GroupDropped(Group { group, done, of }) => {
+            Done::GroupDropped(Group { group, done, of })
+            | Done::OutboxGroupDropped(Group { group, done, of }) => {
                 format!("group {group}: {done} of {of} dead letters dropped")
             }
+            Done::OutboxGroupRetried(Group { group, done, of }) => format!(
+                "group {group}: {done} of {of} dead letters back in {}: the relay publishes \
+                 them after what is pending",
+                tables.outbox
+            ),
         }
     }
 }
@@ -311,6 +328,8 @@ mod tests {
             Done::NoInboxDead(letter.clone()),
             Done::GroupRetried(group.clone()),
             Done::GroupDropped(group.clone()),
+            Done::OutboxGroupRetried(group.clone()),
+            Done::OutboxGroupDropped(group.clone()),
         ] {
             let field = |name: &str| {
                 done.query()

@@ -32,8 +32,8 @@ pub(crate) struct LetterForm {
 #[derive(Debug, serde::Deserialize)]
 pub(crate) struct GroupForm {
     #[serde(default)]
-    csrf: String,
-    confirm: Option<usize>,
+    pub(crate) csrf: String,
+    pub(crate) confirm: Option<usize>,
 }
 
 impl Csrf for LetterForm {
@@ -50,13 +50,13 @@ impl Csrf for GroupForm {
 
 /// Retry or drop, as the address says.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Action {
+pub(crate) enum Action {
     Retry,
     Drop,
 }
 
 impl Action {
-    fn of(word: &str) -> Option<Self> {
+    pub(crate) fn of(word: &str) -> Option<Self> {
         match word {
             "retry" => Some(Self::Retry),
             "drop" => Some(Self::Drop),
@@ -129,7 +129,8 @@ pub(crate) async fn group(
         );
     };
     if form.form.confirm != Some(group.count()) {
-        return confirm(&form.form.csrf, &group, &action).into_response();
+        let asked = super::incoming::Asked::incoming(&group, &action);
+        return confirm(&form.form.csrf, &asked, &action).into_response();
     }
     let picked: Vec<(String, String)> = group
         .message_ids

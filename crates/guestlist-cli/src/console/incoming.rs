@@ -140,9 +140,33 @@ fn group_forms(viewer: &Viewer, group: &DeadGroup) -> Markup {
     }
 }
 
+/// A failure group as the confirmation page names it.
+pub(crate) struct Asked<'a> {
+    /// Where the confirmed form goes (`/inbox/group/{id}/{action}`).
+    pub(crate) path: String,
+    pub(crate) id: &'a str,
+    /// The handler or the topic.
+    pub(crate) owner: &'a str,
+    pub(crate) class: &'a str,
+    pub(crate) count: usize,
+}
+
+impl<'a> Asked<'a> {
+    /// An incoming group, for `action`.
+    pub(crate) fn incoming(group: &'a DeadGroup, action: &str) -> Self {
+        Self {
+            path: format!("/inbox/group/{}/{action}", group.id),
+            id: &group.id,
+            owner: &group.handler,
+            class: &group.class,
+            count: group.count(),
+        }
+    }
+}
+
 /// The page that asks to confirm an action on a whole group, naming its count now.
-pub(crate) fn confirm(csrf: &str, group: &DeadGroup, action: &str) -> Markup {
-    let count = group.count();
+pub(crate) fn confirm(csrf: &str, group: &Asked<'_>, action: &str) -> Markup {
+    let count = group.count;
     html! {
         (DOCTYPE)
         html lang="en" {
@@ -154,10 +178,10 @@ pub(crate) fn confirm(csrf: &str, group: &DeadGroup, action: &str) -> Markup {
             body {
                 h1 { (action) " " (count) " dead letters?" }
                 p #confirm-what {
-                    "Group " code { (group.id) } " of " (group.handler) " holds " strong { (count) }
+                    "Group " code { (group.id) } " of " (group.owner) " holds " strong { (count) }
                     " dead letters that failed as: " (group.class)
                 }
-                form method="post" action={ "/inbox/group/" (group.id) "/" (action) } {
+                form method="post" action=(group.path) {
                     (csrf_field(csrf))
                     input type="hidden" name="confirm" value=(count);
                     button #confirm { (action) " all " (count) }

@@ -265,6 +265,9 @@ fn dead_letters(viewer: &Viewer, outbox: &OutboxFigures) -> Markup {
                     " (the oldest " (DEAD_LETTERS_SHOWN) " shown)"
                 }
             }
+            @if !outbox.groups.is_empty() {
+                (outgoing_groups(viewer, outbox))
+            }
             @if !outbox.letters.is_empty() {
                 table #dead-letters {
                     tr {
@@ -309,6 +312,41 @@ fn dead_letters(viewer: &Viewer, outbox: &OutboxFigures) -> Markup {
             }
         } @else {
             p.muted { "no dead-letter table: run " code { "guestlist migrate --outbox" } }
+        }
+    }
+}
+
+/// The outgoing dead letters' failure groups, each with its retry and drop (asked to confirm
+/// with the count on a page of its own).
+fn outgoing_groups(viewer: &Viewer, outbox: &OutboxFigures) -> Markup {
+    html! {
+        table #outgoing-groups {
+            tr {
+                th { "group" } th { "topic" } th.num { "letters" } th { "first" } th { "last" }
+                th { "failure" } th {}
+            }
+            @for group in &outbox.groups {
+                tr id={ "outgoing-group-" (group.id) } {
+                    td { code { (group.id) } }
+                    td { (group.topic) }
+                    td.num { (group.count()) }
+                    td { (age(Some(group.first_age))) " ago" }
+                    td { (age(Some(group.last_age))) " ago" }
+                    td { (group.class) br; span.muted { "e.g. " (group.example) } }
+                    td {
+                        @if let Some(csrf) = viewer.csrf {
+                            @for action in ["retry", "drop"] {
+                                form method="post"
+                                    action={ "/outbox/group/" (group.id) "/" (action) }
+                                    class={ "inline group-" (action) } {
+                                    (csrf_field(csrf)) button { (action) " all…" }
+                                }
+                                " "
+                            }
+                        }
+                    }
+                }
+            }
         }
     }
 }

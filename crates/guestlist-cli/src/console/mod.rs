@@ -20,6 +20,7 @@ mod forms;
 mod inbox_actions;
 mod incoming;
 mod live;
+mod outbox_groups;
 mod over_time;
 mod page;
 mod samples;
@@ -195,6 +196,7 @@ pub(crate) async fn run(args: ConsoleArgs) -> anyhow::Result<()> {
         .route("/keys/evict", post(actions::evict))
         .route("/inbox/dead/{action}", post(inbox_actions::letter))
         .route("/inbox/group/{group}/{action}", post(inbox_actions::group))
+        .route("/outbox/group/{group}/{action}", post(outbox_groups::group))
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&console),
             guard,

@@ -7,7 +7,7 @@ use guestlist::{
     Backend, Inbox, Retention,
     inbox::{DeadGroup, InboxStats, IncomingDeadLetter, MidSteps},
     keys::{HeldKey, KeyStats},
-    outbox::{DeadLetter, OutboxStats},
+    outbox::{DeadLetter, OutboxStats, OutgoingGroup},
 };
 
 use super::Tables;
@@ -69,6 +69,8 @@ pub(crate) struct OutboxFigures {
     pub(crate) dead: Option<u64>,
     /// The oldest of them, up to [`DEAD_LETTERS_SHOWN`].
     pub(crate) letters: Vec<DeadLetter>,
+    /// Their failure groups (of the oldest [`GROUPED`]), the largest first.
+    pub(crate) groups: Vec<OutgoingGroup>,
 }
 
 /// How long rows are kept: the page counts the rows a purge should have deleted by now.
@@ -124,11 +126,16 @@ impl Snapshot {
                 Some(_) => read_dead_letters(pool, tables).await,
                 None => Ok(Vec::new()),
             };
-            let letters = snapshot.note(&tables.outbox, letters.map(Some));
+            let mut letters = snapshot
+                .note(&tables.outbox, letters.map(Some))
+                .unwrap_or_default();
+            let groups = OutgoingGroup::of(&letters);
+            letters.truncate(DEAD_LETTERS_SHOWN as usize);
             snapshot.outbox = Some(OutboxFigures {
                 stats,
                 dead,
-                letters: letters.unwrap_or_default(),
+                letters,
+                groups,
             });
         }
         snapshot
@@ -204,5 +211,5 @@ async fn read_dead_letters<DB: Backend>(
     tables: &Tables,
 ) -> anyhow::Result<Vec<DeadLetter>> {
     let outbox = guestlist::Outbox::<DB>::in_table(tables.outbox.clone());
-    Ok(outbox.dead_letters(pool, DEAD_LETTERS_SHOWN).await?)
+    Ok(outbox.dead_letters(pool, GROUPED).await?)
 }

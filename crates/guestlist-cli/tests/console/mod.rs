@@ -234,6 +234,21 @@ async fn post_form(
     request.send().await.unwrap()
 }
 
+/// The console's page as the browser holding `cookie` gets it.
+async fn page_of(http: &reqwest::Client, at: &str, cookie: &str) -> String {
+    let page = http.get(format!("{at}/")).header("cookie", cookie).send();
+    page.await.unwrap().text().await.unwrap()
+}
+
+/// The quoted value that follows `marker` in `page` (a signed-in page's CSRF token, an id).
+fn value_after(page: &str, marker: &str) -> String {
+    let rest = page.split(marker).nth(1);
+    let value = rest.and_then(|rest| rest.split('"').next());
+    value
+        .unwrap_or_else(|| panic!("{marker} in {page}"))
+        .to_owned()
+}
+
 /// Signs in with the console's token: its answer (the redirect, the `Set-Cookie`), and the
 /// session cookie to send back.
 async fn sign_in(http: &reqwest::Client, at: &str) -> (reqwest::Response, String) {
@@ -461,21 +476,8 @@ async fn console_signing_out_ends_the_session_for_good() {
     let (_console, at) = shop.console(Some(TOKEN));
     let http = client();
     let (_, cookie) = sign_in(&http, &at).await;
-    let page = http
-        .get(format!("{at}/"))
-        .header("cookie", &cookie)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let csrf = page
-        .split(r#"name="csrf" value=""#)
-        .nth(1)
-        .and_then(|rest| rest.split('"').next())
-        .expect("a signed-in page's forms carry the session's CSRF token")
-        .to_owned();
+    let page = page_of(&http, &at, &cookie).await;
+    let csrf = value_after(&page, r#"name="csrf" value=""#);
     let signed_out = post_form(
         &http,
         format!("{at}/logout"),
@@ -764,4 +766,52 @@ async fn console_edits_an_outgoing_dead_letter_and_retries_it() {
         "{headers}"
     );
     assert_eq!(shop.dead().await, 0, "no longer dead");
+}
+
+/// Outgoing dead letters refused alike form one failure group; the console retries it whole
+/// only once the count it names is sent back: without it, or with a stale one, it asks again
+/// and changes nothing.
+#[tokio::test]
+async fn console_retries_an_outgoing_failure_group_once_its_count_is_confirmed() {
+    let shop = Shop::open().await;
+    shop.enqueue("evt_refused_2", "nowhere").await;
+    shop.relay().await;
+    assert_eq!(shop.dead().await, 2);
+    let (_console, at) = shop.console(Some(TOKEN));
+    let http = client();
+    let (_, cookie) = sign_in(&http, &at).await;
+    let page = page_of(&http, &at, &cookie).await;
+    let csrf = value_after(&page, r#"name="csrf" value=""#);
+    let group = value_after(&page, r#"id="outgoing-group-"#);
+    let retry = format!("{at}/outbox/group/{group}/retry");
+    for body in [format!("csrf={csrf}"), format!("csrf={csrf}&confirm=1")] {
+        let asked = post_form(&http, retry.clone(), Some(&cookie), body).await;
+        assert_eq!(asked.status(), StatusCode::OK);
+        let said = asked.text().await.unwrap();
+        assert!(
+            said.contains("holds <strong>2</strong> dead letters"),
+            "{said}"
+        );
+        assert_eq!(
+            shop.dead().await,
+            2,
+            "nothing retried before the count is confirmed"
+        );
+    }
+    let done = post_form(
+        &http,
+        retry,
+        Some(&cookie),
+        format!("csrf={csrf}&confirm=2"),
+    )
+    .await;
+    assert_eq!(done.status(), StatusCode::SEE_OTHER);
+    assert_eq!(shop.dead().await, 0, "both back in the outbox");
+    let back: i64 = guestlist::sqlx::query_scalar(
+        "SELECT count(*) FROM guestlist_outbox WHERE message_id LIKE 'evt_refused%'",
+    )
+    .fetch_one(&shop.pool)
+    .await
+    .unwrap();
+    assert_eq!(back, 2);
 }

@@ -13,6 +13,7 @@ use crate::scaffold::{clone_without_bound, on_one_table};
 
 mod dead;
 mod dead_edit;
+mod dead_groups;
 mod held;
 mod lease;
 mod progress;
@@ -26,6 +27,7 @@ mod waves;
 
 pub use dead::DeadLetter;
 pub use dead_edit::{DeadEdit, EDITED_HEADER};
+pub use dead_groups::OutgoingGroup;
 // Hold no SQL: they live in guestlist-core, beside the consumer side's types, and are named here
 // too, where the outbox and its relay use them.
 pub use guestlist_core::{Confirmed, OutboxMessage, Outcomes, Outgoing, Publish, PublishError};

@@ -224,12 +224,36 @@ pub async fn purger_task_purges_in_the_background<DB: Fixture>(name: &str) {
     h.exec(DB::bulk_old_rows(&table, 10, (8 * DAY).as_secs() as i64))
         .await;
     deliver(&h, &handler("warehouse"), &id("young")).await;
+    // Two dead letters, a year old and new: the dead letters' own retention takes the old.
+    h.exec(format!(
+        "INSERT INTO {table}_dead (handler, message_id, reason, deliveries, dead_at) \
+         VALUES ('warehouse', 'long-dead', 'boom', 5, 1)"
+    ))
+    .await;
+    let copy = guestlist_sqlx::DeadCopy {
+        topic: None,
+        key: None,
+        headers: &[],
+        body: b"{}",
+    };
+    h.inbox
+        .record_dead(
+            &h.pool,
+            &handler("warehouse"),
+            &id("just-dead"),
+            "boom",
+            5,
+            copy,
+        )
+        .await
+        .unwrap();
 
     let purger = Purger::new(h.pool.clone(), &h.inbox, week())
         .every(Duration::from_millis(50))
+        .dead_letters(&h.inbox, Duration::from_secs(30 * 86_400))
         .spawn();
     let gone = tokio::time::timeout(Duration::from_secs(60), async {
-        while h.inbox_rows().await > 1 {
+        while h.inbox_rows().await > 1 || h.inbox.dead_count(&h.pool).await.unwrap() > 1 {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     })
@@ -237,6 +261,9 @@ pub async fn purger_task_purges_in_the_background<DB: Fixture>(name: &str) {
     purger.shutdown().await;
     assert!(gone.is_ok(), "the purger deleted the old rows");
     assert_eq!(h.inbox_rows().await, 1, "the young row stays");
+    let left = h.inbox.dead_letters(&h.pool, 10).await.unwrap();
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert_eq!(left[0].message_id, "just-dead", "the new dead letter stays");
     // When its last pass ended, and how often one starts: what the purge-behind alert reads.
     let labels = [("table", table.as_str())];
     let now = std::time::SystemTime::now()
