@@ -16,6 +16,40 @@ const HANDLERS_DRAWN: usize = 4;
 /// One chart's lines: a name and its values.
 pub(crate) type Lines = Vec<(String, Series)>;
 
+/// The charts the tables give, (title, id, lines), and what could not be read.
+pub(crate) type Counted = (Vec<(&'static str, &'static str, Lines)>, Vec<String>);
+
+/// How long the counts read are drawn again before the tables are read again: every browser
+/// refreshes the figures every few seconds, and a day's counts group a day of rows.
+const KEPT_FOR: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The counts read last, with when and for which span.
+#[derive(Default)]
+pub(crate) struct Recent {
+    kept: std::sync::Mutex<Option<(std::time::Instant, Span, std::sync::Arc<Counted>)>>,
+}
+
+impl Recent {
+    /// The counts read for `span` less than [`KEPT_FOR`] ago, if any.
+    pub(crate) fn get(&self, span: Span) -> Option<std::sync::Arc<Counted>> {
+        let kept = self
+            .kept
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (at, kept_span, counted) = kept.as_ref()?;
+        (*kept_span == span && at.elapsed() < KEPT_FOR).then(|| std::sync::Arc::clone(counted))
+    }
+
+    /// Keeps `counted`, read now for `span`.
+    pub(crate) fn put(&self, span: Span, counted: std::sync::Arc<Counted>) {
+        let mut kept = self
+            .kept
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *kept = Some((std::time::Instant::now(), span, counted));
+    }
+}
+
 /// The charts the tables give over `span` up to `now` (a Unix minute): (title, id, lines), and
 /// what could not be read.
 pub(crate) async fn read<DB: Backend>(
@@ -23,7 +57,7 @@ pub(crate) async fn read<DB: Backend>(
     tables: &Tables,
     span: Span,
     now: i64,
-) -> (Vec<(&'static str, &'static str, Lines)>, Vec<String>) {
+) -> Counted {
     let over = Duration::from_secs(u64::try_from(span.minutes()).unwrap_or(60) * 60);
     let inbox = Inbox::<DB>::in_table(tables.inbox.clone());
     let outbox = Outbox::<DB>::in_table(tables.outbox.clone());

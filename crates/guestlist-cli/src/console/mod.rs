@@ -107,6 +107,8 @@ pub(crate) struct Console {
     broker: crate::broker::BrokerArgs,
     /// The figures sampled while the console runs, for its charts.
     samples: samples::Samples,
+    /// The counts the charts drew last, drawn again for a few seconds.
+    recent: activity::Recent,
 }
 
 type Shared = State<Arc<Console>>;
@@ -174,6 +176,7 @@ pub(crate) async fn run(args: ConsoleArgs) -> anyhow::Result<()> {
         attempts: attempts::Attempts::new(),
         broker: args.broker.clone(),
         samples: samples::Samples::default(),
+        recent: activity::Recent::default(),
     });
     // Samples the figures every half minute, whether or not a browser looks.
     let sampler = tokio::spawn({
@@ -340,13 +343,21 @@ impl Console {
     /// The charts over `span`: what the tables' timestamps give, and the samples.
     async fn charts(&self, span: chart::Span) -> maud::Markup {
         let now = samples::this_minute();
-        let counted = with_pool!(self.pool.clone(), |pool| activity::read(
-            &pool,
-            &self.tables,
-            span,
-            now
-        )
-        .await);
+        let counted = match self.recent.get(span) {
+            Some(counted) => counted,
+            None => {
+                let counted = with_pool!(self.pool.clone(), |pool| activity::read(
+                    &pool,
+                    &self.tables,
+                    span,
+                    now
+                )
+                .await);
+                let counted = std::sync::Arc::new(counted);
+                self.recent.put(span, std::sync::Arc::clone(&counted));
+                counted
+            }
+        };
         over_time::section(&self.samples, span, now, &counted)
     }
 

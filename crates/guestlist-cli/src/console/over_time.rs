@@ -2,18 +2,13 @@
 
 use maud::{Markup, html};
 
-use super::activity::Lines;
+use super::activity::{Counted, Lines};
 use super::chart::{Legend, Span, chart};
 use super::samples::{self, Samples};
 
 /// The charts over `span` up to `now` (a Unix minute): `counted`, those the tables' own
 /// timestamps give (and what could not be read), then those the console sampled while it ran.
-pub(crate) fn section(
-    samples: &Samples,
-    span: Span,
-    now: i64,
-    counted: &(Vec<(&'static str, &'static str, Lines)>, Vec<String>),
-) -> Markup {
+pub(crate) fn section(samples: &Samples, span: Span, now: i64, counted: &Counted) -> Markup {
     let since = now - span.minutes();
     let series = |names: &[&'static str]| -> Lines {
         names
