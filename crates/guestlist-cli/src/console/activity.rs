@@ -108,7 +108,7 @@ pub(crate) async fn read<DB: Backend>(
 
 /// `counts` as lines, a value for every minute of `span` (0 where nothing happened); with
 /// `top`, the busiest names one by one and the rest added up.
-fn lines<'a>(
+pub(crate) fn lines<'a>(
     counts: impl Iterator<Item = (&'a str, i64, u64)>,
     span: Span,
     now: i64,

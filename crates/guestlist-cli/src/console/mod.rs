@@ -16,6 +16,7 @@ mod body;
 mod chart;
 mod done;
 mod edit;
+mod exposition;
 mod forms;
 mod inbox_actions;
 mod incoming;
@@ -24,6 +25,7 @@ mod outbox_groups;
 mod over_time;
 mod page;
 mod samples;
+mod scraped;
 mod session;
 mod snapshot;
 
@@ -77,6 +79,11 @@ pub(crate) struct ConsoleArgs {
     /// retries none).
     #[command(flatten)]
     broker: crate::broker::BrokerArgs,
+    /// A program's metrics (`http://HOST:PORT/metrics`, its `--metrics-listen`), read for the
+    /// charts no table can give: duplicates absorbed, deferrals, replays, 409s. Repeat it for
+    /// each program.
+    #[arg(long = "metrics-from", value_name = "URL")]
+    metrics_from: Vec<reqwest::Url>,
 }
 
 /// The three tables the console reads, validated before any is formatted into SQL.
@@ -109,6 +116,8 @@ pub(crate) struct Console {
     samples: samples::Samples,
     /// The counts the charts drew last, drawn again for a few seconds.
     recent: activity::Recent,
+    /// The programs' metrics, read for the charts.
+    scraped: scraped::Scraped,
 }
 
 type Shared = State<Arc<Console>>;
@@ -177,6 +186,7 @@ pub(crate) async fn run(args: ConsoleArgs) -> anyhow::Result<()> {
         broker: args.broker.clone(),
         samples: samples::Samples::default(),
         recent: activity::Recent::default(),
+        scraped: scraped::Scraped::new(args.metrics_from),
     });
     // Samples the figures every half minute, whether or not a browser looks.
     let sampler = tokio::spawn({
@@ -358,7 +368,8 @@ impl Console {
                 counted
             }
         };
-        over_time::section(&self.samples, span, now, &counted)
+        let scraped = self.scraped.drawn(span, now);
+        over_time::section(&self.samples, span, now, &counted, &scraped)
     }
 
     /// What the tables say now, kept in the charts' samples too.
@@ -370,6 +381,7 @@ impl Console {
         )
         .await);
         self.samples.record(&snapshot);
+        self.scraped.read(samples::this_minute()).await;
         snapshot
     }
 }

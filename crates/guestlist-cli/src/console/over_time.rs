@@ -5,10 +5,18 @@ use maud::{Markup, html};
 use super::activity::{Counted, Lines};
 use super::chart::{Legend, Span, chart};
 use super::samples::{self, Samples};
+use super::scraped::Drawn;
 
 /// The charts over `span` up to `now` (a Unix minute): `counted`, those the tables' own
-/// timestamps give (and what could not be read), then those the console sampled while it ran.
-pub(crate) fn section(samples: &Samples, span: Span, now: i64, counted: &Counted) -> Markup {
+/// timestamps give (and what could not be read), those the programs' metrics give (`scraped`),
+/// then those the console sampled while it ran.
+pub(crate) fn section(
+    samples: &Samples,
+    span: Span,
+    now: i64,
+    counted: &Counted,
+    scraped: &Drawn,
+) -> Markup {
     let since = now - span.minutes();
     let series = |names: &[&'static str]| -> Lines {
         names
@@ -59,6 +67,7 @@ pub(crate) fn section(samples: &Samples, span: Span, now: i64, counted: &Counted
                 div { (chart(Legend::Total, title, id, span, now, lines)) }
             }
         }
+        (from_metrics(scraped, span, now))
         p.muted {
             "A minute each, sampled while this console runs"
             @if let Some(first) = samples.first() {
@@ -71,6 +80,37 @@ pub(crate) fn section(samples: &Samples, span: Span, now: i64, counted: &Counted
                 @let drawn = series(&names);
                 @if !drawn.is_empty() {
                     div { (chart(Legend::Now, title, id, span, now, &drawn)) }
+                }
+            }
+        }
+    }
+}
+
+/// The charts the programs' metrics give, or how to have them.
+fn from_metrics(scraped: &Drawn, span: Span, now: i64) -> Markup {
+    html! {
+        @if scraped.endpoints == 0 {
+            p.muted #from-metrics {
+                "Duplicates absorbed, deferrals, replays and 409s are counted only in the \
+                 programs' metrics: start the console with --metrics-from \
+                 http://HOST:PORT/metrics for each program (its --metrics-listen) to draw them."
+            }
+        } @else {
+            p.muted #from-metrics {
+                "A minute each, the increase of the counters read from " (scraped.endpoints)
+                @if scraped.endpoints == 1 { " program's" } @else { " programs'" }
+                " metrics while this console runs"
+                @if let Some(first) = scraped.first {
+                    " (since " (humantime::format_rfc3339_seconds(minute_time(first))) ")"
+                }
+                ": no table keeps these figures."
+            }
+            @for line in &scraped.trouble {
+                p.trouble { "cannot read " (line) }
+            }
+            div.cols #metrics-charts {
+                @for (title, id, lines) in &scraped.charts {
+                    div { (chart(Legend::Total, title, id, span, now, lines)) }
                 }
             }
         }

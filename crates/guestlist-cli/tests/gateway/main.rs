@@ -5,6 +5,7 @@
 #![allow(unreachable_pub)] // a test crate has no public API
 
 mod clock;
+mod console_figures;
 mod hang_up;
 mod harness;
 mod sealed;
