@@ -243,13 +243,36 @@ impl Browser {
 
     /// The window as a PNG.
     pub async fn screenshot(&self) -> Vec<u8> {
+        self.png("/screenshot").await.unwrap()
+    }
+
+    /// The first element `css` selects, alone, as a PNG (scrolled into view first); found
+    /// again when a refresh replaced it first.
+    pub async fn element_screenshot(&self, css: &str) -> Vec<u8> {
+        self.until(&format!("a picture of {css}"), async || {
+            let element = self.all(css).await.into_iter().next()?;
+            self.png(&format!("/element/{element}/screenshot"))
+                .await
+                .ok()
+        })
+        .await
+    }
+
+    async fn png(&self, path: &str) -> Result<Vec<u8>, String> {
         let shot = self
-            .command(reqwest::Method::GET, "/screenshot", Value::Null)
-            .await
-            .unwrap();
+            .command(reqwest::Method::GET, path, Value::Null)
+            .await?;
         base64::engine::general_purpose::STANDARD
-            .decode(shot.as_str().unwrap())
-            .unwrap()
+            .decode(shot.as_str().unwrap_or_default())
+            .map_err(|err| err.to_string())
+    }
+
+    /// The attribute `name` of the first element `css` selects, as it is now.
+    pub async fn attribute(&self, css: &str, name: &str) -> Option<String> {
+        let element = self.all(css).await.into_iter().next()?;
+        let path = format!("/element/{element}/attribute/{name}");
+        let value = self.command(reqwest::Method::GET, &path, Value::Null).await;
+        value.ok()?.as_str().map(str::to_owned)
     }
 
     /// Closes Chromium, then stops chromedriver.

@@ -19,6 +19,8 @@ use reqwest::StatusCode;
 use super::{guestlist, stderr};
 use guestlist_testkit::webdriver::Browser;
 
+mod hour;
+
 const TOKEN: &str = "co-token-0123456789abcdef";
 
 /// What a browser's form sends as.
