@@ -229,6 +229,20 @@ ensure_prometheus() {
     fi
 }
 
+# Every server the tests talk to, started (and installed where missing), and the programs they
+# run (Chromium, Prometheus), installed.
+ensure_services() {
+    ensure_postgres
+    ensure_mariadb
+    ensure_redis
+    ensure_nats
+    ensure_rabbitmq
+    ensure_kafka
+    ensure_sqs
+    ensure_chromium
+    ensure_prometheus
+}
+
 # What building the tests needs beyond cargo: a C compiler and make for librdkafka (under the
 # Kafka crate, built from source), and cargo-nextest, which runs each test in its own process
 # with a timeout (.config/nextest.toml), so that a hung lock fails one test instead of the run.

@@ -5,15 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/services.sh
 
-ensure_postgres
-ensure_mariadb
-ensure_redis
-ensure_nats
-ensure_rabbitmq
-ensure_kafka
-ensure_sqs
-ensure_chromium
-ensure_prometheus
+ensure_services
 
 ensure_build_tools
 cargo nextest run --workspace --all-features --no-fail-fast "$@"
