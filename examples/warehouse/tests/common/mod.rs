@@ -62,6 +62,11 @@ impl Service {
         next_line(&mut self.lines, prefix).await
     }
 
+    /// The process id, for signals other than SIGKILL and SIGTERM and for `/proc`.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
     pub async fn sigkill(mut self) {
         self.child.kill().await.expect("SIGKILL the service");
     }

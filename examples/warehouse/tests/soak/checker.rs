@@ -1,0 +1,160 @@
+//! The checker: once the system has settled, what the clients were told against what the
+//! databases and the broker hold. Each anomaly names the history that shows it.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use guestlist::sqlx::{self, PgPool};
+use serde::Serialize;
+use warehouse_example::broker::Orders;
+
+use crate::clients::Attempt;
+use crate::common::pending_on_the_broker;
+
+/// What the checker counted, and what it found wrong.
+#[derive(Debug, Default, Serialize)]
+pub struct Checked {
+    pub keys: usize,
+    pub attempts: usize,
+    /// Keys a client was told succeeded.
+    pub succeeded: usize,
+    pub orders: i64,
+    pub pick_tasks: i64,
+    pub charges: i64,
+    pub anomalies: Vec<String>,
+}
+
+/// Checks `history` against the shop's database at `pool` and the broker.
+pub async fn check(history: &[Attempt], pool: &PgPool, orders: &Orders) -> Checked {
+    let mut checked = Checked {
+        attempts: history.len(),
+        ..Checked::default()
+    };
+    let mut by_key: BTreeMap<&str, Vec<&Attempt>> = BTreeMap::new();
+    for attempt in history {
+        by_key.entry(&attempt.key).or_default().push(attempt);
+    }
+    checked.keys = by_key.len();
+    // Each key's order, as its 2xx answers name it; every 2xx of a key the same, byte for byte.
+    let mut told: BTreeMap<i64, &str> = BTreeMap::new();
+    for (key, attempts) in &by_key {
+        let succeeded: Vec<&&Attempt> = attempts
+            .iter()
+            .filter(|a| a.status.is_some_and(|s| (200..300).contains(&s)))
+            .collect();
+        let Some(first) = succeeded.first() else {
+            let last = attempts.last().expect("a key has an attempt");
+            checked.anomalies.push(format!(
+                "{key}: never answered 2xx; its last attempt: {last:?}"
+            ));
+            continue;
+        };
+        checked.succeeded += 1;
+        if let Some(other) = succeeded.iter().find(|a| a.answer != first.answer) {
+            checked.anomalies.push(format!(
+                "{key}: two different answers to one key: {first:?} and {other:?}"
+            ));
+        }
+        match serde_json::from_str::<serde_json::Value>(&first.answer)
+            .ok()
+            .and_then(|v| v["id"].as_i64())
+        {
+            Some(id) => {
+                if let Some(before) = told.insert(id, key) {
+                    checked.anomalies.push(format!(
+                        "order {id} was told to two keys: {before} and {key}"
+                    ));
+                }
+            }
+            None => checked
+                .anomalies
+                .push(format!("{key}: a 2xx without an order id: {first:?}")),
+        }
+    }
+
+    let per_order = |sql: &'static str| async move {
+        let rows: Vec<(i64, i64)> = sqlx::query_as(sql).fetch_all(pool).await.expect(sql);
+        rows.into_iter().collect::<BTreeMap<i64, i64>>()
+    };
+    let placed: BTreeSet<i64> = per_order("SELECT id::bigint, 1::bigint FROM orders")
+        .await
+        .into_keys()
+        .collect();
+    let picks = per_order("SELECT order_id, count(*) FROM pick_tasks GROUP BY order_id").await;
+    let charges = per_order("SELECT order_id, count(*) FROM charges GROUP BY order_id").await;
+    checked.orders = placed.len() as i64;
+    checked.pick_tasks = picks.values().sum();
+    checked.charges = charges.values().sum();
+    for (id, key) in &told {
+        let history = || excerpt(&by_key[key]);
+        if !placed.contains(id) {
+            let h = history();
+            checked.anomalies.push(format!(
+                "order {id} ({key}) was told placed, and is not:\n{h}"
+            ));
+        }
+        for (what, counts) in [("pick task", &picks), ("charge", &charges)] {
+            let n = counts.get(id).copied().unwrap_or(0);
+            if n != 1 {
+                let h = history();
+                checked
+                    .anomalies
+                    .push(format!("order {id} ({key}) has {n} {what}s, not 1:\n{h}"));
+            }
+        }
+    }
+    for id in placed.iter().chain(picks.keys()).chain(charges.keys()) {
+        if !told.contains_key(id) {
+            checked
+                .anomalies
+                .push(format!("order {id} has effects, and no client was told it"));
+        }
+    }
+
+    for (what, sql) in [
+        (
+            "messages pending in the outbox",
+            "SELECT count(*) FROM warehouse_outbox",
+        ),
+        (
+            "keys still in flight at the shop",
+            "SELECT count(*) FROM warehouse_keys WHERE status IS NULL",
+        ),
+        (
+            "keys still in flight at payments",
+            "SELECT count(*) FROM payments_keys WHERE status IS NULL",
+        ),
+        (
+            "incoming dead letters",
+            "SELECT count(*) FROM warehouse_inbox_dead",
+        ),
+        (
+            "outgoing dead letters",
+            "SELECT count(*) FROM warehouse_outbox_dead",
+        ),
+    ] {
+        let n: i64 = sqlx::query_scalar(sql).fetch_one(pool).await.expect(sql);
+        if n != 0 {
+            checked.anomalies.push(format!("{n} {what} once settled"));
+        }
+    }
+    for left in pending_on_the_broker(orders).await {
+        checked
+            .anomalies
+            .push(format!("on the broker once settled: {left}"));
+    }
+    checked
+}
+
+/// A key's attempts, one a line.
+fn excerpt(attempts: &[&Attempt]) -> String {
+    attempts
+        .iter()
+        .map(|a| {
+            format!(
+                "  {:>8.3}s {} {:?} in {} ms: {}",
+                a.sent_at, a.api, a.status, a.took_ms, a.answer
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}

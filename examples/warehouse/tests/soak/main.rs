@@ -1,0 +1,149 @@
+//! The soak rig: the warehouse system as separate processes (payments, two warehouses that are
+//! the shop's API and its consumers, two relays) on PostgreSQL and a broker, clients placing
+//! orders and retrying as real clients do, and a nemesis injecting overlapping faults at
+//! random moments from a printed seed. Once the faults stop and the system settles, a checker
+//! holds the recorded history against every effect.
+//!
+//! In CI: a short seeded run. By hand: `scripts/soak.sh --minutes 60 --broker rabbitmq`
+//! (`GUESTLIST_SOAK_SECONDS`, `GUESTLIST_SOAK_BROKER` = nats | rabbitmq, `GUESTLIST_SOAK_SEED`
+//! to replay a run, `GUESTLIST_SOAK_REPORT` for the JSON report's path).
+
+#![allow(unreachable_pub)] // a test crate has no public API
+
+mod checker;
+mod clients;
+#[path = "../common/mod.rs"]
+mod common;
+mod nemesis;
+mod parts;
+mod resources;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{FreshDatabase, amqp_url, nats_url, until_the_broker_is_quiet};
+use warehouse_example::broker::Orders;
+
+/// Clients placing orders at once.
+const CLIENTS: usize = 8;
+/// How long the system gets to settle once the faults stop.
+const SETTLE: Duration = Duration::from_secs(120);
+
+fn setting(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn soak_under_overlapping_faults_checked_by_the_history() {
+    let seconds: u64 = setting("GUESTLIST_SOAK_SECONDS").map_or(90, |s| s.parse().unwrap());
+    // Unless named, the broker changes with the day: NATS one day, RabbitMQ the next.
+    let broker = setting("GUESTLIST_SOAK_BROKER").unwrap_or_else(|| {
+        let days = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            / 86_400;
+        ["nats", "rabbitmq"][(days % 2) as usize].to_owned()
+    });
+    let seed: u64 =
+        setting("GUESTLIST_SOAK_SEED").map_or_else(|| fastrand::u64(..), |s| s.parse().unwrap());
+    eprintln!(
+        "soak: {seconds} s on {broker}, seed {seed} (GUESTLIST_SOAK_SEED={seed} replays the faults)"
+    );
+    let pid = std::process::id();
+    let orders = match broker.as_str() {
+        "nats" => Orders::new(nats_url(), format!("SOAK_{pid}")),
+        "rabbitmq" => Orders::new(amqp_url(), format!("soak_{pid}")),
+        other => panic!("GUESTLIST_SOAK_BROKER={other}: nats or rabbitmq"),
+    };
+    let database = FreshDatabase::create(&format!("guestlist_soak_{broker}_{pid}")).await;
+    let pool = guestlist::sqlx::PgPool::connect(&database.url)
+        .await
+        .unwrap();
+    orders.remove().await.unwrap();
+    orders.declare().await.unwrap();
+
+    let parts = Arc::new(parts::Parts::start(&database.url, &orders).await);
+    let started = Instant::now();
+    let until = started + Duration::from_secs(seconds);
+    let history: clients::History = Arc::new(Mutex::new(Vec::new()));
+    let placing = tokio::spawn(clients::run(
+        parts.apis(),
+        CLIENTS,
+        seed,
+        started,
+        until,
+        until + SETTLE,
+        Arc::clone(&history),
+    ));
+    let stop_sampling = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampling = tokio::spawn(resources::sample(
+        Arc::clone(&parts),
+        started,
+        Arc::clone(&stop_sampling),
+        Duration::from_secs(5),
+    ));
+    let faults = nemesis::run(Arc::clone(&parts), seed, started, until).await;
+    let faults_ended = Instant::now();
+    placing.await.unwrap();
+    // Settled: every order under way answered, the outbox empty, the broker quiet.
+    let deadline = faults_ended + SETTLE;
+    loop {
+        let pending: i64 = guestlist::sqlx::query_scalar("SELECT count(*) FROM warehouse_outbox")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        if pending == 0 || Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    until_the_broker_is_quiet(&orders, Duration::from_secs(3), SETTLE).await;
+    let settled_in = faults_ended.elapsed();
+    stop_sampling.store(true, std::sync::atomic::Ordering::Relaxed);
+    let readings = sampling.await.unwrap();
+    parts.stop().await;
+
+    let history = history.lock().unwrap().clone();
+    let checked = checker::check(&history, &pool, &orders).await;
+    let curves = resources::curves(&readings);
+    eprintln!(
+        "soak report: seed {seed}, {broker}, {seconds} s, {} faults, {} keys ({} succeeded) in {} \
+         attempts, {} orders, {} pick tasks, {} charges, settled {:.1} s after the last fault, \
+         {} anomalies",
+        faults.len(),
+        checked.keys,
+        checked.succeeded,
+        checked.attempts,
+        checked.orders,
+        checked.pick_tasks,
+        checked.charges,
+        settled_in.as_secs_f64(),
+        checked.anomalies.len()
+    );
+    for line in &curves {
+        eprintln!("  {line}");
+    }
+    if let Some(path) = setting("GUESTLIST_SOAK_REPORT") {
+        let report = serde_json::json!({
+            "seed": seed,
+            "broker": broker,
+            "seconds": seconds,
+            "faults": faults,
+            "checked": checked,
+            "settled_after_last_fault_s": settled_in.as_secs_f64(),
+            "resources": readings,
+        });
+        std::fs::write(path, serde_json::to_vec_pretty(&report).unwrap()).unwrap();
+    }
+    for anomaly in &checked.anomalies {
+        eprintln!("ANOMALY {anomaly}");
+    }
+    assert!(
+        checked.anomalies.is_empty(),
+        "{} anomalies (above); replay with GUESTLIST_SOAK_SEED={seed}",
+        checked.anomalies.len()
+    );
+    assert!(checked.succeeded > 0, "no order was placed at all");
+    orders.remove().await.unwrap();
+}
