@@ -4,7 +4,7 @@
 #
 #   scripts/soak.sh --minutes 60 --broker nats [--seed N] [--report soak.json]
 #
-# Starts the servers it needs (scripts/services.sh), builds the rig in release mode, and
+# Starts the servers it needs (scripts/services.sh), builds the rig as the tests do, and
 # prints the seed first: --seed N replays a run's faults.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,5 +31,5 @@ mkdir -p "$(dirname "$report")"
 
 GUESTLIST_SOAK_SECONDS=$((minutes * 60)) GUESTLIST_SOAK_BROKER=$broker \
     GUESTLIST_SOAK_SEED=$seed GUESTLIST_SOAK_REPORT=$(realpath -m "$report") \
-    cargo nextest run --profile soak --release -p warehouse-example --test soak --no-capture
+    cargo nextest run --profile soak -p warehouse-example --test soak --no-capture
 say "report in $report"

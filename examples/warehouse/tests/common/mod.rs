@@ -46,15 +46,28 @@ impl Service {
 
     /// Starts `command`, a service with no HTTP API (the relay), and waits for the line that
     /// starts with `ready`; what follows it stands in for the URL.
-    pub async fn start_without_api(mut command: Command, ready: &str) -> Self {
+    pub async fn start_without_api(command: Command, ready: &str) -> Self {
+        Self::try_start_without_api(command, ready)
+            .await
+            .unwrap_or_else(|why| panic!("{why}"))
+    }
+
+    /// [`Service::start_without_api`], or why the service never said it was ready (it exited
+    /// first, or said nothing for a minute), as a supervisor that starts it again would see it.
+    pub async fn try_start_without_api(mut command: Command, ready: &str) -> Result<Self, String> {
         command
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
             .kill_on_drop(true);
         let mut child = command.spawn().expect("start the binary");
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let url = next_line(&mut lines, ready).await;
-        Self { child, lines, url }
+        let url = try_next_line(&mut lines, ready).await?;
+        Ok(Self { child, lines, url })
+    }
+
+    /// Whether the process has exited (on its own: a crash, or an error it gave up on).
+    pub fn exited(&mut self) -> bool {
+        !matches!(self.child.try_wait(), Ok(None))
     }
 
     /// The rest of the next line that starts with `prefix`.
@@ -143,17 +156,33 @@ pub fn payments_on(database: &str, listen: &str) -> Command {
 
 /// The rest of the first line of `lines` that starts with `prefix`.
 async fn next_line(lines: &mut Lines<BufReader<ChildStdout>>, prefix: &str) -> String {
+    try_next_line(lines, prefix)
+        .await
+        .unwrap_or_else(|why| panic!("{why}"))
+}
+
+/// [`next_line`], or why there was none.
+async fn try_next_line(
+    lines: &mut Lines<BufReader<ChildStdout>>,
+    prefix: &str,
+) -> Result<String, String> {
     let read = async {
-        while let Some(line) = lines.next_line().await.expect("read the service's output") {
+        while let Ok(Some(line)) = lines.next_line().await {
             if let Some(rest) = line.strip_prefix(prefix) {
-                return rest.to_owned();
+                return Ok(rest.to_owned());
             }
         }
-        panic!("the service exited before printing {prefix:?} (its log is above)")
+        Err(format!(
+            "the service exited before printing {prefix:?} (its log is above)"
+        ))
     };
     tokio::time::timeout(PATIENCE, read)
         .await
-        .unwrap_or_else(|_| panic!("the service printed no {prefix:?} within {PATIENCE:?}"))
+        .unwrap_or_else(|_| {
+            Err(format!(
+                "the service printed no {prefix:?} within {PATIENCE:?}"
+            ))
+        })
 }
 
 /// Waits (at most `limit`) until `sql` counts at least `at`.

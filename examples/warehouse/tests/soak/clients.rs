@@ -62,6 +62,9 @@ pub async fn run(
                     give_up,
                 };
                 order.place(&mut rng, &history).await;
+                // A pause between orders, as a shop's traffic has: a steady load the machine
+                // keeps up with, so that what settles after a fault is the fault's doing.
+                tokio::time::sleep(Duration::from_millis(rng.u64(50..150))).await;
             }
         }));
     }

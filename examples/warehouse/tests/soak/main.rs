@@ -14,6 +14,7 @@ mod checker;
 mod clients;
 #[path = "../common/mod.rs"]
 mod common;
+mod links;
 mod nemesis;
 mod parts;
 mod resources;
@@ -21,7 +22,7 @@ mod resources;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{FreshDatabase, amqp_url, nats_url, until_the_broker_is_quiet};
+use common::{amqp_url, nats_url, until_the_broker_is_quiet};
 use warehouse_example::broker::Orders;
 
 /// Clients placing orders at once.
@@ -56,14 +57,22 @@ async fn soak_under_overlapping_faults_checked_by_the_history() {
         "rabbitmq" => Orders::new(amqp_url(), format!("soak_{pid}")),
         other => panic!("GUESTLIST_SOAK_BROKER={other}: nats or rabbitmq"),
     };
-    let database = FreshDatabase::create(&format!("guestlist_soak_{broker}_{pid}")).await;
-    let pool = guestlist::sqlx::PgPool::connect(&database.url)
-        .await
-        .unwrap();
     orders.remove().await.unwrap();
     orders.declare().await.unwrap();
-
-    let parts = Arc::new(parts::Parts::start(&database.url, &orders).await);
+    let listens = parts::Parts::addresses();
+    let links = Arc::new(links::Links::start(&orders, &listens[&parts::Part::Payments]).await);
+    let pool = guestlist::sqlx::PgPool::connect(&links.postgres.url())
+        .await
+        .unwrap();
+    let parts = Arc::new(
+        parts::Parts::start(
+            listens,
+            &links.database_url,
+            &links.orders,
+            &links.payments_url(),
+        )
+        .await,
+    );
     let started = Instant::now();
     let until = started + Duration::from_secs(seconds);
     let history: clients::History = Arc::new(Mutex::new(Vec::new()));
@@ -83,9 +92,14 @@ async fn soak_under_overlapping_faults_checked_by_the_history() {
         Arc::clone(&stop_sampling),
         Duration::from_secs(5),
     ));
-    let faults = nemesis::run(Arc::clone(&parts), seed, started, until).await;
+    let supervising = tokio::spawn({
+        let (parts, stop) = (Arc::clone(&parts), Arc::clone(&stop_sampling));
+        async move { parts.supervise(&stop).await }
+    });
+    let faults = nemesis::run(Arc::clone(&parts), Arc::clone(&links), seed, started, until).await;
     let faults_ended = Instant::now();
     placing.await.unwrap();
+    let answered = faults_ended.elapsed();
     // Settled: every order under way answered, the outbox empty, the broker quiet.
     let deadline = faults_ended + SETTLE;
     loop {
@@ -98,10 +112,20 @@ async fn soak_under_overlapping_faults_checked_by_the_history() {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    let emptied = faults_ended.elapsed();
     until_the_broker_is_quiet(&orders, Duration::from_secs(3), SETTLE).await;
     let settled_in = faults_ended.elapsed();
+    let phases = format!(
+        "after the last fault: every order answered at {:.1} s, the outbox empty at {:.1} s, \
+         the broker quiet for 3 s at {:.1} s",
+        answered.as_secs_f64(),
+        emptied.as_secs_f64(),
+        settled_in.as_secs_f64()
+    );
     stop_sampling.store(true, std::sync::atomic::Ordering::Relaxed);
     let readings = sampling.await.unwrap();
+    supervising.await.unwrap();
+    let exits = parts.exits();
     parts.stop().await;
 
     let history = history.lock().unwrap().clone();
@@ -121,8 +145,12 @@ async fn soak_under_overlapping_faults_checked_by_the_history() {
         settled_in.as_secs_f64(),
         checked.anomalies.len()
     );
+    eprintln!("  {phases}");
     for line in &curves {
         eprintln!("  {line}");
+    }
+    for (at, what) in &exits {
+        eprintln!("  exit at {at:.2}s: {what}");
     }
     if let Some(path) = setting("GUESTLIST_SOAK_REPORT") {
         let report = serde_json::json!({
@@ -132,7 +160,9 @@ async fn soak_under_overlapping_faults_checked_by_the_history() {
             "faults": faults,
             "checked": checked,
             "settled_after_last_fault_s": settled_in.as_secs_f64(),
+            "settling": phases,
             "resources": readings,
+            "exits": exits,
         });
         std::fs::write(path, serde_json::to_vec_pretty(&report).unwrap()).unwrap();
     }

@@ -2,7 +2,8 @@
 //! two warehouses (each the shop's API and a consumer), two relays.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use tokio::process::Command;
 use tokio::sync::Mutex;
@@ -12,6 +13,9 @@ use crate::common::{
     PAYMENTS_READY, RELAY_READY, Service, WAREHOUSE_READY, free_address, payments_on, relay,
     warehouse_on,
 };
+
+/// How long a part may take to start again before the run gives up on it.
+const GIVE_UP: Duration = Duration::from_secs(120);
 
 /// One of the processes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -55,26 +59,41 @@ pub struct Parts {
     /// Held by the fault a part is under: one at a time per part (two kills at once would
     /// start it twice on one address), while faults of different parts overlap.
     faults: BTreeMap<Part, Mutex<()>>,
+    /// Each time a part exited on its own, or did not become ready: (seconds into the run,
+    /// what happened). A supervisor starts it again, as systemd or Kubernetes would.
+    exits: std::sync::Mutex<Vec<(f64, String)>>,
+    started: Instant,
 }
 
 impl Parts {
-    /// Starts every part on `database`, publishing to and consuming from `orders`.
-    pub async fn start(database: &str, orders: &Orders) -> Self {
-        let listens: BTreeMap<Part, String> =
-            Part::ALL.iter().map(|p| (*p, free_address())).collect();
+    /// Where each part listens, kept across restarts.
+    pub fn addresses() -> BTreeMap<Part, String> {
+        Part::ALL.iter().map(|p| (*p, free_address())).collect()
+    }
+
+    /// Starts every part at `listens` on `database`, publishing to and consuming from `orders`,
+    /// the warehouses charging through `payments`.
+    pub async fn start(
+        listens: BTreeMap<Part, String>,
+        database: &str,
+        orders: &Orders,
+        payments: &str,
+    ) -> Self {
         let recipe = Recipe {
             database: database.to_owned(),
             orders: orders.clone(),
-            payments: format!("http://{}", listens[&Part::Payments]),
+            payments: payments.to_owned(),
         };
         let parts = Self {
             recipe,
             listens,
             running: Mutex::new(BTreeMap::new()),
             faults: Part::ALL.iter().map(|p| (*p, Mutex::new(()))).collect(),
+            exits: std::sync::Mutex::new(Vec::new()),
+            started: Instant::now(),
         };
         for part in Part::ALL {
-            parts.restart(part).await;
+            parts.restart(part, None).await;
         }
         parts
     }
@@ -105,23 +124,72 @@ impl Parts {
         }
     }
 
-    /// Starts `part` (again), once it is not running.
-    pub async fn restart(&self, part: Part) {
-        let command = self.command(part);
-        let service = if matches!(part, Part::Relay(_)) {
-            Service::start_without_api(command, RELAY_READY).await
-        } else {
-            let ready = match part {
-                Part::Payments => PAYMENTS_READY,
-                _ => WAREHOUSE_READY,
-            };
-            Service::start(command, ready).await
+    /// Starts `part` (again), once it is not running, until it says it is ready; with
+    /// `skew`, its wall clock that far off (libfaketime's `"+5m"`, `"-3m"`).
+    async fn restart(&self, part: Part, skew: Option<&str>) {
+        let ready = match part {
+            Part::Payments => PAYMENTS_READY,
+            Part::Warehouse(_) => WAREHOUSE_READY,
+            Part::Relay(_) => RELAY_READY,
         };
-        self.running.lock().await.insert(part, service);
+        let deadline = Instant::now() + GIVE_UP;
+        loop {
+            let mut command = self.command(part);
+            if let Some(offset) = skew {
+                command.envs(guestlist_testkit::skewed_clock::env(offset));
+            }
+            match Service::try_start_without_api(command, ready).await {
+                Ok(service) => {
+                    self.running.lock().await.insert(part, service);
+                    return;
+                }
+                Err(why) => self.exited(part, &format!("did not start: {why}")),
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} did not start for {GIVE_UP:?}",
+                part.name()
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
     }
 
-    /// SIGKILLs `part`, and starts it again after `down`.
-    pub async fn kill(&self, part: Part, down: Duration) {
+    fn exited(&self, part: Part, what: &str) {
+        let at = self.started.elapsed().as_secs_f64();
+        eprintln!("supervisor: {at:>7.2}s {} {what}", part.name());
+        let mut exits = self.exits.lock().unwrap();
+        exits.push((at, format!("{} {what}", part.name())));
+    }
+
+    /// Starts again every part that exited on its own (none under a fault), every half second,
+    /// until `stop` is set.
+    pub async fn supervise(&self, stop: &AtomicBool) {
+        while !stop.load(Ordering::Relaxed) {
+            for part in Part::ALL {
+                let Ok(_fault) = self.faults[&part].try_lock() else {
+                    continue;
+                };
+                let gone = {
+                    let mut running = self.running.lock().await;
+                    let exited = running.get_mut(&part).is_some_and(Service::exited);
+                    if exited { running.remove(&part) } else { None }
+                };
+                if gone.is_some() {
+                    self.exited(part, "exited on its own");
+                    self.restart(part, None).await;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// What the supervisor saw: each part that exited on its own or did not start.
+    pub fn exits(&self) -> Vec<(f64, String)> {
+        self.exits.lock().unwrap().clone()
+    }
+
+    /// SIGKILLs `part`, and starts it again after `down`, with its clock `skew` off if given.
+    pub async fn kill(&self, part: Part, down: Duration, skew: Option<&str>) {
         let _fault = self.faults[&part].lock().await;
         let killed = self.running.lock().await.remove(&part);
         if let Some(service) = killed {
@@ -129,7 +197,7 @@ impl Parts {
             service.sigkill().await;
         }
         tokio::time::sleep(down).await;
-        self.restart(part).await;
+        self.restart(part, skew).await;
     }
 
     /// SIGSTOPs `part` for `paused`, then SIGCONTs it.
