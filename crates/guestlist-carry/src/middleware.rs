@@ -10,7 +10,7 @@ use reqwest_middleware::{Middleware, Next, Result};
 use tracing::Instrument;
 
 /// The wait for a "not yet" that names none (a 429 or 503 without `Retry-After`, a refused
-/// connection).
+/// connection, a request that got no answer).
 const DEFAULT_WAIT: Duration = Duration::from_secs(1);
 
 /// Names the step of an outbound request, for its derived key (default: the named step it is
@@ -32,9 +32,11 @@ pub struct Step(pub String);
 ///
 /// A downstream "not yet" becomes a [`Deferral`] error, recorded for the runtime with
 /// [`defer`](crate::defer): a 409 with `Retry-After` (another attempt with this key is in
-/// flight), a 429 or a 503 (with or without `Retry-After`), or a refused connection. A broker
-/// consumer then hands the message back for that long without counting a failure. Turn it off
-/// with [`CarryKey::defer_not_yet`].
+/// flight), a 429 or a 503 (with or without `Retry-After`), a refused connection, or a request
+/// that went out and got no answer (the connection closed or reset first, or the client's
+/// timeout ran out: the carried key makes asking again safe). A broker consumer then hands the
+/// message back for that long without counting a failure. Turn it off with
+/// [`CarryKey::defer_not_yet`].
 #[derive(Debug, Clone)]
 pub struct CarryKey {
     header: http::HeaderName,
@@ -111,6 +113,16 @@ fn not_yet(method: &Method, url: &str, outcome: &Result<Response>) -> Option<Def
             DEFAULT_WAIT,
             format!("{method} {url}: cannot connect ({err})"),
         )),
+        // The request went out and no answer came: the connection closed or was reset first,
+        // or the client's timeout ran out. Whether the downstream did the work is unknown, and
+        // the carried key makes asking again safe: its inbox answers a repeat with the first
+        // result.
+        Err(reqwest_middleware::Error::Reqwest(err)) if err.is_timeout() || err.is_request() => {
+            Some(Deferral::new(
+                DEFAULT_WAIT,
+                format!("{method} {url}: no answer ({err})"),
+            ))
+        }
         Err(_) => None,
     }
 }

@@ -257,6 +257,55 @@ async fn a_downstream_not_yet_becomes_a_deferral_for_as_long_as_it_asks() {
     );
 }
 
+/// A downstream that accepts each connection, reads the request, and closes without an answer:
+/// a proxy with no backend, a server that died mid-request.
+fn hanging_up() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for mut connection in listener.incoming().flatten() {
+            let mut request = [0u8; 1024];
+            let _ = std::io::Read::read(&mut connection, &mut request);
+        }
+    });
+    base
+}
+
+#[tokio::test]
+async fn a_call_that_went_out_and_got_no_answer_is_not_yet() {
+    // Found by the soak rig: a payments link cut by a proxy (connections accepted, then
+    // closed) dead-lettered hundreds of paid orders as poison within the consumer's five tries,
+    // though the carried key makes the call safe to make again.
+    let client = client();
+    let gone = hanging_up();
+    let (result, recorded) = charge(&client, &gone).await;
+    assert!(result.is_err());
+    let recorded = recorded.expect("no answer is not yet");
+    assert!(
+        recorded.reason().contains("no answer"),
+        "{}",
+        recorded.reason()
+    );
+
+    let slow = ClientBuilder::new(
+        reqwest::Client::builder()
+            .timeout(std::time::Duration::from_millis(200))
+            .build()
+            .unwrap(),
+    )
+    .with(CarryKey::new())
+    .build();
+    let stalled = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let never = format!("http://{}", stalled.local_addr().unwrap());
+    let (result, recorded) = charge(&slow, &never).await;
+    assert!(result.is_err());
+    assert!(
+        recorded.is_some_and(|d| d.reason().contains("no answer")),
+        "a call that timed out is not yet"
+    );
+    drop(stalled);
+}
+
 #[tokio::test]
 async fn a_conflict_without_retry_after_and_other_answers_pass_through() {
     let client = client();

@@ -84,21 +84,30 @@ impl Service {
         self.child.kill().await.expect("SIGKILL the service");
     }
 
-    pub async fn sigterm(mut self) {
-        let pid = self.child.id().expect("running").to_string();
-        let status = std::process::Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .expect("kill -TERM");
-        assert!(status.success());
-        let exit = tokio::time::timeout(PATIENCE, self.child.wait())
+    pub async fn sigterm(self) {
+        self.try_sigterm()
             .await
-            .expect("the service stops on SIGTERM")
-            .unwrap();
-        assert!(
-            exit.success(),
-            "the service exits cleanly on SIGTERM: {exit}"
-        );
+            .unwrap_or_else(|why| panic!("{why}"));
+    }
+
+    /// SIGTERM, then waits (a minute at most) for a clean exit; what went wrong otherwise (the
+    /// process is killed then).
+    pub async fn try_sigterm(mut self) -> Result<(), String> {
+        let Some(pid) = self.child.id() else {
+            return Err("it had exited before SIGTERM".to_owned());
+        };
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status();
+        match tokio::time::timeout(PATIENCE, self.child.wait()).await {
+            Ok(Ok(exit)) if exit.success() => Ok(()),
+            Ok(Ok(exit)) => Err(format!("it did not exit cleanly on SIGTERM: {exit}")),
+            Ok(Err(err)) => Err(format!("cannot wait for it: {err}")),
+            Err(_) => {
+                let _ = self.child.kill().await;
+                Err(format!("it did not stop within {PATIENCE:?} of SIGTERM"))
+            }
+        }
     }
 }
 

@@ -137,6 +137,17 @@ pub async fn check(history: &[Attempt], pool: &PgPool, orders: &Orders) -> Check
             checked.anomalies.push(format!("{n} {what} once settled"));
         }
     }
+    let reasons: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT reason, count(*) FROM warehouse_inbox_dead GROUP BY reason ORDER BY 2 DESC LIMIT 5",
+    )
+    .fetch_all(pool)
+    .await
+    .expect("the dead letters' reasons");
+    for (reason, n) in reasons {
+        checked
+            .anomalies
+            .push(format!("{n} dead-lettered with the reason: {reason}"));
+    }
     for left in pending_on_the_broker(orders).await {
         checked
             .anomalies

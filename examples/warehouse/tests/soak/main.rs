@@ -17,6 +17,7 @@ mod common;
 mod links;
 mod nemesis;
 mod parts;
+mod purge;
 mod resources;
 
 use std::sync::{Arc, Mutex};
@@ -73,6 +74,10 @@ async fn soak_under_overlapping_faults_checked_by_the_history() {
         )
         .await,
     );
+    let through_the_link = guestlist::sqlx::PgPool::connect(&links.database_url)
+        .await
+        .unwrap();
+    let purgers = purge::start(&through_the_link);
     let started = Instant::now();
     let until = started + Duration::from_secs(seconds);
     let history: clients::History = Arc::new(Mutex::new(Vec::new()));
@@ -113,7 +118,12 @@ async fn soak_under_overlapping_faults_checked_by_the_history() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let emptied = faults_ended.elapsed();
-    until_the_broker_is_quiet(&orders, Duration::from_secs(3), SETTLE).await;
+    // What stays on the broker past the settling is the checker's to name.
+    let quiet = {
+        let orders = orders.clone();
+        async move { until_the_broker_is_quiet(&orders, Duration::from_secs(3), SETTLE).await }
+    };
+    let _ = tokio::spawn(quiet).await;
     let settled_in = faults_ended.elapsed();
     let phases = format!(
         "after the last fault: every order answered at {:.1} s, the outbox empty at {:.1} s, \
@@ -126,10 +136,16 @@ async fn soak_under_overlapping_faults_checked_by_the_history() {
     let readings = sampling.await.unwrap();
     supervising.await.unwrap();
     let exits = parts.exits();
-    parts.stop().await;
+    let unstopped = parts.stop().await;
 
     let history = history.lock().unwrap().clone();
-    let checked = checker::check(&history, &pool, &orders).await;
+    let mut checked = checker::check(&history, &pool, &orders).await;
+    checked.anomalies.extend(resources::growth(&readings));
+    checked.anomalies.extend(purge::behind(&pool).await);
+    checked.anomalies.extend(unstopped);
+    for purger in purgers {
+        purger.shutdown().await;
+    }
     let curves = resources::curves(&readings);
     eprintln!(
         "soak report: seed {seed}, {broker}, {seconds} s, {} faults, {} keys ({} succeeded) in {} \

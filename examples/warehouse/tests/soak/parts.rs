@@ -225,15 +225,24 @@ impl Parts {
             .collect()
     }
 
-    /// Stops every part with SIGTERM (each resumed first): each must exit cleanly.
-    pub async fn stop(&self) {
+    /// Stops every part with SIGTERM (each resumed first), all at once; each that did not exit
+    /// cleanly within a minute, said so.
+    pub async fn stop(&self) -> Vec<String> {
         let running = std::mem::take(&mut *self.running.lock().await);
-        for (_, service) in running {
-            if let Some(pid) = service.pid() {
-                signal("-CONT", pid);
-            }
-            service.sigterm().await;
+        let mut stopping = tokio::task::JoinSet::new();
+        for (part, service) in running {
+            stopping.spawn(async move {
+                if let Some(pid) = service.pid() {
+                    signal("-CONT", pid);
+                }
+                service
+                    .try_sigterm()
+                    .await
+                    .err()
+                    .map(|why| format!("{}: {why}", part.name()))
+            });
         }
+        stopping.join_all().await.into_iter().flatten().collect()
     }
 }
 

@@ -1,0 +1,63 @@
+//! The purge, running beside the traffic as a service runs it (`Purger`, through the database
+//! link's proxy, so that it meets the same faults), with retentions short enough that a run
+//! of minutes purges: the tables stay bounded, and nothing it deletes is still needed.
+
+use std::time::Duration;
+
+use guestlist::retention::PurgerHandle;
+use guestlist::sqlx::{PgPool, Postgres};
+use guestlist::{Inbox, Purger, Retention, SqlKeyStore};
+
+/// How long handled messages are kept: far past the longest redelivery a fault here causes
+/// (a stall of seconds, then the broker's 2 s wait).
+pub const INBOX_KEEP: Duration = Duration::from_secs(60);
+/// How long keys are kept: far past the longest a client retries one key.
+pub const KEYS_KEEP: Duration = Duration::from_secs(120);
+/// Time between purges.
+pub const EVERY: Duration = Duration::from_secs(10);
+
+/// The purgers of the warehouse's inbox and of the shop's and payments' keys.
+pub fn start(pool: &PgPool) -> Vec<PurgerHandle> {
+    let retention = |keep| Retention::new(keep, keep).expect("a retention");
+    let keys = |table| SqlKeyStore::with_table(pool.clone(), table).expect("a key table");
+    let inbox = Inbox::<Postgres>::with_table("warehouse_inbox").expect("the inbox");
+    vec![
+        Purger::new(pool.clone(), &inbox, retention(INBOX_KEEP))
+            .every(EVERY)
+            .spawn(),
+        Purger::new(pool.clone(), &keys("warehouse_keys"), retention(KEYS_KEEP))
+            .every(EVERY)
+            .spawn(),
+        Purger::new(pool.clone(), &keys("payments_keys"), retention(KEYS_KEEP))
+            .every(EVERY)
+            .spawn(),
+    ]
+}
+
+/// Rows the purge should have deleted by now (older than their retention and two turns), per
+/// table: none, when it keeps up.
+pub async fn behind(pool: &PgPool) -> Vec<String> {
+    let late = |keep: Duration| (keep + 2 * EVERY).as_secs();
+    let mut found = Vec::new();
+    for (table, at, keep) in [
+        ("warehouse_inbox", "seen_at", INBOX_KEEP),
+        ("warehouse_keys", "created_at", KEYS_KEEP),
+        ("payments_keys", "created_at", KEYS_KEEP),
+    ] {
+        let sql = format!(
+            "SELECT count(*) FROM {table} WHERE {at} < now() - interval '{} seconds'",
+            late(keep)
+        );
+        let n: i64 = guestlist::sqlx::query_scalar(guestlist::sqlx::AssertSqlSafe(sql))
+            .fetch_one(pool)
+            .await
+            .expect("count what the purge left");
+        if n > 0 {
+            found.push(format!(
+                "{n} rows of {table} older than {} s: the purge fell behind",
+                late(keep)
+            ));
+        }
+    }
+    found
+}
