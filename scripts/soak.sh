@@ -31,5 +31,5 @@ mkdir -p "$(dirname "$report")"
 
 GUESTLIST_SOAK_SECONDS=$((minutes * 60)) GUESTLIST_SOAK_BROKER=$broker \
     GUESTLIST_SOAK_SEED=$seed GUESTLIST_SOAK_REPORT=$(realpath -m "$report") \
-    cargo nextest run --profile soak -p warehouse-example --test soak --no-capture
+    cargo nextest run --profile soak -p warehouse-example --test soak --run-ignored all --no-capture
 say "report in $report"

@@ -104,8 +104,11 @@ impl Service {
             Ok(Ok(exit)) => Err(format!("it did not exit cleanly on SIGTERM: {exit}")),
             Ok(Err(err)) => Err(format!("cannot wait for it: {err}")),
             Err(_) => {
+                let stacks = stacks(pid);
                 let _ = self.child.kill().await;
-                Err(format!("it did not stop within {PATIENCE:?} of SIGTERM"))
+                Err(format!(
+                    "it did not stop within {PATIENCE:?} of SIGTERM; where its threads were:\n{stacks}"
+                ))
             }
         }
     }
@@ -386,4 +389,31 @@ pub async fn pending_on_the_broker(orders: &Orders) -> Vec<String> {
         let _ = connection.close(200, ShortString::from("checked")).await;
     }
     left
+}
+
+/// The functions on each thread's stack in process `pid` (through gdb, where the machine has
+/// it), the runtime's and the standard library's left out: where a process that will not stop
+/// is waiting.
+fn stacks(pid: u32) -> String {
+    let dumped = std::process::Command::new("gdb")
+        .args([
+            "-batch",
+            "-ex",
+            "thread apply all bt",
+            "-p",
+            &pid.to_string(),
+        ])
+        .output();
+    let Ok(dumped) = dumped else {
+        return "(no gdb on this machine)".to_owned();
+    };
+    String::from_utf8_lossy(&dumped.stdout)
+        .lines()
+        .filter(|line| line.starts_with("Thread ") || line.starts_with('#'))
+        .filter(|line| {
+            !line.contains(" tokio::") && !line.contains(" std::") && !line.contains(" core::")
+        })
+        .map(|line| line.split(" (").next().unwrap_or(line))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
