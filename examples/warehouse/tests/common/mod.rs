@@ -61,7 +61,16 @@ impl Service {
             .kill_on_drop(true);
         let mut child = command.spawn().expect("start the binary");
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let url = try_next_line(&mut lines, ready).await?;
+        let url = match try_next_line(&mut lines, ready).await {
+            Ok(url) => url,
+            // Still running, and silent: where it waits.
+            Err(why) if matches!(child.try_wait(), Ok(None)) => {
+                let stacks = child.id().map(stacks).unwrap_or_default();
+                let _ = child.kill().await;
+                return Err(format!("{why}; where its threads were:\n{stacks}"));
+            }
+            Err(why) => return Err(why),
+        };
         Ok(Self { child, lines, url })
     }
 
