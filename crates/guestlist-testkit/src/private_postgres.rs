@@ -15,6 +15,12 @@ use tempfile::TempDir;
 /// Where Debian's packages put each major version's programs.
 const DEBIAN_LIBS: &str = "/usr/lib/postgresql";
 
+/// How many ports the first start tries before it gives up.
+const PORT_TRIES: usize = 3;
+
+/// What the server's log says when its port was taken before it could bind it.
+const PORT_TAKEN: &str = "could not bind";
+
 /// A private PostgreSQL cluster, stopped when dropped.
 #[derive(Debug)]
 pub struct PrivatePostgres {
@@ -26,11 +32,15 @@ pub struct PrivatePostgres {
 
 impl PrivatePostgres {
     /// Makes a cluster in a temporary directory and starts it on a free loopback port.
+    ///
+    /// A port free when picked can be taken before the server binds it (another test's server,
+    /// an outgoing connection's ephemeral port): the first start then tries another port, up to
+    /// [`PORT_TRIES`] times.
     pub fn start() -> Self {
         let bin = programs();
         let (dir, as_postgres) = server_dir("guestlist-pg-", "postgres");
         let port = free_port();
-        let cluster = Self {
+        let mut cluster = Self {
             dir,
             bin,
             port,
@@ -51,6 +61,13 @@ impl PrivatePostgres {
                 "--no-sync",
             ],
         );
+        for _ in 1..PORT_TRIES {
+            match cluster.try_start() {
+                Ok(()) => return cluster,
+                Err(failure) if failure.contains(PORT_TAKEN) => cluster.port = free_port(),
+                Err(failure) => panic!("{failure}"),
+            }
+        }
         cluster.start_again();
         cluster
     }
@@ -71,6 +88,13 @@ impl PrivatePostgres {
 
     /// Starts the server (again), on the same port, and waits until it accepts connections.
     pub fn start_again(&self) {
+        if let Err(failure) = self.try_start() {
+            panic!("{failure}");
+        }
+    }
+
+    /// Starts the server on its port: what `pg_ctl` and the server's log said if it did not.
+    fn try_start(&self) -> Result<(), String> {
         let options = format!(
             "-p {} -k {} -c listen_addresses=127.0.0.1 -c max_connections=60 \
              -c shared_buffers=16MB",
@@ -78,7 +102,7 @@ impl PrivatePostgres {
             self.socket_dir()
         );
         let log = format!("{}/server.log", self.socket_dir());
-        self.run(
+        self.try_run(
             "pg_ctl",
             &[
                 "-D",
@@ -90,7 +114,13 @@ impl PrivatePostgres {
                 "-w",
                 "start",
             ],
-        );
+        )
+        .map_err(|failure| {
+            let said = std::fs::read_to_string(&log).unwrap_or_default();
+            let tail: Vec<&str> = said.lines().rev().take(20).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            format!("{failure}\nthe server's log ends:\n{}", tail.join("\n"))
+        })
     }
 
     fn data(&self) -> String {
@@ -103,17 +133,26 @@ impl PrivatePostgres {
 
     /// Runs one of the cluster's programs and panics with its output if it fails.
     fn run(&self, program: &str, args: &[&str]) {
+        if let Err(failure) = self.try_run(program, args) {
+            panic!("{failure}");
+        }
+    }
+
+    /// Runs one of the cluster's programs: its output if it failed.
+    fn try_run(&self, program: &str, args: &[&str]) -> Result<(), String> {
         let output = self
             .command(program)
             .args(args)
             .output()
             .unwrap_or_else(|err| panic!("{program}: {err}"));
-        assert!(
-            output.status.success(),
+        if output.status.success() {
+            return Ok(());
+        }
+        Err(format!(
             "{program} {args:?}: {}{}",
             String::from_utf8_lossy(&output.stdout),
             String::from_utf8_lossy(&output.stderr)
-        );
+        ))
     }
 
     /// One of the cluster's programs, to run as `postgres` when we are root.
