@@ -52,6 +52,12 @@ pub(crate) struct RelayArgs {
     /// outage (the next rounds then take fewer messages).
     #[arg(long, value_parser = humantime::parse_duration, default_value = "45s")]
     confirm_timeout: Duration,
+    /// How long the relay may take to stop once asked (SIGTERM, Ctrl-C): the batch in hand
+    /// stamped, the lease given up. Past it, as when the database or the broker stopped
+    /// answering, it exits where it stands: its lease expires by itself and what it had not
+    /// stamped is published again. Keep it under the orchestrator's wait before SIGKILL.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
+    shutdown_grace: Duration,
     /// Where /metrics (Prometheus text), /healthz (the database answers) and /readyz (no
     /// outage of the broker or the database under way) listen; off unless set.
     #[arg(long)]
@@ -104,6 +110,7 @@ async fn publish<DB: Backend, P: Publish>(
         .poll(args.poll)
         .max_attempts(args.max_attempts)
         .confirm_timeout(args.confirm_timeout)
+        .shutdown_grace(args.shutdown_grace)
         .keep_published(args.keep_published);
     if let Some(addr) = args.metrics_listen {
         let mut stopped = stopped.clone();

@@ -3,7 +3,8 @@
 //! ([`Retention`]) and which table holds it ([`TableName`]); and for HTTP, the client's
 //! [`IdempotencyKey`], its [`Scope`], the request's [`Fingerprint`], the [`StoredResponse`] and
 //! the [`KeyStore`] that keeps them. Why a message did not go through, at any hop, is one
-//! [`FailureKind`]; a hop that waits between tries waits by [`Backoff`]. The moves the stores
+//! [`FailureKind`]; a hop that waits between tries waits by [`Backoff`], and one asked to stop stops
+//! [`within_grace`]. The moves the stores
 //! make on a key's row and the relay's lease are in [`protocol`], where the model check runs them.
 //!
 //! Every type validates on construction, so a value that exists is a value the stores can use.
@@ -34,6 +35,7 @@ mod error;
 mod failure_class;
 mod failure_kind;
 mod fingerprint;
+mod grace;
 mod handler_name;
 pub mod header_lines;
 mod idempotency_key;
@@ -64,6 +66,7 @@ pub use error::Error;
 pub use failure_class::{failure_class, failure_group};
 pub use failure_kind::FailureKind;
 pub use fingerprint::{Fingerprint, FingerprintBuilder};
+pub use grace::{StopSignal, within_grace};
 pub use handler_name::HandlerName;
 pub use idempotency_key::IdempotencyKey;
 pub use key_report::{HeldKey, KeyRecord, KeyState, KeyStats};

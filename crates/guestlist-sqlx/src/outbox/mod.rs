@@ -19,6 +19,7 @@ mod lease;
 mod progress;
 mod publication;
 mod relay;
+mod relay_settings;
 mod reshard;
 mod round;
 mod shards;

@@ -3,11 +3,10 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use guestlist_core::Backoff;
+use guestlist_core::{Backoff, StopSignal, within_grace};
 
 use crate::backend::Wake;
 use crate::backend::{Backend, Stamp};
-use crate::fencing::new_token;
 use crate::outbox::Outbox;
 use crate::outbox::progress::{Progress, Round};
 use crate::{Error, Health};
@@ -67,6 +66,7 @@ pub struct Relay<DB: Backend, P> {
     pub(super) backoff: (Duration, Duration),
     pub(super) max_attempts: u32,
     pub(super) confirm_timeout: Duration,
+    pub(super) shutdown_grace: Duration,
     pub(super) pipeline_keys: bool,
     pub(super) health: Health,
     pub(super) stamp: Stamp,
@@ -90,125 +90,6 @@ pub struct Relayed {
 }
 
 impl<DB: Backend, P: Publish> Relay<DB, P> {
-    /// Messages per round unless set.
-    pub const DEFAULT_BATCH: usize = 500;
-    /// The lease unless set: how long a crashed relay keeps its successor waiting.
-    pub const DEFAULT_LEASE: Duration = Duration::from_secs(10);
-    /// How often an idle relay looks for messages without a notification, unless set.
-    pub const DEFAULT_POLL: Duration = Duration::from_millis(500);
-    /// Refusals of one message before it is dead-lettered, unless set.
-    pub const DEFAULT_MAX_ATTEMPTS: u32 = 10;
-    /// How long a round waits for the broker's confirmations, unless set.
-    pub const DEFAULT_CONFIRM_TIMEOUT: Duration = Duration::from_secs(45);
-
-    /// A relay publishing `outbox`'s messages, read from `pool`, with `publisher`.
-    pub fn new(outbox: Outbox<DB>, pool: sqlx::Pool<DB>, publisher: P) -> Self {
-        let holder = format!(
-            "relay-{}-{:08x}",
-            std::process::id(),
-            new_token().unwrap_or_default() as u32
-        );
-        let health = Health::new("relay", outbox.table().as_str());
-        Self {
-            outbox,
-            pool,
-            publisher,
-            batch: Self::DEFAULT_BATCH,
-            lease: Self::DEFAULT_LEASE,
-            poll: Self::DEFAULT_POLL,
-            holder,
-            backoff: (Backoff::DEFAULT_FIRST, Backoff::DEFAULT_MAX),
-            max_attempts: Self::DEFAULT_MAX_ATTEMPTS,
-            confirm_timeout: Self::DEFAULT_CONFIRM_TIMEOUT,
-            pipeline_keys: false,
-            health,
-            stamp: Stamp::Delete,
-        }
-    }
-
-    /// Keeps each published message's row, stamped with when it was published (`published_at`),
-    /// until [`Outbox::purge`] deletes it by age, instead of deleting it once the broker has
-    /// confirmed it (the default).
-    ///
-    /// Kept rows answer "was it published, and when?" in the table itself, and make an enqueue
-    /// retried after its message went out (a commit whose answer was lost, tried again) add
-    /// nothing, as it does while the message is pending. They cost a second row version and
-    /// its index entries per message (the relay's stamp becomes an `UPDATE`: in the guide's
-    /// performance chapter, the database's work per message rises from a `DELETE`'s to a few
-    /// times that), and a purge to run. Without them, such a retry publishes its message a
-    /// second time, which the consumers' inbox drops as a duplicate (its id is the same).
-    pub fn keep_published(mut self, keep: bool) -> Self {
-        self.stamp = if keep { Stamp::Keep } else { Stamp::Delete };
-        self
-    }
-
-    /// At most `messages` per round (at least 1).
-    pub fn batch(mut self, messages: usize) -> Self {
-        self.batch = messages.max(1);
-        self
-    }
-
-    /// The lease's length (at least 100 ms): the longest a crashed relay keeps a standing-by
-    /// one waiting. A round that waits longer for its confirmations renews it meanwhile.
-    pub fn lease(mut self, lease: Duration) -> Self {
-        self.lease = lease.max(Duration::from_millis(100));
-        self
-    }
-
-    /// How often an idle relay looks for messages without being woken, and a standing-by one
-    /// for an expired lease.
-    pub fn poll(mut self, every: Duration) -> Self {
-        self.poll = every.max(Duration::from_millis(1));
-        self
-    }
-
-    /// The name this relay holds the lease under, for operators (`guestlist stats`).
-    /// Defaults to `relay-<pid>-<random>`; give each relay its own.
-    pub fn holder(mut self, name: impl Into<String>) -> Self {
-        self.holder = name.into();
-        self
-    }
-
-    /// The pause after a failure, doubling up to `max` (0.2 s to 5 s unless set): per ordering
-    /// key for a message the broker refused, for the whole relay in an outage.
-    pub fn backoff(mut self, first: Duration, max: Duration) -> Self {
-        self.backoff = (first, max.max(first));
-        self
-    }
-
-    /// How many times the broker may refuse one message before it moves to the outgoing dead
-    /// letters (default 10, at least 1). A message the broker can never take (too large, an id
-    /// it cannot carry: [`Publish::check`]) goes there at once; an outage counts against none.
-    pub fn max_attempts(mut self, attempts: u32) -> Self {
-        self.max_attempts = attempts.max(1);
-        self
-    }
-
-    /// How long a round waits for the broker's confirmations (default 45 s). Those given by
-    /// then are stamped; the rest count as an outage, and the next rounds take half as many
-    /// messages until a round fits again.
-    pub fn confirm_timeout(mut self, limit: Duration) -> Self {
-        self.confirm_timeout = limit.max(Duration::from_millis(10));
-        self
-    }
-
-    /// Whether a key's later messages in a round go out pipelined behind its earlier ones
-    /// (default off). Off, a round sends them in waves: a key's next message only once the
-    /// broker confirmed the one before, so that a refused message's followers never reach the
-    /// broker before it. On, a round costs one wait for the broker however many messages a key
-    /// has in it, but when the broker refuses a message, the later messages of its key sent in
-    /// the same round may be stored already: they reach the consumers before it (stamped, never
-    /// sent again).
-    pub fn pipeline_keys(mut self, on: bool) -> Self {
-        self.pipeline_keys = on;
-        self
-    }
-
-    /// Whether the relay is publishing or waiting out an outage, for a service's `/readyz`.
-    pub fn health(&self) -> Health {
-        self.health.clone()
-    }
-
     /// Publishes until `shutdown` completes, then gives the lease up so that a standing-by
     /// relay takes over at once. A round under way finishes first, so nothing it published
     /// stays unstamped.
@@ -219,8 +100,25 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
     /// that is down is an outage: the relay stops publishing, backs off as a whole, reports it
     /// ([`Relay::health`], the `guestlist_outage` gauge, one log line per change) and resumes
     /// by itself.
+    ///
+    /// Stopping takes at most [`shutdown_grace`](Self::shutdown_grace): a round stuck on a
+    /// database or broker that never answers is dropped there, and the lease left to expire.
     pub async fn run(&self, shutdown: impl Future<Output = ()>) -> Result<Relayed, Error> {
         let mut totals = Relayed::default();
+        let stopped = within_grace(shutdown, self.shutdown_grace, |stop| {
+            self.publish_until(stop, &mut totals)
+        })
+        .await;
+        if stopped.is_none() {
+            tracing::warn!(table = %self.outbox.table(), grace = ?self.shutdown_grace,
+                "the relay did not finish within its shutdown grace: it stopped where it stood; \
+                 its lease expires by itself and what it had not stamped is published again");
+        }
+        Ok(totals)
+    }
+
+    /// [`run`](Self::run)'s loop, until `shutdown`, then the last stamp and the lease given up.
+    async fn publish_until(&self, shutdown: StopSignal, totals: &mut Relayed) {
         let mut progress = Progress::new(self.batch);
         let mut wake = self.wake().await;
         self.warm_up().await;
@@ -234,7 +132,7 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
                 break;
             }
             if self.coordination_due(&progress)
-                && let Err(err) = self.coordinate(&mut progress, &mut totals).await
+                && let Err(err) = self.coordinate(&mut progress, totals).await
             {
                 self.health.outage(format_args!("the database: {err}"));
                 tokio::select! {
@@ -242,7 +140,7 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
                     () = tokio::time::sleep(outage.next_pause()) => continue,
                 }
             }
-            let round = self.round(&mut progress, &mut totals, true).await;
+            let round = self.round(&mut progress, totals, true).await;
             self.release_left(&mut progress).await;
             // Read beside the rounds, never in their way: on a large table the count can take
             // longer than a thin stream's messages may wait.
@@ -297,8 +195,7 @@ impl<DB: Backend, P: Publish> Relay<DB, P> {
         if let Some(read) = backlog {
             read.abort();
         }
-        self.finish(progress, &mut totals).await;
-        Ok(totals)
+        self.finish(progress, totals).await;
     }
 
     /// Publishes what is pending now on the shards it can take, one round after another, until

@@ -328,6 +328,15 @@ macro_rules! relay_wire_suite {
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_relay_told_to_stop_while_its_database_stalls_stops_within_its_grace() {
+                $crate::brokers::relay::a_relay_told_to_stop_while_its_database_stalls_stops_within_its_grace::<
+                    $broker,
+                    ::sqlx::Postgres,
+                >(concat!(stringify!($m), "_stopstall"))
+                .await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn an_ambiguous_stamp_costs_no_message_and_no_second_effect_on_postgres() {
                 $crate::brokers::relay::an_ambiguous_stamp_costs_no_message_and_no_second_effect::<
                     $broker,

@@ -98,3 +98,82 @@ pub async fn a_relay_stalled_past_its_lease_takes_nothing_back<B: Broker, DB: Fi
     let handled = line.consume(30).await;
     assert_eq!(line.rig.effects().await, (30, 30), "{handled:?}");
 }
+
+/// Relay A holds the lease, its pool through a [`FaultProxy`], and is told to stop while every
+/// byte between it and the database is held: its run returns within its shutdown grace rather
+/// than wait on statements that will never be answered (an orchestrator would SIGKILL it at
+/// its own deadline). Its lease, never given up, expires by itself: relay B then publishes
+/// what was committed meanwhile, and every message has one effect.
+pub async fn a_relay_told_to_stop_while_its_database_stalls_stops_within_its_grace<
+    B: Broker,
+    DB: Fixture,
+>(
+    name: &str,
+) {
+    const LEASE: Duration = Duration::from_secs(2);
+    const GRACE: Duration = Duration::from_secs(1);
+    let line = Line::<B, DB>::open(name).await;
+    line.single_shard().await;
+    let (proxy, url) = FaultProxy::for_url(&line.rig.db.url).await;
+    let pool = DB::connect(&url, 4)
+        .await
+        .expect("a pool through the proxy");
+    let relay = |pool| async {
+        Relay::new(line.outbox.clone(), pool, line.rig.broker.publisher().await)
+            .lease(LEASE)
+            .poll(Duration::from_millis(20))
+            .shutdown_grace(GRACE)
+    };
+    let (stop_a, a) = run_until_stopped!(relay(pool).await);
+    for n in 0..10 {
+        line.enqueue(&format!("evt_{n}"), "order-1", true).await;
+    }
+    let drained = |what: &'static str| {
+        let line = &line;
+        async move {
+            line.rig
+                .until(Duration::from_secs(60), what, || async {
+                    line.pending().await == 0
+                })
+                .await;
+        }
+    };
+    drained("relay A publishes the first ten").await;
+
+    proxy.stall();
+    for n in 10..20 {
+        line.enqueue(&format!("evt_{n}"), "order-1", true).await;
+    }
+    // A's next poll is sent into the stall and waits for an answer that does not come.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let asked = std::time::Instant::now();
+    stop_a.send(()).unwrap();
+    let a = tokio::time::timeout(GRACE + Duration::from_secs(5), a)
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "{}: relay A, told to stop with its database stalled, was still running \
+                 {:?} later (its shutdown grace is {GRACE:?})",
+                B::LABEL,
+                asked.elapsed()
+            )
+        })
+        .unwrap()
+        .unwrap();
+    assert!(
+        asked.elapsed() >= GRACE,
+        "{}: A stopped after {:?}, before its grace, though nothing it waited on answered",
+        B::LABEL,
+        asked.elapsed()
+    );
+    assert_eq!(a.published, 10, "{}: {a:?}", B::LABEL);
+
+    let (stop_b, b) = run_until_stopped!(relay(line.rig.db.pool.clone()).await);
+    drained("relay B takes the lease over once it expires and publishes the next ten").await;
+    stop_b.send(()).unwrap();
+    let b = b.await.unwrap().unwrap();
+    assert_eq!(b.published, 10, "{}: {b:?}", B::LABEL);
+    proxy.release();
+    let handled = line.consume(20).await;
+    assert_eq!(line.rig.effects().await, (20, 20), "{handled:?}");
+}
