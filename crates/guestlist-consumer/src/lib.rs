@@ -36,6 +36,7 @@ mod next_fetch;
 mod outage;
 mod retried;
 mod runtime;
+mod settings;
 mod settle;
 mod shutdown;
 mod side_by_side;

@@ -32,6 +32,8 @@ pub(crate) struct Core<DB: Backend, H> {
     pub(crate) health: Health,
     /// The pauses between tries while the database is down: first, and longest.
     pub(crate) outage_backoff: (Duration, Duration),
+    /// How long a run asked to stop may take to finish what it has in hand.
+    pub(crate) shutdown_grace: Duration,
     /// Whether a batch's messages in steps run side by side, journaled together.
     pub(crate) together: bool,
     /// How many keys' messages are handled at once.

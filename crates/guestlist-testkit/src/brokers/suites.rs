@@ -197,6 +197,15 @@ macro_rules! outage_suite {
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_consumer_told_to_stop_while_its_database_stalls_stops_within_its_grace() {
+                $crate::brokers::suite::a_consumer_told_to_stop_while_its_database_stalls_stops_within_its_grace::<
+                    $broker,
+                    ::sqlx::Postgres,
+                >(concat!(stringify!($m), "_stopstall"))
+                .await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn an_ambiguous_commit_is_answered_by_the_redelivery_on_postgres() {
                 $crate::brokers::suite::an_ambiguous_commit_is_answered_by_the_redelivery::<$broker, ::sqlx::Postgres>(
                     concat!(stringify!($m), "_ambiguous_pg"),

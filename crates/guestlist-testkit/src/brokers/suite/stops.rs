@@ -213,3 +213,81 @@ pub async fn held_acks_consumer<B: Broker, DB: Fixture>() {
         .await
         .unwrap();
 }
+
+/// A consumer whose pool goes through a [`FaultProxy`](crate::fault_proxy::FaultProxy) is told
+/// to stop while every byte between it and the database is held, a batch in hand: its run
+/// returns within its shutdown grace rather than wait on a claim that will never be answered
+/// (an orchestrator would SIGKILL it at its own deadline). What it held comes back from the
+/// broker to the next consumer: fifteen events, fifteen effects.
+pub async fn a_consumer_told_to_stop_while_its_database_stalls_stops_within_its_grace<
+    B: Broker,
+    DB: Fixture,
+>(
+    name: &str,
+) {
+    const GRACE: Duration = Duration::from_secs(1);
+    let rig = Rig::<B, DB>::open(name, Duration::from_secs(2)).await;
+    let (proxy, url) = crate::fault_proxy::FaultProxy::for_url(&rig.db.url).await;
+    let pool = DB::connect(&url, 4)
+        .await
+        .expect("a pool through the proxy");
+    let consumer = rig
+        .consumer_on(pool, rig.inbox.clone())
+        .await
+        .shutdown_grace(GRACE);
+    let (stop, task) = run_until_stopped!(consumer);
+    for n in 0..10 {
+        rig.broker.publish(&order_paid(&format!("evt_{n}"))).await;
+    }
+    rig.until(
+        Duration::from_secs(30),
+        "the first ten are handled",
+        || async { rig.effects().await.1 == 10 },
+    )
+    .await;
+
+    proxy.stall();
+    for n in 10..15 {
+        rig.broker.publish(&order_paid(&format!("evt_{n}"))).await;
+    }
+    // The consumer fetches them and sends their claim into the stall.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let asked = std::time::Instant::now();
+    stop.send(()).unwrap();
+    let first = tokio::time::timeout(GRACE + Duration::from_secs(5), task)
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "{}: the consumer, told to stop with its database stalled, was still running \
+                 {:?} later (its shutdown grace is {GRACE:?})",
+                B::LABEL,
+                asked.elapsed()
+            )
+        })
+        .unwrap()
+        .unwrap();
+    assert!(
+        asked.elapsed() >= GRACE,
+        "{}: it stopped after {:?}, before its grace, with a batch in hand: {first:?}",
+        B::LABEL,
+        asked.elapsed()
+    );
+    assert_eq!(first.fresh, 10, "{}: {first:?}", B::LABEL);
+
+    let (stop, task) = run_until_stopped!(rig.consumer(10).await);
+    rig.until(
+        Duration::from_secs(90),
+        "the next consumer handles what the stalled one held",
+        || async { rig.effects().await.1 == 15 && rig.broker.drained().await },
+    )
+    .await;
+    stop.send(()).unwrap();
+    task.await.unwrap().unwrap();
+    proxy.release();
+    assert_eq!(
+        rig.effects().await,
+        (15, 15),
+        "{}: nothing lost, nothing twice",
+        B::LABEL
+    );
+}
