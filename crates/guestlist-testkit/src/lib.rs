@@ -16,6 +16,7 @@ pub mod held_commit;
 pub mod metrics;
 #[cfg(feature = "otlp")]
 pub mod otlp;
+pub mod own_tansu;
 pub mod private_mariadb;
 pub mod private_postgres;
 pub mod private_server;
