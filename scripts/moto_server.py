@@ -24,12 +24,21 @@ receive sees each group as it was when it began: a group held then stays held th
 its first message comes in the next receive, before the rest. (The keys story, a consumer
 killed with groups in flight, found both.)
 
+A third: a receive that waits (long polling) looks at the groups in flight once, when it
+begins, and keeps that look through its waits; and two receives run at once on two threads,
+each with its own look. A group whose first message another receive took meanwhile then gives
+its second to this one, while the first is still in flight: two consumers handled one group's
+messages out of order (the soak rig on SQS, two warehouses on one FIFO queue). SQS gives a
+group's next message only once the one in flight is gone. Here a receive looks once per pass,
+each pass under the queue's lock, and waits between passes as moto's own does.
+
 The rest is moto's own server, with moto's own options:
 `python3 scripts/moto_server.py -H 127.0.0.1 -p 5000`.
 """
 
 import inspect
 import sys
+import time
 
 from moto.server import main
 from moto.sqs import models
@@ -68,6 +77,33 @@ for name in ("pending_messages", "pending_message_groups"):
                  "install the version scripts/services.sh pins (MOTO_PACKAGE)")
 models.Queue.pending_messages = property(pending_messages)
 models.Queue.pending_message_groups = property(pending_message_groups)
+
+_receive_message = models.SQSBackend.receive_message
+
+
+def receive_message(self, queue_name, count, wait_seconds_timeout, visibility_timeout,
+                    message_attribute_names=None):
+    queue = self.get_queue(queue_name)
+    ends = models.unix_time() + wait_seconds_timeout
+    while True:
+        # One pass, no wait inside it: it looks at the groups in flight as they are now.
+        with queue._messages_lock:
+            found = _receive_message(self, queue_name, count, 0, visibility_timeout,
+                                     message_attribute_names)
+        if found or models.unix_time() >= ends:
+            return found
+        # Visible messages of held groups end moto's wait at once: a pause, not a spin.
+        time.sleep(0.02)
+        queue.wait_for_messages(1)
+
+
+if list(inspect.signature(_receive_message).parameters) != [
+    "self", "queue_name", "count", "wait_seconds_timeout", "visibility_timeout",
+    "message_attribute_names",
+]:
+    sys.exit("moto_server.py: this moto's receive_message takes other arguments; "
+             "install the version scripts/services.sh pins (MOTO_PACKAGE)")
+models.SQSBackend.receive_message = receive_message
 
 if __name__ == "__main__":
     sys.exit(main())

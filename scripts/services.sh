@@ -199,6 +199,16 @@ ensure_sqs() {
         wait_for 30 bash -c "! exec 3<>/dev/tcp/$host/$port" \
             || { say "moto's own server on $hostport did not stop"; return 1; }
     fi
+    # A launcher started from another version of scripts/moto_server.py mends less: replaced.
+    local sum launcher
+    sum="$(sha256sum "$SCRIPTS/moto_server.py" | cut -c1-16)"
+    launcher="$(pgrep -f "moto_server.py -H $host -p $port( |\$)" || true)"
+    if [ -n "$launcher" ] && [ "$(cat /tmp/guestlist-moto.sum 2>/dev/null)" != "$sum" ]; then
+        say "restarting moto on $hostport: scripts/moto_server.py changed"
+        kill $launcher
+        wait_for 30 bash -c "! exec 3<>/dev/tcp/$host/$port" \
+            || { say "moto on $hostport did not stop"; return 1; }
+    fi
     if ! (exec 3<>"/dev/tcp/$host/$port") 2>/dev/null; then
         if ! python3 -c 'import moto.server' 2>/dev/null; then
             say "installing moto ($MOTO_PACKAGE from PyPI)"
@@ -207,6 +217,7 @@ ensure_sqs() {
         say "starting moto (SQS) on $endpoint"
         nohup python3 "$SCRIPTS/moto_server.py" -H "$host" -p "$port" \
             >/tmp/guestlist-moto.log 2>&1 </dev/null &
+        echo "$sum" >/tmp/guestlist-moto.sum
         wait_for 30 bash -c "exec 3<>/dev/tcp/$host/$port" \
             || { say "moto did not start; see /tmp/guestlist-moto.log"; return 1; }
     fi
@@ -251,6 +262,8 @@ ensure_build_tools() {
     command -v cc >/dev/null || apt_install gcc
     # libfaketime: the clock stories run a program whose clock is off by minutes.
     command -v faketime >/dev/null || apt_install faketime
+    # gdb: the soak rig prints where a part's threads wait when it does not stop or start.
+    command -v gdb >/dev/null || apt_install gdb
     if ! cargo nextest --version >/dev/null 2>&1; then
         say "installing cargo-nextest"
         cargo install --locked cargo-nextest

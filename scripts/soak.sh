@@ -17,13 +17,16 @@ while [ $# -gt 0 ]; do
         --broker) broker=$2; shift 2 ;;
         --seed) seed=$2; shift 2 ;;
         --report) report=$2; shift 2 ;;
-        *) echo "usage: scripts/soak.sh [--minutes N] [--broker nats|rabbitmq] [--seed N] [--report PATH]" >&2; exit 2 ;;
+        *) echo "usage: scripts/soak.sh [--minutes N] [--broker nats|rabbitmq|kafka|sqs] [--seed N] [--report PATH]" >&2; exit 2 ;;
     esac
 done
 case "$broker" in
     nats) ensure_nats ;;
     rabbitmq) ensure_rabbitmq ;;
-    *) echo "--broker $broker: the rig runs on nats or rabbitmq (Kafka and SQS are to come)" >&2; exit 2 ;;
+    # The rig starts a Kafka (tansu) of its own, behind its broker link's proxy.
+    kafka) ensure_kafka ;;
+    sqs) ensure_sqs ;;
+    *) echo "--broker $broker: the rig runs on nats, rabbitmq, kafka or sqs" >&2; exit 2 ;;
 esac
 ensure_postgres
 ensure_build_tools

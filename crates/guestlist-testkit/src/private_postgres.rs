@@ -35,7 +35,7 @@ impl PrivatePostgres {
     ///
     /// A port free when picked can be taken before the server binds it (another test's server,
     /// an outgoing connection's ephemeral port): the first start then tries another port, up to
-    /// [`PORT_TRIES`] times.
+    /// three times.
     pub fn start() -> Self {
         let bin = programs();
         let (dir, as_postgres) = server_dir("guestlist-pg-", "postgres");

@@ -31,19 +31,31 @@ pub trait Shop: Backend {
         event: &'c str,
         charge: &'c str,
     ) -> WorkFuture<'c, (), sqlx::Error>;
+    /// The customer's next arrival: how many of its orders the warehouse has handled, this one
+    /// included, with `how` (which process, which delivery). The customer's row is locked until
+    /// the transaction ends, so that the count is the order in which the handlers of one
+    /// customer's orders committed.
+    fn record_arrival<'c>(
+        conn: &'c mut Self::Connection,
+        customer: &'c str,
+        order: i64,
+        how: &'c str,
+    ) -> WorkFuture<'c, i64, sqlx::Error>;
 }
 
-const TABLES: [&str; 3] = [
+const TABLES: [&str; 5] = [
     "CREATE TABLE IF NOT EXISTS charges (id INTEGER PRIMARY KEY, order_id BIGINT NOT NULL, amount BIGINT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS orders (id INTEGER PRIMARY KEY, amount BIGINT NOT NULL, status VARCHAR(16) NOT NULL)",
     "CREATE TABLE IF NOT EXISTS pick_tasks (order_id BIGINT NOT NULL, event VARCHAR(255) NOT NULL, charge VARCHAR(64) NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS customers (id VARCHAR(64) PRIMARY KEY, handled BIGINT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS arrivals (customer VARCHAR(64) NOT NULL, order_id BIGINT NOT NULL, rank BIGINT NOT NULL, how VARCHAR(255) NOT NULL)",
 ];
 
 macro_rules! shop {
     ($db:ty, $conn:ty, $id:literal) => {
         impl Shop for $db {
             fn create_tables(pool: &Pool<Self>) -> WorkFuture<'_, (), guestlist::Error> {
-                // Both services create all three tables: one Schema, so that they take turns.
+                // Both services create every table: one Schema, so that they take turns.
                 let tables = TABLES.map(|table| table.replace("INTEGER PRIMARY KEY", $id));
                 Box::pin(async move { Schema::new(tables).migrate(pool).await })
             }
@@ -99,6 +111,34 @@ macro_rules! shop {
                     .execute(conn)
                     .await
                     .map(drop)
+                })
+            }
+
+            fn record_arrival<'c>(
+                conn: &'c mut $conn,
+                customer: &'c str,
+                order: i64,
+                how: &'c str,
+            ) -> WorkFuture<'c, i64, sqlx::Error> {
+                Box::pin(async move {
+                    let rank: i64 = sqlx::query_scalar(
+                        "INSERT INTO customers (id, handled) VALUES ($1, 1) ON CONFLICT (id) \
+                         DO UPDATE SET handled = customers.handled + 1 RETURNING handled",
+                    )
+                    .bind(customer)
+                    .fetch_one(&mut *conn)
+                    .await?;
+                    sqlx::query(
+                        "INSERT INTO arrivals (customer, order_id, rank, how) \
+                         VALUES ($1, $2, $3, $4)",
+                    )
+                    .bind(customer)
+                    .bind(order)
+                    .bind(rank)
+                    .bind(how)
+                    .execute(conn)
+                    .await?;
+                    Ok(rank)
                 })
             }
         }

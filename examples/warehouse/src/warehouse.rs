@@ -34,6 +34,10 @@ pub struct OrderPaid {
     pub order: i64,
     /// In cents.
     pub amount: i64,
+    /// Whose order it is, if the shop said: a customer's orders reach the warehouse in the
+    /// order they were placed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub customer: Option<String>,
 }
 
 /// The event the warehouse publishes once it has picked and charged an order:
@@ -72,6 +76,8 @@ impl Topics {
 struct Payment {
     order: i64,
     amount: i64,
+    #[serde(default)]
+    customer: Option<String>,
 }
 
 /// Where the warehouse reads an event's id: the payload's `id`, or else the id the publisher
@@ -137,6 +143,19 @@ pub async fn on_order_paid<DB: Shop>(
         std::future::pending::<()>().await;
     }
     DB::add_pick_task(tx, event.order, message.id.as_str(), &charge.id).await?;
+    if let Some(customer) = &event.customer {
+        let at = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let how = format!(
+            "by pid {} at {:.3}, delivery {}, key {:?}",
+            std::process::id(),
+            at.as_secs_f64(),
+            message.delivery_count,
+            message.key
+        );
+        DB::record_arrival(tx, customer, event.order, &how).await?;
+    }
     // The next hop's event commits with the pick task, or not at all.
     let created = PickTaskCreated {
         id: format!("evt_pick_{}", message.id),
@@ -195,6 +214,11 @@ pub async fn consume<S: Source, DB: Shop>(
 pub struct NewOrder {
     /// In cents.
     pub amount: i64,
+    /// Whose order it is (at most 64 characters, no spaces or control characters): each
+    /// customer's `OrderPaid` events share an ordering key, so that the warehouse handles
+    /// them in the order they were placed. Without it, each order is a key of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub customer: Option<String>,
 }
 
 /// An order created.
@@ -212,16 +236,31 @@ async fn create_order<DB: Shop>(
     mut tx: IdempotentTx<DB>,
     Json(order): Json<NewOrder>,
 ) -> impl IntoResponse {
+    let key = match &order.customer {
+        Some(customer) => OrderingKey::new(format!("customer-{customer}"))
+            .ok()
+            .filter(|_| customer.len() <= 64),
+        None => None,
+    };
+    if order.customer.is_some() && key.is_none() {
+        let why = "customer: at most 64 characters, with no spaces or control characters";
+        return (StatusCode::UNPROCESSABLE_ENTITY, why.to_owned()).into_response();
+    }
     let created = async {
         let id = DB::insert_order(&mut tx, order.amount).await?;
         let paid = OrderPaid {
             id: Some(format!("evt_order_{id}_paid")),
             order: id,
             amount: order.amount,
+            customer: order.customer.clone(),
+        };
+        let key = match key {
+            Some(key) => key,
+            None => OrderingKey::new(format!("order-{id}"))?,
         };
         let message = Outgoing::new(topics.paid.clone(), serde_json::to_vec(&paid)?)
             .id(MessageId::new(format!("evt_order_{id}_paid"))?)
-            .ordering_key(OrderingKey::new(format!("order-{id}"))?);
+            .ordering_key(key);
         outbox::<DB>().enqueue(&mut tx, &message).await?;
         Ok::<_, anyhow::Error>(id)
     };

@@ -65,6 +65,7 @@ async fn charge_crash_redeliver<DB: Fixture + Shop>(
         id: Some("evt_9f3k".into()),
         order,
         amount: 1200,
+        customer: None,
     };
     orders.publish(&paid).await.unwrap();
 
@@ -120,6 +121,7 @@ async fn charge_crash_redeliver<DB: Fixture + Shop>(
             id: Some("evt_2".into()),
             order,
             amount: 300,
+            customer: None,
         })
         .await
         .unwrap();

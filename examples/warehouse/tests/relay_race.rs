@@ -264,7 +264,10 @@ async fn create(client: &reqwest::Client, apis: &[String; 2], key: &str, n: i64)
             .post(format!("{api}/orders"))
             .header("Idempotency-Key", key)
             .header("Authorization", "Bearer shop")
-            .json(&NewOrder { amount: 1_000 + n })
+            .json(&NewOrder {
+                amount: 1_000 + n,
+                customer: None,
+            })
             .send()
             .await;
         if let Ok(answer) = sent

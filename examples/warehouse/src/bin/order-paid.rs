@@ -5,13 +5,15 @@ use clap::Parser;
 use warehouse_example::broker::Orders;
 use warehouse_example::warehouse::OrderPaid;
 
-/// Publishes an OrderPaid event to the warehouse's stream or queue.
+/// Publishes an OrderPaid event to the warehouse's stream, queue or topic.
 #[derive(Parser)]
 struct Args {
-    /// nats://host:port or amqp://user:password@host:port/%2f
+    /// nats://host:port, amqp://user:password@host:port/%2f, kafka://host:port (several:
+    /// kafka://a:9092,b:9092)
+    /// or sqs://host:port (a local SQS) or sqs://aws (from the AWS environment)
     #[arg(long, default_value = "nats://127.0.0.1:4222")]
     broker: String,
-    /// The NATS stream or RabbitMQ queue (declared when missing).
+    /// The stream, queue or topic (declared when missing).
     #[arg(long, default_value = "ORDERS")]
     queue: String,
     /// The event's id: publish the same id again for a duplicate.
@@ -23,6 +25,9 @@ struct Args {
     /// In cents.
     #[arg(long, default_value_t = 1200)]
     amount: i64,
+    /// Whose order it is, if anyone's.
+    #[arg(long)]
+    customer: Option<String>,
 }
 
 #[tokio::main]
@@ -35,6 +40,7 @@ async fn main() -> anyhow::Result<()> {
             id: Some(args.event.clone()),
             order: args.order,
             amount: args.amount,
+            customer: args.customer.clone(),
         })
         .await?;
     println!(

@@ -1,5 +1,5 @@
 //! The relay: publishes the warehouse's outbox (OrderPaid from `POST /orders`, PickTaskCreated
-//! from the OrderPaid handler) to NATS JetStream or RabbitMQ, each order's events in the order
+//! from the OrderPaid handler) to NATS JetStream, RabbitMQ, Kafka or SQS, each order's events in the order
 //! they committed. Run two for availability: one publishes, the other takes over within the
 //! lease when it dies.
 //!
@@ -14,7 +14,7 @@ use guestlist::consumer::shutdown_signal;
 use guestlist::nats::JetStreamPublisher;
 use guestlist::sqlx::Pool;
 use guestlist::{Relay, outbox::Publish};
-use warehouse_example::broker::Orders;
+use warehouse_example::broker::{Kind, Orders};
 use warehouse_example::db::Shop;
 use warehouse_example::{warehouse, with_pool};
 
@@ -24,10 +24,12 @@ struct Args {
     /// postgres://… or sqlite:path: the warehouse's database.
     #[arg(long, default_value = "sqlite:warehouse.db")]
     database: String,
-    /// nats://host:port or amqp://user:password@host:port/%2f
+    /// nats://host:port, amqp://user:password@host:port/%2f, kafka://host:port (several:
+    /// kafka://a:9092,b:9092)
+    /// or sqs://host:port (a local SQS) or sqs://aws (from the AWS environment)
     #[arg(long, default_value = "nats://127.0.0.1:4222")]
     broker: String,
-    /// The NATS stream or RabbitMQ queue of OrderPaid events (declared when missing).
+    /// The stream, queue or topic of OrderPaid events (declared when missing).
     #[arg(long, default_value = "ORDERS")]
     queue: String,
     /// How long a relay that died keeps the other waiting.
@@ -47,12 +49,17 @@ async fn main() -> anyhow::Result<()> {
     with_pool!(&args.database, |pool| {
         warehouse::migrate(&pool).await?;
         orders.declare().await?;
-        if orders.is_nats() {
-            let publisher = JetStreamPublisher::builder(&args.broker).connect().await?;
-            relay(pool, publisher, args.lease).await?;
-        } else {
-            let publisher = RabbitPublisher::builder(&args.broker).connect().await?;
-            relay(pool, publisher, args.lease).await?;
+        match orders.kind() {
+            Kind::Nats => {
+                let publisher = JetStreamPublisher::builder(&args.broker).connect().await?;
+                relay(pool, publisher, args.lease).await?;
+            }
+            Kind::Rabbit => {
+                let publisher = RabbitPublisher::builder(&args.broker).connect().await?;
+                relay(pool, publisher, args.lease).await?;
+            }
+            Kind::Kafka => relay(pool, orders.kafka_publisher().await?, args.lease).await?,
+            Kind::Sqs => relay(pool, orders.sqs_publisher().await?, args.lease).await?,
         }
     });
     Ok(())

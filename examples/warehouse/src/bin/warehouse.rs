@@ -1,5 +1,6 @@
-//! The warehouse service: consumes OrderPaid from NATS (`--broker nats://…`) or RabbitMQ
-//! (`--broker amqp://…`), picks each paid order once, charges through payments with the key it
+//! The warehouse service: consumes OrderPaid from NATS (`--broker nats://…`), RabbitMQ
+//! (`amqp://…`), Kafka (`kafka://host:port`) or SQS (`sqs://host:port` for a local SQS,
+//! `sqs://aws`), picks each paid order once, charges through payments with the key it
 //! carries, writes PickTaskCreated to its outbox, and serves `POST /orders` behind the
 //! Idempotency-Key layer (each order's OrderPaid goes to the outbox too; run `relay` to
 //! publish them).
@@ -13,7 +14,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use guestlist::consumer::shutdown_signal;
-use warehouse_example::broker::Orders;
+use warehouse_example::broker::{Kind, Orders};
 use warehouse_example::ready::Readiness;
 use warehouse_example::warehouse::Topics;
 use warehouse_example::{warehouse, with_pool};
@@ -25,10 +26,12 @@ struct Args {
     /// postgres://… or sqlite:path
     #[arg(long, default_value = "sqlite:warehouse.db")]
     database: String,
-    /// nats://host:port or amqp://user:password@host:port/%2f
+    /// nats://host:port, amqp://user:password@host:port/%2f, kafka://host:port (several:
+    /// kafka://a:9092,b:9092)
+    /// or sqs://host:port (a local SQS) or sqs://aws (from the AWS environment)
     #[arg(long, default_value = "nats://127.0.0.1:4222")]
     broker: String,
-    /// The NATS stream or RabbitMQ queue of OrderPaid events (declared when missing).
+    /// The stream, queue or topic of OrderPaid events (declared when missing).
     #[arg(long, default_value = "ORDERS")]
     queue: String,
     /// The payments service.
@@ -37,7 +40,8 @@ struct Args {
     /// Where the warehouse's own API listens.
     #[arg(long, default_value = "127.0.0.1:4100")]
     listen: String,
-    /// How long NATS waits for an acknowledgement before it redelivers (e.g. 30s).
+    /// How long NATS waits for an acknowledgement before it redelivers (e.g. 30s); the other
+    /// brokers have their own (a Kafka group's session, an SQS queue's visibility timeout).
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     ack_wait: Duration,
     /// Export spans over OTLP/HTTP to the collector at this URL (http://host:4318).
@@ -61,16 +65,21 @@ async fn main() -> anyhow::Result<()> {
         warehouse::migrate(&pool).await?;
         readiness.now_waiting_for("its broker consumer");
         orders.declare().await?;
-        if orders.is_nats() {
-            let source = orders.nats_source(args.ack_wait).await?;
-            ready(&readiness, addr);
-            let shutdown = shutdown_signal();
-            warehouse::consume(source, pool, args.payments, topics, &readiness, shutdown).await?;
-        } else {
-            let source = orders.rabbit_source().await?;
-            ready(&readiness, addr);
-            let shutdown = shutdown_signal();
-            warehouse::consume(source, pool, args.payments, topics, &readiness, shutdown).await?;
+        // Each broker's source is a type of its own: one arm each, the same three steps.
+        macro_rules! consume {
+            ($source:expr) => {{
+                let source = $source.await?;
+                ready(&readiness, addr);
+                let shutdown = shutdown_signal();
+                warehouse::consume(source, pool, args.payments, topics, &readiness, shutdown)
+                    .await?;
+            }};
+        }
+        match orders.kind() {
+            Kind::Nats => consume!(orders.nats_source(args.ack_wait)),
+            Kind::Rabbit => consume!(orders.rabbit_source()),
+            Kind::Kafka => consume!(orders.kafka_source()),
+            Kind::Sqs => consume!(orders.sqs_source()),
         }
     });
     Ok(())

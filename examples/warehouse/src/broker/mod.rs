@@ -1,35 +1,50 @@
-//! Where `OrderPaid` travels: a NATS JetStream stream or a RabbitMQ quorum queue, named by the
-//! broker's URL (`nats://…` or `amqp://…`) and one name (`ORDERS`).
+//! Where `OrderPaid` travels: a NATS JetStream stream, a RabbitMQ quorum queue, a Kafka topic
+//! or an SQS FIFO queue, named by the broker's URL and one name (`ORDERS`):
 //!
-//! The example declares what it needs, so that it runs on an empty broker: the stream `ORDERS`
-//! on subject `orders.paid` with dead letters on `orders.dead` (stream `ORDERS_DEAD`), or the
-//! quorum queue `ORDERS` with its dead letters in `ORDERS.dead`. The warehouse's own events,
-//! `PickTaskCreated`, go on `orders.picked` (stream `ORDERS_PICKS`), or to the queue
-//! `ORDERS.picks`.
+//! | `--broker` | `OrderPaid` | `PickTaskCreated` | dead letters |
+//! |---|---|---|---|
+//! | `nats://host:4222` | stream `ORDERS`, subject `orders.paid` | stream `ORDERS_PICKS`, `orders.picked` | stream `ORDERS_DEAD`, `orders.dead` |
+//! | `amqp://user:pw@host:5672/%2f` | quorum queue `ORDERS` | queue `ORDERS.picks` | queue `ORDERS.dead` |
+//! | `kafka://host:9092[,host:9092…]` | topic `ORDERS` | topic `ORDERS.picks` | topic `ORDERS.dead` |
+//! | `sqs://host:port` (a local SQS such as moto) or `sqs://aws` (from the AWS environment) | FIFO queue `ORDERS.fifo` | `ORDERS-picks.fifo` | `ORDERS-dead.fifo` |
+//!
+//! The example declares what it needs where missing, so that it runs on an empty broker. Each
+//! order's events keep their order on every one of them: a Kafka record's key and an SQS
+//! message's group are the order's ordering key.
+
+mod kafka;
+mod nats;
+mod rabbit;
+mod sqs;
 
 use std::time::Duration;
 
-use anyhow::Context as _;
-use async_nats::jetstream;
-use lapin::options::{
-    BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions, QueueDeleteOptions,
-};
-use lapin::types::{FieldTable, ShortString};
-use lapin::{BasicProperties, Connection, ConnectionProperties};
-
 use crate::warehouse::OrderPaid;
 
-/// A stream or queue on one broker.
+/// Which broker a URL names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// NATS JetStream (`nats://`).
+    Nats,
+    /// RabbitMQ (`amqp://`, `amqps://`).
+    Rabbit,
+    /// Kafka (`kafka://`, then the bootstrap brokers).
+    Kafka,
+    /// Amazon SQS (`sqs://`, then a local endpoint's `host:port`, or `aws`).
+    Sqs,
+}
+
+/// A stream, queue or topic on one broker.
 #[derive(Debug, Clone)]
 pub struct Orders {
-    /// `nats://…` or `amqp://…`.
+    /// `nats://…`, `amqp://…`, `kafka://…` or `sqs://…`.
     pub url: String,
-    /// The stream's or queue's name.
+    /// The stream's, queue's or topic's name.
     pub name: String,
 }
 
 impl Orders {
-    /// The stream or queue `name` on the broker at `url`.
+    /// The stream, queue or topic `name` on the broker at `url`.
     pub fn new(url: impl Into<String>, name: impl Into<String>) -> Self {
         Self {
             url: url.into(),
@@ -37,9 +52,20 @@ impl Orders {
         }
     }
 
-    /// `true` for NATS, `false` for RabbitMQ.
+    /// Which broker the URL names; `nats://` unless it names another.
+    pub fn kind(&self) -> Kind {
+        let scheme = self.url.split("://").next().unwrap_or_default();
+        match scheme {
+            "amqp" | "amqps" => Kind::Rabbit,
+            "kafka" => Kind::Kafka,
+            "sqs" => Kind::Sqs,
+            _ => Kind::Nats,
+        }
+    }
+
+    /// `true` for NATS.
     pub fn is_nats(&self) -> bool {
-        self.url.starts_with("nats")
+        self.kind() == Kind::Nats
     }
 
     /// The NATS subject events are published on.
@@ -47,23 +73,21 @@ impl Orders {
         format!("{}.paid", self.name.to_lowercase())
     }
 
-    /// Where the relay sends `OrderPaid`: the NATS subject, or the RabbitMQ queue (through the
-    /// default exchange).
+    /// Where the relay sends `OrderPaid`.
     pub fn paid_topic(&self) -> String {
-        if self.is_nats() {
-            self.subject()
-        } else {
-            self.name.clone()
+        match self.kind() {
+            Kind::Nats => self.subject(),
+            Kind::Rabbit | Kind::Kafka => self.name.clone(),
+            Kind::Sqs => format!("{}.fifo", self.name),
         }
     }
 
-    /// Where the relay sends `PickTaskCreated`: a NATS subject (stream `<NAME>_PICKS`), or a
-    /// RabbitMQ queue.
+    /// Where the relay sends `PickTaskCreated`.
     pub fn picks(&self) -> String {
-        if self.is_nats() {
-            format!("{}.picked", self.name.to_lowercase())
-        } else {
-            format!("{}.picks", self.name)
+        match self.kind() {
+            Kind::Nats => format!("{}.picked", self.name.to_lowercase()),
+            Kind::Rabbit | Kind::Kafka => format!("{}.picks", self.name),
+            Kind::Sqs => format!("{}-picks.fifo", self.name),
         }
     }
 
@@ -72,126 +96,68 @@ impl Orders {
         format!("{}_PICKS", self.name)
     }
 
-    /// Where poison messages go: a NATS subject, or a RabbitMQ queue.
+    /// Where poison messages go.
     pub fn dead_letters(&self) -> String {
-        if self.is_nats() {
-            format!("{}.dead", self.name.to_lowercase())
-        } else {
-            format!("{}.dead", self.name)
+        match self.kind() {
+            Kind::Nats => format!("{}.dead", self.name.to_lowercase()),
+            Kind::Rabbit | Kind::Kafka => format!("{}.dead", self.name),
+            Kind::Sqs => format!("{}-dead.fifo", self.name),
         }
     }
 
-    /// Creates the stream (and its dead-letter stream) or the queue (and its dead-letter queue)
-    /// where missing.
-    pub async fn declare(&self) -> anyhow::Result<()> {
-        if self.is_nats() {
-            let context = self.nats().await?;
-            for (name, subject) in [
-                (self.name.clone(), self.subject()),
-                (format!("{}_DEAD", self.name), self.dead_letters()),
-                (self.picks_stream(), self.picks()),
-            ] {
-                let config = jetstream::stream::Config {
-                    name: name.clone(),
-                    subjects: vec![subject],
-                    ..Default::default()
-                };
-                if let Err(err) = context.get_or_create_stream(config).await {
-                    // Services that start together race to create it, and the losers are told
-                    // its subjects overlap with a stream: the one the winner just made.
-                    context
-                        .get_stream(&name)
-                        .await
-                        .map_err(|_| err)
-                        .with_context(|| format!("creating stream {name} on {}", self.url))?;
-                }
-            }
-        } else {
-            let (connection, channel) = self.amqp().await?;
-            let queue = &self.name;
-            guestlist::amqp::declare_quorum_queue(&channel, queue)
-                .await
-                .with_context(|| format!("declaring queue {queue} on the broker"))?;
-            let durable = QueueDeclareOptions {
-                durable: true,
-                ..QueueDeclareOptions::default()
-            };
-            for queue in [self.dead_letters(), self.picks()] {
-                channel
-                    .queue_declare(
-                        ShortString::from(queue.as_str()),
-                        durable,
-                        FieldTable::default(),
-                    )
-                    .await
-                    .with_context(|| format!("declaring queue {queue} on the broker"))?;
-            }
-            connection.close(200, ShortString::from("declared")).await?;
+    /// Kafka's bootstrap brokers: the URL without `kafka://`.
+    pub fn kafka_brokers(&self) -> &str {
+        self.url.strip_prefix("kafka://").unwrap_or(&self.url)
+    }
+
+    /// A local SQS's endpoint (`http://host:port`), or `None` for AWS itself (`sqs://aws`).
+    pub fn sqs_endpoint(&self) -> Option<String> {
+        match self.url.strip_prefix("sqs://") {
+            Some("aws") | None => None,
+            Some(address) => Some(format!("http://{address}")),
         }
-        Ok(())
+    }
+
+    /// Creates the streams, queues or topics where missing.
+    pub async fn declare(&self) -> anyhow::Result<()> {
+        match self.kind() {
+            Kind::Nats => nats::declare(self).await,
+            Kind::Rabbit => rabbit::declare(self).await,
+            Kind::Kafka => kafka::declare(self).await,
+            Kind::Sqs => sqs::declare(self).await,
+        }
     }
 
     /// Deletes what [`declare`](Self::declare) makes, where present, with what it holds.
     pub async fn remove(&self) -> anyhow::Result<()> {
-        if self.is_nats() {
-            let context = self.nats().await?;
-            for stream in [
-                self.name.clone(),
-                format!("{}_DEAD", self.name),
-                self.picks_stream(),
-            ] {
-                // Deleting a stream that is not there fails; that is what we want anyway.
-                let _ = context.delete_stream(&stream).await;
-            }
-        } else {
-            for queue in [self.name.clone(), self.dead_letters(), self.picks()] {
-                // A failed delete closes its channel: one channel per queue.
-                let (connection, channel) = self.amqp().await?;
-                let _ = channel
-                    .queue_delete(
-                        ShortString::from(queue.as_str()),
-                        QueueDeleteOptions::default(),
-                    )
-                    .await;
-                let _ = connection.close(200, ShortString::from("removed")).await;
-            }
+        match self.kind() {
+            Kind::Nats => nats::remove(self).await,
+            Kind::Rabbit => rabbit::remove(self).await,
+            Kind::Kafka => kafka::remove(self).await,
+            Kind::Sqs => sqs::remove(self).await,
         }
-        Ok(())
     }
 
     /// Publishes `event` and waits for the broker to confirm it stored it.
     pub async fn publish(&self, event: &OrderPaid) -> anyhow::Result<()> {
         let payload = serde_json::to_vec(event)?;
-        if self.is_nats() {
-            // No Nats-Msg-Id: the server would drop a republished event itself, and the example
-            // is about the duplicates that reach the consumer anyway (the id is in the payload).
-            self.nats()
-                .await?
-                .publish(self.subject(), payload.into())
-                .await?
-                .await
-                .context("the stream did not confirm the event")?;
-        } else {
-            let (connection, channel) = self.amqp().await?;
-            channel
-                .confirm_select(ConfirmSelectOptions::default())
-                .await?;
-            channel
-                .basic_publish(
-                    ShortString::from(""),
-                    ShortString::from(self.name.as_str()),
-                    BasicPublishOptions::default(),
-                    &payload,
-                    properties(event),
-                )
-                .await?
-                .await
-                .context("the queue did not confirm the event")?;
-            connection
-                .close(200, ShortString::from("published"))
-                .await?;
+        match self.kind() {
+            Kind::Nats => nats::publish(self, payload).await,
+            Kind::Rabbit => rabbit::publish(self, event, &payload).await,
+            Kind::Kafka => kafka::publish(self, event, &payload).await,
+            Kind::Sqs => sqs::publish(self, event, payload).await,
         }
-        Ok(())
+    }
+
+    /// What is still on the broker for the warehouse: messages not yet handled or not yet
+    /// acknowledged, and dead letters, one line each; empty when all is done.
+    pub async fn left_over(&self) -> anyhow::Result<Vec<String>> {
+        match self.kind() {
+            Kind::Nats => nats::left_over(self).await,
+            Kind::Rabbit => rabbit::left_over(self).await,
+            Kind::Kafka => kafka::left_over(self).await,
+            Kind::Sqs => sqs::left_over(self).await,
+        }
     }
 
     /// The consumer's NATS source, with `ack_wait`: the durable consumer `warehouse`, created
@@ -200,46 +166,35 @@ impl Orders {
         &self,
         ack_wait: Duration,
     ) -> anyhow::Result<guestlist::nats::JetStreamSource> {
-        Ok(
-            guestlist::nats::JetStreamSource::builder(&self.url, &self.name, "warehouse")
-                .ack_wait(ack_wait)
-                .dead_letter(&self.dead_letters())
-                .connect()
-                .await?,
-        )
+        nats::source(self, ack_wait).await
     }
 
     /// The consumer's RabbitMQ source, consuming the queue when this returns.
     pub async fn rabbit_source(&self) -> anyhow::Result<guestlist::amqp::RabbitSource> {
+        rabbit::source(self).await
+    }
+
+    /// The consumer's Kafka source: a member of the group `warehouse`.
+    pub async fn kafka_source(&self) -> anyhow::Result<guestlist::kafka::KafkaSource> {
+        kafka::source(self).await
+    }
+
+    /// The consumer's SQS source.
+    pub async fn sqs_source(&self) -> anyhow::Result<guestlist::sqs::SqsSource> {
+        sqs::source(self).await
+    }
+
+    /// The relay's Kafka publisher.
+    pub async fn kafka_publisher(&self) -> anyhow::Result<guestlist::kafka::KafkaPublisher> {
         Ok(
-            guestlist::amqp::RabbitSource::builder(&self.url, &self.name)
-                .dead_letter("", &self.dead_letters())
+            guestlist::kafka::KafkaPublisher::builder(self.kafka_brokers())
                 .connect()
                 .await?,
         )
     }
 
-    async fn nats(&self) -> anyhow::Result<jetstream::Context> {
-        let client = async_nats::connect(&self.url)
-            .await
-            .with_context(|| format!("connecting to NATS at {}", self.url))?;
-        Ok(jetstream::new(client))
+    /// The relay's SQS publisher.
+    pub async fn sqs_publisher(&self) -> anyhow::Result<guestlist::sqs::SqsPublisher> {
+        sqs::publisher(self).await
     }
-
-    async fn amqp(&self) -> anyhow::Result<(Connection, lapin::Channel)> {
-        let connection = Connection::connect(&self.url, ConnectionProperties::default())
-            .await
-            .context("connecting to RabbitMQ")?;
-        let channel = connection.create_channel().await?;
-        Ok((connection, channel))
-    }
-}
-
-/// The AMQP properties of `event`: persistent, and its id (if it has one) as `message_id`.
-fn properties(event: &OrderPaid) -> BasicProperties {
-    let properties = match &event.id {
-        Some(id) => guestlist::amqp::with_message_id(id),
-        None => BasicProperties::default(),
-    };
-    properties.with_delivery_mode(2)
 }

@@ -6,11 +6,7 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use async_nats::jetstream;
 use guestlist_testkit::{Database, Fixture};
-use lapin::options::QueueDeclareOptions;
-use lapin::types::{FieldTable, ShortString};
-use lapin::{Connection, ConnectionProperties};
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
 use warehouse_example::broker::Orders;
@@ -263,6 +259,13 @@ pub fn nats_url() -> String {
     std::env::var("GUESTLIST_TEST_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".to_owned())
 }
 
+/// The local SQS (moto) the tests use, as the example's `--broker` names it: `sqs://host:port`.
+pub fn sqs_url() -> String {
+    let endpoint = std::env::var("GUESTLIST_TEST_SQS_ENDPOINT")
+        .unwrap_or_else(|_| "http://127.0.0.1:5000".to_owned());
+    format!("sqs://{}", endpoint.trim_start_matches("http://"))
+}
+
 /// The RabbitMQ server the tests use.
 pub fn amqp_url() -> String {
     std::env::var("GUESTLIST_TEST_AMQP_URL")
@@ -346,58 +349,10 @@ pub async fn until_the_broker_is_quiet(orders: &Orders, quiet: Duration, limit: 
 
 /// What is still on the broker: messages not yet acknowledged, and dead letters.
 pub async fn pending_on_the_broker(orders: &Orders) -> Vec<String> {
-    let mut left = Vec::new();
-    if orders.is_nats() {
-        let context = jetstream::new(async_nats::connect(&orders.url).await.unwrap());
-        let mut consumer: jetstream::consumer::PullConsumer = context
-            .get_stream(&orders.name)
-            .await
-            .unwrap()
-            .get_consumer("warehouse")
-            .await
-            .unwrap();
-        let info = consumer.info().await.unwrap();
-        if info.num_pending + info.num_ack_pending as u64 > 0 {
-            left.push(format!(
-                "{} pending, {} awaiting acknowledgement",
-                info.num_pending, info.num_ack_pending
-            ));
-        }
-        let mut dead = context
-            .get_stream(format!("{}_DEAD", orders.name))
-            .await
-            .unwrap();
-        let dead_letters = dead.info().await.unwrap().state.messages;
-        if dead_letters > 0 {
-            left.push(format!("{dead_letters} dead letters"));
-        }
-    } else {
-        let connection = Connection::connect(&orders.url, ConnectionProperties::default())
-            .await
-            .unwrap();
-        let channel = connection.create_channel().await.unwrap();
-        let passive = QueueDeclareOptions {
-            passive: true,
-            ..QueueDeclareOptions::default()
-        };
-        for queue in [orders.name.clone(), orders.dead_letters()] {
-            let declared = channel
-                .queue_declare(
-                    ShortString::from(queue.as_str()),
-                    passive,
-                    FieldTable::default(),
-                )
-                .await
-                .unwrap();
-            // Ready messages; those delivered and not yet acknowledged count once the
-            // consumers stop (or in the consumer count's deliveries meanwhile).
-            if declared.message_count() > 0 {
-                left.push(format!("{} in {queue}", declared.message_count()));
-            }
-        }
-        let _ = connection.close(200, ShortString::from("checked")).await;
-    }
-    left
+    orders
+        .left_over()
+        .await
+        .unwrap_or_else(|err| panic!("what is left on {}: {err:#}", orders.url))
 }
 
 /// The functions on each thread's stack in process `pid` (through gdb, where the machine has

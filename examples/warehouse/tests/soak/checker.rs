@@ -5,10 +5,11 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use guestlist::sqlx::{self, PgPool};
 use serde::Serialize;
-use warehouse_example::broker::Orders;
+use warehouse_example::broker::{Kind, Orders};
 
 use crate::clients::Attempt;
 use crate::common::pending_on_the_broker;
+use crate::order::{self, Ordered};
 
 /// What the checker counted, and what it found wrong.
 #[derive(Debug, Default, Serialize)]
@@ -20,6 +21,13 @@ pub struct Checked {
     pub orders: i64,
     pub pick_tasks: i64,
     pub charges: i64,
+    /// Each customer's orders in the order they were placed, at the warehouse.
+    pub order: Ordered,
+    /// Whether the broker keeps a key's order between the two warehouses (Kafka's partitions,
+    /// SQS FIFO's groups): orders out of order are then anomalies. NATS and RabbitMQ share one
+    /// consumer's or queue's messages between them in no order (the guide says to run one
+    /// process per durable consumer for a key's order): there they are counted only.
+    pub order_kept_by_the_broker: bool,
     pub anomalies: Vec<String>,
 }
 
@@ -100,6 +108,19 @@ pub async fn check(history: &[Attempt], pool: &PgPool, orders: &Orders) -> Check
                     .anomalies
                     .push(format!("order {id} ({key}) has {n} {what}s, not 1:\n{h}"));
             }
+        }
+    }
+    checked.order = order::check(&told, pool).await;
+    checked.order_kept_by_the_broker = matches!(orders.kind(), Kind::Kafka | Kind::Sqs);
+    if checked.order_kept_by_the_broker {
+        for late in &checked.order.out_of_order {
+            let history: Vec<String> = late
+                .split(['(', ')'])
+                .filter(|part| by_key.contains_key(part))
+                .map(|key| format!("{key}:\n{}", excerpt(&by_key[key])))
+                .collect();
+            let history = history.join("\n");
+            checked.anomalies.push(format!("{late}:\n{history}"));
         }
     }
     for id in placed.iter().chain(picks.keys()).chain(charges.keys()) {

@@ -1,4 +1,5 @@
-//! The shop's clients: each places orders one after another, each order under a key of its own,
+//! The shop's clients: each a customer that places orders one after another, each order under a
+//! key of its own,
 //! and retries as real clients do (on a timeout, a refused connection, 409 with `Retry-After`,
 //! and 5xx: with backoff and the same key and body), recording every attempt.
 
@@ -52,7 +53,12 @@ pub async fn run(
             while Instant::now() < until {
                 n += 1;
                 let key = format!("soak-{seed}-{client}-{n}");
-                let body = format!("{{\"amount\":{}}}", rng.i64(100..100_000));
+                // Each client is a customer: its orders must reach the warehouse in the order
+                // they were placed.
+                let body = format!(
+                    "{{\"amount\":{},\"customer\":\"c{client}\"}}",
+                    rng.i64(100..100_000)
+                );
                 let order = Order {
                     http: &http,
                     apis: &apis,

@@ -4,9 +4,10 @@
 use std::time::Duration;
 
 use guestlist_testkit::fault_proxy::FaultProxy;
+use guestlist_testkit::own_tansu::OwnTansu;
 use guestlist_testkit::private_postgres::PrivatePostgres;
 use tokio::sync::Mutex;
-use warehouse_example::broker::Orders;
+use warehouse_example::broker::{Kind, Orders};
 
 /// A link the nemesis can cut, stall or slow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,17 +44,28 @@ pub struct Links {
     pub orders: Orders,
     /// Held by a fault on a link (or the server behind it): one at a time per link.
     faults: [Mutex<()>; 3],
+    /// On Kafka, the run's own broker, which knows its proxy's address as its own (a Kafka
+    /// client goes to the address the broker advertises, and would go around the proxy).
+    _kafka: Option<OwnTansu>,
 }
 
 impl Links {
-    /// A PostgreSQL of the run's own and a proxy to it, to the broker of `orders`, and to
-    /// payments at `payments` (`host:port`, where it will listen).
+    /// A PostgreSQL of the run's own and a proxy to it, to the broker of `orders` (on Kafka,
+    /// a broker of the run's own), and to payments at `payments` (`host:port`, where it will
+    /// listen).
     pub async fn start(orders: &Orders, payments: &str) -> Self {
         let postgres = tokio::task::spawn_blocking(PrivatePostgres::start)
             .await
             .expect("a PostgreSQL of the run's own");
         let (database, database_url) = FaultProxy::for_url(&postgres.url()).await;
-        let (broker, broker_url) = FaultProxy::for_url(&orders.url).await;
+        let (broker, broker_url, kafka) = if orders.kind() == Kind::Kafka {
+            let (tansu, broker) = OwnTansu::behind_proxy().await;
+            let url = format!("kafka://{}", broker.addr());
+            (broker, url, Some(tansu))
+        } else {
+            let (broker, url) = FaultProxy::for_url(&orders.url).await;
+            (broker, url, None)
+        };
         let payments = FaultProxy::to(payments).await;
         Self {
             postgres,
@@ -63,6 +75,7 @@ impl Links {
             database_url,
             orders: Orders::new(broker_url, orders.name.clone()),
             faults: Default::default(),
+            _kafka: kafka,
         }
     }
 

@@ -49,13 +49,16 @@ fn ms(rng: &mut fastrand::Rng, from: u64, to: u64) -> Duration {
 }
 
 /// Injects faults into `parts` and `links` until `until`, drawn from `seed`; returns what it
-/// did.
+/// did. Without `skews`, a relay drawn for a clock skew is restarted with its clock left
+/// alone: on Kafka, a wall clock faked by libfaketime makes librdkafka's timed waits miss
+/// (`rd_kafka_new` never returns), which a real clock that is off would not.
 pub async fn run(
     parts: Arc<Parts>,
     links: Arc<Links>,
     seed: u64,
     started: Instant,
     until: Instant,
+    skews: bool,
 ) -> Vec<Fault> {
     let mut rng = fastrand::Rng::with_seed(seed);
     let mut done = Vec::new();
@@ -107,9 +110,14 @@ pub async fn run(
                 _ => {
                     let minutes = rng.i32(1..=10) * if rng.bool() { 1 } else { -1 };
                     let offset = format!("{minutes:+}m");
-                    let what = format!("{} restarted with its clock {offset} off", relay.name());
+                    let what = if skews {
+                        format!("{} restarted with its clock {offset} off", relay.name())
+                    } else {
+                        format!("{} restarted (its clock left alone on Kafka)", relay.name())
+                    };
                     let task = tokio::spawn(async move {
-                        parts.kill(relay, Duration::ZERO, Some(&offset)).await;
+                        let offset = skews.then_some(offset.as_str());
+                        parts.kill(relay, Duration::ZERO, offset).await;
                     });
                     (what, Duration::ZERO, task)
                 }

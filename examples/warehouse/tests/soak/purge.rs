@@ -8,9 +8,13 @@ use guestlist::retention::PurgerHandle;
 use guestlist::sqlx::{PgPool, Postgres};
 use guestlist::{Inbox, Purger, Retention, SqlKeyStore};
 
-/// How long handled messages are kept: far past the longest redelivery a fault here causes
-/// (a stall of seconds, then the broker's 2 s wait).
-pub const INBOX_KEEP: Duration = Duration::from_secs(60);
+/// How long handled messages are kept: past the longest a copy of one can still come. That is
+/// not the broker's redelivery alone: a relay that published a message and could not stamp it
+/// (its database or broker out, its lease lost) publishes it again when it can, and on SQS
+/// (moto, which deduplicates only against messages still in the queue) the new copy reaches
+/// the warehouse. Kept 60 s, SQS runs handled 59 orders twice, their copies arriving 70 to
+/// 77 s after the first (seed 301): five minutes here, SQS FIFO's own deduplication window.
+pub const INBOX_KEEP: Duration = Duration::from_secs(300);
 /// How long keys are kept: far past the longest a client retries one key.
 pub const KEYS_KEEP: Duration = Duration::from_secs(120);
 /// Time between purges.
