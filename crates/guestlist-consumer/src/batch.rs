@@ -52,16 +52,15 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
     /// held and kept alive, the outage is reported on [`Health`], and they are tried again after
     /// a doubling pause until the database answers. Nothing more is fetched meanwhile. Asked to
     /// `stop` then, it lets what it holds go back to the broker unsettled, and returns.
-    pub(crate) async fn handle<D: Delivery, F, S>(
+    pub(crate) async fn handle<D: Delivery, F>(
         &self,
         deliveries: Vec<D>,
         handled: &mut Handled,
         next: F,
-        stop: &mut Stop<S>,
+        stop: &mut Stop,
     ) -> F::Output
     where
         F: Future<Output = Result<Vec<D>, BoxError>>,
-        S: Future<Output = ()>,
     {
         let mut held = self.take_in(deliveries, handled);
         let mut next = Next::Waiting(Box::pin(next));

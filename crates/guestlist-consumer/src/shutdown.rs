@@ -1,18 +1,17 @@
 //! Stopping on SIGTERM.
 
-use std::future::Future;
-use std::pin::Pin;
+use guestlist_core::StopSignal;
 
-/// A run's shutdown future, polled until it has come and never after.
-pub(crate) struct Stop<F> {
-    signal: Pin<Box<F>>,
+/// A run's shutdown signal, polled until it has come and never after.
+pub(crate) struct Stop {
+    signal: StopSignal,
     came: bool,
 }
 
-impl<F: Future<Output = ()>> Stop<F> {
-    pub(crate) fn new(signal: F) -> Self {
+impl Stop {
+    pub(crate) fn new(signal: StopSignal) -> Self {
         Self {
-            signal: Box::pin(signal),
+            signal,
             came: false,
         }
     }

@@ -214,7 +214,7 @@ pub async fn consume<S: Source, DB: Shop>(
 pub struct NewOrder {
     /// In cents.
     pub amount: i64,
-    /// Whose order it is (at most 64 characters, no spaces or control characters): each
+    /// Whose order it is (1 to 64 printable ASCII characters, spaces included): each
     /// customer's `OrderPaid` events share an ordering key, so that the warehouse handles
     /// them in the order they were placed. Without it, each order is a key of its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -239,11 +239,12 @@ async fn create_order<DB: Shop>(
     let key = match &order.customer {
         Some(customer) => OrderingKey::new(format!("customer-{customer}"))
             .ok()
-            .filter(|_| customer.len() <= 64),
+            .filter(|_| (1..=64).contains(&customer.len())),
         None => None,
     };
     if order.customer.is_some() && key.is_none() {
-        let why = "customer: at most 64 characters, with no spaces or control characters";
+        let why = "customer: 1 to 64 printable ASCII characters (spaces included, no accents or \
+                   control characters)";
         return (StatusCode::UNPROCESSABLE_ENTITY, why.to_owned()).into_response();
     }
     let created = async {

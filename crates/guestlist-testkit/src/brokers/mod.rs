@@ -7,6 +7,8 @@
 /// A source whose batch acknowledgements never leave, for the commit-then-kill story.
 /// A story's child process: the test binary, running one of the story's ignored tests.
 pub mod child;
+/// A run told to stop while its database stalls: within its shutdown grace.
+pub mod graceful;
 pub mod held_acks;
 /// The outbox relay's stories.
 pub mod relay;

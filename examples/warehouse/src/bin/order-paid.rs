@@ -34,6 +34,7 @@ struct Args {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let orders = Orders::new(&args.broker, &args.queue);
+    orders.check()?;
     orders.declare().await?;
     orders
         .publish(&OrderPaid {

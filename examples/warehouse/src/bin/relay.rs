@@ -46,6 +46,7 @@ async fn main() -> anyhow::Result<()> {
     let _export =
         warehouse_example::telemetry::init("warehouse-relay", args.otlp_endpoint.as_deref())?;
     let orders = Orders::new(&args.broker, &args.queue);
+    orders.check()?;
     with_pool!(&args.database, |pool| {
         warehouse::migrate(&pool).await?;
         orders.declare().await?;

@@ -54,6 +54,7 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let _export = warehouse_example::telemetry::init("warehouse", args.otlp_endpoint.as_deref())?;
     let orders = Orders::new(&args.broker, &args.queue);
+    orders.check()?;
     let topics = Topics::of(&orders)?;
     let listener = tokio::net::TcpListener::bind(&args.listen).await?;
     let addr = listener.local_addr()?;

@@ -52,7 +52,25 @@ impl Orders {
         }
     }
 
-    /// Which broker the URL names; `nats://` unless it names another.
+    /// Refuses a URL that names no broker the example knows, with what to write instead:
+    /// [`kind`](Self::kind) would take it for NATS.
+    pub fn check(&self) -> anyhow::Result<()> {
+        let scheme = self.url.split("://").next().unwrap_or_default();
+        if matches!(scheme, "nats" | "tls" | "amqp" | "amqps" | "kafka" | "sqs")
+            && self.url.contains("://")
+        {
+            return Ok(());
+        }
+        anyhow::bail!(
+            "--broker {}: name the broker by its scheme: nats://host:4222, \
+             amqp://user:password@host:5672/%2f, kafka://host:9092 or sqs://host:port (sqs://aws \
+             for AWS)",
+            self.url
+        )
+    }
+
+    /// Which broker the URL names; `nats://` unless it names another (see
+    /// [`check`](Self::check)).
     pub fn kind(&self) -> Kind {
         let scheme = self.url.split("://").next().unwrap_or_default();
         match scheme {
@@ -196,5 +214,36 @@ impl Orders {
     /// The relay's SQS publisher.
     pub async fn sqs_publisher(&self) -> anyhow::Result<guestlist::sqs::SqsPublisher> {
         sqs::publisher(self).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Kind, Orders};
+
+    #[test]
+    fn a_broker_is_named_by_its_scheme_and_a_typo_is_refused() {
+        for (url, kind) in [
+            ("nats://127.0.0.1:4222", Kind::Nats),
+            ("amqp://guest:guest@127.0.0.1:5672/%2f", Kind::Rabbit),
+            ("kafka://127.0.0.1:9092", Kind::Kafka),
+            ("sqs://127.0.0.1:5000", Kind::Sqs),
+        ] {
+            let orders = Orders::new(url, "ORDERS");
+            assert!(orders.check().is_ok(), "{url}");
+            assert_eq!(orders.kind(), kind, "{url}");
+        }
+        let typo = Orders::new("kafak://127.0.0.1:9092", "ORDERS").check();
+        assert!(typo.unwrap_err().to_string().contains("kafka://host:9092"));
+        assert!(Orders::new("127.0.0.1:4222", "ORDERS").check().is_err());
+        assert_eq!(
+            Orders::new("sqs://aws", "ORDERS").sqs_endpoint(),
+            None,
+            "sqs://aws is AWS itself"
+        );
+        assert_eq!(
+            Orders::new("sqs://127.0.0.1:5000", "ORDERS").sqs_endpoint(),
+            Some("http://127.0.0.1:5000".to_owned())
+        );
     }
 }

@@ -115,12 +115,12 @@ pub async fn check(history: &[Attempt], pool: &PgPool, orders: &Orders) -> Check
     if checked.order_kept_by_the_broker {
         for late in &checked.order.out_of_order {
             let history: Vec<String> = late
-                .split(['(', ')'])
-                .filter(|part| by_key.contains_key(part))
-                .map(|key| format!("{key}:\n{}", excerpt(&by_key[key])))
+                .keys
+                .iter()
+                .map(|key| format!("{key}:\n{}", excerpt(&by_key[key.as_str()])))
                 .collect();
             let history = history.join("\n");
-            checked.anomalies.push(format!("{late}:\n{history}"));
+            checked.anomalies.push(format!("{}:\n{history}", late.what));
         }
     }
     for id in placed.iter().chain(picks.keys()).chain(charges.keys()) {

@@ -16,10 +16,19 @@ pub struct Ordered {
     pub customers: usize,
     /// Orders of those customers checked.
     pub orders: usize,
-    /// An order that reached the warehouse after a later one of its customer, with the keys.
-    pub out_of_order: Vec<String>,
+    /// An order that reached the warehouse after a later one of its customer.
+    pub out_of_order: Vec<Late>,
     /// An order that reached the warehouse more than once, with each arrival.
     pub repeated: Vec<String>,
+}
+
+/// An order that reached the warehouse after a later one of its customer.
+#[derive(Debug, Serialize)]
+pub struct Late {
+    /// What happened, with both orders' arrivals.
+    pub what: String,
+    /// The keys of the earlier-placed order and of the one that overtook it.
+    pub keys: [String; 2],
 }
 
 /// The customer and place of a key `soak-<seed>-<client>-<n>`.
@@ -37,22 +46,21 @@ pub async fn check(told: &BTreeMap<i64, &str>, pool: &PgPool) -> Ordered {
             .fetch_all(pool)
             .await
             .expect("the warehouse's arrivals");
-    let mut each: BTreeMap<i64, Vec<String>> = BTreeMap::new();
-    for (_, order, rank, how) in &arrivals {
-        each.entry(*order)
-            .or_default()
-            .push(format!("{rank}th {how}"));
+    // Each order's arrivals, first first: its place is checked by the first.
+    let mut each: BTreeMap<i64, Vec<(String, i64, String)>> = BTreeMap::new();
+    for (customer, order, rank, how) in arrivals {
+        each.entry(order).or_default().push((customer, rank, how));
     }
     let repeated = each
-        .into_iter()
+        .iter()
         .filter(|(_, arrived)| arrived.len() > 1)
-        .map(|(order, arrived)| format!("order {order} arrived {}", arrived.join("; then ")));
-    // The first arrival of each order is the one its place is checked by.
-    let rank: BTreeMap<i64, (String, i64, String)> = arrivals
-        .into_iter()
-        .rev()
-        .map(|(customer, order, rank, how)| (order, (customer, rank, how)))
-        .collect();
+        .map(|(order, arrived)| {
+            let arrived: Vec<String> = arrived
+                .iter()
+                .map(|(_, rank, how)| format!("{rank}th {how}"))
+                .collect();
+            format!("order {order} arrived {}", arrived.join("; then "))
+        });
     let mut placed: BTreeMap<String, Vec<(u64, i64, &str)>> = BTreeMap::new();
     for (order, key) in told {
         if let Some((customer, n)) = customer_of(key) {
@@ -74,17 +82,21 @@ pub async fn check(told: &BTreeMap<i64, &str>, pool: &PgPool) -> Ordered {
         // pick-task check names one that did not).
         let mut before: Option<(i64, &str, i64, &str)> = None;
         for (_, order, key) in orders {
-            let Some((_, arrived, how)) = rank.get(&order).filter(|(c, ..)| *c == customer) else {
+            let first = each.get(&order).and_then(|arrived| arrived.first());
+            let Some((_, arrived, how)) = first.filter(|(c, ..)| *c == customer) else {
                 continue;
             };
             if let Some((earlier, earlier_key, earlier_arrived, earlier_how)) = before
                 && *arrived <= earlier_arrived
             {
-                ordered.out_of_order.push(format!(
-                    "customer {customer}: order {order} ({key}) arrived {arrived}th ({how}), \
-                     not after order {earlier} ({earlier_key}), placed before it and arrived \
-                     {earlier_arrived}th ({earlier_how})"
-                ));
+                ordered.out_of_order.push(Late {
+                    what: format!(
+                        "customer {customer}: order {order} ({key}) arrived {arrived}th ({how}), \
+                         not after order {earlier} ({earlier_key}), placed before it and \
+                         arrived {earlier_arrived}th ({earlier_how})"
+                    ),
+                    keys: [earlier_key.to_owned(), key.to_owned()],
+                });
             }
             before = Some((order, key, *arrived, how));
         }

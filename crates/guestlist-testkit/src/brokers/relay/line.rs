@@ -190,6 +190,15 @@ impl<B: Broker, DB: Fixture> Line<B, DB> {
         self.outbox.stats(&self.rig.db.pool).await.unwrap().pending
     }
 
+    /// Waits up to a minute until nothing is pending in the outbox; fails naming `what`.
+    pub async fn until_drained(&self, what: &str) {
+        self.rig
+            .until(Duration::from_secs(60), what, || async {
+                self.pending().await == 0
+            })
+            .await;
+    }
+
     /// Of the `enqueued` messages enqueued so far, those published: no longer in the outbox
     /// (a relay deletes a message's row once the broker confirmed it) nor among its dead
     /// letters.

@@ -8,6 +8,7 @@ use guestlist_sqlx::Relay;
 use super::line::Line;
 use crate::Fixture;
 use crate::brokers::Broker;
+use crate::brokers::graceful::stopped_within_grace;
 use crate::fault_proxy::FaultProxy;
 use crate::run_until_stopped;
 
@@ -40,18 +41,8 @@ pub async fn a_relay_stalled_past_its_lease_takes_nothing_back<B: Broker, DB: Fi
             }
         }
     };
-    let drained = |what: &'static str| {
-        let line = &line;
-        async move {
-            line.rig
-                .until(Duration::from_secs(60), what, || async {
-                    line.pending().await == 0
-                })
-                .await;
-        }
-    };
     enqueue(0).await;
-    drained("relay A publishes the first ten").await;
+    line.until_drained("relay A publishes the first ten").await;
     let a_lease = line.lease().await;
 
     proxy.stall();
@@ -63,7 +54,8 @@ pub async fn a_relay_stalled_past_its_lease_takes_nothing_back<B: Broker, DB: Fi
         "a stalled relay publishes nothing"
     );
     let (stop_b, b) = run_until_stopped!(relay(line.rig.db.pool.clone()).await);
-    drained("relay B takes over and publishes the next ten").await;
+    line.until_drained("relay B takes over and publishes the next ten")
+        .await;
     let b_lease = line.lease().await;
     assert!(
         b_lease.token > a_lease.token && b_lease.holder != a_lease.holder,
@@ -73,7 +65,7 @@ pub async fn a_relay_stalled_past_its_lease_takes_nothing_back<B: Broker, DB: Fi
     proxy.release();
     tokio::time::sleep(LEASE).await;
     enqueue(20).await;
-    drained("the last ten are published").await;
+    line.until_drained("the last ten are published").await;
     let lease = line.lease().await;
     assert_eq!(
         (lease.token, &lease.holder),
@@ -128,17 +120,7 @@ pub async fn a_relay_told_to_stop_while_its_database_stalls_stops_within_its_gra
     for n in 0..10 {
         line.enqueue(&format!("evt_{n}"), "order-1", true).await;
     }
-    let drained = |what: &'static str| {
-        let line = &line;
-        async move {
-            line.rig
-                .until(Duration::from_secs(60), what, || async {
-                    line.pending().await == 0
-                })
-                .await;
-        }
-    };
-    drained("relay A publishes the first ten").await;
+    line.until_drained("relay A publishes the first ten").await;
 
     proxy.stall();
     for n in 10..20 {
@@ -146,30 +128,14 @@ pub async fn a_relay_told_to_stop_while_its_database_stalls_stops_within_its_gra
     }
     // A's next poll is sent into the stall and waits for an answer that does not come.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let asked = std::time::Instant::now();
-    stop_a.send(()).unwrap();
-    let a = tokio::time::timeout(GRACE + Duration::from_secs(5), a)
+    let a = stopped_within_grace(B::LABEL, "relay A", stop_a, a, GRACE)
         .await
-        .unwrap_or_else(|_| {
-            panic!(
-                "{}: relay A, told to stop with its database stalled, was still running \
-                 {:?} later (its shutdown grace is {GRACE:?})",
-                B::LABEL,
-                asked.elapsed()
-            )
-        })
-        .unwrap()
         .unwrap();
-    assert!(
-        asked.elapsed() >= GRACE,
-        "{}: A stopped after {:?}, before its grace, though nothing it waited on answered",
-        B::LABEL,
-        asked.elapsed()
-    );
     assert_eq!(a.published, 10, "{}: {a:?}", B::LABEL);
 
     let (stop_b, b) = run_until_stopped!(relay(line.rig.db.pool.clone()).await);
-    drained("relay B takes the lease over once it expires and publishes the next ten").await;
+    line.until_drained("relay B takes the lease over once it expires and publishes the next ten")
+        .await;
     stop_b.send(()).unwrap();
     let b = b.await.unwrap().unwrap();
     assert_eq!(b.published, 10, "{}: {b:?}", B::LABEL);
