@@ -31,6 +31,13 @@ pub trait Shop: Backend {
         event: &'c str,
         charge: &'c str,
     ) -> WorkFuture<'c, (), sqlx::Error>;
+    /// The stock held for the order, by the OrderPaid event that reserved it (an append: the
+    /// steps' journal makes it exactly once).
+    fn reserve<'c>(
+        conn: &'c mut Self::Connection,
+        order: i64,
+        event: &'c str,
+    ) -> WorkFuture<'c, (), sqlx::Error>;
     /// The customer's next arrival: how many of its orders the warehouse has handled, this one
     /// included, with `how` (which process, which delivery). The customer's row is locked until
     /// the transaction ends, so that the count is the order in which the handlers of one
@@ -43,10 +50,11 @@ pub trait Shop: Backend {
     ) -> WorkFuture<'c, i64, sqlx::Error>;
 }
 
-const TABLES: [&str; 5] = [
+const TABLES: [&str; 6] = [
     "CREATE TABLE IF NOT EXISTS charges (id INTEGER PRIMARY KEY, order_id BIGINT NOT NULL, amount BIGINT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS orders (id INTEGER PRIMARY KEY, amount BIGINT NOT NULL, status VARCHAR(16) NOT NULL)",
     "CREATE TABLE IF NOT EXISTS pick_tasks (order_id BIGINT NOT NULL, event VARCHAR(255) NOT NULL, charge VARCHAR(64) NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS reservations (order_id BIGINT NOT NULL, event VARCHAR(255) NOT NULL)",
     "CREATE TABLE IF NOT EXISTS customers (id VARCHAR(64) PRIMARY KEY, handled BIGINT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS arrivals (customer VARCHAR(64) NOT NULL, order_id BIGINT NOT NULL, rank BIGINT NOT NULL, how VARCHAR(255) NOT NULL)",
 ];
@@ -111,6 +119,21 @@ macro_rules! shop {
                     .execute(conn)
                     .await
                     .map(drop)
+                })
+            }
+
+            fn reserve<'c>(
+                conn: &'c mut $conn,
+                order: i64,
+                event: &'c str,
+            ) -> WorkFuture<'c, (), sqlx::Error> {
+                Box::pin(async move {
+                    sqlx::query("INSERT INTO reservations (order_id, event) VALUES ($1, $2)")
+                        .bind(order)
+                        .bind(event)
+                        .execute(conn)
+                        .await
+                        .map(drop)
                 })
             }
 

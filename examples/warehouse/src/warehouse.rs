@@ -1,5 +1,5 @@
-//! `warehouse`: consumes `OrderPaid`, picks, charges with the key it carries, and announces the
-//! pick task through its outbox; and its own API creates paid orders behind the Idempotency-Key
+//! `warehouse`: consumes `OrderPaid` through [`Picking`]'s steps (charge, reserve, ship), and
+//! announces each pick task through its outbox; and its own API creates paid orders behind the Idempotency-Key
 //! layer, each order's `OrderPaid` written to the outbox on the order's own transaction.
 
 use std::time::Duration;
@@ -9,18 +9,17 @@ use axum::extract::{Json, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::post;
-use guestlist::consumer::{Consumer, IdFrom, Message, Source};
+use guestlist::consumer::{Consumer, IdFrom, KeyFrom, Source};
 use guestlist::http::{IdempotencyLayer, IdempotentTx};
 use guestlist::sqlx::Pool;
 use guestlist::{
     HandlerName, Inbox, MessageId, Outbox, Outgoing, SqlKeyStore, Topic, outbox::OrderingKey,
 };
-use reqwest_middleware::ClientWithMiddleware;
 use serde::{Deserialize, Serialize};
 
 use crate::broker::Orders;
 use crate::db::Shop;
-use crate::payments::{Charge, ChargeRequest};
+use crate::picking::Picking;
 use crate::ready::Readiness;
 
 /// The event the warehouse consumes: `{"id": "evt_9f3k", "order": 1, "amount": 1200}`.
@@ -71,15 +70,6 @@ impl Topics {
     }
 }
 
-/// What the handler reads of an OrderPaid body.
-#[derive(Deserialize)]
-struct Payment {
-    order: i64,
-    amount: i64,
-    #[serde(default)]
-    customer: Option<String>,
-}
-
 /// Where the warehouse reads an event's id: the payload's `id`, or else the id the publisher
 /// gave the broker, so that an ordinary client in any language can publish with either.
 pub fn id_from() -> IdFrom {
@@ -99,76 +89,6 @@ pub fn outbox<DB: Shop>() -> Outbox<DB> {
 /// The stored responses of `POST /orders`.
 const KEYS: &str = "warehouse_keys";
 
-/// Set in the environment to make the handler hang after it charges and before its commit, so
-/// that a test (or the demo) can kill it there.
-pub const HANG_AFTER_CHARGE: &str = "WAREHOUSE_HANG_AFTER_CHARGE";
-/// What the handler prints before it hangs.
-pub const CHARGED: &str = "CHARGED, NOT COMMITTED";
-
-/// A client whose mutating calls carry the key of the work in progress.
-pub fn payments_client() -> ClientWithMiddleware {
-    reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
-        .with(guestlist::carry::CarryKey::new())
-        .build()
-}
-
-/// The OrderPaid handler: PICKING, a charge with the carried key, a pick task that records it,
-/// and `PickTaskCreated` in the outbox, all on the transaction of the event's claim.
-pub async fn on_order_paid<DB: Shop>(
-    tx: &mut DB::Connection,
-    message: &Message,
-    payments: &str,
-    client: &ClientWithMiddleware,
-    picks: &Topic,
-) -> anyhow::Result<()> {
-    // The event's id is `message.id`, wherever the publisher put it: read only the rest.
-    let event: Payment = serde_json::from_slice(&message.payload)?;
-    DB::set_picking(tx, event.order).await?;
-    // The key is warehouse:<event id>/charge: the same on every redelivery of this event.
-    let charge: Charge = client
-        .post(format!("{payments}/v1/charges"))
-        .header("authorization", "Bearer warehouse")
-        .json(&ChargeRequest {
-            order: event.order,
-            amount: event.amount,
-        })
-        .with_extension(guestlist::carry::Step("charge".into()))
-        .send()
-        .await?
-        .error_for_status()?
-        .json()
-        .await?;
-    if std::env::var_os(HANG_AFTER_CHARGE).is_some() {
-        println!("{CHARGED} {}", charge.id);
-        std::future::pending::<()>().await;
-    }
-    DB::add_pick_task(tx, event.order, message.id.as_str(), &charge.id).await?;
-    if let Some(customer) = &event.customer {
-        let at = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
-        let how = format!(
-            "by pid {} at {:.3}, delivery {}, key {:?}",
-            std::process::id(),
-            at.as_secs_f64(),
-            message.delivery_count,
-            message.key
-        );
-        DB::record_arrival(tx, customer, event.order, &how).await?;
-    }
-    // The next hop's event commits with the pick task, or not at all.
-    let created = PickTaskCreated {
-        id: format!("evt_pick_{}", message.id),
-        order: event.order,
-        charge: charge.id,
-    };
-    let next = Outgoing::new(picks.clone(), serde_json::to_vec(&created)?)
-        .id(MessageId::new(&created.id)?)
-        .ordering_key(OrderingKey::new(format!("order-{}", event.order))?);
-    outbox::<DB>().enqueue(tx, &next).await?;
-    Ok(())
-}
-
 /// Creates the warehouse's tables where missing: the example's own, the inbox, the key table
 /// and the outbox. Instances that start at once take turns.
 pub async fn migrate<DB: Shop>(pool: &Pool<DB>) -> anyhow::Result<()> {
@@ -181,28 +101,54 @@ pub async fn migrate<DB: Shop>(pool: &Pool<DB>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Consumes `source` until `shutdown`, with the inbox on `pool` (after [`migrate`]); `readiness`
-/// watches the consumer's health, so that `/readyz` says when its database is down.
+/// How the warehouse's consumer runs.
+#[derive(Debug, Clone, Copy)]
+pub struct Tuning {
+    /// How long a run of an event's steps holds the event before another warehouse may take
+    /// it over: what a warehouse that died mid-steps delays its events by.
+    pub step_lease: Duration,
+    /// Deliveries after which an event never handled is dead-lettered (deferrals, such as
+    /// another warehouse holding the event's steps, do not count).
+    pub max_deliveries: u32,
+    /// How many customers' events are handled at once, each customer's in the order placed
+    /// (see [`Orders::keys`]).
+    pub concurrency: usize,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Self {
+            step_lease: Duration::from_secs(30),
+            max_deliveries: 5,
+            concurrency: 4,
+        }
+    }
+}
+
+/// Consumes `source` until `shutdown`, with the inbox on `pool` (after [`migrate`]), each
+/// event through [`Picking`]'s steps, the events of different `keys` at once; `readiness` watches the consumer's health, so that
+/// `/readyz` says when its database is down.
 pub async fn consume<S: Source, DB: Shop>(
     source: S,
+    keys: KeyFrom,
     pool: Pool<DB>,
-    payments: String,
-    topics: Topics,
+    picking: Picking<DB>,
+    tuning: Tuning,
     readiness: &Readiness,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> anyhow::Result<()> {
-    let inbox = Inbox::<DB>::with_table(INBOX)?;
-    let client = payments_client();
-    let consumer = Consumer::new(
+    let inbox = Inbox::<DB>::with_table(INBOX)?.step_lease(tuning.step_lease);
+    let consumer = Consumer::with_steps(
         source,
         pool,
         inbox,
         HandlerName::new("warehouse")?,
         id_from(),
-        async move |tx: &mut DB::Connection, message: &Message| {
-            on_order_paid::<DB>(tx, message, &payments, &client, &topics.picks).await
-        },
+        picking,
     )
+    .keys(keys)
+    .concurrency(tuning.concurrency)
+    .max_deliveries(tuning.max_deliveries)
     .handler_timeout(Duration::from_secs(600));
     readiness.watch(consumer.health());
     consumer.run(shutdown).await?;

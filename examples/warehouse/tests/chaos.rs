@@ -24,8 +24,8 @@ use warehouse_example::broker::Orders;
 
 use common::{
     FreshDatabase, PAYMENTS_READY, Service, WAREHOUSE_READY, amqp_url, count, free_address,
-    nats_url, payments_on, pending_on_the_broker, until_at_least, until_the_broker_is_quiet,
-    warehouse,
+    nats_url, payments_on, pending_on_the_broker, reservations_of_picks, until_at_least,
+    until_the_broker_is_quiet, warehouse,
 };
 
 /// Distinct paid orders.
@@ -113,6 +113,11 @@ async fn relay_race_under_fire(orders: Orders, broker: &str) {
         count(&db, "SELECT count(DISTINCT event) FROM pick_tasks").await,
         ORDERS,
         "one pick task per event"
+    );
+    assert_eq!(
+        reservations_of_picks(&db).await,
+        ORDERS,
+        "one reservation per order"
     );
     assert_eq!(
         count(&db, "SELECT count(*) FROM charges").await,

@@ -12,7 +12,8 @@ mod common;
 use guestlist_testkit::{Database, Fixture, short_tag};
 use warehouse_example::broker::Orders;
 use warehouse_example::db::Shop;
-use warehouse_example::warehouse::{CHARGED, OrderPaid};
+use warehouse_example::picking::CHARGED;
+use warehouse_example::warehouse::OrderPaid;
 
 use common::{
     FreshDatabase, Service, WAREHOUSE_READY, amqp_url, count, eventually, nats_url, sqlite_file,

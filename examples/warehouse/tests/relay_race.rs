@@ -18,11 +18,8 @@ use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_nats::jetstream;
 use guestlist::sqlx::Postgres;
 use guestlist_testkit::Database;
-use lapin::options::BasicGetOptions;
-use lapin::{Connection, ConnectionProperties};
 use tokio::process::Command;
 use tokio::sync::Semaphore;
 use warehouse_example::broker::Orders;
@@ -30,8 +27,8 @@ use warehouse_example::warehouse::{NewOrder, Order};
 
 use common::{
     FreshDatabase, PAYMENTS_READY, RELAY_READY, Service, WAREHOUSE_READY, amqp_url, count,
-    free_address, nats_url, payments_on, pending_on_the_broker, relay, until_at_least,
-    until_the_broker_is_quiet, warehouse_on,
+    free_address, nats_url, payments_on, pending_on_the_broker, relay, reservations_of_picks,
+    until_at_least, until_the_broker_is_quiet, warehouse_on,
 };
 
 /// Orders created.
@@ -189,6 +186,11 @@ async fn relay_race(orders: Orders, broker: &str) {
         "every order picked"
     );
     assert_eq!(
+        reservations_of_picks(&db).await,
+        ORDERS,
+        "one reservation per order"
+    );
+    assert_eq!(
         count(&db, "SELECT count(*) FROM charges").await,
         ORDERS,
         "one charge per order, though payments died mid-race"
@@ -208,7 +210,7 @@ async fn relay_race(orders: Orders, broker: &str) {
         0,
         "nothing left pending"
     );
-    let picks = picks_on_the_broker(&orders).await;
+    let picks = orders.picks_published().await.unwrap();
     let distinct: HashSet<&String> = picks.iter().collect();
     assert_eq!(
         distinct.len() as i64,
@@ -283,46 +285,4 @@ async fn create(client: &reqwest::Client, apis: &[String; 2], key: &str, n: i64)
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     unreachable!()
-}
-
-/// The ids of the PickTaskCreated messages on the broker, repeats included.
-async fn picks_on_the_broker(orders: &Orders) -> Vec<String> {
-    let mut ids = Vec::new();
-    if orders.is_nats() {
-        let context = jetstream::new(async_nats::connect(&orders.url).await.unwrap());
-        let mut stream = context.get_stream(orders.picks_stream()).await.unwrap();
-        let state = stream.info().await.unwrap().state.clone();
-        for sequence in state.first_sequence..=state.last_sequence {
-            if state.messages == 0 {
-                break;
-            }
-            let message = stream.get_raw_message(sequence).await.unwrap();
-            let id = message
-                .headers
-                .get("Nats-Msg-Id")
-                .map(|id| id.as_str().to_owned());
-            ids.push(id.unwrap_or_default());
-        }
-    } else {
-        let connection = Connection::connect(&orders.url, ConnectionProperties::default())
-            .await
-            .unwrap();
-        let channel = connection.create_channel().await.unwrap();
-        let take = BasicGetOptions { no_ack: true };
-        while let Some(message) = channel
-            .basic_get(orders.picks().as_str().into(), take)
-            .await
-            .unwrap()
-        {
-            let id = message
-                .delivery
-                .properties
-                .message_id()
-                .as_ref()
-                .map(|id| id.to_string());
-            ids.push(id.unwrap_or_default());
-        }
-        let _ = connection.close(200, "read".into()).await;
-    }
-    ids
 }

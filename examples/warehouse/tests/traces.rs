@@ -78,7 +78,7 @@ async fn one_order_makes_one_trace_from_post_orders_to_the_charge_it_carries() {
             .iter()
             .find(|s| s.service == "payments" && s.attribute("url.path") == Some("/v1/charges"));
         if let Some(charge) = charge
-            && ancestry(&all, charge).len() >= 6
+            && ancestry(&all, charge).len() >= 7
         {
             break (charge.clone(), all);
         }
@@ -97,6 +97,7 @@ async fn one_order_makes_one_trace_from_post_orders_to_the_charge_it_carries() {
     let hops = [
         ("payments", "url.path", Some("/v1/charges")),
         ("warehouse", "guestlist.step", None),
+        ("warehouse", "name", Some("guestlist.step")),
         ("warehouse", "name", Some("handler")),
         ("warehouse", "messaging.operation.type", Some("process")),
         ("warehouse-relay", "messaging.operation.type", Some("send")),
@@ -128,8 +129,8 @@ async fn one_order_makes_one_trace_from_post_orders_to_the_charge_it_carries() {
     );
 
     // What each hop says of itself.
-    let [charge, carry, _handler, process, send, order] = &chain[..] else {
-        unreachable!("six hops")
+    let [charge, carry, step, _handler, process, send, order] = &chain[..] else {
+        unreachable!("seven hops")
     };
     assert_eq!(order.attribute("guestlist.key"), Some("order-traced"));
     assert_eq!(order.attribute("guestlist.outcome"), Some("fresh"));
@@ -152,6 +153,12 @@ async fn one_order_makes_one_trace_from_post_orders_to_the_charge_it_carries() {
         "the key carried from the event: {carried}"
     );
     assert_eq!(charge.attribute("guestlist.key"), Some(carried));
+    assert_eq!(
+        step.attribute("step"),
+        Some("charge"),
+        "the handler's charge step"
+    );
+    assert_eq!(step.attribute("kind"), Some("external"));
     assert_eq!(charge.attribute("guestlist.outcome"), Some("fresh"));
 
     relay.sigterm().await;

@@ -1,7 +1,8 @@
 //! The warehouse service: consumes OrderPaid from NATS (`--broker nats://…`), RabbitMQ
 //! (`amqp://…`), Kafka (`kafka://host:port`) or SQS (`sqs://host:port` for a local SQS,
-//! `sqs://aws`), picks each paid order once, charges through payments with the key it
-//! carries, writes PickTaskCreated to its outbox, and serves `POST /orders` behind the
+//! `sqs://aws`), and handles each paid order in three steps that a redelivery resumes after:
+//! charges through payments with the key it carries, reserves the stock, then picks and writes
+//! PickTaskCreated to its outbox, and serves `POST /orders` behind the
 //! Idempotency-Key layer (each order's OrderPaid goes to the outbox too; run `relay` to
 //! publish them).
 //!
@@ -15,8 +16,9 @@ use std::time::Duration;
 use clap::Parser;
 use guestlist::consumer::shutdown_signal;
 use warehouse_example::broker::{Kind, Orders};
+use warehouse_example::picking::Picking;
 use warehouse_example::ready::Readiness;
-use warehouse_example::warehouse::Topics;
+use warehouse_example::warehouse::{Topics, Tuning};
 use warehouse_example::{warehouse, with_pool};
 
 /// The warehouse: picks paid orders exactly once, and charges through payments with the key it
@@ -44,6 +46,16 @@ struct Args {
     /// brokers have their own (a Kafka group's session, an SQS queue's visibility timeout).
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     ack_wait: Duration,
+    /// How long a warehouse holds an event's steps before another may take them over (a
+    /// warehouse that died mid-steps delays its events by this much).
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    step_lease: Duration,
+    /// Deliveries after which an event never handled is dead-lettered.
+    #[arg(long, default_value_t = 5)]
+    max_deliveries: u32,
+    /// How many customers' events are handled at once (each customer's in the order placed).
+    #[arg(long, default_value_t = 4)]
+    concurrency: usize,
     /// Export spans over OTLP/HTTP to the collector at this URL (http://host:4318).
     #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
     otlp_endpoint: Option<String>,
@@ -72,7 +84,14 @@ async fn main() -> anyhow::Result<()> {
                 let source = $source.await?;
                 ready(&readiness, addr);
                 let shutdown = shutdown_signal();
-                warehouse::consume(source, pool, args.payments, topics, &readiness, shutdown)
+                let picking = Picking::new(args.payments, topics.picks);
+                let tuning = Tuning {
+                    step_lease: args.step_lease,
+                    max_deliveries: args.max_deliveries,
+                    concurrency: args.concurrency,
+                };
+                let keys = orders.keys();
+                warehouse::consume(source, keys, pool, picking, tuning, &readiness, shutdown)
                     .await?;
             }};
         }

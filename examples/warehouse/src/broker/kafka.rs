@@ -9,7 +9,7 @@ use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::message::{Header, Message as _, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
@@ -120,6 +120,39 @@ pub(super) async fn left_over(orders: &Orders) -> anyhow::Result<Vec<String>> {
             left.push(format!("{} dead letters", high - low));
         }
         Ok(left)
+    })
+    .await?
+}
+
+/// The payload of every record in `ORDERS.picks`, partition by partition, read from the
+/// beginning by a reader of no group.
+pub(super) async fn picks(orders: &Orders) -> anyhow::Result<Vec<Vec<u8>>> {
+    let reader: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", orders.kafka_brokers())
+        .set("group.id", "warehouse-example-reader")
+        .set("enable.auto.commit", "false")
+        .create()?;
+    let topic = orders.picks();
+    tokio::task::spawn_blocking(move || {
+        let mut picks = Vec::new();
+        for partition in 0..PARTITIONS {
+            let (low, high) = reader.fetch_watermarks(&topic, partition, WAIT)?;
+            if high <= low {
+                continue;
+            }
+            let mut list = TopicPartitionList::new();
+            list.add_partition_offset(&topic, partition, Offset::Offset(low))?;
+            reader.assign(&list)?;
+            let mut next = low;
+            while next < high {
+                let record = reader
+                    .poll(WAIT)
+                    .context("no record from Kafka within 10 s")??;
+                next = record.offset() + 1;
+                picks.push(record.payload().unwrap_or_default().to_vec());
+            }
+        }
+        Ok(picks)
     })
     .await?
 }

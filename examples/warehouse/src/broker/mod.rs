@@ -19,7 +19,9 @@ mod sqs;
 
 use std::time::Duration;
 
-use crate::warehouse::OrderPaid;
+use guestlist::consumer::KeyFrom;
+
+use crate::warehouse::{OrderPaid, PickTaskCreated};
 
 /// Which broker a URL names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -176,6 +178,36 @@ impl Orders {
             Kind::Kafka => kafka::left_over(self).await,
             Kind::Sqs => sqs::left_over(self).await,
         }
+    }
+
+    /// Where the warehouse reads an event's ordering key, the customer's: the broker's own
+    /// where it keeps one (a Kafka record's key, an SQS message's group: `customer-<c>`, else
+    /// `order-<id>`), else the payload's `customer` (NATS, RabbitMQ), events without one in
+    /// the order they came.
+    pub fn keys(&self) -> KeyFrom {
+        match self.kind() {
+            Kind::Kafka | Kind::Sqs => KeyFrom::Broker,
+            Kind::Nats | Kind::Rabbit => KeyFrom::JsonField("/customer".into()),
+        }
+    }
+
+    /// The id of every `PickTaskCreated` on the broker, repeats included (the relay publishes
+    /// at least once), in no particular order. It takes them off RabbitMQ's and SQS's queues:
+    /// there each call returns those that came since the last.
+    pub async fn picks_published(&self) -> anyhow::Result<Vec<String>> {
+        let payloads = match self.kind() {
+            Kind::Nats => nats::picks(self).await?,
+            Kind::Rabbit => rabbit::picks(self).await?,
+            Kind::Kafka => kafka::picks(self).await?,
+            Kind::Sqs => sqs::picks(self).await?,
+        };
+        Ok(payloads
+            .iter()
+            .map(|payload| {
+                serde_json::from_slice::<PickTaskCreated>(payload)
+                    .map_or_else(|_| String::from_utf8_lossy(payload).into_owned(), |p| p.id)
+            })
+            .collect())
     }
 
     /// The consumer's NATS source, with `ack_wait`: the durable consumer `warehouse`, created

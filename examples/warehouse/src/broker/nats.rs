@@ -86,6 +86,20 @@ pub(super) async fn left_over(orders: &Orders) -> anyhow::Result<Vec<String>> {
     Ok(left)
 }
 
+/// The payload of every message in `ORDERS_PICKS`, in the stream's order.
+pub(super) async fn picks(orders: &Orders) -> anyhow::Result<Vec<Vec<u8>>> {
+    let context = connect(orders).await?;
+    let mut stream = context.get_stream(orders.picks_stream()).await?;
+    let state = stream.info().await?.state.clone();
+    let mut picks = Vec::new();
+    if state.messages > 0 {
+        for sequence in state.first_sequence..=state.last_sequence {
+            picks.push(stream.get_raw_message(sequence).await?.payload.to_vec());
+        }
+    }
+    Ok(picks)
+}
+
 /// The durable consumer `warehouse`, with `ack_wait`, created or bound when this returns.
 pub(super) async fn source(
     orders: &Orders,

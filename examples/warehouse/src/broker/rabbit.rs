@@ -3,7 +3,8 @@
 
 use anyhow::Context as _;
 use lapin::options::{
-    BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions, QueueDeleteOptions,
+    BasicGetOptions, BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions,
+    QueueDeleteOptions,
 };
 use lapin::types::{FieldTable, ShortString};
 use lapin::{BasicProperties, Connection, ConnectionProperties};
@@ -102,6 +103,19 @@ pub(super) async fn left_over(orders: &Orders) -> anyhow::Result<Vec<String>> {
     }
     let _ = connection.close(200, ShortString::from("checked")).await;
     Ok(left)
+}
+
+/// The payload of every message in `ORDERS.picks`, taken off the queue.
+pub(super) async fn picks(orders: &Orders) -> anyhow::Result<Vec<Vec<u8>>> {
+    let (connection, channel) = connect(orders).await?;
+    let take = BasicGetOptions { no_ack: true };
+    let mut picks = Vec::new();
+    let queue = ShortString::from(orders.picks().as_str());
+    while let Some(message) = channel.basic_get(queue.clone(), take).await? {
+        picks.push(message.delivery.data);
+    }
+    let _ = connection.close(200, ShortString::from("read")).await;
+    Ok(picks)
 }
 
 /// A consumer of the queue, consuming when this returns.

@@ -5,7 +5,7 @@
 
 use anyhow::Context as _;
 use guestlist::sqs::aws_sdk_sqs::error::DisplayErrorContext;
-use guestlist::sqs::aws_sdk_sqs::types::QueueAttributeName;
+use guestlist::sqs::aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, QueueAttributeName};
 use guestlist::sqs::{Client, SqsPublisher, SqsSource};
 
 use super::Orders;
@@ -104,6 +104,40 @@ pub(super) async fn left_over(orders: &Orders) -> anyhow::Result<Vec<String>> {
         }
     }
     Ok(left)
+}
+
+/// The body of every message in `ORDERS-picks.fifo`, taken off the queue (received and
+/// deleted) until none is left visible.
+pub(super) async fn picks(orders: &Orders) -> anyhow::Result<Vec<Vec<u8>>> {
+    let client = client(orders).await;
+    let url = url_of(&client, &orders.picks()).await?;
+    let mut picks = Vec::new();
+    loop {
+        let received = client
+            .receive_message()
+            .queue_url(&url)
+            .max_number_of_messages(10)
+            .send()
+            .await
+            .map_err(|err| anyhow::anyhow!("{}", DisplayErrorContext(err)))?;
+        let messages = received.messages.unwrap_or_default();
+        if messages.is_empty() {
+            return Ok(picks);
+        }
+        let mut delete = client.delete_message_batch().queue_url(&url);
+        for (n, message) in messages.into_iter().enumerate() {
+            let entry = DeleteMessageBatchRequestEntry::builder()
+                .id(n.to_string())
+                .set_receipt_handle(message.receipt_handle)
+                .build()?;
+            delete = delete.entries(entry);
+            picks.push(message.body.unwrap_or_default().into_bytes());
+        }
+        delete
+            .send()
+            .await
+            .map_err(|err| anyhow::anyhow!("{}", DisplayErrorContext(err)))?;
+    }
 }
 
 /// A consumer of `ORDERS.fifo`, dead-lettering to `ORDERS-dead.fifo`.

@@ -11,7 +11,7 @@ use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
 use warehouse_example::broker::Orders;
 use warehouse_example::db::Shop;
-use warehouse_example::warehouse::HANG_AFTER_CHARGE;
+use warehouse_example::picking::HANG_AFTER_CHARGE;
 
 pub const PATIENCE: Duration = Duration::from_secs(60);
 
@@ -136,7 +136,9 @@ pub fn warehouse_on(database: &str, orders: &Orders, payments: &str, listen: &st
     command
         .args(["--database", database, "--broker", &orders.url])
         .args(["--queue", &orders.name, "--payments", payments])
-        .args(["--listen", listen, "--ack-wait", "2s"]);
+        .args(["--listen", listen, "--ack-wait", "2s"])
+        // A killed warehouse's events wait out its hold on their steps: short, as the ack-wait.
+        .args(["--step-lease", "3s"]);
     command
 }
 
@@ -236,6 +238,13 @@ pub async fn eventually<DB: Fixture>(db: &Database<DB>, sql: &str, want: i64) {
 
 pub async fn count<DB: Fixture>(db: &Database<DB>, sql: &str) -> i64 {
     db.scalar(sql.to_owned()).await
+}
+
+/// The reservations of the events that have a pick task: one each, however often an event
+/// came back, since the reserve step's row commits with its journal.
+pub async fn reservations_of_picks<DB: Fixture>(db: &Database<DB>) -> i64 {
+    let sql = "SELECT count(*) FROM reservations r JOIN pick_tasks p ON p.event = r.event";
+    count(db, sql).await
 }
 
 /// Payments, in this process, on `pool`; its base URL.

@@ -20,7 +20,12 @@ pub struct Checked {
     pub succeeded: usize,
     pub orders: i64,
     pub pick_tasks: i64,
+    pub reservations: i64,
     pub charges: i64,
+    /// `PickTaskCreated` messages on the broker, repeats included (the relay publishes at least
+    /// once), and how many orders they announce.
+    pub picks_on_the_broker: usize,
+    pub picks_announced: usize,
     /// Each customer's orders in the order they were placed, at the warehouse.
     pub order: Ordered,
     /// Whether the broker keeps a key's order between the two warehouses (Kafka's partitions,
@@ -31,8 +36,14 @@ pub struct Checked {
     pub anomalies: Vec<String>,
 }
 
-/// Checks `history` against the shop's database at `pool` and the broker.
-pub async fn check(history: &[Attempt], pool: &PgPool, orders: &Orders) -> Checked {
+/// Checks `history` against the shop's database at `pool` and the broker, where
+/// `picks_taken` were taken off already while the run went on.
+pub async fn check(
+    history: &[Attempt],
+    pool: &PgPool,
+    orders: &Orders,
+    picks_taken: Vec<String>,
+) -> Checked {
     let mut checked = Checked {
         attempts: history.len(),
         ..Checked::default()
@@ -88,9 +99,11 @@ pub async fn check(history: &[Attempt], pool: &PgPool, orders: &Orders) -> Check
         .into_keys()
         .collect();
     let picks = per_order("SELECT order_id, count(*) FROM pick_tasks GROUP BY order_id").await;
+    let reserved = per_order("SELECT order_id, count(*) FROM reservations GROUP BY order_id").await;
     let charges = per_order("SELECT order_id, count(*) FROM charges GROUP BY order_id").await;
     checked.orders = placed.len() as i64;
     checked.pick_tasks = picks.values().sum();
+    checked.reservations = reserved.values().sum();
     checked.charges = charges.values().sum();
     for (id, key) in &told {
         let history = || excerpt(&by_key[key]);
@@ -100,7 +113,12 @@ pub async fn check(history: &[Attempt], pool: &PgPool, orders: &Orders) -> Check
                 "order {id} ({key}) was told placed, and is not:\n{h}"
             ));
         }
-        for (what, counts) in [("pick task", &picks), ("charge", &charges)] {
+        let effects = [
+            ("pick task", &picks),
+            ("reservation", &reserved),
+            ("charge", &charges),
+        ];
+        for (what, counts) in effects {
             let n = counts.get(id).copied().unwrap_or(0);
             if n != 1 {
                 let h = history();
@@ -123,7 +141,8 @@ pub async fn check(history: &[Attempt], pool: &PgPool, orders: &Orders) -> Check
             checked.anomalies.push(format!("{}:\n{history}", late.what));
         }
     }
-    for id in placed.iter().chain(picks.keys()).chain(charges.keys()) {
+    let effects = picks.keys().chain(reserved.keys()).chain(charges.keys());
+    for id in placed.iter().chain(effects) {
         if !told.contains_key(id) {
             checked
                 .anomalies
@@ -169,12 +188,59 @@ pub async fn check(history: &[Attempt], pool: &PgPool, orders: &Orders) -> Check
             .anomalies
             .push(format!("{n} dead-lettered with the reason: {reason}"));
     }
+    picks_on_the_broker(&mut checked, &told, orders, picks_taken).await;
     for left in pending_on_the_broker(orders).await {
         checked
             .anomalies
             .push(format!("on the broker once settled: {left}"));
     }
     checked
+}
+
+/// The broker's effects: each order a client was told placed has its `PickTaskCreated` on the
+/// broker (once or more, `taken` off it already or still there), and none is there for another
+/// order.
+async fn picks_on_the_broker(
+    checked: &mut Checked,
+    told: &BTreeMap<i64, &str>,
+    orders: &Orders,
+    mut picks: Vec<String>,
+) {
+    match orders.picks_published().await {
+        Ok(left) => picks.extend(left),
+        Err(err) => {
+            let why = format!("the PickTaskCreated on the broker could not be read: {err:#}");
+            checked.anomalies.push(why);
+            return;
+        }
+    }
+    let mut announced: BTreeMap<i64, usize> = BTreeMap::new();
+    for id in &picks {
+        match id
+            .strip_prefix("evt_pick_evt_order_")
+            .and_then(|rest| rest.strip_suffix("_paid"))
+            .and_then(|order| order.parse::<i64>().ok())
+        {
+            Some(order) => *announced.entry(order).or_default() += 1,
+            None => checked
+                .anomalies
+                .push(format!("a PickTaskCreated on the broker of no order: {id}")),
+        }
+    }
+    checked.picks_on_the_broker = picks.len();
+    checked.picks_announced = announced.len();
+    for (id, key) in told {
+        if !announced.contains_key(id) {
+            checked.anomalies.push(format!(
+                "order {id} ({key}) has no PickTaskCreated on the broker"
+            ));
+        }
+    }
+    for id in announced.keys().filter(|id| !told.contains_key(id)) {
+        checked.anomalies.push(format!(
+            "order {id} has a PickTaskCreated on the broker, and no client was told it"
+        ));
+    }
 }
 
 /// A key's attempts, one a line.

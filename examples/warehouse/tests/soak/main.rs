@@ -19,6 +19,7 @@ mod links;
 mod nemesis;
 mod order;
 mod parts;
+mod picks;
 mod purge;
 mod resources;
 
@@ -103,6 +104,10 @@ async fn soak_under_overlapping_faults_checked_by_the_history() {
         Arc::clone(&stop_sampling),
         Duration::from_secs(5),
     ));
+    let taking_picks = tokio::spawn(picks::take_while_running(
+        broker_at.clone(),
+        Arc::clone(&stop_sampling),
+    ));
     let supervising = tokio::spawn({
         let (parts, stop) = (Arc::clone(&parts), Arc::clone(&stop_sampling));
         async move { parts.supervise(&stop).await }
@@ -142,12 +147,13 @@ async fn soak_under_overlapping_faults_checked_by_the_history() {
     );
     stop_sampling.store(true, std::sync::atomic::Ordering::Relaxed);
     let readings = sampling.await.unwrap();
+    let picks_taken = taking_picks.await.unwrap();
     supervising.await.unwrap();
     let exits = parts.exits();
     let unstopped = parts.stop().await;
 
     let history = history.lock().unwrap().clone();
-    let mut checked = checker::check(&history, &pool, &orders).await;
+    let mut checked = checker::check(&history, &pool, &orders, picks_taken).await;
     checked.anomalies.extend(resources::growth(&readings));
     checked.anomalies.extend(purge::behind(&pool).await);
     checked.anomalies.extend(unstopped);
@@ -157,7 +163,7 @@ async fn soak_under_overlapping_faults_checked_by_the_history() {
     let curves = resources::curves(&readings);
     eprintln!(
         "soak report: seed {seed}, {broker}, {seconds} s, {} faults, {} keys ({} succeeded) in {} \
-         attempts, {} orders, {} pick tasks, {} charges, settled {:.1} s after the last fault, \
+         attempts, {} orders, {} pick tasks, {} reservations, {} charges, settled {:.1} s after the last fault, \
          {} anomalies",
         faults.len(),
         checked.keys,
@@ -165,11 +171,16 @@ async fn soak_under_overlapping_faults_checked_by_the_history() {
         checked.attempts,
         checked.orders,
         checked.pick_tasks,
+        checked.reservations,
         checked.charges,
         settled_in.as_secs_f64(),
         checked.anomalies.len()
     );
     eprintln!("  {phases}");
+    eprintln!(
+        "  on the broker: {} PickTaskCreated for {} orders",
+        checked.picks_on_the_broker, checked.picks_announced
+    );
     eprintln!(
         "  each customer's orders at the warehouse: {} customers, {} orders, {} out of the order \
          they were placed in ({})",

@@ -71,11 +71,12 @@ pub async fn run(
         tokio::time::sleep(wait).await;
         let part = Part::ALL[rng.usize(..Part::ALL.len())];
         let link = Link::ALL[rng.usize(..Link::ALL.len())];
-        let relay = Part::Relay(rng.u8(..2));
+        let relay = Part::Relay(rng.u8(..2)).killable();
         let (parts, links) = (Arc::clone(&parts), Arc::clone(&links));
         let (what, length, task): (String, Duration, tokio::task::JoinHandle<()>) =
             match draw_kind(&mut rng) {
                 "SIGKILL" => {
+                    let part = part.killable();
                     let down = ms(&mut rng, 0, 2_000);
                     let task = tokio::spawn(async move { parts.kill(part, down, None).await });
                     (format!("SIGKILL {}", part.name()), down, task)
