@@ -120,7 +120,7 @@ impl Default for Tuning {
         Self {
             step_lease: Duration::from_secs(30),
             max_deliveries: 5,
-            concurrency: 4,
+            concurrency: 1,
         }
     }
 }

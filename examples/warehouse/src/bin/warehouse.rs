@@ -53,8 +53,9 @@ struct Args {
     /// Deliveries after which an event never handled is dead-lettered.
     #[arg(long, default_value_t = 5)]
     max_deliveries: u32,
-    /// How many customers' events are handled at once (each customer's in the order placed).
-    #[arg(long, default_value_t = 4)]
+    /// How many customers' events are handled at once (each customer's in the order placed);
+    /// 1: one event at a time, in the broker's order.
+    #[arg(long, default_value_t = 1)]
     concurrency: usize,
     /// Export spans over OTLP/HTTP to the collector at this URL (http://host:4318).
     #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
