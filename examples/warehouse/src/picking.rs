@@ -86,11 +86,17 @@ impl<DB> Picking<DB> {
     }
 }
 
+/// What the steps hand to the final work: the event as read, and its charge.
+pub struct Charged {
+    event: Payment,
+    charge: Charge,
+}
+
 impl<DB: Shop> StepHandler<DB> for Picking<DB> {
     type Error = anyhow::Error;
-    type Done = Charge;
+    type Done = Charged;
 
-    async fn steps(&self, steps: &mut Steps<DB>, message: &Message) -> anyhow::Result<Charge> {
+    async fn steps(&self, steps: &mut Steps<DB>, message: &Message) -> anyhow::Result<Charged> {
         // The event's id is `message.id`, wherever the publisher put it: read only the rest.
         let event: Payment = serde_json::from_slice(&message.payload)?;
         let charge = steps.external("charge", || self.charge(&event)).await?;
@@ -98,16 +104,15 @@ impl<DB: Shop> StepHandler<DB> for Picking<DB> {
         steps
             .database("reserve", async |tx| DB::reserve(tx, order, id).await)
             .await?;
-        Ok(charge)
+        Ok(Charged { event, charge })
     }
 
     async fn finish(
         &self,
         tx: &mut DB::Connection,
         message: &Message,
-        charge: Charge,
+        Charged { event, charge }: Charged,
     ) -> anyhow::Result<()> {
-        let event: Payment = serde_json::from_slice(&message.payload)?;
         DB::set_picking(tx, event.order).await?;
         DB::add_pick_task(tx, event.order, message.id.as_str(), &charge.id).await?;
         if let Some(customer) = &event.customer {
