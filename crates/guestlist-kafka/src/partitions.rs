@@ -263,6 +263,14 @@ impl Partitions {
             }
             return;
         }
+        // A record parked below `offset` would go stale with this epoch (its copy in memory
+        // is dropped when due) while its `Parked` mark held the commit below it for good: the
+        // partition is read again from the earliest parked record instead.
+        let offset = p
+            .in_hand
+            .iter()
+            .find(|(o, held)| **held == Held::Parked && **o < offset)
+            .map_or(offset, |(o, _)| *o);
         p.epoch = epoch;
         p.rewinding = true;
         p.in_hand.retain(|o, _| *o < offset);
@@ -404,6 +412,41 @@ mod tests {
         );
         partitions.settle(0, 0);
         assert_eq!(partitions.to_commit(), vec![(0, 3)]);
+    }
+
+    #[test]
+    fn a_rewind_past_a_parked_record_reads_the_partition_again_from_it() {
+        let partitions = Partitions::default();
+        partitions.assigned([0]);
+        let epoch = handed(&partitions, 0, 0..4);
+        assert!(partitions.park(0, 1, epoch));
+        partitions.settle(0, 0);
+        // A later record let go unsettled (dropped in hand): read again at once.
+        partitions.rewind(0, 3, epoch, Duration::ZERO, false);
+        let rewinds = partitions.take_rewinds();
+        assert_eq!(
+            (rewinds[0].partition, rewinds[0].offset),
+            (0, 1),
+            "from the parked record, whose copy in memory went stale"
+        );
+        partitions.rewound(0);
+        let epoch = partitions.epoch_for_poll(0).unwrap();
+        assert_eq!(
+            partitions.hand_out(0, 1, epoch),
+            Some(1),
+            "its failure still counted"
+        );
+        for offset in 2..4 {
+            partitions.hand_out(0, offset, epoch).unwrap();
+        }
+        for offset in 1..4 {
+            partitions.settle(0, offset);
+        }
+        assert_eq!(
+            partitions.to_commit(),
+            vec![(0, 4)],
+            "nothing holds the commit back"
+        );
     }
 
     #[test]
