@@ -4,6 +4,7 @@
 use std::collections::HashSet;
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Instant;
 
 use guestlist_core::{Backoff, Deferral, FailureKind, MessageId};
 use guestlist_sqlx::{Backend, failure_kind};
@@ -44,8 +45,8 @@ enum Stopped {
 }
 
 impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
-    /// Handles one fetched batch to its end, running `next` (the next batch's fetch) while the
-    /// batch commits, and returns what it fetched.
+    /// Handles one fetched batch (from a fetch that began at `fetched_at`) to its end, running
+    /// `next` (the next batch's fetch) while the batch commits, and returns what it fetched.
     ///
     /// While the database is down nothing is counted against a message and nothing is handed
     /// back (a hand-back raises the broker's delivery count): the deliveries still unsettled are
@@ -55,6 +56,7 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
     pub(crate) async fn handle<D: Delivery, F>(
         &self,
         deliveries: Vec<D>,
+        fetched_at: Instant,
         handled: &mut Handled,
         next: F,
         stop: &mut Stop,
@@ -62,6 +64,7 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
     where
         F: Future<Output = Result<Vec<D>, BoxError>>,
     {
+        self.held.batch_fetched(fetched_at);
         let mut held = self.take_in(deliveries, handled);
         let mut next = Next::Waiting(Box::pin(next));
         let mut backoff = Backoff::new(self.outage_backoff.0, self.outage_backoff.1);

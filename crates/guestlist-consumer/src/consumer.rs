@@ -1,7 +1,7 @@
 //! The loop: fetch, claim, handle, commit, acknowledge.
 
 use std::future::Future;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use guestlist_core::{Backoff, FailureKind, HandlerName, StopSignal, within_grace};
 use guestlist_sqlx::{Backend, Inbox, WorkError};
@@ -220,12 +220,17 @@ where
         }
         let mut stopping = false;
         let mut ahead: Vec<S::Delivery> = Vec::new();
+        // When the fetch that brought `ahead` began (no later than its batch's handling began).
+        let mut ahead_fetched_at = Instant::now();
         loop {
+            let fetched_at;
             let deliveries = if !ahead.is_empty() {
+                fetched_at = ahead_fetched_at;
                 std::mem::take(&mut ahead)
             } else if stopping {
                 break;
             } else {
+                fetched_at = Instant::now();
                 let fetched = tokio::select! {
                     biased;
                     _ = stop.wait() => break,
@@ -259,8 +264,12 @@ where
             };
             // Not raced against shutdown: what is in hand is finished and acknowledged (unless
             // the database is down: then what is held goes back unsettled).
-            match core.handle(deliveries, handled, next, &mut stop).await {
-                Ok(fetched) => ahead = fetched,
+            let handling_began = Instant::now();
+            match core
+                .handle(deliveries, fetched_at, handled, next, &mut stop)
+                .await
+            {
+                Ok(fetched) => (ahead, ahead_fetched_at) = (fetched, handling_began),
                 Err(err) => {
                     tracing::warn!(handler = %core.name, error = %err, "fetch failed; trying again");
                 }

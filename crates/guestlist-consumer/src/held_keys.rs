@@ -13,9 +13,10 @@ use crate::outage::{Held, Outage};
 use crate::runtime::Core;
 use crate::{Delivery, Handler, Message};
 
-/// How long past its expected return a key stays held for a message that went back: long enough
-/// for a redelivery that comes a little late, short enough that a message taken by another
-/// consumer does not hold its key here for long.
+/// How long past its expected return a key stays held for a message that went back, counted in
+/// the consumer's fetches (see [`HeldKeys::batch_fetched`]): long enough for a redelivery that
+/// comes a little late, short enough that a message taken by another consumer does not hold its
+/// key here for long.
 const GRACE: Duration = Duration::from_secs(5);
 
 /// How much later than the message they wait for the held messages come back, so that the
@@ -29,7 +30,15 @@ const MOST: usize = 10_000;
 /// The keys held back, each by the message it waits for and until when.
 #[derive(Debug, Default)]
 pub(crate) struct HeldKeys {
-    held: Mutex<HashMap<String, Hold>>,
+    held: Mutex<Holds>,
+}
+
+#[derive(Debug, Default)]
+struct Holds {
+    by_key: HashMap<String, Hold>,
+    /// When the fetch that brought the batch in hand began: a hold lapses only once the
+    /// consumer fetched again well past the message's return and it did not come.
+    fetched_at: Option<Instant>,
 }
 
 /// A key held back by the message `by`, expected back at `back_at`.
@@ -39,24 +48,54 @@ struct Hold {
     back_at: Instant,
 }
 
+impl Hold {
+    /// Whether this hold has lapsed, the batch in hand fetched at `fetched_at`: a fetch began
+    /// `GRACE` past its message's return, and what it brought (that batch or an earlier one) did
+    /// not release it. Time spent not fetching (a database outage holding a batch, a slow lane)
+    /// never lapses a hold: the message held for could not have come back meanwhile.
+    fn lapsed(&self, fetched_at: Option<Instant>) -> bool {
+        fetched_at.is_some_and(|fetched| self.back_at + GRACE <= fetched)
+    }
+}
+
+impl Holds {
+    fn prune(&mut self) {
+        let fetched_at = self.fetched_at;
+        self.by_key.retain(|_, hold| !hold.lapsed(fetched_at));
+    }
+}
+
 impl HeldKeys {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Holds> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The batch now in hand came from a fetch that began at `at`.
+    pub(crate) fn batch_fetched(&self, at: Instant) {
+        let mut held = self.lock();
+        held.fetched_at = Some(at);
+        if !held.by_key.is_empty() {
+            held.prune();
+        }
+    }
+
     /// Message `id` of `key` went back to the broker for `delay`: the key's other messages wait
     /// for it.
     pub(crate) fn hold(&self, key: &str, id: &MessageId, delay: Duration) {
-        let now = Instant::now();
-        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        held.retain(|_, hold| hold.back_at + GRACE > now);
-        if held.len() >= MOST
-            && !held.contains_key(key)
+        let mut held = self.lock();
+        held.prune();
+        if held.by_key.len() >= MOST
+            && !held.by_key.contains_key(key)
             && let Some(oldest) = held
+                .by_key
                 .iter()
                 .min_by_key(|(_, hold)| hold.back_at)
                 .map(|(key, _)| key.clone())
         {
-            held.remove(&oldest);
+            held.by_key.remove(&oldest);
         }
-        let back_at = now + delay;
-        held.insert(
+        let back_at = Instant::now() + delay;
+        held.by_key.insert(
             key.to_owned(),
             Hold {
                 by: id.clone(),
@@ -68,31 +107,27 @@ impl HeldKeys {
     /// Message `id` of `key` is done with (handled, a duplicate, dead-lettered): if its key was
     /// held for it, the key flows again.
     pub(crate) fn release(&self, key: &str, id: &MessageId) {
-        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        if held.get(key).is_some_and(|hold| &hold.by == id) {
-            held.remove(key);
+        let mut held = self.lock();
+        if held.by_key.get(key).is_some_and(|hold| &hold.by == id) {
+            held.by_key.remove(key);
         }
     }
 
     /// Whether message `id` of `key` must wait behind another one of its key: the message it
     /// waits for, and how long it goes back for.
     pub(crate) fn waits(&self, key: &str, id: &MessageId) -> Option<(MessageId, Duration)> {
-        let held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        let hold = held.get(key)?;
-        let now = Instant::now();
-        if &hold.by == id || hold.back_at + GRACE <= now {
+        let held = self.lock();
+        let hold = held.by_key.get(key)?;
+        if &hold.by == id || hold.lapsed(held.fetched_at) {
             return None;
         }
-        let wait = hold.back_at.saturating_duration_since(now) + BEHIND;
+        let wait = hold.back_at.saturating_duration_since(Instant::now()) + BEHIND;
         Some((hold.by.clone(), wait))
     }
 
     /// Whether no key is held: the common case, checked without looking further.
     pub(crate) fn is_empty(&self) -> bool {
-        self.held
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_empty()
+        self.lock().by_key.is_empty()
     }
 }
 
@@ -195,12 +230,34 @@ mod tests {
     }
 
     #[test]
-    fn a_hold_whose_message_never_came_back_lapses() {
+    fn a_hold_whose_message_never_came_back_lapses_once_a_fetch_began_well_past_it() {
         let keys = HeldKeys::default();
         keys.hold("order-1", &id("a"), Duration::ZERO);
-        if let Some(hold) = keys.held.lock().unwrap().get_mut("order-1") {
-            hold.back_at = Instant::now() - GRACE;
-        }
+        let due = Instant::now();
+        keys.batch_fetched(due + GRACE - Duration::from_millis(1));
+        assert!(
+            keys.waits("order-1", &id("b")).is_some(),
+            "a may still come"
+        );
+        keys.batch_fetched(due + GRACE);
         assert_eq!(keys.waits("order-1", &id("b")), None);
+        assert!(keys.is_empty(), "pruned");
+    }
+
+    #[test]
+    fn a_hold_never_lapses_while_the_batch_in_hand_was_fetched_before_its_message_came_back() {
+        // A database outage holds b in hand for longer than a's delay and the grace: a could not
+        // have been fetched meanwhile, so b still waits behind it.
+        let keys = HeldKeys::default();
+        keys.batch_fetched(Instant::now());
+        keys.hold("order-1", &id("a"), Duration::from_millis(10));
+        std::thread::sleep(Duration::from_millis(20));
+        if let Some(hold) = keys.lock().by_key.get_mut("order-1") {
+            hold.back_at -= GRACE; // as if the outage had lasted that long
+        }
+        assert_eq!(
+            keys.waits("order-1", &id("b")).map(|(by, _)| by),
+            Some(id("a"))
+        );
     }
 }

@@ -147,7 +147,8 @@ macro_rules! broker_away_suite {
 /// `$m` (named as for [`broker_suite!`]), each through a [`FaultProxy`](crate::fault_proxy::FaultProxy):
 /// the database goes away on PostgreSQL, with a 2 s pool acquire timeout and with sqlx's default
 /// of 30 s; a PostgreSQL and a MariaDB of the test's own taken down the hard way and started
-/// again; a commit's answer is lost, on PostgreSQL and on MariaDB.
+/// again; a commit's answer is lost, on PostgreSQL and on MariaDB; a key held back behind a
+/// message that went back keeps its order through an outage.
 #[macro_export]
 macro_rules! outage_suite {
     ($m:ident, $broker:ty) => {
@@ -175,6 +176,14 @@ macro_rules! outage_suite {
                     None,
                     Duration::from_secs(40),
                 )
+                .await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_key_held_through_a_database_outage_keeps_its_order() {
+                $crate::brokers::suite::a_key_held_through_a_database_outage_keeps_its_order::<
+                    $broker,
+                >(concat!(stringify!($m), "_held_key"))
                 .await;
             }
 

@@ -54,7 +54,10 @@ impl<DB: Fixture> Handler<DB> for Keyed {
         {
             // Longer than the other keys' fifty events take on a loaded machine (on moto, late
             // in a CI run, they once took more than the three seconds this was).
-            let not_yet = Deferral::new(Duration::from_secs(10), "stock is being counted");
+            let wait = event["not_yet_ms"]
+                .as_u64()
+                .map_or(Duration::from_secs(10), Duration::from_millis);
+            let not_yet = Deferral::new(wait, "stock is being counted");
             return Err(guestlist_carry::defer(not_yet).into());
         }
         if let Some(ms) = event["slow_ms"].as_u64() {
@@ -128,9 +131,19 @@ impl<B: Broker, DB: Fixture> Keys<B, DB> {
 
     /// A consumer of the story's queue at `concurrency`, keyed by the header.
     pub(super) async fn consumer(&self, concurrency: usize) -> Consumer<B::Source, DB, Keyed> {
+        self.consumer_on(self.rig.db.pool.clone(), concurrency)
+            .await
+    }
+
+    /// [`Keys::consumer`] on `pool`.
+    pub(super) async fn consumer_on(
+        &self,
+        pool: sqlx::Pool<DB>,
+        concurrency: usize,
+    ) -> Consumer<B::Source, DB, Keyed> {
         Consumer::with_handler(
             self.rig.broker.source().await,
-            self.rig.db.pool.clone(),
+            pool,
             self.rig.inbox.clone(),
             HandlerName::new("warehouse").unwrap(),
             IdFrom::JsonField("/id".to_owned()),
@@ -152,7 +165,7 @@ impl<B: Broker, DB: Fixture> Keys<B, DB> {
     }
 
     /// Pairs of one key's rows that ran out of their key's order.
-    async fn out_of_order(&self, where_: &str) -> i64 {
+    pub(super) async fn out_of_order(&self, where_: &str) -> i64 {
         let t = &self.table;
         let sql = format!(
             "SELECT count(*) FROM {t} a JOIN {t} b ON a.k = b.k AND a.seq < b.seq AND a.ran > b.ran WHERE {where_}"
