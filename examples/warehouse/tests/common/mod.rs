@@ -52,7 +52,11 @@ impl Service {
     /// first, or said nothing for a minute), as a supervisor that starts it again would see it.
     pub async fn try_start_without_api(mut command: Command, ready: &str) -> Result<Self, String> {
         command
-            .env("RUST_LOG", "warn")
+            // Warnings only, unless GUESTLIST_TEST_PART_LOG asks for more (a replay of a seed).
+            .env(
+                "RUST_LOG",
+                std::env::var("GUESTLIST_TEST_PART_LOG").unwrap_or_else(|_| "warn".to_owned()),
+            )
             .stdout(Stdio::piped())
             .kill_on_drop(true);
         let mut child = command.spawn().expect("start the binary");

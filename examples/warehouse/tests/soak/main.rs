@@ -22,6 +22,7 @@ mod parts;
 mod picks;
 mod purge;
 mod resources;
+mod waits;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -118,18 +119,19 @@ async fn soak_under_overlapping_faults_checked_by_the_history() {
     let faults_ended = Instant::now();
     placing.await.unwrap();
     let answered = faults_ended.elapsed();
-    // Settled: every order under way answered, the outbox empty, the broker quiet.
+    // Settled: every order under way answered and picked, the outbox empty, the broker quiet.
     let deadline = faults_ended + SETTLE;
-    loop {
-        let pending: i64 = guestlist::sqlx::query_scalar("SELECT count(*) FROM warehouse_outbox")
-            .fetch_one(&pool)
-            .await
-            .unwrap();
-        if pending == 0 || Instant::now() > deadline {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    // Every order placed has its pick task: a broker that counts only ready messages (RabbitMQ
+    // over AMQP) looks quiet while a warehouse still holds deliveries unacknowledged.
+    until_none(
+        &pool,
+        "SELECT count(*) FROM orders o \
+         WHERE NOT EXISTS (SELECT 1 FROM pick_tasks p WHERE p.order_id = o.id)",
+        deadline,
+    )
+    .await;
+    let picked = faults_ended.elapsed();
+    until_none(&pool, "SELECT count(*) FROM warehouse_outbox", deadline).await;
     let emptied = faults_ended.elapsed();
     // What stays on the broker past the settling is the checker's to name.
     let quiet = {
@@ -138,10 +140,13 @@ async fn soak_under_overlapping_faults_checked_by_the_history() {
     };
     let _ = tokio::spawn(quiet).await;
     let settled_in = faults_ended.elapsed();
+    // Taken before the parts stop: what a part still waits on in the database, if anything.
+    let busy = waits::busy_sessions(&pool, Duration::from_secs(5)).await;
     let phases = format!(
-        "after the last fault: every order answered at {:.1} s, the outbox empty at {:.1} s, \
-         the broker quiet for 3 s at {:.1} s",
+        "after the last fault: every order answered at {:.1} s, picked at {:.1} s, the outbox \
+         empty at {:.1} s, the broker quiet for 3 s at {:.1} s",
         answered.as_secs_f64(),
+        picked.as_secs_f64(),
         emptied.as_secs_f64(),
         settled_in.as_secs_f64()
     );
@@ -200,6 +205,9 @@ async fn soak_under_overlapping_faults_checked_by_the_history() {
     for (at, what) in &exits {
         eprintln!("  exit at {at:.2}s: {what}");
     }
+    for session in &busy {
+        eprintln!("  busy in the database once settled: {session}");
+    }
     if let Some(path) = setting("GUESTLIST_SOAK_REPORT") {
         let report = serde_json::json!({
             "seed": seed,
@@ -227,4 +235,18 @@ async fn soak_under_overlapping_faults_checked_by_the_history() {
     );
     assert!(checked.succeeded > 0, "no order was placed at all");
     orders.remove().await.unwrap();
+}
+
+/// Waits until `count` (a `SELECT count(*)`) finds none, or `deadline` passes.
+async fn until_none(pool: &guestlist::sqlx::PgPool, count: &'static str, deadline: Instant) {
+    loop {
+        let found: i64 = guestlist::sqlx::query_scalar(count)
+            .fetch_one(pool)
+            .await
+            .unwrap();
+        if found == 0 || Instant::now() > deadline {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use tokio::process::Command;
 use tokio::sync::Mutex;
-use warehouse_example::broker::{Kind, Orders};
+use warehouse_example::broker::Orders;
 
 use crate::common::{
     PAYMENTS_READY, RELAY_READY, Service, WAREHOUSE_READY, free_address, payments_on, relay,
@@ -124,6 +124,12 @@ impl Parts {
             orders,
             payments,
         } = &self.recipe;
+        // Each part's sessions named for it in pg_stat_activity.
+        let database = &format!(
+            "{database}{}application_name={}",
+            if database.contains('?') { '&' } else { '?' },
+            part.name()
+        );
         match part {
             Part::Payments => {
                 let mut command = payments_on(database, listen);
@@ -136,16 +142,8 @@ impl Parts {
                 // nemesis kills often enough to reach the default 5 for an unlucky one, which
                 // is no poison.
                 command.args(["--max-deliveries", "20"]);
-                // Customers at once, where an hour held (NATS; RabbitMQ and SQS for 90 s). On
-                // Kafka, four lanes handled 343 orders out of place in an hour (seed 602), a
-                // later record of a key before an earlier one handed back: open, one at a time
-                // there until it is found (the tests chapter).
-                let lanes = if orders.kind() == Kind::Kafka {
-                    "1"
-                } else {
-                    "4"
-                };
-                command.args(["--concurrency", lanes]);
+                // Four customers at once, each customer's events in order.
+                command.args(["--concurrency", "4"]);
                 command
             }
             Part::Relay(_) => relay(database, orders, "2s"),
