@@ -4,6 +4,7 @@
 //! `PickTaskCreated` in the outbox, on the transaction that claims the event.
 
 use std::marker::PhantomData;
+use std::time::Duration;
 
 use guestlist::consumer::{Message, StepHandler};
 use guestlist::inbox::Steps;
@@ -31,10 +32,21 @@ struct Payment {
     customer: Option<String>,
 }
 
+/// How long a call to payments may take before the step gives up on its answer: the charge
+/// then runs again later, under the same key, and payments answers it once.
+const PAYMENTS_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// A client whose mutating calls carry the key of the step in progress
-/// (`warehouse:<event id>/charge`).
+/// (`warehouse:<event id>/charge`). A call with no answer within [`PAYMENTS_TIMEOUT`] is a
+/// "not yet" (the key carried makes asking again safe), never a lane held for good by a link
+/// that went silent.
 pub fn payments_client() -> ClientWithMiddleware {
-    reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+    let client = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(2))
+        .timeout(PAYMENTS_TIMEOUT)
+        .build()
+        .expect("a reqwest client with timeouts");
+    reqwest_middleware::ClientBuilder::new(client)
         .with(guestlist::carry::CarryKey::new())
         .build()
 }

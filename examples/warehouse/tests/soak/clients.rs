@@ -34,6 +34,7 @@ const ANSWER_WAIT: Duration = Duration::from_secs(5);
 pub async fn run(
     apis: Vec<String>,
     clients: usize,
+    pause: std::ops::Range<u64>,
     seed: u64,
     started: Instant,
     until: Instant,
@@ -47,6 +48,7 @@ pub async fn run(
     let mut tasks = Vec::new();
     for client in 0..clients {
         let (http, apis, history) = (http.clone(), apis.clone(), Arc::clone(&history));
+        let pause = pause.clone();
         tasks.push(tokio::spawn(async move {
             let mut rng = fastrand::Rng::with_seed(seed ^ ((client as u64 + 1) << 32));
             let mut n = 0;
@@ -70,7 +72,7 @@ pub async fn run(
                 order.place(&mut rng, &history).await;
                 // A pause between orders, as a shop's traffic has: a steady load the machine
                 // keeps up with, so that what settles after a fault is the fault's doing.
-                tokio::time::sleep(Duration::from_millis(rng.u64(50..150))).await;
+                tokio::time::sleep(Duration::from_millis(rng.u64(pause.clone()))).await;
             }
         }));
     }
