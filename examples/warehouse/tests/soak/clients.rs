@@ -29,12 +29,17 @@ pub type History = Arc<Mutex<Vec<Attempt>>>;
 /// How long a client waits for one answer: longer than a pause of a process or a restart.
 const ANSWER_WAIT: Duration = Duration::from_secs(5);
 
-/// Runs `clients` clients against `apis` until `until` (the orders under way then are retried to
-/// their answer, until `give_up`), drawing amounts and backoff from `seed`.
+/// How many clients place orders, and how long each pauses between two, in ms.
+pub struct Traffic {
+    pub clients: usize,
+    pub pause: std::ops::Range<u64>,
+}
+
+/// Runs `traffic`'s clients against `apis` until `until` (the orders under way then are retried
+/// to their answer, until `give_up`), drawing amounts and backoff from `seed`.
 pub async fn run(
     apis: Vec<String>,
-    clients: usize,
-    pause: std::ops::Range<u64>,
+    traffic: Traffic,
     seed: u64,
     started: Instant,
     until: Instant,
@@ -46,9 +51,9 @@ pub async fn run(
         .build()
         .expect("an HTTP client");
     let mut tasks = Vec::new();
-    for client in 0..clients {
+    for client in 0..traffic.clients {
         let (http, apis, history) = (http.clone(), apis.clone(), Arc::clone(&history));
-        let pause = pause.clone();
+        let pause = traffic.pause.clone();
         tasks.push(tokio::spawn(async move {
             let mut rng = fastrand::Rng::with_seed(seed ^ ((client as u64 + 1) << 32));
             let mut n = 0;

@@ -102,8 +102,10 @@ async fn soak_under_overlapping_faults_checked_by_the_history() {
     let history: clients::History = Arc::new(Mutex::new(Vec::new()));
     let placing = tokio::spawn(clients::run(
         parts.apis(),
-        CLIENTS,
-        pause_between_orders(orders.kind()),
+        clients::Traffic {
+            clients: CLIENTS,
+            pause: pause_between_orders(orders.kind()),
+        },
         seed,
         started,
         until,
