@@ -34,17 +34,7 @@ impl PrivateMariadb {
             as_mysql,
             server: Mutex::new(None),
         };
-        let mut install = Command::new("mariadb-install-db");
-        install.args([
-            "--no-defaults",
-            &format!("--datadir={}", server.data()),
-            "--auth-root-authentication-method=normal",
-            "--skip-test-db",
-        ]);
-        if as_mysql {
-            install.arg("--user=mysql");
-        }
-        run(&mut install, "mariadb-install-db");
+        server.install();
         server.start_again();
         let mut create = Command::new("mariadb");
         create.args([
@@ -57,6 +47,44 @@ impl PrivateMariadb {
         ]);
         run(&mut create, "mariadb");
         server
+    }
+
+    /// Creates the system tables. The bootstrap failed once in a CI run under load
+    /// ("Installation of system tables failed", its log gone with its directory): it is tried
+    /// a second time on a fresh data directory, and a second failure says what the first said.
+    fn install(&self) {
+        let mut first = None;
+        for _ in 0..2 {
+            let mut install = Command::new("mariadb-install-db");
+            install.args([
+                "--no-defaults",
+                &format!("--datadir={}", self.data()),
+                "--auth-root-authentication-method=normal",
+                "--skip-test-db",
+            ]);
+            if self.as_mysql {
+                install.arg("--user=mysql");
+            }
+            let output = install
+                .output()
+                .unwrap_or_else(|err| panic!("mariadb-install-db: {err}"));
+            if output.status.success() {
+                return;
+            }
+            let said = format!(
+                "{}{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            );
+            eprintln!("mariadb-install-db failed; trying once more on a fresh directory:\n{said}");
+            first.get_or_insert(said);
+            let _ = std::fs::remove_dir_all(self.data());
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        panic!(
+            "mariadb-install-db failed twice; the first time:\n{}",
+            first.unwrap_or_default()
+        );
     }
 
     /// A URL of the server's `test` database.

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use tokio::process::Command;
 use tokio::sync::Mutex;
-use warehouse_example::broker::Orders;
+use warehouse_example::broker::{Kind, Orders};
 
 use crate::common::{
     PAYMENTS_READY, RELAY_READY, Service, WAREHOUSE_READY, free_address, payments_on, relay,
@@ -142,8 +142,16 @@ impl Parts {
                 // nemesis kills often enough to reach the default 5 for an unlucky one, which
                 // is no poison.
                 command.args(["--max-deliveries", "20"]);
-                // Four customers at once, each customer's events in order.
-                command.args(["--concurrency", "4"]);
+                // Four customers at once, each customer's events in order; one at a time on
+                // Kafka, where the hour with lanes still fell behind (seed 602 again: the poll
+                // thread past max.poll.interval.ms, commits refused, records read again past the
+                // inbox's retention): open, in the tests chapter.
+                let lanes = if orders.kind() == Kind::Kafka {
+                    "1"
+                } else {
+                    "4"
+                };
+                command.args(["--concurrency", lanes]);
                 command
             }
             Part::Relay(_) => relay(database, orders, "2s"),
