@@ -37,7 +37,7 @@ struct Payment {
 const PAYMENTS_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A client whose mutating calls carry the key of the step in progress
-/// (`warehouse:<event id>/charge`). A call with no answer within [`PAYMENTS_TIMEOUT`] is a
+/// (`warehouse:<event id>/charge`). A call with no answer within 10 s is a
 /// "not yet" (the key carried makes asking again safe), never a lane held for good by a link
 /// that went silent.
 pub fn payments_client() -> ClientWithMiddleware {
