@@ -74,9 +74,7 @@ impl HeldKeys {
     pub(crate) fn batch_fetched(&self, at: Instant) {
         let mut held = self.lock();
         held.fetched_at = Some(at);
-        if !held.by_key.is_empty() {
-            held.prune();
-        }
+        held.prune();
     }
 
     /// Message `id` of `key` went back to the broker for `delay`: the key's other messages wait

@@ -65,17 +65,9 @@ impl PrivateMariadb {
             if self.as_mysql {
                 install.arg("--user=mysql");
             }
-            let output = install
-                .output()
-                .unwrap_or_else(|err| panic!("mariadb-install-db: {err}"));
-            if output.status.success() {
+            let Err(said) = ran(&mut install, "mariadb-install-db") else {
                 return;
-            }
-            let said = format!(
-                "{}{}",
-                String::from_utf8_lossy(&output.stdout),
-                String::from_utf8_lossy(&output.stderr)
-            );
+            };
             eprintln!("mariadb-install-db failed; trying once more on a fresh directory:\n{said}");
             first.get_or_insert(said);
             let _ = std::fs::remove_dir_all(self.data());
@@ -157,13 +149,22 @@ impl Drop for PrivateMariadb {
 
 /// Runs `command` and panics with its output if it fails.
 fn run(command: &mut Command, program: &str) {
+    if let Err(said) = ran(command, program) {
+        panic!("{program}: {said}");
+    }
+}
+
+/// Runs `command`; what it said (its output) if it failed.
+fn ran(command: &mut Command, program: &str) -> Result<(), String> {
     let output = command
         .output()
         .unwrap_or_else(|err| panic!("{program}: {err}"));
-    assert!(
-        output.status.success(),
-        "{program}: {}{}",
+    if output.status.success() {
+        return Ok(());
+    }
+    Err(format!(
+        "{}{}",
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
-    );
+    ))
 }

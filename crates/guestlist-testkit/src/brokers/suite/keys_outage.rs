@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::postgres::PgPoolOptions;
 
 use super::keys::Keys;
 use crate::brokers::Broker;
@@ -21,13 +21,11 @@ const AWAY: Duration = Duration::from_secs(8);
 /// still waits behind the first: the first runs, then the second, each once.
 pub async fn a_key_held_through_a_database_outage_keeps_its_order<B: Broker>(name: &str) {
     let keys = Keys::<B, sqlx::Postgres>::open(name, Duration::from_secs(30)).await;
-    let direct: PgConnectOptions = keys.rig.db.url.parse().unwrap();
-    let proxy = FaultProxy::to(&format!("{}:{}", direct.get_host(), direct.get_port())).await;
-    let through_proxy = direct.host("127.0.0.1").port(proxy.addr().port());
+    let (proxy, through_proxy) = FaultProxy::for_url(&keys.rig.db.url).await;
     let pool = PgPoolOptions::new()
         .max_connections(4)
         .acquire_timeout(Duration::from_secs(2))
-        .connect_with(through_proxy)
+        .connect(&through_proxy)
         .await
         .unwrap();
     let consumer = keys
