@@ -10,6 +10,7 @@ use rdkafka::message::{Header, Headers, Message, OwnedHeaders, OwnedMessage};
 use rdkafka::producer::FutureRecord;
 
 use crate::MESSAGE_ID_HEADER;
+use crate::partitions::Ticket;
 use crate::rebalance::commit;
 use crate::shared::Shared;
 
@@ -23,7 +24,7 @@ use crate::shared::Shared;
 /// back or dead-lettered) is read again.
 pub struct KafkaDelivery {
     message: OwnedMessage,
-    epoch: u64,
+    ticket: Ticket,
     failures: u32,
     shared: Arc<Shared>,
     settled: AtomicBool,
@@ -42,13 +43,13 @@ impl std::fmt::Debug for KafkaDelivery {
 impl KafkaDelivery {
     pub(crate) fn new(
         message: OwnedMessage,
-        epoch: u64,
+        ticket: Ticket,
         failures: u32,
         shared: Arc<Shared>,
     ) -> Self {
         Self {
             message,
-            epoch,
+            ticket,
             failures,
             shared,
             settled: AtomicBool::new(false),
@@ -75,7 +76,7 @@ impl KafkaDelivery {
         if !self.settled.swap(true, Ordering::AcqRel) {
             self.shared
                 .partitions
-                .settle(self.partition(), self.offset());
+                .settle(self.partition(), self.offset(), self.ticket);
         }
     }
 
@@ -142,7 +143,7 @@ impl Delivery for KafkaDelivery {
     fn withdrawn(&self) -> bool {
         self.shared
             .partitions
-            .withdrawn(self.partition(), self.epoch)
+            .withdrawn(self.partition(), self.offset(), self.ticket)
     }
 
     async fn ack(&self) -> Result<(), BoxError> {
@@ -166,18 +167,18 @@ impl Delivery for KafkaDelivery {
         }
         let shared = &self.shared;
         if shared.by_key.load(Ordering::Relaxed)
-            && shared.parked.park(self.message.clone(), self.epoch, delay)
+            && shared.parked.park(self.message.clone(), self.ticket, delay)
         {
-            // False where its partition moved meanwhile: it is read again from the committed
-            // offset, and the parked copy is dropped when due.
+            // False where it was withdrawn meanwhile: it is read again from the broker, and the
+            // parked copy is dropped when due.
             shared
                 .partitions
-                .park(self.partition(), self.offset(), self.epoch);
+                .park(self.partition(), self.offset(), self.ticket);
             return Ok(());
         }
         shared
             .partitions
-            .rewind(self.partition(), self.offset(), self.epoch, delay, true);
+            .rewind(self.partition(), self.offset(), self.ticket, delay, true);
         Ok(())
     }
 
@@ -226,18 +227,14 @@ impl Drop for KafkaDelivery {
         if self.settled.load(Ordering::Acquire) {
             return;
         }
-        let partitions = &self.shared.partitions;
-        if partitions.withdrawn(self.partition(), self.epoch) {
-            partitions.let_go(self.partition(), self.offset());
-        } else {
-            // Neither done nor handed back: read it again, at once, uncounted.
-            partitions.rewind(
-                self.partition(),
-                self.offset(),
-                self.epoch,
-                Duration::ZERO,
-                false,
-            );
-        }
+        // Neither done nor handed back: read it again, at once, uncounted (nothing to do where
+        // it was withdrawn already: it is read again anyway).
+        self.shared.partitions.rewind(
+            self.partition(),
+            self.offset(),
+            self.ticket,
+            Duration::ZERO,
+            false,
+        );
     }
 }

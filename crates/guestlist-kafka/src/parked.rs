@@ -9,11 +9,13 @@ use std::time::{Duration, Instant};
 
 use rdkafka::message::OwnedMessage;
 
+use crate::partitions::Ticket;
+
 /// The most records parked at once: past it a record handed back seeks its partition back, as
 /// when the consumer does not order by key, so that memory stays bounded whatever fails.
 pub(crate) const MOST: usize = 10_000;
 
-/// The records parked, each with the epoch it was handed out under and when it is due.
+/// The records parked, each with the ticket it was handed out under and when it is due.
 #[derive(Debug, Default)]
 pub(crate) struct Parked {
     waiting: Mutex<Vec<Waiting>>,
@@ -22,28 +24,28 @@ pub(crate) struct Parked {
 #[derive(Debug)]
 struct Waiting {
     message: OwnedMessage,
-    epoch: u64,
+    ticket: Ticket,
     due: Instant,
 }
 
 impl Parked {
-    /// Parks `message` (handed out under `epoch`) for `delay`; `false` where [`MOST`] are
+    /// Parks `message` (handed out under `ticket`) for `delay`; `false` where [`MOST`] are
     /// parked already.
-    pub(crate) fn park(&self, message: OwnedMessage, epoch: u64, delay: Duration) -> bool {
+    pub(crate) fn park(&self, message: OwnedMessage, ticket: Ticket, delay: Duration) -> bool {
         let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
         if waiting.len() >= MOST {
             return false;
         }
         waiting.push(Waiting {
             message,
-            epoch,
+            ticket,
             due: Instant::now() + delay,
         });
         true
     }
 
-    /// Up to `max` records whose delay is over, the earliest due first, with their epochs.
-    pub(crate) fn due(&self, max: usize) -> Vec<(OwnedMessage, u64)> {
+    /// Up to `max` records whose delay is over, the earliest due first, with their tickets.
+    pub(crate) fn due(&self, max: usize) -> Vec<(OwnedMessage, Ticket)> {
         let now = Instant::now();
         let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
         if waiting.iter().all(|w| w.due > now) {
@@ -57,8 +59,13 @@ impl Parked {
             .count();
         waiting
             .drain(..ready)
-            .map(|w| (w.message, w.epoch))
+            .map(|w| (w.message, w.ticket))
             .collect()
+    }
+
+    /// How many records are parked.
+    pub(crate) fn len(&self) -> usize {
+        self.waiting.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
     /// When the next parked record is due, if any is parked.

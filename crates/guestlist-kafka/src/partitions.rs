@@ -7,7 +7,10 @@
 //! (a failed handler) rewinds its partition to it: the records after it that were already
 //! fetched are withdrawn, and the partition is read again from the record, after the delay.
 //! Each partition carries an *epoch*, raised by every rewind and every revocation; a record
-//! fetched under an older epoch is stale and is never handled.
+//! fetched under an older epoch is stale and is never handled. Each hand-out of a record gets a
+//! [`Ticket`] of its own: a delivery holds its record for as long as its ticket is the one in
+//! hand at that offset. A rewind withdraws only the records from its offset on; the earlier
+//! ones, in other lanes of the consumer, stay theirs.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
@@ -26,7 +29,7 @@ struct State {
     partitions: HashMap<i32, Partition>,
     /// Rewinds asked for and not yet carried out by the poll thread.
     rewinds: Vec<Rewind>,
-    /// The last epoch given out: epochs never repeat, even across an assignment.
+    /// The last epoch or ticket given out: they never repeat, even across an assignment.
     last_epoch: u64,
 }
 
@@ -46,11 +49,15 @@ struct Partition {
     failures: HashMap<i64, u32>,
 }
 
+/// One hand-out of a record: a record handed out again (read again after a rewind, or its parked
+/// copy due) gets a new one, so that a delivery can tell whether the record is still its own.
+pub(crate) type Ticket = u64;
+
 /// Where a record of `in_hand` stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Held {
-    /// Handed out, not yet done.
-    Out,
+    /// Handed out under the ticket, not yet done.
+    Out(Ticket),
     /// Done: its offset may be committed once every record before it is done.
     Settled,
     /// Handed back: the partition is read again from it, and nothing past it is committed
@@ -58,8 +65,8 @@ enum Held {
     Awaited,
     /// Handed back while the consumer orders by key: handed out again from memory after its
     /// delay (see [`crate::parked`]), its partition going on; nothing past it is committed
-    /// until it is done.
-    Parked,
+    /// until it is done. Its copy in memory carries the ticket it was handed out under.
+    Parked(Ticket),
 }
 
 /// A partition to read again from `offset`, once `resume_at` has come.
@@ -68,6 +75,22 @@ pub(crate) struct Rewind {
     pub(crate) partition: i32,
     pub(crate) offset: i64,
     pub(crate) resume_at: Instant,
+}
+
+impl State {
+    /// A new epoch or ticket.
+    fn next_ticket(&mut self) -> u64 {
+        self.last_epoch += 1;
+        self.last_epoch
+    }
+
+    /// Whether the record at `offset` of `partition` is out under `ticket`.
+    fn holds(&self, partition: i32, offset: i64, ticket: Ticket) -> bool {
+        self.partitions
+            .get(&partition)
+            .and_then(|p| p.in_hand.get(&offset))
+            == Some(&Held::Out(ticket))
+    }
 }
 
 impl Partitions {
@@ -117,7 +140,7 @@ impl Partitions {
                 .map(|p| {
                     p.in_hand
                         .values()
-                        .filter(|held| **held == Held::Out)
+                        .filter(|held| matches!(held, Held::Out(_)))
                         .count()
                 })
                 .sum();
@@ -163,35 +186,63 @@ impl Partitions {
     }
 
     /// Hands out the record at `offset`, polled under `epoch`: `None` when it went stale in
-    /// between. Returns how many times it failed before.
-    pub(crate) fn hand_out(&self, partition: i32, offset: i64, epoch: u64) -> Option<u32> {
+    /// between. Returns how many times it failed before, and its ticket.
+    pub(crate) fn hand_out(
+        &self,
+        partition: i32,
+        offset: i64,
+        epoch: u64,
+    ) -> Option<(u32, Ticket)> {
         let mut state = self.lock();
+        let ticket = state.next_ticket();
         let p = state.partitions.get_mut(&partition)?;
         if p.epoch != epoch {
             return None;
         }
-        p.in_hand.insert(offset, Held::Out);
-        Some(p.failures.get(&offset).copied().unwrap_or(0))
+        match p.in_hand.get(&offset) {
+            None | Some(Held::Awaited) => {}
+            // Held already (parked, or out): never handed out twice.
+            Some(_) => return None,
+        }
+        p.in_hand.insert(offset, Held::Out(ticket));
+        Some((p.failures.get(&offset).copied().unwrap_or(0), ticket))
     }
 
-    /// Whether a record handed out under `epoch` was withdrawn since.
-    pub(crate) fn withdrawn(&self, partition: i32, epoch: u64) -> bool {
-        let state = self.lock();
-        state
-            .partitions
-            .get(&partition)
-            .is_none_or(|p| p.epoch != epoch)
-    }
-
-    /// The record at `offset` is done: the offset to commit moves past it if every record
-    /// before it is done too.
-    pub(crate) fn settle(&self, partition: i32, offset: i64) {
+    /// Hands out again the record at `offset` parked under `parked`: `None` when it is no
+    /// longer parked under that ticket (withdrawn by a rewind to it or before it, or its
+    /// partition moved: it is read again from the broker). Returns how many times it failed
+    /// before, and its new ticket.
+    pub(crate) fn unpark(
+        &self,
+        partition: i32,
+        offset: i64,
+        parked: Ticket,
+    ) -> Option<(u32, Ticket)> {
         let mut state = self.lock();
-        if let Some(p) = state.partitions.get_mut(&partition)
-            && let Some(held) = p.in_hand.get_mut(&offset)
-            && *held == Held::Out
+        let ticket = state.next_ticket();
+        let p = state.partitions.get_mut(&partition)?;
+        let held = p.in_hand.get_mut(&offset)?;
+        if *held != Held::Parked(parked) {
+            return None;
+        }
+        *held = Held::Out(ticket);
+        Some((p.failures.get(&offset).copied().unwrap_or(0), ticket))
+    }
+
+    /// Whether the record at `offset`, handed out under `ticket`, was withdrawn since (by a
+    /// rewind to it or before it, or its partition moved).
+    pub(crate) fn withdrawn(&self, partition: i32, offset: i64, ticket: Ticket) -> bool {
+        !self.lock().holds(partition, offset, ticket)
+    }
+
+    /// The record at `offset`, handed out under `ticket`, is done: the offset to commit moves
+    /// past it if every record before it is done too.
+    pub(crate) fn settle(&self, partition: i32, offset: i64, ticket: Ticket) {
+        let mut state = self.lock();
+        if state.holds(partition, offset, ticket)
+            && let Some(p) = state.partitions.get_mut(&partition)
         {
-            *held = Held::Settled;
+            p.in_hand.insert(offset, Held::Settled);
             p.failures.remove(&offset);
             while let Some(entry) = p.in_hand.first_entry() {
                 if *entry.get() != Held::Settled {
@@ -206,78 +257,55 @@ impl Partitions {
         self.settled.notify_all();
     }
 
-    /// Lets go of a withdrawn record without settling it: it will be read again.
-    pub(crate) fn let_go(&self, partition: i32, offset: i64) {
+    /// The record at `offset`, handed out under `ticket`, is parked to be handed out again:
+    /// counted as a failure, and not committed past. `false` where it was withdrawn since: it
+    /// is read again anyway.
+    pub(crate) fn park(&self, partition: i32, offset: i64, ticket: Ticket) -> bool {
         let mut state = self.lock();
-        if let Some(p) = state.partitions.get_mut(&partition)
-            && p.in_hand.get(&offset) == Some(&Held::Out)
-        {
-            p.in_hand.remove(&offset);
+        if !state.holds(partition, offset, ticket) {
+            return false;
         }
-        drop(state);
-        self.settled.notify_all();
-    }
-
-    /// The record at `offset`, handed out under `epoch`, is parked to be handed out again:
-    /// counted as a failure, and not committed past. `false` where its partition moved (or was
-    /// sought back) since: it is read again anyway.
-    pub(crate) fn park(&self, partition: i32, offset: i64, epoch: u64) -> bool {
-        let mut state = self.lock();
         let Some(p) = state.partitions.get_mut(&partition) else {
             return false;
         };
-        if p.epoch != epoch || p.in_hand.get(&offset) != Some(&Held::Out) {
-            return false;
-        }
-        p.in_hand.insert(offset, Held::Parked);
+        p.in_hand.insert(offset, Held::Parked(ticket));
         *p.failures.entry(offset).or_default() += 1;
         drop(state);
         self.settled.notify_all();
         true
     }
 
-    /// Reads `partition` again from `offset` (a record handed out under `handed`) after
-    /// `delay`: the records in hand from `offset` on are withdrawn. `failed` counts the delivery
-    /// as a failure of the record.
+    /// Reads `partition` again from `offset` (a record handed out under `ticket`) after
+    /// `delay`: the records in hand from `offset` on are withdrawn; those before it stay in
+    /// hand (parked ones too). `failed` counts the delivery as a failure of the record.
     ///
-    /// A record whose partition was sought back (or moved) since it was handed out is read
-    /// again anyway: its failure is counted, but it moves no rewind (a rewind to it would drop
-    /// the earlier one, and with it the record that rewind waits for).
+    /// A record withdrawn since it was handed out is read again anyway: its failure is
+    /// counted, but it moves no rewind (a rewind to it would drop the earlier one, and with it
+    /// the record that rewind waits for).
     pub(crate) fn rewind(
         &self,
         partition: i32,
         offset: i64,
-        handed: u64,
+        ticket: Ticket,
         delay: Duration,
         failed: bool,
     ) {
         let mut state = self.lock();
-        state.last_epoch += 1;
-        let epoch = state.last_epoch;
+        let holds = state.holds(partition, offset, ticket);
+        let epoch = state.next_ticket();
         let Some(p) = state.partitions.get_mut(&partition) else {
             return; // revoked meanwhile: the next owner starts from the committed offset
         };
-        if p.epoch != handed {
-            if failed {
-                *p.failures.entry(offset).or_default() += 1;
-            }
+        if failed {
+            *p.failures.entry(offset).or_default() += 1;
+        }
+        if !holds {
             return;
         }
-        // A record parked below `offset` would go stale with this epoch (its copy in memory
-        // is dropped when due) while its `Parked` mark held the commit below it for good: the
-        // partition is read again from the earliest parked record instead.
-        let offset = p
-            .in_hand
-            .iter()
-            .find(|(o, held)| **held == Held::Parked && **o < offset)
-            .map_or(offset, |(o, _)| *o);
         p.epoch = epoch;
         p.rewinding = true;
         p.in_hand.retain(|o, _| *o < offset);
         p.in_hand.insert(offset, Held::Awaited);
-        if failed {
-            *p.failures.entry(offset).or_default() += 1;
-        }
         // An earlier rewind of the partition to a later offset is superseded by this one.
         state.rewinds.retain(|r| r.partition != partition);
         state.rewinds.push(Rewind {
@@ -286,6 +314,13 @@ impl Partitions {
             resume_at: Instant::now() + delay,
         });
         drop(state);
+        tracing::debug!(
+            partition,
+            offset,
+            ?delay,
+            failed,
+            "reading a partition again from a record"
+        );
         self.settled.notify_all();
     }
 
@@ -299,6 +334,27 @@ impl Partitions {
         if let Some(p) = self.lock().partitions.get_mut(&partition) {
             p.rewinding = false;
         }
+    }
+
+    /// For a debug log: each assigned partition's offset to commit, the records in hand, and
+    /// the first of them (what holds the commit back) with where it stands.
+    pub(crate) fn summary(&self) -> String {
+        let state = self.lock();
+        let mut partitions: Vec<_> = state.partitions.iter().collect();
+        partitions.sort_unstable_by_key(|(partition, _)| **partition);
+        partitions
+            .into_iter()
+            .map(|(partition, p)| {
+                let first = p.in_hand.first_key_value();
+                format!(
+                    "{partition}: commit {:?}, {} in hand, first {:?}",
+                    p.next_commit,
+                    p.in_hand.len(),
+                    first
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
     }
 
     /// The offsets that moved since the last call, to commit.
@@ -317,155 +373,4 @@ impl Partitions {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn handed(partitions: &Partitions, partition: i32, offsets: std::ops::Range<i64>) -> u64 {
-        let epoch = partitions.epoch_for_poll(partition).unwrap();
-        for offset in offsets {
-            partitions.hand_out(partition, offset, epoch).unwrap();
-        }
-        epoch
-    }
-
-    #[test]
-    fn the_commit_moves_only_past_a_prefix_of_settled_records() {
-        let partitions = Partitions::default();
-        partitions.assigned([0]);
-        handed(&partitions, 0, 10..13);
-        partitions.settle(0, 11);
-        assert_eq!(partitions.to_commit(), vec![]);
-        partitions.settle(0, 10);
-        assert_eq!(partitions.to_commit(), vec![(0, 12)]);
-        assert_eq!(partitions.to_commit(), vec![], "committed once");
-        partitions.settle(0, 12);
-        assert_eq!(partitions.to_commit(), vec![(0, 13)]);
-    }
-
-    #[test]
-    fn a_rewind_withdraws_the_later_records_and_counts_the_failure() {
-        let partitions = Partitions::default();
-        partitions.assigned([0]);
-        let epoch = handed(&partitions, 0, 0..3);
-        partitions.settle(0, 0);
-        partitions.rewind(0, 1, epoch, Duration::ZERO, true);
-        assert!(partitions.withdrawn(0, epoch));
-        // The record after it fails too, run before it knew: the rewind stays at the first.
-        partitions.rewind(0, 2, epoch, Duration::ZERO, true);
-        assert_eq!(
-            partitions.epoch_for_poll(0),
-            None,
-            "stale until the seek is done"
-        );
-        let rewinds = partitions.take_rewinds();
-        assert_eq!((rewinds[0].partition, rewinds[0].offset), (0, 1));
-        partitions.rewound(0);
-        let epoch = partitions.epoch_for_poll(0).unwrap();
-        assert_eq!(
-            partitions.hand_out(0, 1, epoch),
-            Some(1),
-            "one failure before"
-        );
-        partitions.settle(0, 1);
-        assert_eq!(partitions.to_commit(), vec![(0, 2)]);
-    }
-
-    #[test]
-    fn nothing_past_a_handed_back_record_is_committed_until_it_is_done() {
-        let partitions = Partitions::default();
-        partitions.assigned([0]);
-        let epoch = handed(&partitions, 0, 0..3);
-        partitions.settle(0, 0);
-        partitions.rewind(0, 1, epoch, Duration::ZERO, true);
-        partitions.rewound(0);
-        // As if the seek had failed: the record after the handed-back one comes first.
-        let epoch = partitions.epoch_for_poll(0).unwrap();
-        partitions.hand_out(0, 2, epoch).unwrap();
-        partitions.settle(0, 2);
-        assert_eq!(partitions.to_commit(), vec![(0, 1)]);
-        partitions.hand_out(0, 1, epoch).unwrap();
-        partitions.settle(0, 1);
-        assert_eq!(partitions.to_commit(), vec![(0, 3)]);
-    }
-
-    #[test]
-    fn a_parked_record_holds_the_commit_but_not_its_partition() {
-        let partitions = Partitions::default();
-        partitions.assigned([0]);
-        let epoch = handed(&partitions, 0, 0..3);
-        assert!(partitions.park(0, 0, epoch));
-        assert!(
-            !partitions.withdrawn(0, epoch),
-            "the records after it stay in hand"
-        );
-        partitions.settle(0, 1);
-        partitions.settle(0, 2);
-        assert_eq!(
-            partitions.to_commit(),
-            vec![],
-            "nothing past a parked record"
-        );
-        assert_eq!(
-            partitions.hand_out(0, 0, epoch),
-            Some(1),
-            "one failure before"
-        );
-        partitions.settle(0, 0);
-        assert_eq!(partitions.to_commit(), vec![(0, 3)]);
-    }
-
-    #[test]
-    fn a_rewind_past_a_parked_record_reads_the_partition_again_from_it() {
-        let partitions = Partitions::default();
-        partitions.assigned([0]);
-        let epoch = handed(&partitions, 0, 0..4);
-        assert!(partitions.park(0, 1, epoch));
-        partitions.settle(0, 0);
-        // A later record let go unsettled (dropped in hand): read again at once.
-        partitions.rewind(0, 3, epoch, Duration::ZERO, false);
-        let rewinds = partitions.take_rewinds();
-        assert_eq!(
-            (rewinds[0].partition, rewinds[0].offset),
-            (0, 1),
-            "from the parked record, whose copy in memory went stale"
-        );
-        partitions.rewound(0);
-        let epoch = partitions.epoch_for_poll(0).unwrap();
-        assert_eq!(
-            partitions.hand_out(0, 1, epoch),
-            Some(1),
-            "its failure still counted"
-        );
-        for offset in 2..4 {
-            partitions.hand_out(0, offset, epoch).unwrap();
-        }
-        for offset in 1..4 {
-            partitions.settle(0, offset);
-        }
-        assert_eq!(
-            partitions.to_commit(),
-            vec![(0, 4)],
-            "nothing holds the commit back"
-        );
-    }
-
-    #[test]
-    fn a_revocation_waits_for_the_records_in_hand_and_returns_their_offsets() {
-        let partitions = std::sync::Arc::new(Partitions::default());
-        partitions.assigned([0, 1]);
-        let stale = handed(&partitions, 0, 0..2);
-        let settler = {
-            let partitions = partitions.clone();
-            std::thread::spawn(move || {
-                std::thread::sleep(Duration::from_millis(100));
-                partitions.settle(0, 0);
-                partitions.settle(0, 1);
-            })
-        };
-        let offsets = partitions.revoked(&[0], Duration::from_secs(10));
-        settler.join().unwrap();
-        assert_eq!(offsets, vec![(0, 2)]);
-        assert!(partitions.withdrawn(0, stale));
-        assert!(partitions.epoch_for_poll(1).is_some(), "partition 1 stays");
-    }
-}
+mod tests;

@@ -17,6 +17,9 @@ use crate::shared::Shared;
 /// The longest a poll waits: how soon a rewind or a resume is carried out.
 const POLL: Duration = Duration::from_millis(20);
 
+/// How often the partitions' state is logged (at debug level).
+const SUMMARY: Duration = Duration::from_secs(10);
+
 /// A record as polled, with the epoch of its partition at that moment.
 pub(crate) struct Polled {
     pub(crate) message: OwnedMessage,
@@ -26,7 +29,13 @@ pub(crate) struct Polled {
 /// Polls until `stop` is set or the source is gone, feeding `records`.
 pub(crate) fn run(shared: Arc<Shared>, records: mpsc::Sender<Polled>, stop: Arc<AtomicBool>) {
     let mut paused: Vec<Rewind> = Vec::new();
+    let mut summed_up = Instant::now();
     while !stop.load(Ordering::Relaxed) {
+        if summed_up.elapsed() >= SUMMARY && tracing::enabled!(tracing::Level::DEBUG) {
+            summed_up = Instant::now();
+            tracing::debug!(partitions = %shared.partitions.summary(), parked = shared.parked.len(),
+                paused = paused.len(), "where the partitions stand");
+        }
         for rewind in shared.partitions.take_rewinds() {
             seek_back(&shared, &rewind);
             paused.retain(|p| p.partition != rewind.partition);

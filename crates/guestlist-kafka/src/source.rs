@@ -109,8 +109,8 @@ impl KafkaSource {
         true
     }
 
-    /// Up to `max` parked records whose delay is over, handed out again (those whose partition
-    /// moved meanwhile are dropped: they are read again from the committed offset).
+    /// Up to `max` parked records whose delay is over, handed out again (those withdrawn
+    /// meanwhile are dropped: they are read again from the broker).
     fn parked_due(&self, max: usize) -> Vec<KafkaDelivery> {
         let Some(shared) = &self.shared else {
             return Vec::new();
@@ -119,19 +119,28 @@ impl KafkaSource {
             .parked
             .due(max)
             .into_iter()
-            .filter_map(|(message, epoch)| self.delivery(Polled { message, epoch }))
+            .filter_map(|(message, parked)| {
+                let (partition, offset) = (message.partition(), message.offset());
+                let (failures, ticket) = shared.partitions.unpark(partition, offset, parked)?;
+                Some(KafkaDelivery::new(
+                    message,
+                    ticket,
+                    failures,
+                    Arc::clone(shared),
+                ))
+            })
             .collect()
     }
 
     fn delivery(&self, polled: Polled) -> Option<KafkaDelivery> {
         let shared = self.shared.as_ref()?;
         let (partition, offset) = (polled.message.partition(), polled.message.offset());
-        let failures = shared
+        let (failures, ticket) = shared
             .partitions
             .hand_out(partition, offset, polled.epoch)?;
         Some(KafkaDelivery::new(
             polled.message,
-            polled.epoch,
+            ticket,
             failures,
             Arc::clone(shared),
         ))
