@@ -11,6 +11,7 @@ use http::{HeaderName, Method, StatusCode, header};
 use crate::attempts::Attempts;
 use crate::key_source::KeySource;
 use crate::replay_cache::ReplayCache;
+use crate::waiting::WaitRoom;
 
 /// Chooses the scope of a request's key; `None` refuses the request (400).
 pub(crate) type ScopeFn = Arc<dyn Fn(&Parts) -> Option<Scope> + Send + Sync>;
@@ -39,7 +40,17 @@ pub(crate) struct Config {
     pub(crate) attempts: Attempts,
     /// Responses remembered in memory (off unless set).
     pub(crate) replay_cache: ReplayCache,
+    /// The longest a request whose key is in flight waits for the first attempt's answer
+    /// (zero: it gets 409 at once).
+    pub(crate) in_flight_wait: Duration,
+    /// How often a waiting request looks at the store again, for an attempt of another process.
+    pub(crate) in_flight_poll: Duration,
+    /// The requests waiting, and their caps.
+    pub(crate) waiting: Arc<WaitRoom>,
 }
+
+/// How many requests may wait on one key, and on all keys, by default.
+pub(crate) const WAITERS: (usize, usize) = (100, 1_000);
 
 impl Default for Config {
     fn default() -> Self {
@@ -73,6 +84,9 @@ impl Default for Config {
             }),
             attempts: Attempts::default(),
             replay_cache: ReplayCache::off(),
+            in_flight_wait: Duration::ZERO,
+            in_flight_poll: Duration::from_millis(100),
+            waiting: Arc::new(WaitRoom::new(WAITERS.0, WAITERS.1)),
         }
     }
 }
@@ -90,6 +104,8 @@ impl fmt::Debug for Config {
             .field("mismatch_status", &self.mismatch_status)
             .field("stored_headers", &self.stored_headers)
             .field("replay_cache", &self.replay_cache)
+            .field("in_flight_wait", &self.in_flight_wait)
+            .field("waiting", &self.waiting)
             .finish_non_exhaustive()
     }
 }

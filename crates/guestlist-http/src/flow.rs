@@ -5,12 +5,12 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use guestlist_core::{Completed, Fingerprint, KeyClaim, StoredBody, StoredResponse};
+use guestlist_core::{Fingerprint, KeyClaim};
 use http::request::Parts;
 use http::{HeaderValue, Request, Response};
 use tracing::Instrument;
 
-use crate::body::{self, Body, Captured};
+use crate::body::{self, Body};
 use crate::bounds::{Handler, RequestBody, ResponseBody};
 use crate::config::Config;
 use crate::context::IdempotencyContext;
@@ -21,9 +21,11 @@ use crate::key_source::{self, KeySource};
 use crate::keyed_body;
 use crate::mode::Mode;
 use crate::outcome::Outcome;
+use crate::prefer;
 use crate::problem::Problem;
 use crate::quota::over_quota;
 use crate::replay::replay;
+use crate::wait::wait_for_answer;
 
 /// One request's way through the layer.
 pub(crate) struct Flow<S, M, ReqBody, ResBody> {
@@ -160,10 +162,13 @@ where
         // instead of holding the answer its retry should get.
         let span = tracing::Span::current();
         let running = self.config.attempts.enter();
+        // Dropped with this future: a request waiting for its key's first attempt stops waiting
+        // when its client hangs up.
+        let (_connected, hung_up) = tokio::sync::oneshot::channel::<()>();
         let accepted = tokio::spawn(
             async move {
                 let _running = running;
-                self.claim_and_attempt(parts, bytes, keyed).await
+                self.claim_and_attempt(parts, bytes, keyed, hung_up).await
             }
             .instrument(span),
         );
@@ -180,12 +185,14 @@ where
         }
     }
 
-    /// Claims the key, then runs the attempt that holds it, or answers why it did not run.
+    /// Claims the key (waiting for the first attempt's answer while it is in flight, where the
+    /// layer waits), then runs the attempt that holds it, or answers why it did not run.
     async fn claim_and_attempt(
         self,
         mut parts: Parts,
         bytes: Bytes,
         keyed: Keyed,
+        mut hung_up: tokio::sync::oneshot::Receiver<()>,
     ) -> Result<Response<Body>, S::Error> {
         let fingerprint = self.fingerprint(&parts, &bytes);
         let cache = &self.config.replay_cache;
@@ -194,15 +201,57 @@ where
         }
         let slot = self.mode.open(&mut parts.extensions);
         let lease = self.config.lease;
-        let (scope, key) = (keyed.scope.clone(), keyed.key.clone());
-        let held = match Held::claim(&self.mode, slot, keyed, &fingerprint, lease).await {
-            Ok(held) => held,
+        let (claimed, applied) =
+            match Held::claim(&self.mode, slot, keyed.clone(), &fingerprint, lease).await {
+                Err(Ok(KeyClaim::InFlight { retry_after })) => {
+                    let waited = wait_for_answer(
+                        &self.mode,
+                        &self.config,
+                        &mut parts,
+                        &keyed,
+                        &fingerprint,
+                        retry_after,
+                        &mut hung_up,
+                    )
+                    .await;
+                    (waited.claimed, waited.applied)
+                }
+                claimed => (claimed, None),
+            };
+        let response = match claimed {
+            Ok(held) => self.run_held(parts, bytes, held, fingerprint).await,
             Err(not_run) => {
                 if let Ok(KeyClaim::Replay(stored)) = &not_run {
-                    cache.remember(&scope, &key, &fingerprint, stored);
+                    cache.remember(&keyed.scope, &keyed.key, &fingerprint, stored);
                 }
-                return Ok(self.not_run(not_run));
+                Ok(self.not_run(not_run))
             }
+        };
+        // The wait the client asked for, as honoured.
+        response.map(|mut response| {
+            if let Some(applied) = applied {
+                response
+                    .headers_mut()
+                    .insert(prefer::PREFERENCE_APPLIED, prefer::wait_applied(applied));
+            }
+            response
+        })
+    }
+
+    /// Runs the attempt that holds the key, once its scope is within its caps.
+    async fn run_held(
+        self,
+        parts: Parts,
+        bytes: Bytes,
+        held: Held<M>,
+        fingerprint: Fingerprint,
+    ) -> Result<Response<Body>, S::Error> {
+        let held = if self.config.in_flight_wait.is_zero() {
+            held
+        } else {
+            let keyed = held.keyed();
+            let wake = self.config.waiting.wake_on_drop(&keyed.scope, &keyed.key);
+            held.waking(wake)
         };
         tracing::Span::current().record("guestlist.attempt", held.attempt().number());
         if let Some(refusal) = over_quota(&self.mode, &self.config, &held.keyed().scope).await {
@@ -296,104 +345,6 @@ where
         self.store(held, response, fingerprint).await
     }
 
-    /// Stores the handler's response (on its transaction, in transactional mode) and sends it.
-    async fn store(
-        self,
-        held: Held<M>,
-        response: Response<ResBody>,
-        fingerprint: Fingerprint,
-    ) -> Result<Response<Body>, S::Error> {
-        let (parts, body) = response.into_parts();
-        let captured = body::capture(body, self.config.max_stored_body).await;
-        let stored_body = match &captured {
-            Ok(Captured::Whole { bytes, .. }) => StoredBody::Bytes(bytes.to_vec()),
-            Ok(Captured::TooLarge { .. }) => StoredBody::TooLarge,
-            Err(err) if M::TRANSACTIONAL => {
-                tracing::error!(error = %err, "the handler's response body failed; rolling back and releasing the key");
-                held.release(&self.mode).await;
-                return Ok(Problem::response_broken("the handler's response broke off; nothing was stored, so retry with the same key"
-                        .to_owned(),
-                )
-                .into_response());
-            }
-            Err(err) => {
-                // Plain mode: the handler's work happened and cannot be undone, so the key is not
-                // released; a retry runs it again only once the lease ends.
-                Outcome::KeptLocked.record();
-                tracing::error!(error = %err, "the handler's response body failed; the key stays locked until the lease ends");
-                return Ok(Problem::response_broken("the handler's response broke off after it ran; retry with the same key after the lease"
-                        .to_owned(),
-                )
-                .into_response());
-            }
-        };
-        let send = captured
-            .map(Captured::into_body)
-            .expect("errors returned above");
-        let stored = StoredResponse {
-            status: parts.status.as_u16(),
-            headers: self
-                .config
-                .stored_headers
-                .iter()
-                .flat_map(|name| {
-                    parts
-                        .headers
-                        .get_all(name)
-                        .iter()
-                        .map(move |value| (name.as_str().to_owned(), value.as_bytes().to_vec()))
-                })
-                .collect(),
-            body: stored_body,
-        };
-        let takeover = held.attempt().is_takeover();
-        let keyed = held.keyed().clone();
-        match held.complete(&self.mode, &stored).await {
-            Ok(Completed::Stored) => {
-                // Stored for good (committed, in transactional mode): a retry may be answered
-                // from memory from now on.
-                self.config
-                    .replay_cache
-                    .remember(&keyed.scope, &keyed.key, &fingerprint, &stored);
-                if takeover {
-                    Outcome::LeaseTakeover.record();
-                } else {
-                    Outcome::Fresh.record();
-                }
-                Ok(Response::from_parts(parts, send))
-            }
-            Ok(Completed::Fenced) if M::TRANSACTIONAL => {
-                Outcome::Fenced.record();
-                tracing::warn!("this attempt's lease was taken over; its writes rolled back");
-                Ok(Problem::attempt_superseded(
-                    "this attempt ran past its lease and a retry with the same key took over; its \
-                     writes were rolled back. Retry with the same key to get the result"
-                        .to_owned(),
-                )
-                .into_response())
-            }
-            Ok(Completed::Fenced) => {
-                Outcome::Fenced.record();
-                tracing::warn!(
-                    "this attempt's lease was taken over while it ran; its response was not stored"
-                );
-                Ok(Response::from_parts(parts, send))
-            }
-            Err(err) if M::TRANSACTIONAL => {
-                Outcome::StoreError.record();
-                tracing::error!(error = %err, "cannot store the response with the handler's writes");
-                // Not released: if the commit went through, the retry replays it; if not, the
-                // retry takes over once the lease ends.
-                Ok(store_unavailable(&self.config))
-            }
-            Err(err) => {
-                Outcome::StoreError.record();
-                tracing::error!(error = %err, "the handler ran but its response could not be stored");
-                Ok(Response::from_parts(parts, send))
-            }
-        }
-    }
-
     fn fingerprint(&self, parts: &Parts, body: &[u8]) -> Fingerprint {
         let path_and_query = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
         let mut builder = Fingerprint::builder(parts.method.as_str(), path_and_query);
@@ -414,7 +365,7 @@ pub(crate) fn refuse(problem: Problem) -> Response<Body> {
 }
 
 /// 503: the key store failed; the client retries with the same key.
-fn store_unavailable(config: &Config) -> Response<Body> {
+pub(crate) fn store_unavailable(config: &Config) -> Response<Body> {
     let seconds = config.lease.as_secs().max(1);
     Problem::store_unavailable(format!(
         "the server could not record this request; retry with the same key after {seconds}s"

@@ -11,6 +11,7 @@ use guestlist_core::{
 use crate::body::BoxError;
 use crate::mode::Mode;
 use crate::outcome::Outcome;
+use crate::waiting::Wake;
 
 /// A keyed request's identity.
 #[derive(Clone)]
@@ -28,6 +29,8 @@ pub(crate) struct Held<M: Mode> {
     // own retries only, never to judge the lease, which the store does on its own clock).
     lease_ends: Instant,
     _counted: InFlight,
+    /// Wakes the requests waiting on the key once this attempt ends, however it ends.
+    _wakes: Option<Wake>,
 }
 
 /// The gauge of keys this process holds in flight (`guestlist_http_keys_in_flight`): one more
@@ -72,6 +75,7 @@ impl<M: Mode> Held<M> {
                 attempt,
                 lease_ends: asked + lease,
                 _counted: InFlight::count(),
+                _wakes: None,
             }),
             other => {
                 // A claim made on the request's transaction found the key taken: end it.
@@ -81,6 +85,13 @@ impl<M: Mode> Held<M> {
                 Err(other)
             }
         }
+    }
+
+    /// Wakes `wake`'s waiters once this attempt ends (its response stored and committed, its
+    /// key released or kept locked, or its task gone).
+    pub(crate) fn waking(mut self, wake: Wake) -> Self {
+        self._wakes = Some(wake);
+        self
     }
 
     /// The attempt.

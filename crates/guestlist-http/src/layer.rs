@@ -192,6 +192,32 @@ impl<M: Mode> IdempotencyLayer<M> {
         self
     }
 
+    /// The longest a request whose key is in flight waits for the first attempt's answer, then
+    /// gets it as a replay (`Idempotent-Replayed: true`), byte for byte (default: zero, no
+    /// wait: 409 with `Retry-After` at once, as Stripe and the IETF draft answer).
+    ///
+    /// A client may ask for less, or for none, with `Prefer: wait=N` (RFC 7240, seconds); the
+    /// answer then says what was honoured in `Preference-Applied: wait=N`. Past the wait the
+    /// request gets today's 409. If the first attempt releases its key (a 5xx, a rollback), one
+    /// waiter takes it over and runs the request, and the others wait on that one.
+    ///
+    /// Waiters hold no database connection: an attempt of this process wakes its key's waiters
+    /// the moment it ends; one of another process is noticed by looking at the store again
+    /// every 100 ms. How many may wait is capped ([`in_flight_waiters`](Self::in_flight_waiters)).
+    pub fn in_flight_wait(mut self, wait: Duration) -> Self {
+        self.config().in_flight_wait = wait;
+        self
+    }
+
+    /// The most requests that may wait on one key, and on all keys, under
+    /// [`in_flight_wait`](Self::in_flight_wait) (default 100 and 1,000); past either, a
+    /// request whose key is in flight gets 409 at once. One client cannot park thousands of
+    /// requests on one key.
+    pub fn in_flight_waiters(mut self, per_key: usize, in_all: usize) -> Self {
+        self.config().waiting = Arc::new(crate::waiting::WaitRoom::new(per_key, in_all));
+        self
+    }
+
     /// The status for a key reused with another request (default 422; Stripe answers 400).
     pub fn mismatch_status(mut self, status: StatusCode) -> Self {
         self.config().mismatch_status = status;

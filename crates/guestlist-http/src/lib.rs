@@ -55,6 +55,7 @@ mod keyed_body;
 mod layer;
 mod mode;
 mod outcome;
+mod prefer;
 mod problem;
 mod quota;
 #[cfg(feature = "sql")]
@@ -64,8 +65,11 @@ mod replay_cache;
 mod service;
 #[cfg(feature = "sql")]
 mod steps;
+mod stored;
 #[cfg(feature = "sql")]
 mod transactional;
+mod wait;
+mod waiting;
 
 pub use attempts::Attempts;
 pub use body::{Body, BoxError};

@@ -45,6 +45,11 @@ pub(crate) struct GatewayArgs {
     /// How long a request holds its key before a retry may take over.
     #[arg(long, env = "GUESTLIST_GATEWAY_LEASE")]
     pub(crate) lease: Option<String>,
+    /// How long a request whose key is in flight waits for the first attempt's answer (then
+    /// replayed to it) before it gets 409; a client asks for less with `Prefer: wait=N`. 0s
+    /// answers 409 at once.
+    #[arg(long, env = "GUESTLIST_GATEWAY_IN_FLIGHT_WAIT")]
+    pub(crate) in_flight_wait: Option<String>,
     /// How long the upstream may take to answer a keyed request; must end 1 s (or half the
     /// lease, if less) before the lease; the lease minus 5 s unless set (half the lease under
     /// 10 s). Unkeyed requests are not limited.
@@ -109,6 +114,7 @@ scope-from = "authorization"
 require-key = false
 methods = "POST,PATCH"
 lease = "30s"
+in-flight-wait = "0s"
 retention = "24h"
 max-body = "1MiB"
 mismatch-status = 422

@@ -254,6 +254,7 @@ fn layer<K: KeyStore>(keys: K, settings: &Settings) -> IdempotencyLayer<Plain<K>
         .require_key(settings.require_key)
         .methods(settings.methods.clone())
         .lease(settings.lease)
+        .in_flight_wait(settings.in_flight_wait)
         .max_request_body(settings.max_body)
         .max_stored_body(settings.max_body)
         .max_in_flight_per_scope(settings.max_in_flight_per_scope)

@@ -23,6 +23,7 @@ pub(crate) struct Settings {
     pub(crate) require_key: bool,
     pub(crate) methods: Vec<Method>,
     pub(crate) lease: Duration,
+    pub(crate) in_flight_wait: Duration,
     pub(crate) upstream_timeout: Duration,
     pub(crate) retention: Duration,
     pub(crate) max_body: usize,
@@ -106,6 +107,7 @@ impl Settings {
             require_key: defaulted("require-key", set.require_key)?,
             methods: methods(&defaulted("methods", set.methods)?)?,
             lease,
+            in_flight_wait: defaulted_duration("in-flight-wait", set.in_flight_wait)?,
             upstream_timeout,
             retention,
             max_body: defaulted_bytes("max-body", set.max_body)?,
@@ -184,6 +186,7 @@ mod tests {
         assert_eq!(s.replay_cache, 64 * 1024 * 1024);
         assert_eq!(s.replay_cache_entries, 100_000);
         assert_eq!(s.replay_cache_ttl, Duration::from_secs(60));
+        assert_eq!(s.in_flight_wait, Duration::ZERO, "409 at once unless set");
     }
 
     #[test]

@@ -21,6 +21,7 @@ macro_rules! gateway_suite {
             gateway_suite!(@tests $m, $store;
                 five_retries_one_execution_four_replays,
                 fifty_concurrent_requests_one_execution,
+                fifty_concurrent_requests_wait_for_one_answer,
                 another_body_with_the_same_key_gets_422,
                 malformed_and_missing_keys_get_400_and_reach_nothing,
                 two_scopes_two_executions,

@@ -103,6 +103,19 @@ pub async fn fifty_concurrent_requests_one_execution(store: Store) {
     assert!(statuses.contains(&201));
 }
 
+pub async fn fifty_concurrent_requests_wait_for_one_answer(store: Store) {
+    let (upstream, gateway) = front(&store, &["--in-flight-wait", "10s"]).await;
+    let url = gateway.route("/orders?delay_ms=1000");
+    let answers = burst(&url, 50).await;
+    assert_eq!(upstream.executions("/orders"), 1, "one execution");
+    let ran: Vec<&Answer> = answers.iter().filter(|a| !a.replayed).collect();
+    assert_eq!(ran.len(), 1, "the others waited for its answer");
+    for answer in &answers {
+        assert_eq!(answer.status, 201, "no 409: {answer:?}");
+        assert_eq!(answer.body, ran[0].body, "byte for byte");
+    }
+}
+
 /// `n` POSTs with one key at once, to `target` (on every gateway in turn).
 async fn burst(target: &impl Target, n: usize) -> Vec<Answer> {
     let start = std::sync::Arc::new(tokio::sync::Barrier::new(n));

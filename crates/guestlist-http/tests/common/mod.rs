@@ -10,6 +10,7 @@ pub mod client;
 pub mod hang_up;
 pub mod stores;
 pub mod suite;
+pub mod waits;
 pub mod wire_faults;
 
 /// Generates one `#[tokio::test]` per story in [`suite`] for the store `$store`, in module `$m`.
@@ -42,6 +43,13 @@ macro_rules! http_suite {
                 an_oversize_response_is_sent_whole_and_never_run_again,
                 quoted_and_bare_keys_name_the_same_key,
                 a_replay_cache_answers_retries_from_memory_within_its_window,
+            );
+            guestlist_testkit::stories!(common::waits, [$store], (stringify!($m), "_");
+                fifty_requests_on_one_key_wait_for_one_answer,
+                prefer_wait_asks_for_less_or_for_none,
+                a_released_first_attempt_is_run_again_by_one_waiter,
+                waiters_past_the_cap_get_409_at_once,
+                a_waiter_that_hangs_up_leaves_its_place,
             );
 
             /// Not a test on its own: the server that the SIGKILL test starts and kills.

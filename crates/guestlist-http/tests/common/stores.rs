@@ -37,6 +37,10 @@ pub struct Settings {
     pub max_keys_per_scope: Option<u64>,
     /// Answer retries from memory.
     pub replay_cache: Option<guestlist_http::ReplayCache>,
+    /// Wait this long for the answer of a key in flight.
+    pub in_flight_wait: Option<Duration>,
+    /// Cap the waiters: per key, in all.
+    pub in_flight_waiters: Option<(usize, usize)>,
 }
 
 impl Default for Settings {
@@ -54,6 +58,8 @@ impl Default for Settings {
             max_in_flight_per_scope: None,
             max_keys_per_scope: None,
             replay_cache: None,
+            in_flight_wait: None,
+            in_flight_waiters: None,
         }
     }
 }
@@ -99,6 +105,12 @@ pub fn configure<M: Mode>(layer: IdempotencyLayer<M>, settings: &Settings) -> Id
     }
     if let Some(cache) = &settings.replay_cache {
         layer = layer.replay_cache(cache.clone());
+    }
+    if let Some(wait) = settings.in_flight_wait {
+        layer = layer.in_flight_wait(wait);
+    }
+    if let Some((per_key, in_all)) = settings.in_flight_waiters {
+        layer = layer.in_flight_waiters(per_key, in_all);
     }
     layer
 }
