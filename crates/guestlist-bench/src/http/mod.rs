@@ -12,7 +12,9 @@
 //! claim, a SELECT and ROLLBACK). `replay_cached` and `replay_in_tx_cached` are the replays
 //! with the layer's replay cache on: after a key's first replay, no statement at all.
 //! `fresh_encrypted` is `fresh` with the stored bodies sealed at
-//! rest (AES-256-GCM). Guarded handlers answer 512 bytes of JSON. The load generator runs in the same process: 32 keep-alive
+//! rest (AES-256-GCM). `fresh_with_wait_on` is `fresh` with `in_flight_wait` set (no key
+//! collides: its price on every request); `in_flight_wait` (see `waits`) how soon a waiter gets
+//! the first attempt's answer. Guarded handlers answer 512 bytes of JSON. The load generator runs in the same process: 32 keep-alive
 //! connections in a closed loop. The floors written by hand (`handwritten`, `atomic_phases`,
 //! `same_guarantees_by_hand`, `replay_by_hand`) are in `by_hand`.
 //!
@@ -23,6 +25,7 @@
 //! CPU per request (the whole machine's, without a shared host's steal) is reported beside it.
 
 mod by_hand;
+mod waits;
 mod workload;
 
 use anyhow::Context;
@@ -46,6 +49,7 @@ enum Figure {
     Unprotected,
     UnprotectedTx,
     Fresh,
+    FreshWaitOn,
     Replay,
     ReplayCached,
     FreshInTx,
@@ -61,7 +65,7 @@ enum Figure {
 impl Figure {
     /// In the order each round runs them (reversed every other round): the figures the goals
     /// compare side by side, so that each round's pair runs close together.
-    const ALL: [Figure; 13] = [
+    const ALL: [Figure; 14] = [
         Figure::ReplayCached,
         Figure::ReplayByHand,
         Figure::Replay,
@@ -70,6 +74,7 @@ impl Figure {
         Figure::ReplayInTx,
         Figure::UnprotectedTx,
         Figure::Fresh,
+        Figure::FreshWaitOn,
         Figure::FreshSealed,
         Figure::AtomicPhases,
         Figure::Handwritten,
@@ -101,6 +106,7 @@ impl requests::Figure for Figure {
             Figure::Unprotected => "unprotected",
             Figure::UnprotectedTx => "unprotected_tx",
             Figure::Fresh => "fresh",
+            Figure::FreshWaitOn => "fresh_with_wait_on",
             Figure::Replay => "replay",
             Figure::ReplayCached => "replay_cached",
             Figure::FreshInTx => "fresh_in_tx",
@@ -158,6 +164,7 @@ pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
             ("fresh_in_tx_vs_unprotected", "fresh_in_tx", "unprotected"),
             ("replay_in_tx_vs_fresh_in_tx", "replay_in_tx", "fresh_in_tx"),
             ("fresh_encrypted_vs_fresh", "fresh_encrypted", "fresh"),
+            ("fresh_with_wait_on_vs_off", "fresh_with_wait_on", "fresh"),
             ("fresh_in_tx_vs_handwritten", "fresh_in_tx", "handwritten"),
             (
                 "fresh_in_tx_vs_same_guarantees_by_hand",
@@ -313,6 +320,15 @@ async fn measure_backend<DB: HttpWorkload>(
             .layer(IdempotencyLayer::transactional(keys_sealed.sealed(sealing))),
     )
     .await?;
+    let waiting = serve(
+        Router::new()
+            .route("/payments", post(protected::<DB>))
+            .layer(
+                IdempotencyLayer::transactional(keys.clone())
+                    .in_flight_wait(std::time::Duration::from_secs(5)),
+            ),
+    )
+    .await?;
     let cached = serve(
         Router::new()
             .route("/payments", post(protected::<DB>))
@@ -366,7 +382,13 @@ async fn measure_backend<DB: HttpWorkload>(
         sealed,
         handwritten,
         phases,
-        (cached, cached_in_tx, same_guarantees, replay_by_hand),
+        (
+            cached,
+            cached_in_tx,
+            same_guarantees,
+            replay_by_hand,
+            waiting,
+        ),
     );
     let settle_pool = pool.clone();
     requests::measure_settled(
@@ -384,7 +406,7 @@ async fn measure_backend<DB: HttpWorkload>(
                     sealed,
                     handwritten,
                     phases,
-                    (cached, cached_in_tx, same_guarantees, replay_by_hand),
+                    (cached, cached_in_tx, same_guarantees, replay_by_hand, waiting),
                 ),
             ) = (client.clone(), urls.clone());
             async move {
@@ -394,6 +416,7 @@ async fn measure_backend<DB: HttpWorkload>(
                     Figure::Unprotected => send(&client, &plain, None).await,
                     Figure::UnprotectedTx => send(&client, &plain_tx, None).await,
                     Figure::Fresh => send(&client, &guarded, Some(&fresh)).await,
+                    Figure::FreshWaitOn => send(&client, &waiting, Some(&fresh)).await,
                     Figure::Replay => send(&client, &guarded, Some(&stored)).await,
                     Figure::ReplayCached => send(&client, &cached, Some(&stored)).await,
                     Figure::FreshInTx => send(&client, &in_tx, Some(&fresh)).await,
@@ -413,5 +436,7 @@ async fn measure_backend<DB: HttpWorkload>(
         report,
     )
     .await?;
+    let samples = if plan.rounds > 2 { 400 } else { 50 };
+    waits::measure(keys, samples, report).await?;
     Ok(())
 }
