@@ -37,6 +37,7 @@ mod publisher;
 mod rebalance;
 mod shared;
 mod source;
+mod turns;
 
 pub use delivery::KafkaDelivery;
 pub use publisher::{KafkaPublisher, KafkaPublisherBuilder};

@@ -31,6 +31,8 @@ struct State {
     rewinds: Vec<Rewind>,
     /// The last epoch or ticket given out: they never repeat, even across an assignment.
     last_epoch: u64,
+    /// Assignments so far: each one undoes the poll thread's partition queues.
+    assignments: u64,
 }
 
 #[derive(Debug)]
@@ -102,6 +104,7 @@ impl Partitions {
     /// Partitions given to this consumer: each starts afresh at its committed offset.
     pub(crate) fn assigned(&self, partitions: impl IntoIterator<Item = i32>) {
         let mut state = self.lock();
+        state.assignments += 1;
         for partition in partitions {
             state.last_epoch += 1;
             let epoch = state.last_epoch;
@@ -168,6 +171,14 @@ impl Partitions {
                 Some((*partition, p.next_commit?))
             })
             .collect()
+    }
+
+    /// How many assignments this consumer has had, and the partitions assigned now.
+    pub(crate) fn assignment(&self) -> (u64, Vec<i32>) {
+        let state = self.lock();
+        let mut partitions: Vec<i32> = state.partitions.keys().copied().collect();
+        partitions.sort_unstable();
+        (state.assignments, partitions)
     }
 
     /// The partitions assigned to this consumer now, in order.

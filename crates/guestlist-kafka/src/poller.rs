@@ -7,15 +7,20 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::Consumer;
+use rdkafka::error::KafkaResult;
 use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::mpsc;
 
 use crate::partitions::Rewind;
 use crate::shared::Shared;
+use crate::turns::Turns;
 
 /// The longest a poll waits: how soon a rewind or a resume is carried out.
 const POLL: Duration = Duration::from_millis(20);
+/// The longest the main queue is waited on while the partitions have queues of their own: how
+/// soon a record is taken from them when they were empty.
+const IDLE: Duration = Duration::from_millis(5);
 
 /// How often the partitions' state is logged (at debug level).
 const SUMMARY: Duration = Duration::from_secs(10);
@@ -29,6 +34,7 @@ pub(crate) struct Polled {
 /// Polls until `stop` is set or the source is gone, feeding `records`.
 pub(crate) fn run(shared: Arc<Shared>, records: mpsc::Sender<Polled>, stop: Arc<AtomicBool>) {
     let mut paused: Vec<Rewind> = Vec::new();
+    let mut turns = Turns::default();
     let mut summed_up = Instant::now();
     while !stop.load(Ordering::Relaxed) {
         if summed_up.elapsed() >= SUMMARY && tracing::enabled!(tracing::Level::DEBUG) {
@@ -51,26 +57,48 @@ pub(crate) fn run(shared: Arc<Shared>, records: mpsc::Sender<Polled>, stop: Arc<
             }
             false
         });
-        let message = match shared.consumer.poll(POLL) {
-            None => continue,
-            Some(Err(err)) => {
-                tracing::warn!(error = %err, "Kafka poll failed; polling again");
-                std::thread::sleep(Duration::from_millis(100));
-                continue;
+        if turns.follow(&shared) {
+            // What was fetched before the split came first: out of the main queue it goes.
+            while let Some(polled) = shared.consumer.poll(Duration::ZERO) {
+                if !forward(&shared, &records, polled.map(|m| m.detach())) {
+                    return;
+                }
             }
-            Some(Ok(message)) => message,
-        };
-        let Some(epoch) = shared.partitions.epoch_for_poll(message.partition()) else {
-            continue; // stale: its partition was revoked, or is being sought back
-        };
-        let polled = Polled {
-            message: message.detach(),
-            epoch,
-        };
-        if records.blocking_send(polled).is_err() {
-            break; // the source is gone
+        }
+        // The main queue serves the callbacks (rebalances) and errors; the records come from
+        // the partitions' own queues, in turns.
+        let wait = if turns.is_empty() { POLL } else { IDLE };
+        let main = shared
+            .consumer
+            .poll(wait)
+            .map(|polled| polled.map(|m| m.detach()));
+        for polled in main.into_iter().chain(turns.take()) {
+            if !forward(&shared, &records, polled) {
+                return;
+            }
         }
     }
+}
+
+/// Hands a polled record to the source (or logs a failed poll); `false` once the source is
+/// gone.
+fn forward(
+    shared: &Shared,
+    records: &mpsc::Sender<Polled>,
+    polled: KafkaResult<OwnedMessage>,
+) -> bool {
+    let message = match polled {
+        Ok(message) => message,
+        Err(err) => {
+            tracing::warn!(error = %err, "Kafka poll failed; polling again");
+            std::thread::sleep(Duration::from_millis(100));
+            return true;
+        }
+    };
+    let Some(epoch) = shared.partitions.epoch_for_poll(message.partition()) else {
+        return true; // stale: its partition was revoked, or is being sought back
+    };
+    records.blocking_send(Polled { message, epoch }).is_ok()
 }
 
 /// Pauses the partition and seeks it back to the record handed back; it resumes after the

@@ -12,7 +12,8 @@ use crate::rebalance::Rebalancing;
 
 /// What the source, its poll thread and its deliveries share.
 pub(crate) struct Shared {
-    pub(crate) consumer: BaseConsumer<Rebalancing>,
+    /// In an `Arc` so that the poll thread can read each partition from a queue of its own.
+    pub(crate) consumer: Arc<BaseConsumer<Rebalancing>>,
     pub(crate) partitions: Arc<Partitions>,
     pub(crate) topic: String,
     pub(crate) dead_letters: FutureProducer,

@@ -190,7 +190,10 @@ impl KafkaSourceBuilder {
             .set("auto.offset.reset", "earliest")
             // A record handed back is fetched again soon after its delay, not after the
             // broker's long poll for new records (500 ms by default) ends.
-            .set("fetch.wait.max.ms", "100");
+            .set("fetch.wait.max.ms", "100")
+            // A handler takes milliseconds a record: a thousand records of a partition
+            // prefetched keep it busy (librdkafka's default, 100,000, holds memory for nothing).
+            .set("queued.min.messages", "1000");
         for (key, value) in &self.options {
             config.set(key, value);
         }
@@ -216,7 +219,7 @@ impl KafkaSourceBuilder {
         topics?;
         consumer.subscribe(&[&self.topic])?;
         let shared = Arc::new(Shared {
-            consumer,
+            consumer: Arc::new(consumer),
             partitions,
             topic: self.topic,
             dead_letters,
@@ -225,7 +228,7 @@ impl KafkaSourceBuilder {
             by_key: AtomicBool::new(false),
             parked: Parked::default(),
         });
-        let (sender, records) = mpsc::channel(1024);
+        let (sender, records) = mpsc::channel(CHANNEL);
         let stop = Arc::new(AtomicBool::new(false));
         let poller = {
             let (shared, stop) = (Arc::clone(&shared), Arc::clone(&stop));
@@ -302,6 +305,10 @@ impl Source for KafkaSource {
         None // a record can be read again for as long as the topic keeps it
     }
 }
+
+/// The records polled and not yet fetched, at most: what a record of another partition may wait
+/// behind, besides librdkafka's own queue.
+const CHANNEL: usize = 256;
 
 /// The error of a fetch after the poll thread ended.
 const POLL_STOPPED: &str = "the Kafka poll thread stopped";

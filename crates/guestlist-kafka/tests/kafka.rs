@@ -139,3 +139,64 @@ async fn asked_to_stop_during_an_outage_it_returns_and_settles_nothing() {
     >("kstop_asked_to_stop_during_an_outage")
     .await;
 }
+
+/// A partition with a long backlog does not starve another: a record that arrives on a second
+/// partition while the consumer works through 3,000 records of the first is handled long before
+/// the backlog ends. (librdkafka's defaults prefetch up to 100,000 records of a partition ahead
+/// of the consumer, and the poll thread's channel held 1,024: the new record waited behind all
+/// of them, for minutes where each record takes milliseconds.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_with_a_backlog_does_not_starve_another() {
+    use std::time::{Duration, Instant};
+
+    use common::Kafka;
+    use guestlist_testkit::brokers::Rig;
+    use guestlist_testkit::run_until_stopped;
+
+    const BACKLOG: usize = 3_000;
+    let rig = Rig::<Kafka, sqlx::Postgres>::open(
+        "kstarve_a_partition_with_a_backlog_does_not_starve_another",
+        Duration::from_secs(30),
+    )
+    .await;
+    // Records of 500 bytes, as events with a little body are.
+    let pad = "x".repeat(450);
+    let backlog: Vec<Vec<u8>> = (0..BACKLOG)
+        .map(|n| format!(r#"{{"id":"evt_a{n}","slow_ms":2,"pad":"{pad}"}}"#).into_bytes())
+        .collect();
+    rig.broker.publish_to(0, &backlog).await;
+    let (stop, consumer) = run_until_stopped!(rig.consumer(10).await);
+    let handled = |event: &'static str| {
+        let db = &rig.db;
+        let effects = rig.effects.clone();
+        async move {
+            db.scalar(format!(
+                "SELECT count(*) FROM {effects} WHERE event LIKE '{event}'"
+            ))
+            .await
+        }
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while handled("evt_a%").await < 100 {
+        assert!(Instant::now() < deadline, "the backlog is being handled");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    rig.broker
+        .publish_to(1, &[br#"{"id":"evt_b0"}"#.to_vec()])
+        .await;
+    while handled("evt_b0").await == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the other partition's record is handled"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let before = handled("evt_a%").await;
+    stop.send(()).unwrap();
+    consumer.await.unwrap().unwrap();
+    assert!(
+        before < (BACKLOG / 2) as i64,
+        "the record on the second partition waited behind {before} of the {BACKLOG} records \
+         of the first"
+    );
+}

@@ -220,6 +220,31 @@ impl Kafka {
 }
 
 impl Kafka {
+    /// Publishes `payloads` to `partition`, all at once, and waits until the topic stored them.
+    pub async fn publish_to(&self, partition: i32, payloads: &[Vec<u8>]) {
+        let mut sent = Vec::with_capacity(payloads.len());
+        for payload in payloads {
+            let record = FutureRecord::<str, [u8]>::to(&self.topic)
+                .payload(payload)
+                .partition(partition);
+            sent.push(
+                self.producer
+                    .send_result(record)
+                    .map_err(|(err, _)| err)
+                    .expect("queued to send"),
+            );
+        }
+        for delivery in sent {
+            delivery
+                .await
+                .expect("delivered")
+                .map_err(|(err, _)| err)
+                .expect("the topic stored it");
+        }
+    }
+}
+
+impl Kafka {
     /// Produces `payload` with `headers`, under the record key `key` where given (which picks
     /// its partition), and waits for the topic to store it.
     async fn send(&self, payload: &[u8], headers: &[(&str, &str)], key: Option<&str>) {
