@@ -112,15 +112,16 @@ impl HeldKeys {
     }
 
     /// Whether message `id` of `key` must wait behind another one of its key: the message it
-    /// waits for, and how long it goes back for.
-    pub(crate) fn waits(&self, key: &str, id: &MessageId) -> Option<(MessageId, Duration)> {
+    /// waits for, and when it comes back itself. Every message waiting behind one comes back at
+    /// the same moment, whenever it was sent back: the broker (or Kafka's parked records) then
+    /// hands them out in their order, not in the order their sends happened to end.
+    pub(crate) fn waits(&self, key: &str, id: &MessageId) -> Option<(MessageId, Instant)> {
         let held = self.lock();
         let hold = held.by_key.get(key)?;
         if &hold.by == id || hold.lapsed(held.fetched_at) {
             return None;
         }
-        let wait = hold.back_at.saturating_duration_since(Instant::now()) + BEHIND;
-        Some((hold.by.clone(), wait))
+        Some((hold.by.clone(), hold.back_at + BEHIND))
     }
 
     /// Whether no key is held: the common case, checked without looking further.
@@ -159,12 +160,14 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
     }
 
     /// Sends back a message that must wait behind an earlier one of its key, which went back
-    /// itself: it comes again after that one, and the wait does not count against it.
+    /// itself: it comes again at `back_at`, after that one, and the wait does not count against
+    /// it. The delay is reckoned as it is sent back, after the write before it, however long
+    /// that took.
     pub(crate) async fn wait_behind<D: Delivery>(
         &self,
         delivery: &D,
         message: &Message,
-        wait: Duration,
+        back_at: Instant,
         handled: &mut Handled,
     ) -> Result<(), Outage> {
         if let Err(err) = self
@@ -180,19 +183,21 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
         message.outcome("held back");
         handled.held_back += 1;
         self.count("held_back", 1);
+        let wait = back_at.saturating_duration_since(Instant::now());
         tracing::debug!(handler = %self.name, id = %message.id, ?wait, "an earlier message of its key went back; this one waits behind it");
         self.nak(delivery, wait).await;
         Ok(())
     }
 
-    /// How long `message` must wait behind an earlier message of its key that went back, if it
-    /// must: not where that message is among `ahead` (earlier in the same batch, it runs first).
+    /// When `message` comes back, waiting behind an earlier message of its key that went back,
+    /// if it must wait: not where that message is among `ahead` (earlier in the same batch, it
+    /// runs first).
     pub(crate) fn must_wait<D: Delivery>(
         &self,
         delivery: &D,
         message: &Message,
         ahead: &[(Arc<D>, Arc<Message>)],
-    ) -> Option<Duration> {
+    ) -> Option<Instant> {
         if self.held.is_empty() {
             return None;
         }
@@ -215,9 +220,12 @@ mod tests {
         let keys = HeldKeys::default();
         assert_eq!(keys.waits("order-1", &id("b")), None);
         keys.hold("order-1", &id("a"), Duration::from_secs(2));
-        let (by, wait) = keys.waits("order-1", &id("b")).expect("b waits behind a");
+        let (by, back_at) = keys.waits("order-1", &id("b")).expect("b waits behind a");
         assert_eq!(by, id("a"));
+        let wait = back_at.saturating_duration_since(Instant::now());
         assert!(wait > Duration::from_secs(1) && wait <= Duration::from_secs(2) + BEHIND);
+        let (_, again) = keys.waits("order-1", &id("c")).unwrap();
+        assert_eq!(again, back_at, "every waiter comes back at the same moment");
         assert_eq!(keys.waits("order-1", &id("a")), None, "a itself runs");
         assert_eq!(keys.waits("order-2", &id("c")), None, "other keys flow");
         keys.release("order-1", &id("b"));
