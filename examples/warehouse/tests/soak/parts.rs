@@ -143,9 +143,8 @@ impl Parts {
                 // is no poison.
                 command.args(["--max-deliveries", "20"]);
                 // Four customers at once, each customer's events in order; one at a time on
-                // Kafka, where the consumer with lanes still stops making progress under the
-                // faults (seed 602: 5,722 of 16,745 orders picked in 15 minutes): open, in the
-                // tests chapter.
+                // Kafka until an hour with lanes runs clean there (the tests chapter has the
+                // runs). GUESTLIST_SOAK_LANES replays a run with another concurrency.
                 let lanes = std::env::var("GUESTLIST_SOAK_LANES").unwrap_or_else(|_| {
                     if orders.kind() == Kind::Kafka {
                         "1"
