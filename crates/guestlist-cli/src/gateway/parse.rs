@@ -25,6 +25,12 @@ pub(crate) fn duration(name: &str, text: &str) -> anyhow::Result<Duration> {
     Ok(value)
 }
 
+/// A duration that may be zero (a setting that zero turns off).
+pub(crate) fn duration_or_zero(name: &str, text: &str) -> anyhow::Result<Duration> {
+    humantime::parse_duration(text)
+        .with_context(|| format!("--{name} {text:?} is not a duration like 0s, 2s or 1m"))
+}
+
 pub(crate) fn bytes(name: &str, text: &str) -> anyhow::Result<usize> {
     let size: bytesize::ByteSize = text.parse().map_err(|err| {
         anyhow::anyhow!("--{name} {text:?} is not a size like 1MiB or 64KiB: {err}")

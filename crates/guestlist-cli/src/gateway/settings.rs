@@ -9,7 +9,7 @@ use axum::http::{Method, StatusCode};
 use guestlist::http::KeySource;
 
 use super::args::GatewayArgs;
-use super::parse::{ScopeFrom, bytes, duration, key_from, methods, scope_from};
+use super::parse::{ScopeFrom, bytes, duration, duration_or_zero, key_from, methods, scope_from};
 
 /// The gateway's settings, checked.
 #[derive(Debug, Clone)]
@@ -107,7 +107,10 @@ impl Settings {
             require_key: defaulted("require-key", set.require_key)?,
             methods: methods(&defaulted("methods", set.methods)?)?,
             lease,
-            in_flight_wait: defaulted_duration("in-flight-wait", set.in_flight_wait)?,
+            in_flight_wait: duration_or_zero(
+                "in-flight-wait",
+                &defaulted("in-flight-wait", set.in_flight_wait)?,
+            )?,
             upstream_timeout,
             retention,
             max_body: defaulted_bytes("max-body", set.max_body)?,
