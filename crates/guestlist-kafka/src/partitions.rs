@@ -106,8 +106,7 @@ impl Partitions {
         let mut state = self.lock();
         state.assignments += 1;
         for partition in partitions {
-            state.last_epoch += 1;
-            let epoch = state.last_epoch;
+            let epoch = state.next_ticket();
             state.partitions.insert(
                 partition,
                 Partition {
@@ -129,8 +128,7 @@ impl Partitions {
         let deadline = Instant::now() + wait;
         let mut state = self.lock();
         for partition in partitions {
-            state.last_epoch += 1;
-            let epoch = state.last_epoch;
+            let epoch = state.next_ticket();
             if let Some(p) = state.partitions.get_mut(partition) {
                 p.epoch = epoch;
             }
@@ -183,9 +181,7 @@ impl Partitions {
 
     /// The partitions assigned to this consumer now, in order.
     pub(crate) fn assigned_now(&self) -> Vec<i32> {
-        let mut partitions: Vec<i32> = self.lock().partitions.keys().copied().collect();
-        partitions.sort_unstable();
-        partitions
+        self.assignment().1
     }
 
     /// The epoch under which a record just polled from `partition` is handed out; `None` when
