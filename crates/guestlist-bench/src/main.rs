@@ -49,6 +49,17 @@ enum Bench {
     /// same statements by hand, the handler with carried keys and no journal, and a DBOS
     /// workflow of the same three steps.
     Steps(Common),
+    /// Not a bench: the process `http` kills while its handler holds a key.
+    #[command(hide = true)]
+    HoldKey(HoldKeyArgs),
+}
+
+/// Flags of the hidden `guestlist-bench hold-key`.
+#[derive(Debug, Args, Clone)]
+struct HoldKeyArgs {
+    /// The PostgreSQL whose key table the handler holds a key of.
+    #[arg(long)]
+    database: String,
 }
 
 /// Flags every bench takes.
@@ -112,8 +123,12 @@ fn main() -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
+    if let Bench::HoldKey(args) = &cli.bench {
+        return runtime.block_on(http::hold_key(&args.database));
+    }
     let report = runtime.block_on(async {
         match &cli.bench {
+            Bench::HoldKey(_) => unreachable!("served above"),
             Bench::Inbox(args) => inbox::run(args).await,
             Bench::Http(common) => http::run(common).await,
             Bench::Broker(common) => broker::run(common).await,
@@ -130,6 +145,7 @@ fn main() -> anyhow::Result<()> {
         | Bench::Gateway(common)
         | Bench::Outbox(common)
         | Bench::Steps(common) => common,
+        Bench::HoldKey(_) => unreachable!("served above"),
     };
     if let Some(path) = &common.json {
         report.write_json(path)?;

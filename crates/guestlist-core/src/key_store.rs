@@ -105,6 +105,20 @@ pub trait KeyStore: Clone + Send + Sync + 'static {
         attempt: Attempt,
     ) -> impl Future<Output = Result<bool, Self::Error>> + Send;
 
+    /// Keeps `key` locked until the lease of `attempt` ends even if this process dies meanwhile:
+    /// the attempt ended, but its work may have happened (the layer's `KeepLocked`). A store
+    /// that frees the key of a dead process's attempt at once forgets the process here; the
+    /// default, for stores whose keys always wait for the lease, does nothing.
+    fn keep_for_lease(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        attempt: Attempt,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        let _ = (scope, key, attempt);
+        async { Ok(()) }
+    }
+
     /// What `scope` holds now, for per-client caps; `None` (the default) where the store cannot
     /// count it.
     fn usage(

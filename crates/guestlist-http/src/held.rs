@@ -144,7 +144,8 @@ impl<M: Mode> Held<M> {
     /// Neither stores nor releases: the key stays locked until its lease ends (transactional:
     /// the handler's writes roll back).
     pub(crate) async fn keep_locked(self, mode: &M) {
-        if let Err(err) = mode.keep_locked(self.slot).await {
+        let Keyed { scope, key } = &self.keyed;
+        if let Err(err) = mode.keep_locked(self.slot, scope, key, self.attempt).await {
             tracing::error!(error = %err, "cannot keep the key locked");
         }
     }

@@ -77,11 +77,18 @@ pub trait Mode: Clone + Send + Sync + 'static + sealed::Sealed {
     ) -> impl Future<Output = Result<Option<ScopeUsage>, BoxError>> + Send;
 
     /// Ends an attempt whose work may have happened outside the database ([`KeepLocked`]): rolls
-    /// back its writes, and keeps the key locked until the lease ends.
+    /// back its writes, and keeps the key locked until the lease ends, even if this process
+    /// dies meanwhile.
     ///
     /// [`KeepLocked`]: crate::KeepLocked
     #[doc(hidden)]
-    fn keep_locked(&self, slot: Self::Slot) -> impl Future<Output = Result<(), BoxError>> + Send;
+    fn keep_locked(
+        &self,
+        slot: Self::Slot,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        attempt: Attempt,
+    ) -> impl Future<Output = Result<(), BoxError>> + Send;
 }
 
 pub(crate) mod sealed {
@@ -172,7 +179,14 @@ impl<K: KeyStore> Mode for Plain<K> {
         Ok(self.0.usage(scope).await?)
     }
 
-    async fn keep_locked(&self, (): ()) -> Result<(), BoxError> {
-        Ok(()) // the claim was committed on its own and stays until its lease ends
+    async fn keep_locked(
+        &self,
+        (): (),
+        scope: &Scope,
+        key: &IdempotencyKey,
+        attempt: Attempt,
+    ) -> Result<(), BoxError> {
+        // The claim was committed on its own and stays until its lease ends.
+        Ok(self.0.keep_for_lease(scope, key, attempt).await?)
     }
 }

@@ -312,7 +312,13 @@ impl<DB: Backend> Mode for Transactional<DB> {
         Ok(Some(usage))
     }
 
-    async fn keep_locked(&self, slot: TxSlot<DB>) -> Result<(), BoxError> {
+    async fn keep_locked(
+        &self,
+        slot: TxSlot<DB>,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        attempt: Attempt,
+    ) -> Result<(), BoxError> {
         let claimed = slot
             .claimed
             .lock()
@@ -327,8 +333,12 @@ impl<DB: Backend> Mode for Transactional<DB> {
                     .await?;
             }
             // The claim committed on its own and stays until its lease ends.
-            (_, Some(tx)) => tx.rollback().await?,
-            (_, None) => {}
+            (_, tx) => {
+                if let Some(tx) = tx {
+                    tx.rollback().await?;
+                }
+                self.store.keep_for_lease(scope, key, attempt).await?;
+            }
         }
         Ok(())
     }

@@ -305,3 +305,12 @@ async fn rounds_find_their_rows_by_key_however_large_the_table() {
         scans_after - scans_before
     );
 }
+
+/// Ten thousand requests on one key: capped, bounded in memory, one execution.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_requests_on_one_key_are_capped() {
+    common::waits::ten_thousand_requests_on_one_key_are_capped::<common::stores::Sql<sqlx::Postgres>>(
+        "capped_ten_thousand",
+    )
+    .await;
+}

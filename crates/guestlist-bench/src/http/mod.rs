@@ -25,8 +25,11 @@
 //! CPU per request (the whole machine's, without a shared host's steal) is reported beside it.
 
 mod by_hand;
+mod takeover;
 mod waits;
 mod workload;
+
+pub(crate) use takeover::hold_key;
 
 use anyhow::Context;
 use axum::Router;
@@ -134,7 +137,10 @@ pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
         match url.split(':').next().unwrap_or_default() {
             "postgres" | "postgresql" => {
                 let pool = connect::<sqlx::Postgres>(url.parse()?, &url).await?;
-                measure_backend(pool, plan, &mut report).await?;
+                measure_backend(pool.clone(), plan, &mut report).await?;
+                let keys = SqlKeyStore::with_table(pool, workload::KEYS)?;
+                let samples = if plan.rounds > 2 { 10 } else { 3 };
+                takeover::measure(keys, &url, samples, &mut report).await?;
             }
             "mysql" | "mariadb" => {
                 let url = url.replacen("mariadb:", "mysql:", 1);

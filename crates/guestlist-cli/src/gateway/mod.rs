@@ -95,7 +95,9 @@ async fn serve_sql<DB: GatewayKeys>(
     settings: Settings,
     terminated: crate::signal::Terminated,
 ) -> anyhow::Result<()> {
-    let mut keys = SqlKeyStore::with_table(pool.clone(), &settings.table)?;
+    // A gateway that dies leaves its keys to their lease: the upstream may still be running the
+    // request it forwarded, and a retry forwarded at once could run it twice.
+    let mut keys = SqlKeyStore::with_table(pool.clone(), &settings.table)?.lease_only();
     if let Some(sealing) = &settings.sealing {
         tracing::info!(
             key_id = sealing.sealing_key_id(),

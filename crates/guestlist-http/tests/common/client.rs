@@ -123,6 +123,11 @@ impl Call {
     }
 
     pub async fn send(&self, base: &str) -> Answer {
+        self.try_send(base).await.expect("the server answers")
+    }
+
+    /// [`Call::send`] to a server that may be gone (killed mid-request).
+    pub async fn try_send(&self, base: &str) -> Result<Answer, reqwest::Error> {
         let mut request = reqwest::Client::new()
             .request(self.method.clone(), format!("{base}{}", self.path))
             .body(self.body.clone());
@@ -135,11 +140,11 @@ impl Call {
         for (name, value) in &self.headers {
             request = request.header(name, value);
         }
-        let response = request.send().await.expect("the server answers");
-        Answer {
+        let response = request.send().await?;
+        Ok(Answer {
             status: response.status(),
             headers: response.headers().clone(),
-            body: response.bytes().await.expect("a whole body").to_vec(),
-        }
+            body: response.bytes().await?.to_vec(),
+        })
     }
 }

@@ -6,6 +6,7 @@
 
 pub mod app;
 pub mod client;
+pub mod crash;
 #[cfg(feature = "postgres")]
 pub mod hang_up;
 pub mod stores;
@@ -30,7 +31,7 @@ macro_rules! http_suite {
                 a_500_rolls_back_and_releases_the_key,
                 a_4xx_from_the_handler_is_stored_and_replayed,
                 an_answer_marked_keep_locked_holds_the_key_until_the_lease,
-                a_server_killed_mid_handler_recovers_after_the_lease,
+                a_server_killed_mid_handler_leaves_its_key_to_a_retry,
                 a_stale_attempt_finishing_late_cannot_overwrite,
                 a_stale_attempt_cannot_complete_a_newer_claim_of_its_key,
                 a_client_that_hangs_up_gets_the_result_on_retry,
@@ -44,6 +45,9 @@ macro_rules! http_suite {
                 quoted_and_bare_keys_name_the_same_key,
                 a_replay_cache_answers_retries_from_memory_within_its_window,
             );
+            guestlist_testkit::stories!(common::crash, [$store], (stringify!($m), "_");
+                twenty_keys_in_flight_at_a_kill_are_answered_after_the_restart,
+            );
             guestlist_testkit::stories!(common::waits, [$store], (stringify!($m), "_");
                 fifty_requests_on_one_key_wait_for_one_answer,
                 prefer_wait_asks_for_less_or_for_none,
@@ -52,11 +56,11 @@ macro_rules! http_suite {
                 a_waiter_that_hangs_up_leaves_its_place,
             );
 
-            /// Not a test on its own: the server that the SIGKILL test starts and kills.
+            /// Not a test on its own: the server that the SIGKILL stories start and kill.
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            #[ignore = "child process of a_server_killed_mid_handler_recovers_after_the_lease"]
+            #[ignore = "child process of the SIGKILL stories"]
             async fn sigkill_child() {
-                common::suite::sigkill_child::<$store>().await;
+                common::crash::serve_child::<$store>().await;
             }
         }
     };

@@ -129,6 +129,13 @@ pub trait Store: Send + Sync + Sized + 'static {
     /// Whether the store counts a scope's keys, so that per-scope caps apply (not Redis).
     const COUNTS_KEYS: bool = true;
 
+    /// Whether a key held by a process that died is free for a retry at once, not after the
+    /// lease: a claim on the handler's transaction, or a committed claim whose holder's session
+    /// the database can see end (PostgreSQL, MySQL).
+    fn frees_at_once() -> bool {
+        Self::LOCKED_CLAIM
+    }
+
     /// The frame on the store's wire after which a response's storing is ambiguous when the
     /// connection dies: the `COMMIT` of the handler's transaction (transactional mode), the
     /// write that carries the response's body (plain mode); `None` for SQLite, which has no
@@ -285,7 +292,7 @@ impl<DB: Fixture> Store for Sql<DB> {
     }
 
     async fn attach(url: &str, tag: &str) -> Self {
-        Self::around(Database::attach(url, 8).await, tag).await
+        Self::around(Database::attach(url, 32).await, tag).await
     }
 
     fn url(&self) -> &str {
@@ -294,6 +301,10 @@ impl<DB: Fixture> Store for Sql<DB> {
 
     fn tag(&self) -> &str {
         &self.tag
+    }
+
+    fn frees_at_once() -> bool {
+        SqlKeyStore::<DB>::detects_dead_holders()
     }
 
     fn router(&self, state: AppState, settings: &Settings) -> Router {
@@ -381,6 +392,10 @@ impl<DB: Fixture> Store for PlainSql<DB> {
 
     wraps_store!(Sql);
 
+    fn frees_at_once() -> bool {
+        Sql::<DB>::frees_at_once()
+    }
+
     fn router(&self, state: AppState, settings: &Settings) -> Router {
         plain_router(self.0.keys.clone(), state, settings)
     }
@@ -419,6 +434,10 @@ impl<DB: Fixture + guestlist_sqlx::BatchBackend + BatchedLabel> Store for Batche
     }
 
     wraps_store!(PlainSql);
+
+    fn frees_at_once() -> bool {
+        Sql::<DB>::frees_at_once()
+    }
 
     fn router(&self, state: AppState, settings: &Settings) -> Router {
         let keys = guestlist_sqlx::BatchedKeyStore::new(self.0.0.keys.clone());
@@ -590,6 +609,10 @@ impl Store for SealedPostgres {
     }
 
     wraps_store!(Sql);
+
+    fn frees_at_once() -> bool {
+        true
+    }
 
     fn router(&self, state: AppState, settings: &Settings) -> Router {
         let keys = self

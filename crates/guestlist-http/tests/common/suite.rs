@@ -1,14 +1,13 @@
 //! The stories every key store must tell the same way. Each counts executions and rows.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest::StatusCode;
 
-use super::app::{AppState, HANGING};
+use super::app::AppState;
 use super::client::{Answer, Call, Server};
+use super::crash::ChildServer;
 use super::stores::{Settings, Store};
 
 /// A test's store, state and server.
@@ -290,65 +289,30 @@ pub async fn a_4xx_from_the_handler_is_stored_and_replayed<S: Store>(name: &str)
     );
 }
 
-/// Environment of the SIGKILL child: where the store is, and which test's tables.
-const CHILD_URL: &str = "GUESTLIST_HTTP_CHILD_URL";
-const CHILD_TAG: &str = "GUESTLIST_HTTP_CHILD_TAG";
-const CHILD_LEASE_MS: &str = "GUESTLIST_HTTP_CHILD_LEASE_MS";
-/// What the child prints once it listens.
-const LISTENING: &str = "LISTENING ON";
-
-pub async fn a_server_killed_mid_handler_recovers_after_the_lease<S: Store>(name: &str) {
+pub async fn a_server_killed_mid_handler_leaves_its_key_to_a_retry<S: Store>(name: &str) {
     let lease = Duration::from_secs(3);
     let api = Api::<S>::start(name, Settings::with_lease(lease)).await;
-
-    let module = name.split('_').next().unwrap();
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            &format!("{module}::sigkill_child"),
-            "--exact",
-            "--ignored",
-            "--nocapture",
-        ])
-        .env(CHILD_URL, api.store.url())
-        .env(CHILD_TAG, api.store.tag())
-        .env(CHILD_LEASE_MS, lease.as_millis().to_string())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("start the child server");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let base = loop {
-        let line = lines.next().expect("the child prints its address").unwrap();
-        if let Some(base) = line.strip_prefix(LISTENING) {
-            break base.trim().to_owned();
-        }
-    };
+    let child = ChildServer::start(name, &api.store, lease, Duration::ZERO);
+    let base = child.base.clone();
     let call = Call::new("killed-mid-handler");
     let doomed = {
         let call = call.clone().header("x-test-hang", "1");
         tokio::spawn(async move {
-            let _ = tokio::time::timeout(Duration::from_secs(60), call.send(&base)).await;
+            let _ = tokio::time::timeout(Duration::from_secs(60), call.try_send(&base)).await;
         })
     };
-    let hanging = tokio::task::spawn_blocking(move || {
-        lines
-            .map_while(Result::ok)
-            .any(|line| line.contains(HANGING))
-    });
-    assert!(
-        tokio::time::timeout(Duration::from_secs(60), hanging)
-            .await
-            .unwrap()
-            .unwrap(),
-        "the child's handler did its work and hung"
-    );
+    let child = tokio::time::timeout(Duration::from_secs(60), child.hanging(1))
+        .await
+        .expect("the child's handler did its work and hung");
     let killed_at = std::time::Instant::now();
-    child.kill().expect("SIGKILL the child");
-    child.wait().unwrap();
+    child.kill();
     doomed.abort();
 
-    if S::LOCKED_CLAIM {
-        // The claim dies with the attempt's connection, its row with it: the retry runs as soon
-        // as PostgreSQL has seen the connection close, long before the lease.
+    if S::frees_at_once() {
+        // The claim on the transaction dies with the attempt's connection, its row with it; a
+        // claim committed on its own names its holder, whose session died with the process.
+        // Either way the retry runs as soon as the database has seen the connections close,
+        // long before the lease.
         let deadline = killed_at + lease - Duration::from_millis(500);
         let retry = loop {
             let retry = api.send(&call).await;
@@ -396,25 +360,6 @@ pub async fn a_server_killed_mid_handler_recovers_after_the_lease<S: Store>(name
             "the killed attempt's row never committed"
         );
     }
-}
-
-pub async fn sigkill_child<S: Store>() {
-    let (Ok(url), Ok(tag), Ok(lease)) = (
-        std::env::var(CHILD_URL),
-        std::env::var(CHILD_TAG),
-        std::env::var(CHILD_LEASE_MS),
-    ) else {
-        eprintln!("sigkill_child runs only as the SIGKILL test's child process");
-        return;
-    };
-    let store = S::attach(&url, &tag).await;
-    let settings = Settings {
-        lease: Duration::from_millis(lease.parse().unwrap()),
-        ..Settings::default()
-    };
-    let server = Server::start(store.router(AppState::default(), &settings)).await;
-    println!("{LISTENING} {}", server.base);
-    std::future::pending::<()>().await;
 }
 
 pub async fn a_stale_attempt_finishing_late_cannot_overwrite<S: Store>(name: &str) {

@@ -217,3 +217,111 @@ pub async fn a_waiter_that_hangs_up_leaves_its_place<S: Store>(name: &str) {
     assert_eq!(next.body, first.body);
     assert_eq!(api.state.executions(), 1);
 }
+
+/// `call` as a request for the router itself, with no socket between.
+fn request_of(call: &Call) -> axum::http::Request<axum::body::Body> {
+    let mut request = axum::http::Request::builder()
+        .method(call.method.as_str())
+        .uri(call.path.as_str());
+    if let Some(key) = &call.key {
+        request = request.header(call.key_header.as_str(), key);
+    }
+    if let Some(authorization) = &call.authorization {
+        request = request.header("authorization", authorization);
+    }
+    for (name, value) in &call.headers {
+        request = request.header(name, value);
+    }
+    request.body(call.body.clone().into()).unwrap()
+}
+
+/// The process's resident memory, in bytes.
+fn resident_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
+    let pages: u64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+    pages * 4096
+}
+
+/// Ten thousand requests on one key whose first attempt runs, sent straight to the router (no
+/// sockets: what is measured is the layer): the default caps let 100 wait, the rest get 409 at
+/// once, the first attempt runs once, and the process's memory grows by a bounded amount.
+pub async fn ten_thousand_requests_on_one_key_are_capped<S: Store>(name: &str) {
+    use tower::ServiceExt;
+    const REQUESTS: usize = 10_000;
+    const PER_KEY: usize = 100; // the default cap
+    let store = S::open(name).await;
+    let state = AppState::default();
+    let settings = Settings {
+        in_flight_wait: Some(Duration::from_secs(60)),
+        ..Settings::default()
+    };
+    let router = store.router(state.clone(), &settings);
+    let call = Call::new("one-key-for-all");
+    let entered = state.gate("first").entered;
+    let first = tokio::spawn(
+        router
+            .clone()
+            .oneshot(request_of(&call.clone().header("x-test-block", "first"))),
+    );
+    entered.notified().await;
+
+    let before = resident_bytes();
+    let mut requests = tokio::task::JoinSet::new();
+    for _ in 0..REQUESTS {
+        requests.spawn(router.clone().oneshot(request_of(&call)));
+    }
+    let mut refused = 0;
+    let mut peak = resident_bytes();
+    while refused < REQUESTS - PER_KEY {
+        let answer = tokio::time::timeout(Duration::from_secs(60), requests.join_next())
+            .await
+            .expect("the requests past the cap are answered at once")
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            answer.status(),
+            StatusCode::CONFLICT,
+            "{:?}",
+            answer.headers()
+        );
+        refused += 1;
+        if refused % 1_000 == 0 {
+            peak = peak.max(resident_bytes());
+        }
+    }
+    let grown = peak.saturating_sub(before);
+    eprintln!(
+        "{}: {REQUESTS} requests on one key: {refused} refused at once, {PER_KEY} waiting; \
+         resident memory grew by {} KiB",
+        S::LABEL,
+        grown / 1024
+    );
+    assert!(
+        grown < 256 * 1024 * 1024,
+        "the process's memory stays bounded: it grew by {} MiB",
+        grown / (1024 * 1024)
+    );
+    assert_eq!(requests.len(), PER_KEY, "the cap's waiters still wait");
+
+    state.gate("first").open.notify_one();
+    let first = first.await.unwrap().unwrap();
+    assert_eq!(first.status(), StatusCode::CREATED);
+    let mut replayed = 0;
+    while let Some(answer) = requests.join_next().await {
+        let answer = answer.unwrap().unwrap();
+        assert_eq!(answer.status(), StatusCode::CREATED);
+        assert_eq!(
+            answer.headers().get("idempotent-replayed").unwrap(),
+            "true",
+            "each waiter gets the first attempt's answer"
+        );
+        replayed += 1;
+    }
+    assert_eq!(replayed, PER_KEY);
+    assert_eq!(
+        state.executions(),
+        1,
+        "one execution for ten thousand requests"
+    );
+}

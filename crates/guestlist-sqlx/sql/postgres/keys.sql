@@ -12,10 +12,22 @@ CREATE TABLE IF NOT EXISTS guestlist_keys (
     attempt         BIGINT      NOT NULL DEFAULT 1,
     token           BIGINT NOT NULL,
     created_at      TIMESTAMPTZ NOT NULL DEFAULT now(),
+    holder          BIGINT,
     PRIMARY KEY (scope, idempotency_key)
 );
 -- The purge deletes by age.
 CREATE INDEX IF NOT EXISTS guestlist_keys_created_at_idx ON guestlist_keys (created_at);
+-- holder: the process holding the attempt in flight (a lock its session holds while it
+-- lives), so that a retry can take the key over at once when that process died; NULL where
+-- nothing tells (SQLite, a key kept locked): the lease decides. Added to tables made before it.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema()
+                   AND table_name = lower('guestlist_keys') AND column_name = 'holder') THEN
+        ALTER TABLE guestlist_keys ADD COLUMN IF NOT EXISTS holder BIGINT;
+    END IF;
+END
+$$;
 -- Steps of requests (IdempotentSteps in transactional mode): a key's run and the journal of its
 -- finished steps, as for the inbox's steps: handler holds the key's scope and message_id the
 -- key as stored. Place 0 is the run (the token of the attempt that holds the key; name is the

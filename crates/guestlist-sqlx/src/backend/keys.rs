@@ -40,6 +40,15 @@ pub struct KeysSql {
     pub(crate) hold_lock: Arc<str>,
     /// Lets the session's lock go.
     pub(crate) let_go_lock: Arc<str>,
+    /// Ends the lease of an attempt whose holder is gone, by compare-and-set on its token.
+    pub(crate) cut_lease: Arc<str>,
+    /// Forgets an attempt's holder, so that its key waits for the lease even if the holder dies.
+    pub(crate) unhold: Arc<str>,
+    /// Takes a holder's session lock: what tells other processes that its attempts are alive
+    /// (empty where the database has none).
+    pub(crate) holder_lock: Arc<str>,
+    /// Whether a holder's session lock is held, by any session.
+    pub(crate) holder_alive: Arc<str>,
 }
 
 impl KeysSql {
@@ -65,6 +74,10 @@ impl KeysSql {
             claim_locked: fill(DB::KEY_CLAIM_LOCKED),
             hold_lock: fill(DB::KEY_HOLD_LOCK),
             let_go_lock: fill(DB::KEY_LET_GO_LOCK),
+            cut_lease: fill(DB::KEY_CUT_LEASE),
+            unhold: fill(DB::KEY_UNHOLD),
+            holder_lock: fill(DB::KEY_HOLDER_LOCK),
+            holder_alive: fill(DB::KEY_HOLDER_ALIVE),
         }
     }
 }
@@ -82,6 +95,8 @@ pub struct KeyRow {
     pub(crate) token: i64,
     /// Milliseconds the lease has left (negative once expired; `None` once completed).
     pub(crate) lease_left_ms: Option<i64>,
+    /// The process holding the attempt ([`crate::keys::Holder`]), where one can be told gone.
+    pub(crate) holder: Option<i64>,
 }
 
 row! {
@@ -127,6 +142,7 @@ impl Columns for KeyRow {
             attempt: DB::get(row, 4)?,
             token: DB::get(row, 5)?,
             lease_left_ms: DB::get(row, 6)?,
+            holder: DB::get(row, 7)?,
         })
     }
 }
@@ -160,6 +176,16 @@ pub(crate) fn hold_lock(key: Key<'_>) -> Plain<KeysSql, (Key<'_>,)> {
     Plain::new(|sql| &sql.hold_lock, (key,))
 }
 
+/// Ends the lease of the attempt with `token`, whose holder is gone.
+pub(crate) fn cut_lease(key: Key<'_>, token: i64) -> Plain<KeysSql, (Key<'_>, i64)> {
+    Plain::new(|sql| &sql.cut_lease, (key, token))
+}
+
+/// Forgets the holder of the attempt with `token`: its key waits for the lease.
+pub(crate) fn unhold(key: Key<'_>, token: i64) -> Plain<KeysSql, (Key<'_>, i64)> {
+    Plain::new(|sql| &sql.unhold, (key, token))
+}
+
 /// Lets the session's lock of a key go.
 pub(crate) fn let_go_lock(key: Key<'_>) -> Plain<KeysSql, (Key<'_>,)> {
     Plain::new(|sql| &sql.let_go_lock, (key,))
@@ -180,8 +206,8 @@ impl<'a> Key<'a> {
     }
 }
 
-/// Inserts an in-flight key with a lease: the key, its fingerprint, the attempt's token and the
-/// lease in milliseconds.
+/// Inserts an in-flight key with a lease: the key, its fingerprint, the attempt's token, the
+/// lease in milliseconds, and the process holding the attempt (if it can be told gone).
 #[derive(Clone, Copy)]
 #[allow(unreachable_pub)] // named by the sealed traits, unreachable outside the crate
 pub struct Insert<'a> {
@@ -189,6 +215,7 @@ pub struct Insert<'a> {
     pub(crate) fingerprint: &'a [u8],
     pub(crate) token: i64,
     pub(crate) lease_ms: i64,
+    pub(crate) holder: Option<i64>,
 }
 
 impl Statement for Insert<'_> {
@@ -199,7 +226,7 @@ impl Statement for Insert<'_> {
     }
     fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB> {
         let query = query.arg(self.key).arg(self.fingerprint);
-        query.arg(self.token).arg(self.lease_ms)
+        query.arg(self.token).arg(self.lease_ms).arg(self.holder)
     }
 }
 
@@ -258,7 +285,15 @@ impl Statement for ClaimLocked<'_> {
         &sql.claim_locked
     }
     fn bind<'q, DB: Codec>(self, query: Bound<'q, DB>) -> Bound<'q, DB> {
-        self.0.bind(query)
+        // No holder: the claim lives and dies with the transaction.
+        let Insert {
+            key,
+            fingerprint,
+            token,
+            lease_ms,
+            holder: _,
+        } = self.0;
+        query.arg(key).arg(fingerprint).arg(token).arg(lease_ms)
     }
 }
 

@@ -331,7 +331,8 @@ pub(crate) mod sealed {
     pub trait KeyStatements: Statements {
         /// The DDL file for the key table.
         const KEYS_DDL: &'static str;
-        /// Template of [`KeysSql::insert`]: scope, key, fingerprint, token, lease in milliseconds.
+        /// Template of [`KeysSql::insert`]: scope, key, fingerprint, token, lease in milliseconds,
+        /// holder.
         const KEY_INSERT: &'static str;
         /// Template of [`KeysSql::select`]: scope, key.
         const KEY_SELECT: &'static str;
@@ -363,6 +364,17 @@ pub(crate) mod sealed {
         /// Template of [`KeysSql::let_go_lock`]: scope, key. Empty where
         /// [`KeyStatements::KEY_CLAIM_LOCKED`] is.
         const KEY_LET_GO_LOCK: &'static str = "";
+        /// Template of [`KeysSql::cut_lease`]: scope, key, the token read.
+        const KEY_CUT_LEASE: &'static str;
+        /// Template of [`KeysSql::unhold`]: scope, key, token.
+        const KEY_UNHOLD: &'static str;
+        /// Template of [`KeysSql::holder_lock`]: the holder's number; reads 1 once held. Empty
+        /// where the database ends no lock with a session: a crashed attempt's key then waits
+        /// for its lease.
+        const KEY_HOLDER_LOCK: &'static str = "";
+        /// Template of [`KeysSql::holder_alive`]: the holder's number; reads 1 while some
+        /// session holds its lock. Empty where [`KeyStatements::KEY_HOLDER_LOCK`] is.
+        const KEY_HOLDER_ALIVE: &'static str = "";
 
         /// Inserts an in-flight key; `true` when new.
         fn key_insert<'c>(

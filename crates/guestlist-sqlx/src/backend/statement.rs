@@ -129,8 +129,8 @@ macro_rules! value {
     )*};
 }
 
-value!(i64 => bind_i64, i32 => bind_i32, &str => bind_str, Option<&str> => bind_opt_str,
-    &[u8] => bind_bytes, Option<&[u8]> => bind_opt_bytes);
+value!(i64 => bind_i64, Option<i64> => bind_opt_i64, i32 => bind_i32, &str => bind_str,
+    Option<&str> => bind_opt_str, &[u8] => bind_bytes, Option<&[u8]> => bind_opt_bytes);
 
 /// Values bound in order: a tuple of [`Value`]s.
 pub trait Values: Send {
@@ -211,6 +211,8 @@ column!(i64 => get_i64, Option<i64> => get_opt_i64, Option<i32> => get_opt_i32,
 pub trait Codec: Database + sqlx::database::HasStatementCache {
     /// Binds an integer.
     fn bind_i64<'q>(query: Bound<'q, Self>, value: i64) -> Bound<'q, Self>;
+    /// Binds an integer or `NULL`.
+    fn bind_opt_i64<'q>(query: Bound<'q, Self>, value: Option<i64>) -> Bound<'q, Self>;
     /// Binds a small integer (an HTTP status).
     fn bind_i32<'q>(query: Bound<'q, Self>, value: i32) -> Bound<'q, Self>;
     /// Binds text or `NULL`.
@@ -326,7 +328,8 @@ pub(crate) fn prepared<'q, DB: Database>(text: &Arc<str>) -> Bound<'q, DB> {
 macro_rules! codec {
     ($db:ty) => {
         impl $crate::backend::statement::Codec for $db {
-            $crate::backend::statement::binds!(bind_i64: i64, bind_i32: i32, bind_str: &str,
+            $crate::backend::statement::binds!(bind_i64: i64, bind_opt_i64: Option<i64>,
+                bind_i32: i32, bind_str: &str,
                 bind_opt_str: Option<&str>, bind_bytes: &[u8],
                 bind_opt_bytes: Option<&[u8]>);
             $crate::backend::statement::gets!(get_i64: i64, get_opt_i64: Option<i64>,

@@ -87,6 +87,8 @@ struct ClaimItem {
     fingerprint: Vec<u8>,
     token: i64,
     lease_ms: i64,
+    /// The process holding the attempt, where it can be told gone.
+    holder: Option<i64>,
     reply: Reply,
 }
 
@@ -113,6 +115,7 @@ impl ClaimItem {
             fingerprint: &self.fingerprint,
             token: self.token,
             lease_ms: self.lease_ms,
+            holder: self.holder,
         }
     }
 }
@@ -267,6 +270,7 @@ impl<DB: BatchBackend> KeyStore for BatchedKeyStore<DB> {
     ) -> Result<KeyClaim, Error> {
         let token = new_token()?;
         let stored_key = self.store.key_at_rest(key);
+        let holder = self.store.holder().await;
         let inserted = self
             .through(|reply| {
                 Item::Claim(ClaimItem {
@@ -275,6 +279,7 @@ impl<DB: BatchBackend> KeyStore for BatchedKeyStore<DB> {
                     fingerprint: fingerprint.as_bytes().to_vec(),
                     token: token as i64,
                     lease_ms: lease_ms(lease),
+                    holder,
                     reply,
                 })
             })
@@ -331,6 +336,15 @@ impl<DB: BatchBackend> KeyStore for BatchedKeyStore<DB> {
     async fn usage(&self, scope: &Scope) -> Result<Option<ScopeUsage>, Error> {
         self.store.usage(scope).await.map(Some)
     }
+
+    async fn keep_for_lease(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        attempt: Attempt,
+    ) -> Result<(), Error> {
+        self.store.keep_for_lease(scope, key, attempt).await
+    }
 }
 
 #[cfg(test)]
@@ -358,6 +372,7 @@ mod tests {
             fingerprint: vec![0; 32],
             token: 2,
             lease_ms: 30_000,
+            holder: None,
             reply,
         })
     }

@@ -69,6 +69,7 @@ impl<DB: Backend> SqlKeyStore<DB> {
                 fingerprint: fingerprint.as_bytes(),
                 token: token as i64,
                 lease_ms,
+                holder: None,
             });
             let claim = DB::fetch_one(tx, &*self.sql, claim)
                 .await
@@ -138,6 +139,9 @@ impl<DB: Backend> SqlKeyStore<DB> {
                 fingerprint: fingerprint.as_bytes(),
                 token: attempt.token() as i64,
                 lease_ms: lease_ms(lease),
+                // The key was kept locked because its work may have happened: it waits for the
+                // lease even if this process dies.
+                holder: None,
             };
             DB::key_insert(&mut tx, &self.sql, claim).await?;
             // Let go before the commit: a retry that takes the transaction's lock now waits on

@@ -11,7 +11,7 @@ use guestlist_core::{
 use sqlx::Pool;
 
 use crate::Error;
-use crate::backend::keys::{Complete, Insert, Key, TakeOver, release, select};
+use crate::backend::keys::{Complete, Insert, Key, TakeOver, release, select, unhold};
 use crate::backend::steps::{Done, StepsSql};
 use crate::backend::{Backend, KeyRow, KeysSql, TableSql};
 use crate::fencing::{lease_ms, new_token};
@@ -20,6 +20,8 @@ use crate::scaffold::{clone_without_bound, on_one_table};
 
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 mod batched;
+mod holder;
+use holder::Holder;
 mod inspect;
 pub(crate) use inspect::key_state;
 mod locked;
@@ -74,17 +76,21 @@ pub struct SqlKeyStore<DB: Backend> {
     sealing: Option<Sealing>,
     /// Stores keys as keyed hashes, when set.
     hashing: Option<KeyHashing>,
+    /// What tells a retry that the process holding a key died (PostgreSQL, MySQL).
+    holder: Holder,
 }
 
-clone_without_bound!(SqlKeyStore<DB: Backend> { pool, sql, steps, sealing, hashing });
+clone_without_bound!(SqlKeyStore<DB: Backend> { pool, sql, steps, sealing, hashing, holder });
 on_one_table!(SqlKeyStore, "Keys", "guestlist_keys", pool: Pool<DB>);
 
 impl<DB: Backend> SqlKeyStore<DB> {
     /// Keys in an already validated table.
     pub fn in_table(pool: Pool<DB>, table: TableName) -> Self {
+        let sql = KeysSql::new::<DB>(&table);
         Self {
             pool,
-            sql: Arc::new(KeysSql::new::<DB>(&table)),
+            holder: Holder::new(&sql),
+            sql: Arc::new(sql),
             steps: Arc::new(StepsSql::new::<DB>(&table, Done::keys(&table))),
             sealing: None,
             hashing: None,
@@ -221,6 +227,9 @@ impl<DB: Backend> SqlKeyStore<DB> {
                 return Ok(Some(replay_of(row)));
             }
             Settlement::InFlight { retry_after_ms } => {
+                if take_over.is_some() && self.cut_if_holder_gone(conn, scope, key, &row).await? {
+                    return Ok(None); // the next round takes the key over
+                }
                 let retry_after = Duration::from_millis(retry_after_ms);
                 return Ok(Some(KeyClaim::InFlight { retry_after }));
             }
@@ -330,6 +339,7 @@ impl<DB: Backend> KeyStore for SqlKeyStore<DB> {
     ) -> Result<KeyClaim, Error> {
         let key = &*self.key_at_rest(key);
         let lease_ms = lease_ms(lease);
+        let holder = self.holder().await;
         let mut conn = self.pool.acquire().await?;
         // Read first: a retry of a stored answer is replayed by one read by primary key, with no
         // write. Only a key with no row goes on to the insert, which arbitrates between racers.
@@ -346,6 +356,7 @@ impl<DB: Backend> KeyStore for SqlKeyStore<DB> {
                 fingerprint: fingerprint.as_bytes(),
                 token: token as i64,
                 lease_ms,
+                holder,
             };
             let inserted = DB::key_insert(&mut conn, &self.sql, insert)
                 .await
@@ -398,5 +409,22 @@ impl<DB: Backend> KeyStore for SqlKeyStore<DB> {
 
     async fn usage(&self, scope: &Scope) -> Result<Option<ScopeUsage>, Error> {
         SqlKeyStore::usage(self, scope).await.map(Some)
+    }
+
+    /// Forgets the process holding the attempt: its key waits for the lease even if the
+    /// process dies now.
+    async fn keep_for_lease(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        attempt: Attempt,
+    ) -> Result<(), Error> {
+        let key = &*self.key_at_rest(key);
+        let mut conn = self.pool.acquire().await?;
+        let unhold = unhold(Key::of(scope, key), attempt.token() as i64);
+        DB::run(&mut conn, &*self.sql, unhold)
+            .await
+            .map_err(|err| self.error(err))?;
+        Ok(())
     }
 }

@@ -9,10 +9,10 @@ impl KeyStatements for MySql {
     const KEYS_DDL: &'static str = include_str!("../../../sql/mysql/keys.sql");
     // A plain INSERT, for the reasons the module's documentation gives.
     const KEY_INSERT: &'static str = "INSERT INTO {table} \
-         (scope, idempotency_key, fingerprint, token, locked_until) \
-         VALUES (?, ?, ?, ?, UTC_TIMESTAMP(6) + INTERVAL (? * 1000) MICROSECOND)";
+         (scope, idempotency_key, fingerprint, token, locked_until, holder) \
+         VALUES (?, ?, ?, ?, UTC_TIMESTAMP(6) + INTERVAL (? * 1000) MICROSECOND, ?)";
     const KEY_SELECT: &'static str = "SELECT fingerprint, status, headers, body, attempt, token, \
-         TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), locked_until) DIV 1000 \
+         TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), locked_until) DIV 1000, holder \
          FROM {table} WHERE scope = ? AND idempotency_key = ?";
     const KEY_TAKE_OVER: &'static str = "UPDATE {table} \
          SET attempt = attempt + 1, token = ?, \
@@ -38,4 +38,14 @@ impl KeyStatements for MySql {
          (SELECT CAST(data_length + index_length AS SIGNED) FROM information_schema.tables \
           WHERE table_schema = DATABASE() AND table_name = '{table}') \
          FROM {table}";
+    const KEY_CUT_LEASE: &'static str = "UPDATE {table} SET locked_until = UTC_TIMESTAMP(6) \
+         WHERE scope = ? AND idempotency_key = ? AND token = ? AND status IS NULL";
+    const KEY_UNHOLD: &'static str = "UPDATE {table} SET holder = NULL \
+         WHERE scope = ? AND idempotency_key = ? AND token = ? AND status IS NULL";
+    // A named lock of the session (GET_LOCK): it ends with the session, and IS_USED_LOCK tells
+    // every session whether it is held. The names are the server's, whatever the schema.
+    const KEY_HOLDER_LOCK: &'static str =
+        "SELECT CAST(COALESCE(GET_LOCK(CONCAT('guestlist_holder_', ?), 0), 0) AS SIGNED)";
+    const KEY_HOLDER_ALIVE: &'static str =
+        "SELECT CAST(IS_USED_LOCK(CONCAT('guestlist_holder_', ?)) IS NOT NULL AS SIGNED)";
 }

@@ -13,13 +13,22 @@ macro_rules! key_lock {
     };
 }
 
+/// The first half of every holder's advisory lock ("glst"), the second its number: the two-key
+/// form, apart from the one-key locks of the keys themselves.
+macro_rules! holder_locks {
+    () => {
+        "1735160692"
+    };
+}
+
 impl KeyStatements for Postgres {
     const KEYS_DDL: &'static str = include_str!("../../../sql/postgres/keys.sql");
     const KEY_INSERT: &'static str = "INSERT INTO {table} \
-         (scope, idempotency_key, fingerprint, token, locked_until) \
-         VALUES ($1, $2, $3, $4, now() + interval '1 millisecond' * $5) ON CONFLICT DO NOTHING";
+         (scope, idempotency_key, fingerprint, token, locked_until, holder) \
+         VALUES ($1, $2, $3, $4, now() + interval '1 millisecond' * $5, $6) \
+         ON CONFLICT DO NOTHING";
     const KEY_SELECT: &'static str = "SELECT fingerprint, status, headers, body, attempt, token, \
-         (EXTRACT(EPOCH FROM (locked_until - now())) * 1000)::bigint \
+         (EXTRACT(EPOCH FROM (locked_until - now())) * 1000)::bigint, holder \
          FROM {table} WHERE scope = $1 AND idempotency_key = $2";
     const KEY_TAKE_OVER: &'static str = "UPDATE {table} \
          SET attempt = attempt + 1, token = $1, locked_until = now() + interval '1 millisecond' * $2 \
@@ -64,4 +73,21 @@ impl KeyStatements for Postgres {
     // again, and let go.
     const KEY_HOLD_LOCK: &'static str = concat!("SELECT pg_advisory_lock(", key_lock!(), ")");
     const KEY_LET_GO_LOCK: &'static str = concat!("SELECT pg_advisory_unlock(", key_lock!(), ")");
+    const KEY_CUT_LEASE: &'static str = "UPDATE {table} SET locked_until = now() \
+         WHERE scope = $1 AND idempotency_key = $2 AND token = $3 AND status IS NULL";
+    const KEY_UNHOLD: &'static str = "UPDATE {table} SET holder = NULL \
+         WHERE scope = $1 AND idempotency_key = $2 AND token = $3 AND status IS NULL";
+    // A session-scoped advisory lock on (HOLDER_LOCKS, the holder's number): it ends with the
+    // session, and pg_locks shows it to every session.
+    const KEY_HOLDER_LOCK: &'static str = concat!(
+        "SELECT pg_try_advisory_lock(",
+        holder_locks!(),
+        ", $1::integer)::integer::bigint"
+    );
+    const KEY_HOLDER_ALIVE: &'static str = concat!(
+        "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' \
+         AND classid = ",
+        holder_locks!(),
+        "::bigint::oid AND objid = $1::bigint::oid AND objsubid = 2 AND granted)::integer::bigint"
+    );
 }

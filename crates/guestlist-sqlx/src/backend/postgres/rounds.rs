@@ -8,15 +8,15 @@ use sqlx::{Pool, Postgres};
 use crate::backend::KeysSql;
 use crate::backend::keys::{Complete, Insert, WriteRound};
 
-/// One round: the claims of new keys (scope, key, fingerprint, token, lease in milliseconds)
-/// and the stored responses of attempts (scope, key, token, status, headers, body), in one
+/// One round: the claims of new keys (scope, key, fingerprint, token, lease in milliseconds,
+/// holder) and the stored responses of attempts (scope, key, token, status, headers, body), in one
 /// statement and one commit. Returns the tokens of the rows inserted and of the rows completed:
 /// a key already there inserts nothing, an attempt that lost its key completes nothing.
 const ROUND: &str = "WITH claimed AS (\
-     INSERT INTO {table} (scope, idempotency_key, fingerprint, token, locked_until) \
-     SELECT s, k, f, t, now() + interval '1 millisecond' * l \
-     FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[], $5::bigint[]) \
-     AS c(s, k, f, t, l) \
+     INSERT INTO {table} (scope, idempotency_key, fingerprint, token, locked_until, holder) \
+     SELECT s, k, f, t, now() + interval '1 millisecond' * l, h \
+     FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[], $5::bigint[], \
+     $12::bigint[]) AS c(s, k, f, t, l, h) \
      ON CONFLICT DO NOTHING RETURNING token), \
      stored AS (\
      UPDATE {table} AS t \
@@ -48,6 +48,7 @@ impl WriteRound for Postgres {
             .bind(completes.iter().map(|c| c.status).collect::<Vec<_>>())
             .bind(completes.iter().map(|c| c.headers).collect::<Vec<_>>())
             .bind(completes.iter().map(|c| c.body).collect::<Vec<_>>())
+            .bind(claims.iter().map(|c| c.holder).collect::<Vec<_>>())
             // Planned for each round, with the table as it is now: a plan cached while the table
             // was small joins the answers by scanning the whole table, and every round then
             // slows down as the table grows (a quarter of the speed at 50,000 keys).

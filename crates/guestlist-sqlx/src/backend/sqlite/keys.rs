@@ -18,14 +18,14 @@ macro_rules! sqlite_now_plus_ms {
 impl KeyStatements for Sqlite {
     const KEYS_DDL: &'static str = include_str!("../../../sql/sqlite/keys.sql");
     const KEY_INSERT: &'static str = concat!(
-        "INSERT INTO {table} (scope, idempotency_key, fingerprint, token, locked_until) \
+        "INSERT INTO {table} (scope, idempotency_key, fingerprint, token, locked_until, holder) \
          VALUES (?1, ?2, ?3, ?4, ",
         sqlite_now_plus_ms!("?5"),
-        ") ON CONFLICT DO NOTHING"
+        ", ?6) ON CONFLICT DO NOTHING"
     );
     const KEY_SELECT: &'static str = "SELECT fingerprint, status, headers, body, attempt, token, \
-         CAST(round((julianday(locked_until) - julianday('now')) * 86400000.0) AS INTEGER) \
-         FROM {table} WHERE scope = ?1 AND idempotency_key = ?2";
+         CAST(round((julianday(locked_until) - julianday('now')) * 86400000.0) AS INTEGER), \
+         holder FROM {table} WHERE scope = ?1 AND idempotency_key = ?2";
     const KEY_TAKE_OVER: &'static str = concat!(
         "UPDATE {table} SET attempt = attempt + 1, token = ?1, locked_until = ",
         sqlite_now_plus_ms!("?2"),
@@ -50,4 +50,9 @@ impl KeyStatements for Sqlite {
          CAST(round((julianday('now') - julianday(MIN(created_at))) * 86400000.0) AS INTEGER), \
          (SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()) \
          FROM {table}";
+    const KEY_CUT_LEASE: &'static str = "UPDATE {table} \
+         SET locked_until = strftime('%Y-%m-%d %H:%M:%f', 'now') \
+         WHERE scope = ?1 AND idempotency_key = ?2 AND token = ?3 AND status IS NULL";
+    const KEY_UNHOLD: &'static str = "UPDATE {table} SET holder = NULL \
+         WHERE scope = ?1 AND idempotency_key = ?2 AND token = ?3 AND status IS NULL";
 }
