@@ -119,6 +119,19 @@ pub trait KeyStore: Clone + Send + Sync + 'static {
         async { Ok(()) }
     }
 
+    /// Resolves once `key` of `scope`, found in flight, may have been answered or released by
+    /// another process, as the store's notifications tell (PostgreSQL's `NOTIFY`), so that a
+    /// request waiting on it looks again at once. The default, for stores that send none, never
+    /// resolves: the waiting request polls the key.
+    fn in_flight_ended(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+    ) -> impl Future<Output = ()> + Send {
+        let _ = (scope, key);
+        std::future::pending()
+    }
+
     /// What `scope` holds now, for per-client caps; `None` (the default) where the store cannot
     /// count it.
     fn usage(

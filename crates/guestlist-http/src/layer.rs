@@ -202,10 +202,21 @@ impl<M: Mode> IdempotencyLayer<M> {
     /// waiter takes it over and runs the request, and the others wait on that one.
     ///
     /// Waiters hold no database connection: an attempt of this process wakes its key's waiters
-    /// the moment it ends; one of another process is noticed by looking at the store again
-    /// every 100 ms. How many may wait is capped ([`in_flight_waiters`](Self::in_flight_waiters)).
+    /// the moment it ends; one of another process is noticed by the store's notification where
+    /// it sends one (PostgreSQL's `NOTIFY`), and by looking at the store again every
+    /// [`in_flight_poll`](Self::in_flight_poll). How many may wait is capped
+    /// ([`in_flight_waiters`](Self::in_flight_waiters)).
     pub fn in_flight_wait(mut self, wait: Duration) -> Self {
         self.config().in_flight_wait = wait;
+        self
+    }
+
+    /// How often a request waiting under [`in_flight_wait`](Self::in_flight_wait) looks at the
+    /// store again (default 100 ms): how soon it notices an attempt of another process ending
+    /// where the store sends no notification (SQLite, MySQL, Redis), or the attempt's lease
+    /// ending. Each look is one short statement; nothing holds a connection in between.
+    pub fn in_flight_poll(mut self, poll: Duration) -> Self {
+        self.config().in_flight_poll = poll.max(Duration::from_millis(1));
         self
     }
 

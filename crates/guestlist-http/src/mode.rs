@@ -76,6 +76,15 @@ pub trait Mode: Clone + Send + Sync + 'static + sealed::Sealed {
         scope: &Scope,
     ) -> impl Future<Output = Result<Option<ScopeUsage>, BoxError>> + Send;
 
+    /// Resolves once `key`, found in flight, may have been answered or released by another
+    /// process ([`KeyStore::in_flight_ended`]); never where the store cannot tell.
+    #[doc(hidden)]
+    fn in_flight_ended(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+    ) -> impl Future<Output = ()> + Send;
+
     /// Ends an attempt whose work may have happened outside the database ([`KeepLocked`]): rolls
     /// back its writes, and keeps the key locked until the lease ends, even if this process
     /// dies meanwhile.
@@ -177,6 +186,10 @@ impl<K: KeyStore> Mode for Plain<K> {
 
     async fn usage(&self, scope: &Scope) -> Result<Option<ScopeUsage>, BoxError> {
         Ok(self.0.usage(scope).await?)
+    }
+
+    async fn in_flight_ended(&self, scope: &Scope, key: &IdempotencyKey) {
+        self.0.in_flight_ended(scope, key).await;
     }
 
     async fn keep_locked(

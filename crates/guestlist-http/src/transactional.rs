@@ -312,6 +312,10 @@ impl<DB: Backend> Mode for Transactional<DB> {
         Ok(Some(usage))
     }
 
+    async fn in_flight_ended(&self, scope: &Scope, key: &IdempotencyKey) {
+        self.store.in_flight_ended(scope, key).await;
+    }
+
     async fn keep_locked(
         &self,
         slot: TxSlot<DB>,

@@ -22,7 +22,8 @@ pub(crate) struct Waited<M: Mode> {
 
 /// Waits for the attempt that holds `keyed` to end, up to the server's bound or the client's
 /// `Prefer: wait` if shorter, claiming the key again each time it may have changed hands: woken
-/// at once by an attempt of this process, else every poll interval. Gives up, as in flight,
+/// at once by an attempt of this process, by the store's notice of another process's (on
+/// PostgreSQL), else every poll interval. Gives up, as in flight,
 /// when a cap of waiters is reached or the client hung up.
 pub(crate) async fn wait_for_answer<M: Mode>(
     mode: &M,
@@ -68,8 +69,11 @@ pub(crate) async fn wait_for_answer<M: Mode>(
             break in_flight(retry_after);
         }
         let pause = config.in_flight_poll.min(deadline - now);
+        // Another process's attempt ending, where the store notifies.
+        let elsewhere = mode.in_flight_ended(&keyed.scope, &keyed.key);
         tokio::select! {
             () = &mut woken => {}
+            () = elsewhere => {}
             () = tokio::time::sleep(pause) => {}
             // Nobody to answer: leave the room, claim nothing more.
             _ = &mut *hung_up => break in_flight(retry_after),

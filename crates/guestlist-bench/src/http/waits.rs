@@ -1,6 +1,8 @@
 //! How soon a request waiting on a key in flight (`in_flight_wait`) gets the first attempt's
-//! answer: `in_flight_wait_ms`, the time from the first attempt's answer (sent right after its
-//! commit) to the waiter's, p50 and p99.
+//! answer: the time from the first attempt's answer (sent right after its commit) to the
+//! waiter's, p50 and p99, with the waiter on another layer and store (`in_flight_wait`: as in
+//! another process, woken by PostgreSQL's notice, or elsewhere by the 100 ms poll) and on the
+//! same one (`in_flight_wait_same_process`: woken in memory).
 //!
 //! Each sample is one key: a first request whose handler takes 20 ms, and a second with the same
 //! key sent 5 ms after it, which finds the key in flight and waits. Both are timed by the client
@@ -34,48 +36,71 @@ async fn slow<DB: HttpWorkload>(mut tx: IdempotentTx<DB>, body: Bytes) -> Status
     }
 }
 
-/// Measures `samples` waits on `keys` and adds the row and `in_flight_wait_p99_ms_<backend>`.
+/// Measures `samples` waits on `keys` with the waiter on another layer and store (as in another
+/// process: woken by the store's notice, or its poll), then `samples` with the waiter on the
+/// first attempt's own layer (woken in memory); adds a row for each, and
+/// `in_flight_wait_p99_ms_<backend>` (another process) and
+/// `in_flight_wait_same_process_p99_ms_<backend>`.
 pub(super) async fn measure<DB: HttpWorkload>(
     keys: SqlKeyStore<DB>,
     samples: usize,
     report: &mut Report,
 ) -> anyhow::Result<()> {
-    let router = Router::new()
-        .route("/payments", post(slow::<DB>))
-        .layer(IdempotencyLayer::transactional(keys).in_flight_wait(Duration::from_secs(5)));
-    let url = super::serve(router).await?;
+    let other = SqlKeyStore::with_table(keys.pool().clone(), keys.table().as_str())?;
+    let layer = |keys| {
+        let router = Router::new().route("/payments", post(slow::<DB>));
+        router.layer(IdempotencyLayer::transactional(keys).in_flight_wait(Duration::from_secs(5)))
+    };
+    let url = super::serve(layer(keys)).await?;
+    let elsewhere = super::serve(layer(other)).await?;
+    for (name, waiter_url) in [
+        ("in_flight_wait", &elsewhere),
+        ("in_flight_wait_same_process", &url),
+    ] {
+        let (per_sec, latency) = waits(&url, waiter_url, name, samples).await?;
+        report.rows.push(Row {
+            name: name.to_owned(),
+            backend: DB::LABEL,
+            workers: 1,
+            batch: 1,
+            per_sec,
+            unit: "keys/s",
+            latency: Some(latency),
+        });
+        report.record(
+            &format!("{name}_p99_ms_{}", DB::LABEL),
+            Some(latency.p99_ms),
+        );
+    }
+    Ok(())
+}
+
+/// `samples` keys, each first sent to `url` and waited on at `waiter_url`: keys a second, and
+/// the gaps between the two answers.
+async fn waits(
+    url: &str,
+    waiter_url: &str,
+    name: &str,
+    samples: usize,
+) -> anyhow::Result<(f64, Latency)> {
     let client = reqwest::Client::new();
     let mut gaps = Vec::with_capacity(samples);
     let began = Instant::now();
     for n in 0..samples {
-        let key = format!("wait-{n}");
+        let key = format!("{name}-{n}");
         let first = {
-            let (client, url, key) = (client.clone(), url.clone(), key.clone());
+            let (client, url, key) = (client.clone(), url.to_owned(), key.clone());
             tokio::spawn(async move {
                 send(&client, &url, Some(&key)).await?;
                 anyhow::Ok(Instant::now())
             })
         };
         tokio::time::sleep(WAITER_AFTER).await;
-        send(&client, &url, Some(&key)).await?;
+        send(&client, waiter_url, Some(&key)).await?;
         let waiter_answered = Instant::now();
         let first_answered = first.await??;
         gaps.push(waiter_answered.saturating_duration_since(first_answered));
     }
     let per_sec = samples as f64 / began.elapsed().as_secs_f64();
-    let latency = Latency::of(&mut gaps);
-    report.rows.push(Row {
-        name: "in_flight_wait".to_owned(),
-        backend: DB::LABEL,
-        workers: 1,
-        batch: 1,
-        per_sec,
-        unit: "keys/s",
-        latency: Some(latency),
-    });
-    report.record(
-        &format!("in_flight_wait_p99_ms_{}", DB::LABEL),
-        Some(latency.p99_ms),
-    );
-    Ok(())
+    Ok((per_sec, Latency::of(&mut gaps)))
 }

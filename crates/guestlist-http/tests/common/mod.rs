@@ -54,6 +54,7 @@ macro_rules! http_suite {
                 a_released_first_attempt_is_run_again_by_one_waiter,
                 waiters_past_the_cap_get_409_at_once,
                 a_waiter_that_hangs_up_leaves_its_place,
+                a_waiter_on_another_server_learns_of_the_answer,
             );
 
             /// Not a test on its own: the server that the SIGKILL stories start and kill.

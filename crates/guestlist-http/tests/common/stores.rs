@@ -41,6 +41,8 @@ pub struct Settings {
     pub in_flight_wait: Option<Duration>,
     /// Cap the waiters: per key, in all.
     pub in_flight_waiters: Option<(usize, usize)>,
+    /// How often a waiter looks at the store.
+    pub in_flight_poll: Option<Duration>,
 }
 
 impl Default for Settings {
@@ -60,6 +62,7 @@ impl Default for Settings {
             replay_cache: None,
             in_flight_wait: None,
             in_flight_waiters: None,
+            in_flight_poll: None,
         }
     }
 }
@@ -112,6 +115,9 @@ pub fn configure<M: Mode>(layer: IdempotencyLayer<M>, settings: &Settings) -> Id
     if let Some((per_key, in_all)) = settings.in_flight_waiters {
         layer = layer.in_flight_waiters(per_key, in_all);
     }
+    if let Some(poll) = settings.in_flight_poll {
+        layer = layer.in_flight_poll(poll);
+    }
     layer
 }
 
@@ -134,6 +140,12 @@ pub trait Store: Send + Sync + Sized + 'static {
     /// the database can see end (PostgreSQL, MySQL).
     fn frees_at_once() -> bool {
         Self::LOCKED_CLAIM
+    }
+
+    /// Whether the store tells a request waiting on a key that another process answered it
+    /// (PostgreSQL's `NOTIFY`), rather than leaving it to poll.
+    fn notifies() -> bool {
+        false
     }
 
     /// The frame on the store's wire after which a response's storing is ambiguous when the
@@ -307,6 +319,10 @@ impl<DB: Fixture> Store for Sql<DB> {
         SqlKeyStore::<DB>::detects_dead_holders()
     }
 
+    fn notifies() -> bool {
+        DB::LABEL.starts_with("PostgreSQL")
+    }
+
     fn router(&self, state: AppState, settings: &Settings) -> Router {
         let layer = IdempotencyLayer::transactional(self.keys.clone());
         self.transactional_router(layer, state, settings)
@@ -396,6 +412,10 @@ impl<DB: Fixture> Store for PlainSql<DB> {
         Sql::<DB>::frees_at_once()
     }
 
+    fn notifies() -> bool {
+        Sql::<DB>::notifies()
+    }
+
     fn router(&self, state: AppState, settings: &Settings) -> Router {
         plain_router(self.0.keys.clone(), state, settings)
     }
@@ -437,6 +457,10 @@ impl<DB: Fixture + guestlist_sqlx::BatchBackend + BatchedLabel> Store for Batche
 
     fn frees_at_once() -> bool {
         Sql::<DB>::frees_at_once()
+    }
+
+    fn notifies() -> bool {
+        Sql::<DB>::notifies()
     }
 
     fn router(&self, state: AppState, settings: &Settings) -> Router {
@@ -611,6 +635,10 @@ impl Store for SealedPostgres {
     wraps_store!(Sql);
 
     fn frees_at_once() -> bool {
+        true
+    }
+
+    fn notifies() -> bool {
         true
     }
 

@@ -218,6 +218,59 @@ pub async fn a_waiter_that_hangs_up_leaves_its_place<S: Store>(name: &str) {
     assert_eq!(api.state.executions(), 1);
 }
 
+/// The first attempt runs on one server, the waiter on another (as two processes: nothing in
+/// memory shared), with a poll of 3 s. Where the store notifies (PostgreSQL), the answer's
+/// notice wakes the waiter well before its next look; elsewhere the poll finds the answer.
+pub async fn a_waiter_on_another_server_learns_of_the_answer<S: Store>(name: &str) {
+    let poll = Duration::from_secs(3);
+    let settings = Settings {
+        in_flight_wait: Some(Duration::from_secs(10)),
+        in_flight_poll: Some(poll),
+        ..Settings::default()
+    };
+    let first = Api::<S>::start(name, settings.clone()).await;
+    let other = S::attach(first.store.url(), first.store.tag()).await;
+    let elsewhere = Server::start(other.router(AppState::default(), &settings)).await;
+    let call = Call::new("answered-elsewhere");
+    let held = first.held(&call, "first").await;
+    let waiter = {
+        let (call, base) = (call.clone(), elsewhere.base.clone());
+        tokio::spawn(async move {
+            let answer = call.send(&base).await;
+            (answer, Instant::now())
+        })
+    };
+    // The waiter claims, finds the key in flight, and settles into its wait.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    first.open("first");
+    let answer = held.await.unwrap();
+    let answered_at = Instant::now();
+    let (waited, waiter_at) = waiter.await.unwrap();
+    let gap = waiter_at.saturating_duration_since(answered_at);
+    eprintln!(
+        "{}: the other server's waiter answered {gap:?} after the first",
+        S::LABEL
+    );
+    assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.text());
+    assert!(waited.replayed(), "{}", waited.text());
+    assert_eq!(
+        waited.body, answer.body,
+        "the first attempt's answer, byte for byte"
+    );
+    if S::notifies() {
+        assert!(
+            gap < Duration::from_millis(1_000),
+            "the notice woke the waiter, not its poll of {poll:?}: {gap:?}"
+        );
+    } else {
+        assert!(
+            gap < poll + Duration::from_secs(2),
+            "the poll found it: {gap:?}"
+        );
+    }
+    assert_eq!(first.state.executions(), 1);
+}
+
 /// `call` as a request for the router itself, with no socket between.
 fn request_of(call: &Call) -> axum::http::Request<axum::body::Body> {
     let mut request = axum::http::Request::builder()

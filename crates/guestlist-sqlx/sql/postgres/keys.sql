@@ -13,18 +13,22 @@ CREATE TABLE IF NOT EXISTS guestlist_keys (
     token           BIGINT NOT NULL,
     created_at      TIMESTAMPTZ NOT NULL DEFAULT now(),
     holder          BIGINT,
+    waited          BOOLEAN,
     PRIMARY KEY (scope, idempotency_key)
 );
 -- The purge deletes by age.
 CREATE INDEX IF NOT EXISTS guestlist_keys_created_at_idx ON guestlist_keys (created_at);
 -- holder: the process holding the attempt in flight (a lock its session holds while it
 -- lives), so that a retry can take the key over at once when that process died; NULL where
--- nothing tells (SQLite, a key kept locked): the lease decides. Added to tables made before it.
+-- nothing tells (SQLite, a key kept locked): the lease decides. waited: a request of another
+-- process waits on the key in flight, so that its answer or release notifies (pg_notify on a
+-- channel named as the table). Both added to tables made before them.
 DO $$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema()
-                   AND table_name = lower('guestlist_keys') AND column_name = 'holder') THEN
+                   AND table_name = lower('guestlist_keys') AND column_name = 'waited') THEN
         ALTER TABLE guestlist_keys ADD COLUMN IF NOT EXISTS holder BIGINT;
+        ALTER TABLE guestlist_keys ADD COLUMN IF NOT EXISTS waited BOOLEAN;
     END IF;
 END
 $$;

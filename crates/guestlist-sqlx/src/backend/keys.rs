@@ -44,6 +44,9 @@ pub struct KeysSql {
     pub(crate) cut_lease: Arc<str>,
     /// Forgets an attempt's holder, so that its key waits for the lease even if the holder dies.
     pub(crate) unhold: Arc<str>,
+    /// Marks an in-flight key waited on, so that its answer or release notifies (empty where
+    /// nothing notifies).
+    pub(crate) mark_waited: Arc<str>,
     /// Takes a holder's session lock: what tells other processes that its attempts are alive
     /// (empty where the database has none).
     pub(crate) holder_lock: Arc<str>,
@@ -76,6 +79,7 @@ impl KeysSql {
             let_go_lock: fill(DB::KEY_LET_GO_LOCK),
             cut_lease: fill(DB::KEY_CUT_LEASE),
             unhold: fill(DB::KEY_UNHOLD),
+            mark_waited: fill(DB::KEY_MARK_WAITED),
             holder_lock: fill(DB::KEY_HOLDER_LOCK),
             holder_alive: fill(DB::KEY_HOLDER_ALIVE),
         }
@@ -184,6 +188,11 @@ pub(crate) fn cut_lease(key: Key<'_>, token: i64) -> Plain<KeysSql, (Key<'_>, i6
 /// Forgets the holder of the attempt with `token`: its key waits for the lease.
 pub(crate) fn unhold(key: Key<'_>, token: i64) -> Plain<KeysSql, (Key<'_>, i64)> {
     Plain::new(|sql| &sql.unhold, (key, token))
+}
+
+/// Marks an in-flight key waited on.
+pub(crate) fn mark_waited(key: Key<'_>) -> Plain<KeysSql, (Key<'_>,)> {
+    Plain::new(|sql| &sql.mark_waited, (key,))
 }
 
 /// Lets the session's lock of a key go.

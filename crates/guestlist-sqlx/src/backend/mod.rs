@@ -368,6 +368,9 @@ pub(crate) mod sealed {
         const KEY_CUT_LEASE: &'static str;
         /// Template of [`KeysSql::unhold`]: scope, key, token.
         const KEY_UNHOLD: &'static str;
+        /// Template of [`KeysSql::mark_waited`]: scope, key; 1 row while the key is in flight.
+        /// Empty where nothing notifies: requests waiting on a key poll it.
+        const KEY_MARK_WAITED: &'static str = "";
         /// Template of [`KeysSql::holder_lock`]: the holder's number; reads 1 once held. Empty
         /// where the database ends no lock with a session: a crashed attempt's key then waits
         /// for its lease.

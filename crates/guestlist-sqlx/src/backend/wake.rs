@@ -37,6 +37,16 @@ impl Wake {
         false
     }
 
+    /// The next notification's payload; `None` where nothing notifies. An error is a lost
+    /// connection: the next call opens it again (and the notifications meanwhile are lost).
+    pub(crate) async fn next(&mut self) -> Option<Result<String, sqlx::Error>> {
+        #[cfg(feature = "postgres")]
+        if let Some(listener) = &mut self.listener {
+            return Some(listener.recv().await.map(|n| n.payload().to_owned()));
+        }
+        None
+    }
+
     /// Waits for a commit's notification or `poll`, whichever comes first.
     pub(crate) async fn wait(&mut self, poll: Duration) {
         #[cfg(feature = "postgres")]

@@ -337,6 +337,10 @@ impl<DB: BatchBackend> KeyStore for BatchedKeyStore<DB> {
         self.store.usage(scope).await.map(Some)
     }
 
+    async fn in_flight_ended(&self, scope: &Scope, key: &IdempotencyKey) {
+        self.store.in_flight_ended(scope, key).await;
+    }
+
     async fn keep_for_lease(
         &self,
         scope: &Scope,

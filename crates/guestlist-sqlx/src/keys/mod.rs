@@ -25,6 +25,8 @@ use holder::Holder;
 mod inspect;
 pub(crate) use inspect::key_state;
 mod locked;
+mod notices;
+use notices::Notices;
 mod sealing;
 mod steps;
 
@@ -78,9 +80,11 @@ pub struct SqlKeyStore<DB: Backend> {
     hashing: Option<KeyHashing>,
     /// What tells a retry that the process holding a key died (PostgreSQL, MySQL).
     holder: Holder,
+    /// What tells a request waiting on a key that another process answered it (PostgreSQL).
+    notices: Notices,
 }
 
-clone_without_bound!(SqlKeyStore<DB: Backend> { pool, sql, steps, sealing, hashing, holder });
+clone_without_bound!(SqlKeyStore<DB: Backend> { pool, sql, steps, sealing, hashing, holder, notices });
 on_one_table!(SqlKeyStore, "Keys", "guestlist_keys", pool: Pool<DB>);
 
 impl<DB: Backend> SqlKeyStore<DB> {
@@ -90,6 +94,7 @@ impl<DB: Backend> SqlKeyStore<DB> {
         Self {
             pool,
             holder: Holder::new(&sql),
+            notices: Notices::new(&sql),
             sql: Arc::new(sql),
             steps: Arc::new(StepsSql::new::<DB>(&table, Done::keys(&table))),
             sealing: None,
@@ -409,6 +414,11 @@ impl<DB: Backend> KeyStore for SqlKeyStore<DB> {
 
     async fn usage(&self, scope: &Scope) -> Result<Option<ScopeUsage>, Error> {
         SqlKeyStore::usage(self, scope).await.map(Some)
+    }
+
+    /// On PostgreSQL, marks the key waited on and listens for its answer's notification.
+    async fn in_flight_ended(&self, scope: &Scope, key: &IdempotencyKey) {
+        self.answered_elsewhere(scope, key).await;
     }
 
     /// Forgets the process holding the attempt: its key waits for the lease even if the

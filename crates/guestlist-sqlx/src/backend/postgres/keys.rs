@@ -13,6 +13,21 @@ macro_rules! key_lock {
     };
 }
 
+/// A key's name in its notifications: the scope's length, the scope and the key, so that no
+/// two (scope, key) pairs share one.
+macro_rules! key_name {
+    ($scope:literal, $key:literal) => {
+        concat!(
+            "length(",
+            $scope,
+            "::text) || ':' || ",
+            $scope,
+            " || ",
+            $key
+        )
+    };
+}
+
 /// The first half of every holder's advisory lock ("glst"), the second its number: the two-key
 /// form, apart from the one-key locks of the keys themselves.
 macro_rules! holder_locks {
@@ -34,11 +49,28 @@ impl KeyStatements for Postgres {
          SET attempt = attempt + 1, token = $1, locked_until = now() + interval '1 millisecond' * $2 \
          WHERE scope = $3 AND idempotency_key = $4 AND token = $5 \
          AND status IS NULL AND locked_until <= now()";
-    const KEY_COMPLETE: &'static str = "UPDATE {table} \
+    // The answer's UPDATE tells the requests waiting in other processes (`LISTEN "{table}"`)
+    // when one marked the row (KEY_MARK_WAITED): the notification leaves with the commit, and
+    // a key nobody waits on pays nothing for it. Rows read back: 1 when stored.
+    const KEY_COMPLETE: &'static str = concat!(
+        "WITH done AS (UPDATE {table} \
          SET status = $1, headers = $2, body = $3, locked_until = NULL \
-         WHERE scope = $4 AND idempotency_key = $5 AND token = $6 AND status IS NULL";
-    const KEY_RELEASE: &'static str = "DELETE FROM {table} \
-         WHERE scope = $1 AND idempotency_key = $2 AND token = $3 AND status IS NULL";
+         WHERE scope = $4 AND idempotency_key = $5 AND token = $6 AND status IS NULL \
+         RETURNING waited), \
+         told AS (SELECT pg_notify('{table}', ",
+        key_name!("$4", "$5"),
+        ") FROM done WHERE waited) \
+         SELECT 1 FROM done WHERE (SELECT count(*) FROM told) >= 0"
+    );
+    const KEY_RELEASE: &'static str = concat!(
+        "WITH gone AS (DELETE FROM {table} \
+         WHERE scope = $1 AND idempotency_key = $2 AND token = $3 AND status IS NULL \
+         RETURNING waited), \
+         told AS (SELECT pg_notify('{table}', ",
+        key_name!("$1", "$2"),
+        ") FROM gone WHERE waited) \
+         SELECT 1 FROM gone WHERE (SELECT count(*) FROM told) >= 0"
+    );
     const KEY_EVICT: &'static str = "DELETE FROM {table} WHERE scope = $1 AND idempotency_key = $2";
     const KEY_USAGE: &'static str = "SELECT (COUNT(*) FILTER (WHERE status IS NULL))::bigint, \
          COUNT(*)::bigint FROM {table} WHERE scope = $1";
@@ -77,6 +109,8 @@ impl KeyStatements for Postgres {
          WHERE scope = $1 AND idempotency_key = $2 AND token = $3 AND status IS NULL";
     const KEY_UNHOLD: &'static str = "UPDATE {table} SET holder = NULL \
          WHERE scope = $1 AND idempotency_key = $2 AND token = $3 AND status IS NULL";
+    const KEY_MARK_WAITED: &'static str = "UPDATE {table} SET waited = true \
+         WHERE scope = $1 AND idempotency_key = $2 AND status IS NULL";
     // A session-scoped advisory lock on (HOLDER_LOCKS, the holder's number): it ends with the
     // session, and pg_locks shows it to every session.
     const KEY_HOLDER_LOCK: &'static str = concat!(

@@ -11,7 +11,8 @@ use crate::backend::keys::{Complete, Insert, WriteRound};
 /// One round: the claims of new keys (scope, key, fingerprint, token, lease in milliseconds,
 /// holder) and the stored responses of attempts (scope, key, token, status, headers, body), in one
 /// statement and one commit. Returns the tokens of the rows inserted and of the rows completed:
-/// a key already there inserts nothing, an attempt that lost its key completes nothing.
+/// a key already there inserts nothing, an attempt that lost its key completes nothing. An
+/// answer whose key a request of another process waits on notifies it, as a single one does.
 const ROUND: &str = "WITH claimed AS (\
      INSERT INTO {table} (scope, idempotency_key, fingerprint, token, locked_until, holder) \
      SELECT s, k, f, t, now() + interval '1 millisecond' * l, h \
@@ -25,8 +26,11 @@ const ROUND: &str = "WITH claimed AS (\
      AS c(s, k, tok, status, headers, body) \
      WHERE t.scope = c.s AND t.idempotency_key = c.k AND t.token = c.tok \
      AND t.status IS NULL \
-     RETURNING t.token) \
-     SELECT token FROM claimed UNION ALL SELECT token FROM stored";
+     RETURNING t.token, t.waited, t.scope, t.idempotency_key), \
+     told AS (SELECT pg_notify('{table}', length(scope) || ':' || scope || idempotency_key) \
+     FROM stored WHERE waited) \
+     SELECT token FROM claimed UNION ALL \
+     SELECT token FROM stored WHERE (SELECT count(*) FROM told) >= 0";
 
 impl WriteRound for Postgres {
     async fn write_round(
