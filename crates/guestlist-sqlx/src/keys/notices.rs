@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use guestlist_core::{IdempotencyKey, Scope};
 use sqlx::Pool;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 
 use crate::backend::keys::{Key, mark_waited};
 use crate::backend::{Backend, KeysSql};
@@ -21,6 +21,8 @@ use crate::{Error, SqlKeyStore};
 
 /// The pause before the listening connection is opened again, after it failed.
 const RELISTEN: Duration = Duration::from_millis(500);
+/// How long the first waits wait for the channel to be listened to, before they mark their key.
+const LISTENING: Duration = Duration::from_secs(1);
 /// Watched keys past which the forgotten ones are swept out.
 const SWEEP_PAST: usize = 1_024;
 
@@ -30,12 +32,24 @@ pub(crate) struct Notices {
     inner: Option<Arc<Inner>>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Inner {
     /// The keys waited on, by their name in notifications.
     watched: Mutex<HashMap<String, Weak<Notify>>>,
     /// Whether the listening task runs.
     running: std::sync::atomic::AtomicBool,
+    /// Whether the channel is listened to now: a key marked before would miss its notice.
+    listening: watch::Sender<bool>,
+}
+
+impl Default for Inner {
+    fn default() -> Self {
+        Self {
+            watched: Mutex::default(),
+            running: std::sync::atomic::AtomicBool::default(),
+            listening: watch::Sender::new(false),
+        }
+    }
 }
 
 impl Notices {
@@ -78,6 +92,7 @@ async fn listen<DB: Backend>(inner: Weak<Inner>, pool: Pool<DB>, channel: String
     impl Drop for Stopped {
         fn drop(&mut self) {
             if let Some(inner) = self.0.upgrade() {
+                inner.listening.send_replace(false);
                 inner
                     .running
                     .store(false, std::sync::atomic::Ordering::SeqCst);
@@ -87,7 +102,12 @@ async fn listen<DB: Backend>(inner: Weak<Inner>, pool: Pool<DB>, channel: String
     let _stopped = Stopped(inner.clone());
     loop {
         let mut wake = match DB::listen(&pool, &channel).await {
-            Ok(wake) => wake,
+            Ok(wake) => {
+                if let Some(inner) = inner.upgrade() {
+                    inner.listening.send_replace(true);
+                }
+                wake
+            }
             Err(err) => {
                 tracing::debug!(error = %err, "cannot LISTEN for keys' answers; waiters poll");
                 tokio::time::sleep(RELISTEN).await;
@@ -134,6 +154,11 @@ impl<DB: Backend> SqlKeyStore<DB> {
             let channel = self.table().as_str().to_owned();
             let task = listen::<DB>(Arc::downgrade(inner), self.pool().clone(), channel);
             tokio::spawn(task);
+        }
+        let mut listening = inner.listening.subscribe();
+        if !*listening.borrow_and_update() {
+            // Listening first: an answer between the mark and the LISTEN would go unheard.
+            let _ = tokio::time::timeout(LISTENING, listening.wait_for(|on| *on)).await;
         }
         let key = self.key_at_rest(key);
         let notice = Notices::watch(inner, name_of(scope.as_str(), key.as_str()));
