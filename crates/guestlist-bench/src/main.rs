@@ -72,7 +72,8 @@ pub(crate) struct Common {
         default_value = "postgres://postgres@127.0.0.1:5432/test"
     )]
     pub(crate) database: String,
-    /// The Redis the gateway bench measures the gateway and its peer on.
+    /// The Redis the gateway bench measures the gateway and its peer on, and the http bench its
+    /// wait on.
     #[arg(
         long,
         env = "GUESTLIST_BENCH_REDIS_URL",

@@ -120,9 +120,9 @@ pub trait KeyStore: Clone + Send + Sync + 'static {
     }
 
     /// Resolves once `key` of `scope`, found in flight, may have been answered or released by
-    /// another process, as the store's notifications tell (PostgreSQL's `NOTIFY`), so that a
-    /// request waiting on it looks again at once. The default, for stores that send none, never
-    /// resolves: the waiting request polls the key.
+    /// another process, as the store's notifications tell (PostgreSQL's `NOTIFY`, Redis's
+    /// `PUBLISH`), so that a request waiting on it looks again at once. The default, for stores
+    /// that send none, never resolves: the waiting request polls the key.
     fn in_flight_ended(
         &self,
         scope: &Scope,

@@ -203,8 +203,8 @@ impl<M: Mode> IdempotencyLayer<M> {
     ///
     /// Waiters hold no database connection: an attempt of this process wakes its key's waiters
     /// the moment it ends; one of another process is noticed by the store's notification where
-    /// it sends one (PostgreSQL's `NOTIFY`), and by looking at the store again every
-    /// [`in_flight_poll`](Self::in_flight_poll). How many may wait is capped
+    /// it sends one (PostgreSQL's `NOTIFY`, Redis's `PUBLISH`), and by looking at the store
+    /// again every [`in_flight_poll`](Self::in_flight_poll). How many may wait is capped
     /// ([`in_flight_waiters`](Self::in_flight_waiters)).
     pub fn in_flight_wait(mut self, wait: Duration) -> Self {
         self.config().in_flight_wait = wait;

@@ -41,6 +41,9 @@ mod persistence;
 
 pub use persistence::Persistence;
 
+mod notices;
+use notices::Notices;
+
 /// A failure of the Redis store.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -60,6 +63,8 @@ pub struct RedisKeyStore {
     prefix: String,
     retention: Duration,
     scripts: &'static Scripts,
+    /// What tells a request waiting on a key that another process answered it.
+    notices: std::sync::Arc<Notices>,
 }
 
 impl std::fmt::Debug for RedisKeyStore {
@@ -75,6 +80,7 @@ struct Scripts {
     claim: Script,
     complete: Script,
     release: Script,
+    mark: Script,
 }
 
 fn scripts() -> &'static Scripts {
@@ -83,6 +89,7 @@ fn scripts() -> &'static Scripts {
         claim: Script::new(include_str!("scripts/claim.lua")),
         complete: Script::new(include_str!("scripts/complete.lua")),
         release: Script::new(include_str!("scripts/release.lua")),
+        mark: Script::new(include_str!("scripts/mark.lua")),
     })
 }
 
@@ -96,17 +103,36 @@ impl RedisKeyStore {
         // One plain attempt first: the manager retries with backoff, and a wrong URL should fail
         // at once.
         drop(client.get_multiplexed_async_connection().await?);
-        Ok(Self::new(ConnectionManager::new(client).await?))
+        let store = Self::new(ConnectionManager::new(client.clone()).await?);
+        Ok(store.notifying_through(client))
     }
 
-    /// A store on an existing connection.
+    /// A store on an existing connection. Requests waiting on a key in flight
+    /// (`IdempotencyLayer::in_flight_wait`) poll it, unless
+    /// [`notifying_through`](Self::notifying_through) gives the store a client to subscribe
+    /// with ([`connect`](Self::connect) does).
     pub fn new(conn: ConnectionManager) -> Self {
         Self {
             conn,
             prefix: "guestlist".to_owned(),
             retention: Self::DEFAULT_RETENTION,
             scripts: scripts(),
+            notices: std::sync::Arc::new(Notices::new(None)),
         }
+    }
+
+    /// Subscribes through `client` (on one connection of its own, opened with the first wait)
+    /// to the answers of keys that requests of this process wait on: another process's answer
+    /// or release of a key marked waited is published on `<prefix>:answered`, and wakes them
+    /// at once instead of at their next poll.
+    pub fn notifying_through(mut self, client: redis::Client) -> Self {
+        self.notices = std::sync::Arc::new(Notices::new(Some(client)));
+        self
+    }
+
+    /// The channel a key's answer is published on when a request of another process waits.
+    fn answered(&self) -> String {
+        format!("{}:answered", self.prefix)
     }
 
     /// The prefix of every Redis key the store writes (default `guestlist`).
@@ -194,6 +220,7 @@ impl KeyStore for RedisKeyStore {
             .arg(response.encode_headers())
             .arg(body)
             .arg(omitted)
+            .arg(self.answered())
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(if stored == 1 {
@@ -214,9 +241,32 @@ impl KeyStore for RedisKeyStore {
             .release
             .key(self.redis_key(scope, key))
             .arg(attempt.token().to_string())
+            .arg(self.answered())
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(released == 1)
+    }
+
+    /// Marks the key waited on and waits for its answer's message (never without a client to
+    /// subscribe with, nor when the key is no longer in flight: the waiter's poll looks again).
+    async fn in_flight_ended(&self, scope: &Scope, key: &IdempotencyKey) {
+        let name = self.redis_key(scope, key);
+        let Some(notice) = self.notices.watch(&self.answered(), name.clone()).await else {
+            return std::future::pending().await;
+        };
+        let noticed = notice.notified();
+        let mut noticed = std::pin::pin!(noticed);
+        noticed.as_mut().enable();
+        let marked: Result<i64, _> = self
+            .scripts
+            .mark
+            .key(name)
+            .invoke_async(&mut self.conn.clone())
+            .await;
+        match marked {
+            Ok(1) => noticed.await,
+            _ => std::future::pending().await,
+        }
     }
 }
 

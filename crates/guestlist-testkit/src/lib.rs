@@ -111,10 +111,22 @@ pub async fn pool<DB: Backend>(
 macro_rules! fixture_queries {
     ($conn:ty) => {
         async fn scalar(pool: &Pool<Self>, sql: String) -> i64 {
-            sqlx::query_scalar::<_, i64>(AssertSqlSafe(sql.clone()))
-                .fetch_one(pool)
-                .await
-                .unwrap_or_else(|err| panic!("{sql}: {err}"))
+            // A test's read right after its server restarted may meet a pooled connection the
+            // restart cut: such a read is tried again on a fresh one, a few times.
+            let mut tries = 0;
+            loop {
+                let read = sqlx::query_scalar::<_, i64>(AssertSqlSafe(sql.clone()))
+                    .fetch_one(pool)
+                    .await;
+                match read {
+                    Ok(value) => return value,
+                    Err(sqlx::Error::Io(_) | sqlx::Error::Protocol(_)) if tries < 5 => {
+                        tries += 1;
+                        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                    }
+                    Err(err) => panic!("{sql}: {err}"),
+                }
+            }
         }
     };
 }

@@ -141,6 +141,8 @@ pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
                 let keys = SqlKeyStore::with_table(pool, workload::KEYS)?;
                 let samples = if plan.rounds > 2 { 10 } else { 3 };
                 takeover::measure(keys, &url, samples, &mut report).await?;
+                let samples = if plan.rounds > 2 { 400 } else { 50 };
+                waits::measure_redis(&common.redis, samples, &mut report).await?;
             }
             "mysql" | "mariadb" => {
                 let url = url.replacen("mariadb:", "mysql:", 1);

@@ -75,6 +75,44 @@ pub(super) async fn measure<DB: HttpWorkload>(
     Ok(())
 }
 
+/// The handler of the first attempt in plain mode: a pause, and the answer (no database).
+async fn slow_plain() -> StatusCode {
+    tokio::time::sleep(HANDLER).await;
+    StatusCode::CREATED
+}
+
+/// [`measure`] on Redis at `url`, in plain mode (the mode Redis serves): the waiter on another
+/// layer and store, woken by the store's `PUBLISH`; adds the row and
+/// `in_flight_wait_p99_ms_redis`.
+pub(super) async fn measure_redis(
+    url: &str,
+    samples: usize,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    use guestlist::redis::RedisKeyStore;
+    let prefix = format!("bench-wait-{}", std::process::id());
+    let layer = async |prefix: &str| -> anyhow::Result<String> {
+        let keys = RedisKeyStore::connect(url).await?.prefix(prefix);
+        let router = Router::new().route("/payments", post(slow_plain));
+        let layer = IdempotencyLayer::new(keys).in_flight_wait(Duration::from_secs(5));
+        super::serve(router.layer(layer)).await
+    };
+    let first = layer(&prefix).await?;
+    let elsewhere = layer(&prefix).await?;
+    let (per_sec, latency) = waits(&first, &elsewhere, "in_flight_wait", samples).await?;
+    report.rows.push(Row {
+        name: "in_flight_wait".to_owned(),
+        backend: "redis",
+        workers: 1,
+        batch: 1,
+        per_sec,
+        unit: "keys/s",
+        latency: Some(latency),
+    });
+    report.record("in_flight_wait_p99_ms_redis", Some(latency.p99_ms));
+    Ok(())
+}
+
 /// `samples` keys, each first sent to `url` and waited on at `waiter_url`: keys a second, and
 /// the gaps between the two answers.
 async fn waits(

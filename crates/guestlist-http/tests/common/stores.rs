@@ -143,7 +143,7 @@ pub trait Store: Send + Sync + Sized + 'static {
     }
 
     /// Whether the store tells a request waiting on a key that another process answered it
-    /// (PostgreSQL's `NOTIFY`), rather than leaving it to poll.
+    /// (PostgreSQL's `NOTIFY`, Redis's `PUBLISH`), rather than leaving it to poll.
     fn notifies() -> bool {
         false
     }
@@ -485,10 +485,8 @@ impl Redis {
     const URL_VAR: &'static str = "GUESTLIST_TEST_REDIS_URL";
 
     async fn around(url: &str, tag: &str) -> Self {
-        let connect = async {
-            let client = redis::Client::open(url)?;
-            redis::aio::ConnectionManager::new(client).await
-        };
+        let client = redis::Client::open(url).expect("a Redis URL");
+        let connect = redis::aio::ConnectionManager::new(client.clone());
         let conn = tokio::time::timeout(Duration::from_secs(10), connect)
             .await
             .map_err(|_| "timed out".to_owned())
@@ -502,7 +500,9 @@ impl Redis {
                 )
             });
         Self {
-            keys: guestlist_redis::RedisKeyStore::new(conn.clone()).prefix(format!("gltest:{tag}")),
+            keys: guestlist_redis::RedisKeyStore::new(conn.clone())
+                .prefix(format!("gltest:{tag}"))
+                .notifying_through(client),
             conn,
             url: url.to_owned(),
             tag: tag.to_owned(),
@@ -523,6 +523,10 @@ impl Store for Redis {
     const TRANSACTIONAL: bool = false;
     const SINGLE_WRITER: bool = false;
     const COUNTS_KEYS: bool = false;
+
+    fn notifies() -> bool {
+        true
+    }
 
     fn answer_frame() -> Option<&'static [u8]> {
         Some(ANSWER_BODY)

@@ -7,13 +7,12 @@
 //! on one connection of its own, opened with the first wait. Where nothing notifies (SQLite,
 //! MySQL), or while the listening connection is lost, waiters poll the key as before.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use guestlist_core::{IdempotencyKey, Scope};
+use guestlist_core::{IdempotencyKey, KeyNotices, Scope};
 use sqlx::Pool;
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 
 use crate::backend::keys::{Key, mark_waited};
 use crate::backend::{Backend, KeysSql};
@@ -23,8 +22,6 @@ use crate::{Error, SqlKeyStore};
 const RELISTEN: Duration = Duration::from_millis(500);
 /// How long the first waits wait for the channel to be listened to, before they mark their key.
 const LISTENING: Duration = Duration::from_secs(1);
-/// Watched keys past which the forgotten ones are swept out.
-const SWEEP_PAST: usize = 1_024;
 
 /// A store's notices, shared by its clones.
 #[derive(Debug, Clone, Default)]
@@ -35,7 +32,7 @@ pub(crate) struct Notices {
 #[derive(Debug)]
 struct Inner {
     /// The keys waited on, by their name in notifications.
-    watched: Mutex<HashMap<String, Weak<Notify>>>,
+    watched: KeyNotices,
     /// Whether the listening task runs.
     running: std::sync::atomic::AtomicBool,
     /// Whether the channel is listened to now: a key marked before would miss its notice.
@@ -45,7 +42,7 @@ struct Inner {
 impl Default for Inner {
     fn default() -> Self {
         Self {
-            watched: Mutex::default(),
+            watched: KeyNotices::default(),
             running: std::sync::atomic::AtomicBool::default(),
             listening: watch::Sender::new(false),
         }
@@ -58,25 +55,6 @@ impl Notices {
         Self {
             inner: (!sql.mark_waited.is_empty()).then(Arc::default),
         }
-    }
-
-    fn watched(inner: &Inner) -> std::sync::MutexGuard<'_, HashMap<String, Weak<Notify>>> {
-        // A plain map, whole after any panic between its statements.
-        inner.watched.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// The notice of `name`, registered before the row is marked so that none is missed.
-    fn watch(inner: &Inner, name: String) -> Arc<Notify> {
-        let mut watched = Self::watched(inner);
-        if watched.len() > SWEEP_PAST {
-            watched.retain(|_, notice| notice.strong_count() > 0);
-        }
-        if let Some(notice) = watched.get(&name).and_then(Weak::upgrade) {
-            return notice;
-        }
-        let notice = Arc::new(Notify::new());
-        watched.insert(name, Arc::downgrade(&notice));
-        notice
     }
 }
 
@@ -125,12 +103,7 @@ async fn listen<DB: Backend>(inner: Weak<Inner>, pool: Pool<DB>, channel: String
                 return;
             };
             match next {
-                Ok(name) => {
-                    let notice = Notices::watched(&inner).get(&name).and_then(Weak::upgrade);
-                    if let Some(notice) = notice {
-                        notice.notify_waiters();
-                    }
-                }
+                Ok(name) => inner.watched.tell(&name),
                 Err(err) => {
                     tracing::debug!(error = %err, "lost the LISTEN for keys' answers; waiters poll meanwhile");
                     // The listener opens its connection again on the next call.
@@ -161,7 +134,7 @@ impl<DB: Backend> SqlKeyStore<DB> {
             let _ = tokio::time::timeout(LISTENING, listening.wait_for(|on| *on)).await;
         }
         let key = self.key_at_rest(key);
-        let notice = Notices::watch(inner, name_of(scope.as_str(), key.as_str()));
+        let notice = inner.watched.watch(name_of(scope.as_str(), key.as_str()));
         let noticed = notice.notified();
         tokio::pin!(noticed);
         noticed.as_mut().enable();

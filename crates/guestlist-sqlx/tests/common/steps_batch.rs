@@ -231,7 +231,11 @@ pub async fn a_database_step_cut_mid_write_in_a_batch_commits_nothing_of_it<DB: 
             assert_eq!(h.picks_for(&cut).await, 0, "the cut write did not commit");
         } else {
             for (id, done) in ids.iter().zip(&done) {
-                assert!(matches!(done, Ok(Stepped::Ran(()))), "{id}: {done:?}");
+                // A part the cut one's transaction did not take down (on a loaded machine it may
+                // have committed on a transaction of its own) is a duplicate now; the cut one runs.
+                let resumed = matches!(done, Ok(Stepped::Ran(())))
+                    || (*id != cut && matches!(done, Ok(Stepped::Duplicate)));
+                assert!(resumed, "{id}: {done:?}");
             }
         }
     }
