@@ -186,8 +186,11 @@ pub async fn sigkill_between_commit_and_acks_redelivers_a_batch_of_duplicates<
         (EVENTS as i64, EVENTS as i64),
         "no second effect for the redelivered batch"
     );
+    // At least the held batch comes back as duplicates. More may: on a loaded machine a message
+    // can outlast the short ack wait while the new consumer handles it and come once more (a
+    // CI run counted 41 duplicates of 40 committed), each again without an effect.
     assert!(
-        handled.duplicates >= 2 && handled.duplicates <= committed as u64,
+        handled.duplicates >= 2,
         "the redelivered batch is acknowledged as duplicates: {handled:?}"
     );
     assert_eq!(
