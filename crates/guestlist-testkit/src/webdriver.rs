@@ -267,12 +267,16 @@ impl Browser {
             .map_err(|err| err.to_string())
     }
 
-    /// The attribute `name` of the first element `css` selects, as it is now.
-    pub async fn attribute(&self, css: &str, name: &str) -> Option<String> {
-        let element = self.all(css).await.into_iter().next()?;
-        let path = format!("/element/{element}/attribute/{name}");
-        let value = self.command(reqwest::Method::GET, &path, Value::Null).await;
-        value.ok()?.as_str().map(str::to_owned)
+    /// The attribute `name` of the first element `css` selects, waited for; found again when a
+    /// refresh replaced the element between finding it and reading it.
+    pub async fn until_attribute(&self, css: &str, name: &str) -> String {
+        self.until(&format!("the attribute {name} of {css}"), async || {
+            let element = self.all(css).await.into_iter().next()?;
+            let path = format!("/element/{element}/attribute/{name}");
+            let value = self.command(reqwest::Method::GET, &path, Value::Null).await;
+            value.ok()?.as_str().map(str::to_owned)
+        })
+        .await
     }
 
     /// Closes Chromium, then stops chromedriver.

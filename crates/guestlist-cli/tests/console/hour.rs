@@ -131,9 +131,8 @@ async fn console_charts_draw_an_hour_of_traffic_minute_by_minute() {
         .await;
     // Each line has a point for every minute of the hour.
     let points = browser
-        .attribute("#chart-handled polyline[data-series=warehouse]", "points")
-        .await
-        .expect("the warehouse's line");
+        .until_attribute("#chart-handled polyline[data-series=warehouse]", "points")
+        .await;
     assert_eq!(points.split_whitespace().count(), 61, "{points}");
     let shot = browser.element_screenshot("#counted").await;
     assert!(shot.starts_with(b"\x89PNG"), "a PNG");
