@@ -70,7 +70,7 @@ pub use fingerprint::{Fingerprint, FingerprintBuilder};
 pub use grace::{StopSignal, within_grace};
 pub use handler_name::HandlerName;
 pub use idempotency_key::IdempotencyKey;
-pub use key_notices::KeyNotices;
+pub use key_notices::{KeyNotice, KeyNotices};
 pub use key_report::{HeldKey, KeyRecord, KeyState, KeyStats};
 pub use key_store::{Attempt, Completed, KeyClaim, KeyStore, ScopeUsage};
 pub use message_id::MessageId;

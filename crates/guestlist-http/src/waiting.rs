@@ -12,6 +12,9 @@ use tokio::sync::Notify;
 #[derive(Debug)]
 pub(crate) struct WaitRoom {
     keys: Mutex<Keys>,
+    /// How many requests wait, on all keys (kept with `Keys::waiting`, under its lock): read
+    /// without the lock by an ending attempt, which has no one to wake while it is 0.
+    any: std::sync::atomic::AtomicUsize,
     per_key: usize,
     in_all: usize,
 }
@@ -56,6 +59,7 @@ impl WaitRoom {
     pub(crate) fn new(per_key: usize, in_all: usize) -> Self {
         Self {
             keys: Mutex::default(),
+            any: std::sync::atomic::AtomicUsize::new(0),
             per_key,
             in_all,
         }
@@ -80,6 +84,10 @@ impl WaitRoom {
         }
         wait.waiting.fetch_add(1, Relaxed);
         keys.waiting += 1;
+        // Before the waiter looks at the store again: an attempt that ends after that look
+        // sees it.
+        self.any
+            .store(keys.waiting, std::sync::atomic::Ordering::SeqCst);
         metrics::gauge!("guestlist_http_waiting").increment(1.0);
         Some(Waiter {
             room: Arc::clone(self),
@@ -115,6 +123,10 @@ impl Drop for Waiter {
         use std::sync::atomic::Ordering::Relaxed;
         let mut keys = self.room.lock();
         keys.waiting -= 1;
+        let left = keys.waiting;
+        self.room
+            .any
+            .store(left, std::sync::atomic::Ordering::SeqCst);
         if self.key.waiting.fetch_sub(1, Relaxed) == 1 {
             keys.by_key.remove(&self.id);
         }
@@ -124,6 +136,10 @@ impl Drop for Waiter {
 
 impl Drop for Wake {
     fn drop(&mut self) {
+        // The common case, no request waiting anywhere, takes no lock.
+        if self.room.any.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+            return;
+        }
         let keys = self.room.lock();
         if let Some(wait) = keys.by_key.get(&self.id) {
             wait.woken.notify_waiters();

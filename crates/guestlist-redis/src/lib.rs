@@ -254,18 +254,19 @@ impl KeyStore for RedisKeyStore {
         let Some(notice) = self.notices.watch(&self.answered(), name.clone()).await else {
             return std::future::pending().await;
         };
-        let noticed = notice.notified();
-        let mut noticed = std::pin::pin!(noticed);
-        noticed.as_mut().enable();
-        let marked: Result<i64, _> = self
-            .scripts
-            .mark
-            .key(name)
-            .invoke_async(&mut self.conn.clone())
-            .await;
-        match marked {
-            Ok(1) => noticed.await,
-            _ => std::future::pending().await,
+        let marked = async {
+            let marked: i64 = self
+                .scripts
+                .mark
+                .key(name)
+                .invoke_async(&mut self.conn.clone())
+                .await?;
+            Ok::<_, redis::RedisError>(marked == 1)
+        };
+        // Marked by the first waiter of this process until the answer's message; the others
+        // wait without marking it again.
+        if notice.heard(marked).await.is_err() {
+            std::future::pending::<()>().await;
         }
     }
 }

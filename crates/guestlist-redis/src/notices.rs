@@ -1,10 +1,11 @@
 //! Notices that a key in flight got its answer (or was released) in another process, for the
 //! requests waiting on it: Redis's `PUBLISH`.
 //!
-//! A waiting request marks the key's hash (`waited`), then listens. The answer's script (or the
+//! The first request of a process to wait on a key marks its hash (`waited`), then listens (the
+//! others wait without marking it again until the notice). The answer's script (or the
 //! release's) publishes the key's name on `<prefix>:answered` only for a marked key: a key
-//! nobody waits on pays nothing. Each store subscribes on one connection of its own, opened with
-//! the first wait; while it is lost, waiters poll the key as before.
+//! nobody waits on pays nothing. Each store subscribes on one connection of its own, opened
+//! with the first wait; while it is lost, waiters poll the key as before.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -46,7 +47,7 @@ impl Notices {
         self: &Arc<Self>,
         channel: &str,
         name: String,
-    ) -> Option<Arc<tokio::sync::Notify>> {
+    ) -> Option<Arc<guestlist_core::KeyNotice>> {
         use std::sync::atomic::Ordering::SeqCst;
         let client = self.client.as_ref()?;
         if !self.running.swap(true, SeqCst) {

@@ -1,7 +1,8 @@
 //! Notices that a key in flight got its answer (or was released) in another process, for the
 //! requests waiting on it: PostgreSQL's `LISTEN`/`NOTIFY`.
 //!
-//! A waiting request marks the key's row (`waited`), then listens. The answer's `UPDATE` (or the
+//! The first request of a process to wait on a key marks its row (`waited`), then listens (the
+//! others wait without marking it again until the notice). The answer's `UPDATE` (or the
 //! release's `DELETE`) notifies only a marked row, on a channel named as the table, and the
 //! notification leaves with the commit: a key nobody waits on pays nothing. Each store listens
 //! on one connection of its own, opened with the first wait. Where nothing notifies (SQLite,
@@ -135,18 +136,12 @@ impl<DB: Backend> SqlKeyStore<DB> {
         }
         let key = self.key_at_rest(key);
         let notice = inner.watched.watch(name_of(scope.as_str(), key.as_str()));
-        let noticed = notice.notified();
-        tokio::pin!(noticed);
-        noticed.as_mut().enable();
-        match self.mark_waited(scope, &key).await {
-            Ok(true) => noticed.await,
-            // Answered or released since the claim looked, or a claim on another request's
-            // transaction, whose row no one else sees yet: the poll looks again.
-            Ok(false) => std::future::pending().await,
-            Err(err) => {
-                tracing::debug!(error = %err, "cannot mark a key waited on; polling it");
-                std::future::pending::<()>().await;
-            }
+        // Marked by the first waiter of this process (until the answer's notice), not by each
+        // every time it looks. Answered or released since the claim looked, or a claim on
+        // another request's transaction (whose row no one else sees yet): the poll looks again.
+        if let Err(err) = notice.heard(self.mark_waited(scope, &key)).await {
+            tracing::debug!(error = %err, "cannot mark a key waited on; polling it");
+            std::future::pending::<()>().await;
         }
     }
 
