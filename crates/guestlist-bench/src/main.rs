@@ -36,7 +36,7 @@ enum Bench {
     /// with `--rows N`, the inbox loaded with N rows against an empty one, and its purge.
     Inbox(InboxArgs),
     /// The Idempotency-Key layer: an axum handler unprotected, with fresh keys, and replaying.
-    Http(Common),
+    Http(HttpArgs),
     /// Broker consumers on NATS JetStream, RabbitMQ, Kafka and SQS (`GUESTLIST_BENCH_BROKERS`
     /// picks): no inbox, against batches of 1, 10, 100.
     Broker(Common),
@@ -83,9 +83,25 @@ pub(crate) struct Common {
     /// A short run (under two minutes): fewer and shorter rounds, noisier figures.
     #[arg(long)]
     pub(crate) quick: bool,
+    /// Run this many rounds (rounded up to an even number) instead of the plan's 4 (2 with
+    /// --quick): a ratio is the median of its rounds', steadier the more there are.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    pub(crate) rounds: Option<u16>,
     /// Also write every figure and ratio to this file as JSON.
     #[arg(long)]
     pub(crate) json: Option<std::path::PathBuf>,
+}
+
+/// Flags of `guestlist-bench http`.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct HttpArgs {
+    #[command(flatten)]
+    pub(crate) common: Common,
+    /// Measure only these figures (names as the report prints them, comma-separated), e.g.
+    /// `fresh,fresh_with_wait_on` with `--rounds 20` for that one ratio; the waits and the
+    /// take-over are measured only when no figure is named.
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) figures: Vec<String>,
 }
 
 /// Flags of `guestlist-bench inbox`.
@@ -131,7 +147,7 @@ fn main() -> anyhow::Result<()> {
         match &cli.bench {
             Bench::HoldKey(_) => unreachable!("served above"),
             Bench::Inbox(args) => inbox::run(args).await,
-            Bench::Http(common) => http::run(common).await,
+            Bench::Http(args) => http::run(args).await,
             Bench::Broker(common) => broker::run(common).await,
             Bench::Gateway(common) => gateway::run(common).await,
             Bench::Outbox(common) => outbox::run(common).await,
@@ -141,7 +157,7 @@ fn main() -> anyhow::Result<()> {
     report.print();
     let common = match &cli.bench {
         Bench::Inbox(InboxArgs { common, .. })
-        | Bench::Http(common)
+        | Bench::Http(HttpArgs { common, .. })
         | Bench::Broker(common)
         | Bench::Gateway(common)
         | Bench::Outbox(common)

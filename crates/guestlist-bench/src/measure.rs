@@ -144,6 +144,15 @@ impl Plan {
         }
     }
 
+    /// The plan of `common`: quick or not, with the rounds it asks for.
+    pub(crate) fn of(common: &crate::Common) -> Self {
+        let mut plan = Self::new(common.quick);
+        if let Some(rounds) = common.rounds {
+            plan.rounds = usize::from(rounds).next_multiple_of(2);
+        }
+        plan
+    }
+
     /// The figures in the order round `round` runs them: as given, reversed every other round.
     pub(crate) fn order<T: Copy>(&self, round: usize, figures: &[T]) -> Vec<T> {
         let mut order = figures.to_vec();

@@ -59,6 +59,26 @@ impl Report {
             .map_or(f64::NAN, |r| r.per_sec)
     }
 
+    /// Adds the row of a figure timed key by key, one at a time: `per_sec` keys a second, and
+    /// each key's time as `latency`.
+    pub(crate) fn key_by_key(
+        &mut self,
+        name: &str,
+        backend: &'static str,
+        per_sec: f64,
+        latency: Latency,
+    ) {
+        self.rows.push(Row {
+            name: name.to_owned(),
+            backend,
+            workers: 1,
+            batch: 1,
+            per_sec,
+            unit: "keys/s",
+            latency: Some(latency),
+        });
+    }
+
     /// Records `over / under` for `backend` at `workers` as the ratio `<name>_<backend>`, where
     /// both figures were measured.
     pub(crate) fn ratio(

@@ -51,7 +51,7 @@ pub(super) async fn measure_slow(
     label: &'static str,
     report: &mut Report,
 ) -> anyhow::Result<()> {
-    let plan = Plan::new(common.quick);
+    let plan = Plan::of(common);
     // A connection for each lane, as the consumer's docs ask, and a few for the rest.
     let pool = &sqlx::postgres::PgPoolOptions::new()
         .max_connections(20)

@@ -113,7 +113,7 @@ pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
         common.database.starts_with("postgres"),
         "the broker bench keeps its inbox in PostgreSQL: pass --database postgres://…"
     );
-    let plan = Plan::new(common.quick);
+    let plan = Plan::of(common);
     let events = if common.quick { 2_000 } else { 10_000 };
     let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(8)

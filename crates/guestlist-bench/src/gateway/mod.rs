@@ -81,7 +81,7 @@ async fn upstream() -> anyhow::Result<String> {
 }
 
 pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
-    let plan = Plan::new(common.quick);
+    let plan = Plan::of(common);
     let mut report = Report::default();
     let upstream = upstream().await?;
     let nginx = nginx::start(&upstream).await?;

@@ -42,7 +42,7 @@ use guestlist::http::{IdempotencyLayer, IdempotentTx, ReplayCache};
 use guestlist::sqlx::{self, Pool};
 
 use self::workload::{HttpWorkload, KEYS, KEYS_IN_TX, KEYS_SEALED};
-use crate::Common;
+use crate::HttpArgs;
 use crate::measure::Plan;
 use crate::report::Report;
 use crate::requests::{self, CONNECTIONS, STORED_KEYS, send, stored_key};
@@ -124,8 +124,35 @@ impl requests::Figure for Figure {
     }
 }
 
-pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
-    let plan = Plan::new(common.quick);
+/// The figures `named` asks for (all where it names none), or an error naming the figures.
+fn chosen(named: &[String]) -> anyhow::Result<Vec<Figure>> {
+    use requests::Figure as _;
+    if named.is_empty() {
+        return Ok(Figure::ALL.to_vec());
+    }
+    let chosen: Vec<Figure> = Figure::ALL
+        .into_iter()
+        .filter(|figure| named.iter().any(|name| name == figure.name()))
+        .collect();
+    if let Some(unknown) = named
+        .iter()
+        .find(|name| !chosen.iter().any(|figure| figure.name() == name.as_str()))
+    {
+        let known: Vec<&str> = Figure::ALL.iter().map(|figure| figure.name()).collect();
+        anyhow::bail!(
+            "no figure is called {unknown:?}; name some of: {}",
+            known.join(", ")
+        );
+    }
+    Ok(chosen)
+}
+
+pub(crate) async fn run(args: &HttpArgs) -> anyhow::Result<Report> {
+    let common = &args.common;
+    let figures = chosen(&args.figures)?;
+    // The waits and the take-over, besides the figures, only in a whole run.
+    let whole = args.figures.is_empty();
+    let plan = Plan::of(common);
     let mut report = Report::default();
     let scratch = tempfile::tempdir()?;
     let sqlite_url = format!("sqlite:{}", scratch.path().join("bench-http.db").display());
@@ -137,7 +164,10 @@ pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
         match url.split(':').next().unwrap_or_default() {
             "postgres" | "postgresql" => {
                 let pool = connect::<sqlx::Postgres>(url.parse()?, &url).await?;
-                measure_backend(pool.clone(), plan, &mut report).await?;
+                measure_backend(pool.clone(), plan, &figures, &mut report).await?;
+                if !whole {
+                    continue;
+                }
                 let keys = SqlKeyStore::with_table(pool, workload::KEYS)?;
                 let samples = if plan.rounds > 2 { 10 } else { 3 };
                 takeover::measure(keys, &url, samples, &mut report).await?;
@@ -147,12 +177,12 @@ pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
             "mysql" | "mariadb" => {
                 let url = url.replacen("mariadb:", "mysql:", 1);
                 let pool = connect::<sqlx::MySql>(url.parse()?, &url).await?;
-                measure_backend(pool, plan, &mut report).await?;
+                measure_backend(pool, plan, &figures, &mut report).await?;
             }
             "sqlite" => {
                 let options = guestlist::sqlite_options(&url)?;
                 let pool = connect::<sqlx::Sqlite>(options, &url).await?;
-                measure_backend(pool, plan, &mut report).await?;
+                measure_backend(pool, plan, &figures, &mut report).await?;
             }
             _ => anyhow::bail!(
                 "cannot tell the database from {url:?}: use postgres://, mysql:// or sqlite:"
@@ -285,6 +315,7 @@ async fn serve(router: Router) -> anyhow::Result<String> {
 async fn measure_backend<DB: HttpWorkload>(
     pool: Pool<DB>,
     plan: Plan,
+    chosen: &[Figure],
     report: &mut Report,
 ) -> anyhow::Result<()> {
     eprintln!("measuring {} …", DB::LABEL);
@@ -364,8 +395,9 @@ async fn measure_backend<DB: HttpWorkload>(
         )),
         None => None,
     };
-    let figures: Vec<Figure> = Figure::ALL
-        .into_iter()
+    let figures: Vec<Figure> = chosen
+        .iter()
+        .copied()
         .filter(|figure| guarded_in_tx.is_some() || !figure.in_tx())
         .filter(|figure| by_hand.is_some() || !figure.by_hand())
         .collect();
@@ -444,7 +476,9 @@ async fn measure_backend<DB: HttpWorkload>(
         report,
     )
     .await?;
-    let samples = if plan.rounds > 2 { 400 } else { 50 };
-    waits::measure(keys, samples, report).await?;
+    if chosen.len() == Figure::ALL.len() {
+        let samples = if plan.rounds > 2 { 400 } else { 50 };
+        waits::measure(keys, samples, report).await?;
+    }
     Ok(())
 }

@@ -19,7 +19,7 @@ use guestlist::http::{IdempotencyLayer, IdempotentTx};
 use guestlist::sqlx::{PgPool, Postgres};
 
 use super::workload::{HttpWorkload, KEYS};
-use crate::report::{Latency, Report, Row};
+use crate::report::{Latency, Report};
 use crate::requests::send;
 
 /// What the holder prints once it listens, and once its handler wrote its row and hangs.
@@ -93,15 +93,12 @@ pub(super) async fn measure(
     let per_sec = samples as f64 / began.elapsed().as_secs_f64();
     let latency = Latency::of(&mut takeovers.clone());
     let slowest = takeovers.iter().max().copied().unwrap_or_default();
-    report.rows.push(Row {
-        name: "crashed_holder_to_takeover".to_owned(),
-        backend: Postgres::LABEL,
-        workers: 1,
-        batch: 1,
+    report.key_by_key(
+        "crashed_holder_to_takeover",
+        Postgres::LABEL,
         per_sec,
-        unit: "keys/s",
-        latency: Some(latency),
-    });
+        latency,
+    );
     report.record(
         "crashed_holder_to_takeover_ms_postgres",
         Some(slowest.as_secs_f64() * 1e3),

@@ -19,7 +19,7 @@ use guestlist::SqlKeyStore;
 use guestlist::http::{IdempotencyLayer, IdempotentTx};
 
 use super::workload::HttpWorkload;
-use crate::report::{Latency, Report, Row};
+use crate::report::{Latency, Report};
 use crate::requests::send;
 
 /// How long the first attempt's handler takes.
@@ -58,15 +58,7 @@ pub(super) async fn measure<DB: HttpWorkload>(
         ("in_flight_wait_same_process", &url),
     ] {
         let (per_sec, latency) = waits(&url, waiter_url, name, samples).await?;
-        report.rows.push(Row {
-            name: name.to_owned(),
-            backend: DB::LABEL,
-            workers: 1,
-            batch: 1,
-            per_sec,
-            unit: "keys/s",
-            latency: Some(latency),
-        });
+        report.key_by_key(name, DB::LABEL, per_sec, latency);
         report.record(
             &format!("{name}_p99_ms_{}", DB::LABEL),
             Some(latency.p99_ms),
@@ -100,15 +92,7 @@ pub(super) async fn measure_redis(
     let first = layer(&prefix).await?;
     let elsewhere = layer(&prefix).await?;
     let (per_sec, latency) = waits(&first, &elsewhere, "in_flight_wait", samples).await?;
-    report.rows.push(Row {
-        name: "in_flight_wait".to_owned(),
-        backend: "redis",
-        workers: 1,
-        batch: 1,
-        per_sec,
-        unit: "keys/s",
-        latency: Some(latency),
-    });
+    report.key_by_key("in_flight_wait", "redis", per_sec, latency);
     report.record("in_flight_wait_p99_ms_redis", Some(latency.p99_ms));
     Ok(())
 }

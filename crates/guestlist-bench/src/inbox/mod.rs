@@ -106,7 +106,7 @@ macro_rules! on_pool {
 
 pub(crate) async fn run(args: &InboxArgs) -> anyhow::Result<Report> {
     let common = &args.common;
-    let plan = Plan::new(common.quick);
+    let plan = Plan::of(common);
     let mut report = Report::default();
     if let Some(rows) = args.rows {
         // `--rows N`: the scale figures on the one database given.

@@ -92,7 +92,7 @@ pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
         common.database.starts_with("postgres"),
         "the outbox bench measures the relay on PostgreSQL: pass --database postgres://…"
     );
-    let plan = Plan::new(common.quick);
+    let plan = Plan::of(common);
     // Enough for the fast figures to run for a second or so; the hand-written relay waits for
     // each confirmation and each UPDATE, so it gets fewer (its rate does not depend on them).
     let messages = if common.quick { 30_000 } else { 100_000 };

@@ -54,7 +54,7 @@ pub(super) async fn measure(
     report: &mut Report,
 ) -> anyhow::Result<()> {
     const LABEL: &str = "nats_postgres";
-    let plan = Plan::new(common.quick);
+    let plan = Plan::of(common);
     let (spread, hot) = if common.quick {
         (30_000, 2_000)
     } else {

@@ -83,7 +83,7 @@ pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
         url.starts_with("postgres"),
         "the steps bench runs on PostgreSQL (DBOS's only database): pass --database postgres://…"
     );
-    let plan = Plan::new(common.quick);
+    let plan = Plan::of(common);
     let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(WORKERS[1] as u32 + 2)
         .connect(url)
