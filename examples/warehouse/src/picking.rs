@@ -149,8 +149,19 @@ fn arrival(message: &Message) -> String {
     let at = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
+    // Where the broker kept it, where it tells: which hop put two orders out of order.
+    let kept = message
+        .delivery::<guestlist::kafka::KafkaDelivery>()
+        .map(|kafka| {
+            format!(
+                ", partition {} offset {}",
+                kafka.partition(),
+                kafka.offset()
+            )
+        })
+        .unwrap_or_default();
     format!(
-        "by pid {} at {:.3}, delivery {}, key {:?}",
+        "by pid {} at {:.3}, delivery {}, key {:?}{kept}",
         std::process::id(),
         at.as_secs_f64(),
         message.delivery_count,
