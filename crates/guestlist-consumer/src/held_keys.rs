@@ -61,7 +61,13 @@ impl Hold {
 impl Holds {
     fn prune(&mut self) {
         let fetched_at = self.fetched_at;
-        self.by_key.retain(|_, hold| !hold.lapsed(fetched_at));
+        self.by_key.retain(|key, hold| {
+            let lapsed = hold.lapsed(fetched_at);
+            if lapsed {
+                tracing::debug!(key, by = %hold.by, "a key's hold lapsed: the message it waited for did not come back; its later messages flow");
+            }
+            !lapsed
+        });
     }
 }
 
