@@ -171,6 +171,10 @@ pub trait Store: Send + Sync + Sized + 'static {
     fn stored_keys(&self) -> impl Future<Output = u64> + Send;
     /// Removes every key the store holds, as an operator's eviction or the purge would.
     fn forget_keys(&self) -> impl Future<Output = ()> + Send;
+    /// Keys a waiting request marked for a notice, where the store notifies (else 0).
+    fn waited_on(&self) -> impl Future<Output = u64> + Send {
+        async { 0 }
+    }
 }
 
 /// The [`Store`] methods a store that wraps another (to put another layer in front) passes on.
@@ -202,6 +206,10 @@ macro_rules! wraps_store {
 
         async fn forget_keys(&self) {
             self.0.forget_keys().await;
+        }
+
+        async fn waited_on(&self) -> u64 {
+            self.0.waited_on().await
         }
     };
 }
@@ -344,6 +352,16 @@ impl<DB: Fixture> Store for Sql<DB> {
         self.db
             .exec(format!("DELETE FROM {}", self.keys.table()))
             .await;
+    }
+
+    async fn waited_on(&self) -> u64 {
+        if !Self::notifies() {
+            return 0;
+        }
+        let table = self.keys.table();
+        self.db
+            .scalar(format!("SELECT count(*) FROM {table} WHERE waited"))
+            .await as u64
     }
 }
 
@@ -572,6 +590,20 @@ impl Store for Redis {
 
     async fn stored_keys(&self) -> u64 {
         self.our_keys().await.len() as u64
+    }
+
+    async fn waited_on(&self) -> u64 {
+        let mut marked = 0;
+        for key in self.our_keys().await {
+            let waited: Option<String> = redis::cmd("HGET")
+                .arg(&key)
+                .arg("waited")
+                .query_async(&mut self.conn.clone())
+                .await
+                .unwrap_or_default();
+            marked += u64::from(waited.is_some());
+        }
+        marked
     }
 
     async fn forget_keys(&self) {

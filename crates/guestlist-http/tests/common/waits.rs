@@ -240,8 +240,14 @@ pub async fn a_waiter_on_another_server_learns_of_the_answer<S: Store>(name: &st
             (answer, Instant::now())
         })
     };
-    // The waiter claims, finds the key in flight, and settles into its wait.
+    // The waiter claims, finds the key in flight, and settles into its wait: where the store
+    // notifies, once it marked the key (an answer before the mark is the poll's to find).
     tokio::time::sleep(Duration::from_millis(500)).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while S::notifies() && other.waited_on().await == 0 {
+        assert!(Instant::now() < deadline, "the waiter never marked the key");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     first.open("first");
     let answer = held.await.unwrap();
     let answered_at = Instant::now();
