@@ -2,7 +2,7 @@
 //! SIGKILL and SIGSTOP stories to hit.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 use crate::Fixture;
@@ -93,6 +93,23 @@ pub(super) async fn until_stopped(child: &Child) {
         }
         assert!(Instant::now() < deadline, "the relay never stopped");
         tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Waits for `child`, sent a signal that stops it, to exit; fails after `within` with what it
+/// was waited for, rather than holding the story until the runner's timeout.
+pub(super) async fn until_exited(child: &mut Child, within: Duration, what: &str) -> ExitStatus {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: process {} still running after {within:?}",
+            child.id()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

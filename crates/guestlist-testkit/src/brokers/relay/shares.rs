@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use guestlist_sqlx::{OutboxMessage, Outcomes, Publish, PublishError};
 
-use super::held::{signal, until_stopped};
+use super::held::{signal, until_exited, until_stopped};
 use super::line::*;
 use crate::Fixture;
 use crate::brokers::Broker;
@@ -81,7 +81,12 @@ pub async fn four_relays_share_the_shards_through_joins_kills_and_a_pause<
         signal(&relays[1], "-CONT");
         tokio::time::sleep(second).await;
         signal(&relays[2], "-TERM");
-        let stopped = relays[2].wait().unwrap();
+        let stopped = until_exited(
+            &mut relays[2],
+            Duration::from_secs(60),
+            "a relay sent SIGTERM stops within its shutdown grace",
+        )
+        .await;
         assert!(
             stopped.success(),
             "SIGTERM stops a relay cleanly: {stopped}"
@@ -103,7 +108,10 @@ pub async fn four_relays_share_the_shards_through_joins_kills_and_a_pause<
         B::LABEL
     );
     for writer in writers {
-        writer.await.unwrap();
+        tokio::time::timeout(Duration::from_secs(120), writer)
+            .await
+            .expect("the writers commit every message within two minutes")
+            .unwrap();
     }
     line.rig
         .until(
