@@ -1,7 +1,7 @@
 //! Keys held back behind a message that went back to the broker: a key's later messages do not
 //! overtake the one that failed or deferred, but wait for it, while every other key flows.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -41,11 +41,15 @@ struct Holds {
     fetched_at: Option<Instant>,
 }
 
-/// A key held back by the message `by`, expected back at `back_at`.
+/// A key held back by the message `by`, expected back at `back_at`, and the messages sent back
+/// to wait behind it, in the order they were sent: when `by` is done, the first of them holds
+/// the key in turn, so that a later message of the key fetched before they come back does not
+/// overtake them.
 #[derive(Debug, Clone)]
 struct Hold {
     by: MessageId,
     back_at: Instant,
+    behind: VecDeque<MessageId>,
 }
 
 impl Hold {
@@ -99,21 +103,57 @@ impl HeldKeys {
             held.by_key.remove(&oldest);
         }
         let back_at = Instant::now() + delay;
-        held.by_key.insert(
-            key.to_owned(),
-            Hold {
-                by: id.clone(),
-                back_at,
-            },
-        );
+        match held.by_key.get_mut(key) {
+            Some(hold) => {
+                hold.behind.retain(|waiting| waiting != id);
+                hold.by = id.clone();
+                hold.back_at = back_at;
+            }
+            None => {
+                held.by_key.insert(
+                    key.to_owned(),
+                    Hold {
+                        by: id.clone(),
+                        back_at,
+                        behind: VecDeque::new(),
+                    },
+                );
+            }
+        }
+    }
+
+    /// Message `id` of `key` went back to wait behind the message its key is held by: it holds
+    /// the key in turn once that one is done.
+    pub(crate) fn behind(&self, key: &str, id: &MessageId) {
+        let mut held = self.lock();
+        if let Some(hold) = held.by_key.get_mut(key)
+            && &hold.by != id
+            && !hold.behind.contains(id)
+        {
+            hold.behind.push_back(id.clone());
+        }
     }
 
     /// Message `id` of `key` is done with (handled, a duplicate, dead-lettered): if its key was
-    /// held for it, the key flows again.
+    /// held for it, the first message that waited behind it holds the key now (it comes back
+    /// with the others that waited, a moment after `id` was due), or else the key flows again.
     pub(crate) fn release(&self, key: &str, id: &MessageId) {
         let mut held = self.lock();
-        if held.by_key.get(key).is_some_and(|hold| &hold.by == id) {
-            held.by_key.remove(key);
+        let Some(hold) = held.by_key.get_mut(key) else {
+            return;
+        };
+        if &hold.by != id {
+            hold.behind.retain(|waiting| waiting != id);
+            return;
+        }
+        match hold.behind.pop_front() {
+            Some(next) => {
+                hold.by = next;
+                hold.back_at = (hold.back_at + BEHIND).max(Instant::now());
+            }
+            None => {
+                held.by_key.remove(key);
+            }
         }
     }
 
@@ -185,6 +225,9 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
                 return Err(outage);
             }
             tracing::warn!(handler = %self.name, id = %message.id, error = %err, "cannot record a wait behind the message's key; it may count against the message");
+        }
+        if let Some(key) = self.key_from.key_of(delivery, 0).held() {
+            self.held.behind(key, &message.id);
         }
         message.outcome("held back");
         handled.held_back += 1;
@@ -270,6 +313,47 @@ mod tests {
         assert_eq!(
             keys.waits("order-1", &id("b")).map(|(by, _)| by),
             Some(id("a"))
+        );
+    }
+
+    #[test]
+    fn a_message_sent_back_behind_another_holds_its_key_in_turn() {
+        let keys = HeldKeys::default();
+        keys.hold("order-1", &id("a"), Duration::ZERO);
+        keys.behind("order-1", &id("b"));
+        keys.behind("order-1", &id("b"));
+        keys.release("order-1", &id("a"));
+        assert_eq!(
+            keys.waits("order-1", &id("c")).map(|(by, _)| by),
+            Some(id("b")),
+            "c, fetched before b came back, waits behind b"
+        );
+        keys.behind("order-1", &id("c"));
+        assert_eq!(keys.waits("order-1", &id("b")), None, "b itself runs");
+        keys.release("order-1", &id("b"));
+        assert_eq!(
+            keys.waits("order-1", &id("d")).map(|(by, _)| by),
+            Some(id("c")),
+            "b queued once: c holds next"
+        );
+        keys.release("order-1", &id("c"));
+        assert!(keys.is_empty());
+
+        // Released out of turn (the waiters ran in a's batch, after it), the queue empties too.
+        keys.hold("order-1", &id("a"), Duration::ZERO);
+        keys.behind("order-1", &id("b"));
+        keys.release("order-1", &id("b"));
+        keys.release("order-1", &id("a"));
+        assert!(keys.is_empty());
+
+        // The held message failing again keeps the queue behind it.
+        keys.hold("order-1", &id("a"), Duration::ZERO);
+        keys.behind("order-1", &id("b"));
+        keys.hold("order-1", &id("a"), Duration::from_secs(1));
+        keys.release("order-1", &id("a"));
+        assert_eq!(
+            keys.waits("order-1", &id("c")).map(|(by, _)| by),
+            Some(id("b"))
         );
     }
 }
