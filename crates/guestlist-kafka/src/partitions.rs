@@ -47,6 +47,9 @@ struct Partition {
     dirty: bool,
     /// A rewind is asked for: records polled before it is carried out are stale.
     rewinding: bool,
+    /// The partition is being taken away: what is handed back or parked now is read again
+    /// by its next owner, never here.
+    revoking: bool,
     /// Failed deliveries of records, by offset: Kafka does not count deliveries.
     failures: HashMap<i64, u32>,
 }
@@ -93,6 +96,18 @@ impl State {
             .and_then(|p| p.in_hand.get(&offset))
             == Some(&Held::Out(ticket))
     }
+
+    /// Whether the record at `offset` comes after one of its partition, being taken away, that
+    /// was handed back or parked: that one is read again by the partition's next owner, so
+    /// this one may not run here before it (nor could its offset be committed past it).
+    fn behind_one_gone(&self, partition: i32, offset: i64) -> bool {
+        self.partitions.get(&partition).is_some_and(|p| {
+            p.revoking
+                && p.in_hand
+                    .range(..offset)
+                    .any(|(_, held)| matches!(held, Held::Parked(_) | Held::Awaited))
+        })
+    }
 }
 
 impl Partitions {
@@ -115,6 +130,7 @@ impl Partitions {
                     next_commit: None,
                     dirty: false,
                     rewinding: false,
+                    revoking: false,
                     failures: HashMap::new(),
                 },
             );
@@ -131,6 +147,7 @@ impl Partitions {
             let epoch = state.next_ticket();
             if let Some(p) = state.partitions.get_mut(partition) {
                 p.epoch = epoch;
+                p.revoking = true;
             }
         }
         state.rewinds.retain(|r| !partitions.contains(&r.partition));
@@ -237,9 +254,11 @@ impl Partitions {
     }
 
     /// Whether the record at `offset`, handed out under `ticket`, was withdrawn since (by a
-    /// rewind to it or before it, or its partition moved).
+    /// rewind to it or before it, or its partition moved), or must not run here any more: its
+    /// partition is being taken away, and an earlier record of it was handed back or parked.
     pub(crate) fn withdrawn(&self, partition: i32, offset: i64, ticket: Ticket) -> bool {
-        !self.lock().holds(partition, offset, ticket)
+        let state = self.lock();
+        !state.holds(partition, offset, ticket) || state.behind_one_gone(partition, offset)
     }
 
     /// The record at `offset`, handed out under `ticket`, is done: the offset to commit moves
@@ -307,6 +326,14 @@ impl Partitions {
             *p.failures.entry(offset).or_default() += 1;
         }
         if !holds {
+            return;
+        }
+        if p.revoking {
+            // Read again by the next owner: nothing past it is committed here, and the records
+            // after it still running may finish.
+            p.in_hand.insert(offset, Held::Awaited);
+            drop(state);
+            self.settled.notify_all();
             return;
         }
         p.epoch = epoch;

@@ -175,3 +175,38 @@ fn a_revocation_waits_for_the_records_in_hand_and_returns_their_offsets() {
     assert!(partitions.withdrawn(0, 0, t[0]));
     assert!(partitions.epoch_for_poll(1).is_some(), "partition 1 stays");
 }
+
+#[test]
+fn a_revocation_withdraws_the_records_behind_a_parked_one_and_waits_only_for_the_rest() {
+    let partitions = std::sync::Arc::new(Partitions::default());
+    partitions.assigned([0]);
+    let t = handed(&partitions, 0, 0..4);
+    partitions.settle(0, 0, t[0]);
+    assert!(partitions.park(0, 1, t[1]));
+    assert!(
+        !partitions.withdrawn(0, 2, t[2]),
+        "assigned: other keys flow"
+    );
+    let revoking = {
+        let partitions = partitions.clone();
+        std::thread::spawn(move || partitions.revoked(&[0], Duration::from_secs(10)))
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !partitions.withdrawn(0, 2, t[2]) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a record behind a parked one stays in hand while its partition is taken away"
+        );
+        std::thread::yield_now();
+    }
+    assert!(
+        partitions.withdrawn(0, 3, t[3]),
+        "the parked record is read again by the next owner: nothing behind it runs here first"
+    );
+    // Let go unsettled (the consumer does not run a withdrawn delivery): no rewind for the poll
+    // thread, nothing committed past the parked record.
+    partitions.rewind(0, 2, t[2], Duration::ZERO, false);
+    partitions.rewind(0, 3, t[3], Duration::ZERO, false);
+    assert_eq!(revoking.join().unwrap(), vec![(0, 1)]);
+    assert!(partitions.take_rewinds().is_empty());
+}
