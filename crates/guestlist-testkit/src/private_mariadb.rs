@@ -6,6 +6,7 @@
 //! As root, the server runs as the `mysql` user (`--user=mysql`), as Debian's does.
 
 use std::net::TcpStream;
+use std::os::unix::net::UnixStream;
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -117,8 +118,30 @@ impl PrivateMariadb {
         }
         let child = command.spawn().expect("start mariadbd");
         *self.server.lock().unwrap_or_else(|e| e.into_inner()) = Some(child);
+        // Ready once both its listeners take a connection: the TCP port is listening a moment
+        // before the socket the setup's client uses (a connection refused there once, in a CI
+        // run under load). A server that exits meanwhile (its port taken since it was chosen)
+        // is told at once, with its log.
         let started = Instant::now();
-        while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+        loop {
+            if TcpStream::connect(("127.0.0.1", self.port)).is_ok()
+                && UnixStream::connect(self.socket()).is_ok()
+            {
+                break;
+            }
+            let exited = self
+                .server
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_mut()
+                .and_then(|child| child.try_wait().ok().flatten());
+            if let Some(status) = exited {
+                panic!(
+                    "the private MariaDB exited at start ({status}); its log:\n{}",
+                    std::fs::read_to_string(format!("{}/error.log", self.dir()))
+                        .unwrap_or_default()
+                );
+            }
             assert!(
                 started.elapsed() < Duration::from_secs(60),
                 "the private MariaDB did not start; see {}/error.log",
