@@ -27,6 +27,9 @@ const BEHIND: Duration = Duration::from_millis(50);
 /// broker's redelivery order alone), so that memory stays bounded whatever fails.
 const MOST: usize = 10_000;
 
+/// The most messages queued behind one key's hold (see [`HeldKeys::behind`]).
+const MOST_BEHIND: usize = 1_000;
+
 /// The keys held back, each by the message it waits for and until when.
 #[derive(Debug, Default)]
 pub(crate) struct HeldKeys {
@@ -123,11 +126,13 @@ impl HeldKeys {
     }
 
     /// Message `id` of `key` went back to wait behind the message its key is held by: it holds
-    /// the key in turn once that one is done.
+    /// the key in turn once that one is done. Past [`MOST_BEHIND`] a key's messages still wait
+    /// behind those queued, but are not queued themselves.
     pub(crate) fn behind(&self, key: &str, id: &MessageId) {
         let mut held = self.lock();
         if let Some(hold) = held.by_key.get_mut(key)
             && &hold.by != id
+            && hold.behind.len() < MOST_BEHIND
             && !hold.behind.contains(id)
         {
             hold.behind.push_back(id.clone());
@@ -158,16 +163,28 @@ impl HeldKeys {
     }
 
     /// Whether message `id` of `key` must wait behind another one of its key: the message it
-    /// waits for, and when it comes back itself. Every message waiting behind one comes back at
-    /// the same moment, whenever it was sent back: the broker (or Kafka's parked records) then
-    /// hands them out in their order, not in the order their sends happened to end.
-    pub(crate) fn waits(&self, key: &str, id: &MessageId) -> Option<(MessageId, Instant)> {
+    /// waits for, and when it comes back itself. The key's messages that went back (the one it
+    /// is held by, then those sent back behind it, in order) run before it: it waits for the
+    /// first of them that is not `ahead` of it in the batch in hand. Every message waiting
+    /// behind one comes back at the same moment, whenever it was sent back: the broker (or
+    /// Kafka's parked records) then hands them out in their order, not in the order their
+    /// sends happened to end.
+    pub(crate) fn waits(
+        &self,
+        key: &str,
+        id: &MessageId,
+        ahead: impl Fn(&MessageId) -> bool,
+    ) -> Option<(MessageId, Instant)> {
         let held = self.lock();
         let hold = held.by_key.get(key)?;
-        if &hold.by == id || hold.lapsed(held.fetched_at) {
+        if hold.lapsed(held.fetched_at) {
             return None;
         }
-        Some((hold.by.clone(), hold.back_at + BEHIND))
+        let missing = std::iter::once(&hold.by)
+            .chain(&hold.behind)
+            .take_while(|went_back| *went_back != id)
+            .find(|went_back| !ahead(went_back))?;
+        Some((missing.clone(), hold.back_at + BEHIND))
     }
 
     /// Whether no key is held: the common case, checked without looking further.
@@ -177,8 +194,8 @@ impl HeldKeys {
 }
 
 impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
-    /// The messages of `ready` that may run now: one whose key is held behind a message that
-    /// went back (and is not earlier in this batch) is sent back to wait behind it.
+    /// The messages of `ready` that may run now: one whose key is held behind messages that
+    /// went back (and do not run earlier in this batch) is sent back to wait behind them.
     pub(crate) async fn not_held<D: Delivery>(
         &self,
         ready: Vec<(Arc<D>, Arc<Message>)>,
@@ -189,7 +206,7 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
         }
         let mut may_run = Vec::with_capacity(ready.len());
         for (at, (delivery, message)) in ready.iter().enumerate() {
-            let Some(wait) = self.must_wait(delivery.as_ref(), message, &ready[..at]) else {
+            let Some(wait) = self.must_wait(delivery.as_ref(), message, &may_run) else {
                 may_run.push((Arc::clone(delivery), Arc::clone(message)));
                 continue;
             };
@@ -238,9 +255,9 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
         Ok(())
     }
 
-    /// When `message` comes back, waiting behind an earlier message of its key that went back,
-    /// if it must wait: not where that message is among `ahead` (earlier in the same batch, it
-    /// runs first).
+    /// When `message` comes back, waiting behind the earlier messages of its key that went
+    /// back, if it must wait: not where they all run before it among `ahead` (earlier in the
+    /// same batch).
     pub(crate) fn must_wait<D: Delivery>(
         &self,
         delivery: &D,
@@ -251,8 +268,9 @@ impl<DB: Backend, H: Handler<DB>> Core<DB, H> {
             return None;
         }
         let key = self.key_from.key_of(delivery, 0);
-        let (by, wait) = self.held.waits(key.held()?, &message.id)?;
-        (!ahead.iter().any(|(_, earlier)| earlier.id == by)).then_some(wait)
+        let runs_ahead = |id: &MessageId| ahead.iter().any(|(_, earlier)| &earlier.id == id);
+        let (_, wait) = self.held.waits(key.held()?, &message.id, runs_ahead)?;
+        Some(wait)
     }
 }
 
@@ -267,20 +285,33 @@ mod tests {
     #[test]
     fn a_key_waits_for_the_message_that_went_back_and_flows_once_it_is_done() {
         let keys = HeldKeys::default();
-        assert_eq!(keys.waits("order-1", &id("b")), None);
+        assert_eq!(keys.waits("order-1", &id("b"), |_| false), None);
         keys.hold("order-1", &id("a"), Duration::from_secs(2));
-        let (by, back_at) = keys.waits("order-1", &id("b")).expect("b waits behind a");
+        let (by, back_at) = keys
+            .waits("order-1", &id("b"), |_| false)
+            .expect("b waits behind a");
         assert_eq!(by, id("a"));
         let wait = back_at.saturating_duration_since(Instant::now());
         assert!(wait > Duration::from_secs(1) && wait <= Duration::from_secs(2) + BEHIND);
-        let (_, again) = keys.waits("order-1", &id("c")).unwrap();
+        let (_, again) = keys.waits("order-1", &id("c"), |_| false).unwrap();
         assert_eq!(again, back_at, "every waiter comes back at the same moment");
-        assert_eq!(keys.waits("order-1", &id("a")), None, "a itself runs");
-        assert_eq!(keys.waits("order-2", &id("c")), None, "other keys flow");
+        assert_eq!(
+            keys.waits("order-1", &id("a"), |_| false),
+            None,
+            "a itself runs"
+        );
+        assert_eq!(
+            keys.waits("order-2", &id("c"), |_| false),
+            None,
+            "other keys flow"
+        );
         keys.release("order-1", &id("b"));
-        assert!(keys.waits("order-1", &id("b")).is_some(), "only a releases");
+        assert!(
+            keys.waits("order-1", &id("b"), |_| false).is_some(),
+            "only a releases"
+        );
         keys.release("order-1", &id("a"));
-        assert_eq!(keys.waits("order-1", &id("b")), None);
+        assert_eq!(keys.waits("order-1", &id("b"), |_| false), None);
         assert!(keys.is_empty());
     }
 
@@ -291,11 +322,11 @@ mod tests {
         let due = Instant::now();
         keys.batch_fetched(due + GRACE - Duration::from_millis(1));
         assert!(
-            keys.waits("order-1", &id("b")).is_some(),
+            keys.waits("order-1", &id("b"), |_| false).is_some(),
             "a may still come"
         );
         keys.batch_fetched(due + GRACE);
-        assert_eq!(keys.waits("order-1", &id("b")), None);
+        assert_eq!(keys.waits("order-1", &id("b"), |_| false), None);
         assert!(keys.is_empty(), "pruned");
     }
 
@@ -311,7 +342,7 @@ mod tests {
             hold.back_at -= GRACE; // as if the outage had lasted that long
         }
         assert_eq!(
-            keys.waits("order-1", &id("b")).map(|(by, _)| by),
+            keys.waits("order-1", &id("b"), |_| false).map(|(by, _)| by),
             Some(id("a"))
         );
     }
@@ -324,15 +355,19 @@ mod tests {
         keys.behind("order-1", &id("b"));
         keys.release("order-1", &id("a"));
         assert_eq!(
-            keys.waits("order-1", &id("c")).map(|(by, _)| by),
+            keys.waits("order-1", &id("c"), |_| false).map(|(by, _)| by),
             Some(id("b")),
             "c, fetched before b came back, waits behind b"
         );
         keys.behind("order-1", &id("c"));
-        assert_eq!(keys.waits("order-1", &id("b")), None, "b itself runs");
+        assert_eq!(
+            keys.waits("order-1", &id("b"), |_| false),
+            None,
+            "b itself runs"
+        );
         keys.release("order-1", &id("b"));
         assert_eq!(
-            keys.waits("order-1", &id("d")).map(|(by, _)| by),
+            keys.waits("order-1", &id("d"), |_| false).map(|(by, _)| by),
             Some(id("c")),
             "b queued once: c holds next"
         );
@@ -352,8 +387,44 @@ mod tests {
         keys.hold("order-1", &id("a"), Duration::from_secs(1));
         keys.release("order-1", &id("a"));
         assert_eq!(
-            keys.waits("order-1", &id("c")).map(|(by, _)| by),
+            keys.waits("order-1", &id("c"), |_| false).map(|(by, _)| by),
             Some(id("b"))
+        );
+    }
+
+    #[test]
+    fn a_message_runs_in_a_batch_only_behind_every_message_of_its_key_that_went_back() {
+        let keys = HeldKeys::default();
+        keys.hold("order-1", &id("a"), Duration::ZERO);
+        keys.behind("order-1", &id("b"));
+        let ahead =
+            |ids: &'static [&'static str]| move |m: &MessageId| ids.iter().any(|i| id(i) == *m);
+        let waits_for = |of: &str, before: &'static [&'static str]| {
+            keys.waits("order-1", &id(of), ahead(before))
+                .map(|(by, _)| by)
+        };
+        assert_eq!(
+            waits_for("d", &["a"]),
+            Some(id("b")),
+            "a ahead, b not: d waits for b"
+        );
+        assert_eq!(waits_for("d", &["a", "b"]), None, "both ahead");
+        assert_eq!(waits_for("b", &[]), Some(id("a")), "b waits for a");
+        assert_eq!(waits_for("b", &["a"]), None, "b runs after a");
+        assert_eq!(waits_for("a", &[]), None, "a itself runs");
+    }
+
+    #[test]
+    fn a_keys_queue_is_bounded() {
+        let keys = HeldKeys::default();
+        keys.hold("order-1", &id("a"), Duration::ZERO);
+        for n in 0..MOST_BEHIND + 10 {
+            keys.behind("order-1", &id(&format!("m{n}")));
+        }
+        assert_eq!(keys.lock().by_key["order-1"].behind.len(), MOST_BEHIND);
+        assert!(
+            keys.waits("order-1", &id("m1009"), |_| false).is_some(),
+            "one past the bound still waits"
         );
     }
 }
