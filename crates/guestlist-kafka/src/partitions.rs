@@ -10,7 +10,9 @@
 //! fetched under an older epoch is stale and is never handled. Each hand-out of a record gets a
 //! [`Ticket`] of its own: a delivery holds its record for as long as its ticket is the one in
 //! hand at that offset. A rewind withdraws only the records from its offset on; the earlier
-//! ones, in other lanes of the consumer, stay theirs.
+//! ones, in other lanes of the consumer, stay theirs. While a partition is being taken away, a
+//! record handed back is left to its next owner instead, and the records behind it (or behind a
+//! parked one) that have not begun are let go.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
@@ -47,8 +49,9 @@ struct Partition {
     dirty: bool,
     /// A rewind is asked for: records polled before it is carried out are stale.
     rewinding: bool,
-    /// The partition is being taken away: what is handed back or parked now is read again
-    /// by its next owner, never here.
+    /// The partition is being taken away: a record handed back now is read again by its next
+    /// owner, not here, and no record behind one handed back or parked begins here (a parked
+    /// record due meanwhile may still be handed out, and settle).
     revoking: bool,
     /// Failed deliveries of records, by offset: Kafka does not count deliveries.
     failures: HashMap<i64, u32>,
@@ -65,8 +68,8 @@ enum Held {
     Out(Ticket),
     /// Done: its offset may be committed once every record before it is done.
     Settled,
-    /// Handed back: the partition is read again from it, and nothing past it is committed
-    /// until it is done.
+    /// Handed back: the partition is read again from it (by its next owner, where it is being
+    /// taken away), and nothing past it is committed until it is done.
     Awaited,
     /// Handed back while the consumer orders by key: handed out again from memory after its
     /// delay (see [`crate::parked`]), its partition going on; nothing past it is committed
@@ -303,7 +306,9 @@ impl Partitions {
 
     /// Reads `partition` again from `offset` (a record handed out under `ticket`) after
     /// `delay`: the records in hand from `offset` on are withdrawn; those before it stay in
-    /// hand (parked ones too). `failed` counts the delivery as a failure of the record.
+    /// hand (parked ones too). `failed` counts the delivery as a failure of the record. While
+    /// the partition is being taken away, the record is only marked awaited: its next owner
+    /// reads it, and the records after it still running may finish.
     ///
     /// A record withdrawn since it was handed out is read again anyway: its failure is
     /// counted, but it moves no rewind (a rewind to it would drop the earlier one, and with it

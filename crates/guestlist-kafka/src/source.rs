@@ -27,9 +27,9 @@ use crate::shared::Shared;
 /// the dead-letter topic), and only past an unbroken run of them: a crash or a rebalance
 /// replays from the first record not known to be done, and the inbox answers the replays as
 /// duplicates. A revoked partition is given up once the records in hand from it are done (up
-/// to [`KafkaSourceBuilder::rebalance_wait`]) and their offsets committed; those not yet begun
-/// behind a record handed back or waiting out a delay are let go at once, for the next owner to
-/// run after it.
+/// to [`KafkaSourceBuilder::rebalance_wait`]) and their offsets committed; those behind a
+/// record handed back or waiting out a delay are let go as they come up to run (a batch run
+/// side by side already begun finishes, unacknowledged), for the next owner to run after it.
 ///
 /// A failed record is handed back by seeking its partition to it after the backoff: the
 /// records after it wait, so per-partition order holds through failures. Kafka counts no
