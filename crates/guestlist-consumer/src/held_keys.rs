@@ -282,6 +282,11 @@ mod tests {
         MessageId::new(s).unwrap()
     }
 
+    /// What message `of` of order-1 waits for, nothing running ahead of it.
+    fn held_by(keys: &HeldKeys, of: &str) -> Option<MessageId> {
+        keys.waits("order-1", &id(of), |_| false).map(|(by, _)| by)
+    }
+
     #[test]
     fn a_key_waits_for_the_message_that_went_back_and_flows_once_it_is_done() {
         let keys = HeldKeys::default();
@@ -341,10 +346,7 @@ mod tests {
         if let Some(hold) = keys.lock().by_key.get_mut("order-1") {
             hold.back_at -= GRACE; // as if the outage had lasted that long
         }
-        assert_eq!(
-            keys.waits("order-1", &id("b"), |_| false).map(|(by, _)| by),
-            Some(id("a"))
-        );
+        assert_eq!(held_by(&keys, "b"), Some(id("a")));
     }
 
     #[test]
@@ -355,7 +357,7 @@ mod tests {
         keys.behind("order-1", &id("b"));
         keys.release("order-1", &id("a"));
         assert_eq!(
-            keys.waits("order-1", &id("c"), |_| false).map(|(by, _)| by),
+            held_by(&keys, "c"),
             Some(id("b")),
             "c, fetched before b came back, waits behind b"
         );
@@ -367,7 +369,7 @@ mod tests {
         );
         keys.release("order-1", &id("b"));
         assert_eq!(
-            keys.waits("order-1", &id("d"), |_| false).map(|(by, _)| by),
+            held_by(&keys, "d"),
             Some(id("c")),
             "b queued once: c holds next"
         );
@@ -386,10 +388,7 @@ mod tests {
         keys.behind("order-1", &id("b"));
         keys.hold("order-1", &id("a"), Duration::from_secs(1));
         keys.release("order-1", &id("a"));
-        assert_eq!(
-            keys.waits("order-1", &id("c"), |_| false).map(|(by, _)| by),
-            Some(id("b"))
-        );
+        assert_eq!(held_by(&keys, "c"), Some(id("b")));
     }
 
     #[test]
