@@ -208,11 +208,12 @@ impl Delivery for KafkaDelivery {
             record = record.key(key);
         }
         // Stored in the dead-letter topic first (acks from all in-sync replicas), then done here.
-        self.shared
-            .dead_letters
-            .send(record, Duration::from_secs(30))
-            .await
-            .map_err(|(err, _)| err)?;
+        let producer = self.shared.dead_letters.current();
+        let stored = producer.send(record, Duration::from_secs(30)).await;
+        if stored.is_err() {
+            self.shared.dead_letters.renew_if_stopped(producer);
+        }
+        stored.map_err(|(err, _)| err)?;
         self.settle();
         Self::commit(&self.shared)
     }

@@ -35,6 +35,7 @@ mod partitions;
 mod poller;
 mod publisher;
 mod rebalance;
+mod renewing;
 mod shared;
 mod source;
 mod turns;

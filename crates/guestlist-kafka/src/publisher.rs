@@ -1,10 +1,14 @@
 //! The outbox relay's publisher on Kafka: the idempotent producer, the ordering key as the
 //! record key, the message id in a header.
 
+use std::sync::Arc;
+
 use guestlist_core::{Confirmed, OutboxMessage, Outcomes, Publish, PublishError};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::FutureRecord;
+
+use crate::renewing::Renewing;
 
 use crate::{Error, MESSAGE_ID_HEADER};
 
@@ -18,10 +22,14 @@ use crate::{Error, MESSAGE_ID_HEADER};
 /// crash is a new record; the consumer's inbox drops it. A batch is sent without waiting between
 /// records; the confirmations are awaited together.
 ///
+/// An idempotent producer the brokers fence, or that loses track of its sequence, stops for
+/// good (librdkafka's fatal error): the publisher then makes a new one, and the messages the old
+/// one failed go again on the relay's next round, as after an outage.
+///
 /// The topics must exist (create them first): a missing one fails with what to do.
 #[derive(Clone)]
 pub struct KafkaPublisher {
-    producer: FutureProducer,
+    producer: Arc<Renewing>,
     max_message_bytes: usize,
     brokers: String,
 }
@@ -76,7 +84,7 @@ impl KafkaPublisherBuilder {
     /// Makes the producer. librdkafka connects lazily: [`KafkaPublisher::reachable`] checks the
     /// brokers answer.
     pub async fn connect(self) -> Result<KafkaPublisher, Error> {
-        let producer = crate::producer_config(&self.brokers, &self.options).create()?;
+        let producer = Renewing::new(crate::producer_config(&self.brokers, &self.options))?;
         let max_message_bytes = self
             .options
             .iter()
@@ -85,7 +93,7 @@ impl KafkaPublisherBuilder {
             .and_then(|(_, value)| value.parse().ok())
             .unwrap_or(DEFAULT_MESSAGE_MAX_BYTES);
         Ok(KafkaPublisher {
-            producer,
+            producer: Arc::new(producer),
             max_message_bytes,
             brokers: self.brokers,
         })
@@ -98,7 +106,7 @@ impl KafkaPublisher {
     /// healthy until its first message timed out. A relay checks this at start.
     pub async fn reachable(&self, wait: std::time::Duration) -> Result<(), Error> {
         use rdkafka::producer::Producer;
-        let producer = self.producer.clone();
+        let producer = self.producer.current();
         let asked = tokio::task::spawn_blocking(move || {
             producer.client().fetch_metadata(None, wait).map(drop)
         })
@@ -204,6 +212,7 @@ impl Publish for KafkaPublisher {
     }
 
     async fn publish(&self, messages: &[OutboxMessage], outcomes: &mut Outcomes) {
+        let producer = self.producer.current();
         let mut pending = Vec::with_capacity(messages.len());
         for message in messages {
             let mut record = FutureRecord::<str, [u8]>::to(&message.topic)
@@ -214,9 +223,10 @@ impl Publish for KafkaPublisher {
             }
             // Queued without waiting; librdkafka batches and pipelines them. A full local queue
             // fails the message, and the relay tries it again after its backoff.
-            let sent = self.producer.send_result(record).map_err(|(err, _)| err);
+            let sent = producer.send_result(record).map_err(|(err, _)| err);
             pending.push((message, sent));
         }
+        let mut failed = false;
         for (message, sent) in pending {
             let stored = match sent {
                 Ok(delivery) => match delivery.await {
@@ -226,11 +236,105 @@ impl Publish for KafkaPublisher {
                 },
                 Err(err) => Err(err),
             };
+            failed |= stored.is_err();
             outcomes.push(
                 stored
                     .map(|()| Confirmed::New)
                     .map_err(|err| refused(&message.topic, err)),
             );
         }
+        if failed {
+            self.producer.renew_if_stopped(producer);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use guestlist_core::{FailureKind, OutboxMessage, Outcomes, Publish};
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    use rdkafka::client::DefaultClientContext;
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::producer::Producer;
+
+    use super::KafkaPublisher;
+
+    /// The test script's Kafka.
+    fn brokers() -> String {
+        std::env::var("GUESTLIST_TEST_KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:9092".into())
+    }
+
+    async fn publish_one(publisher: &KafkaPublisher, topic: &str, id: &str) -> Option<FailureKind> {
+        let mut outcomes = Outcomes::with_capacity(1);
+        let message = OutboxMessage::new(id, topic, id.as_bytes().to_vec());
+        publisher
+            .publish(std::slice::from_ref(&message), &mut outcomes)
+            .await;
+        outcomes.into_results(1).remove(0).err().map(|e| e.kind())
+    }
+
+    /// The records the topic's single partition holds.
+    fn stored(topic: &str) -> i64 {
+        let reader: BaseConsumer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", brokers())
+            .create()
+            .expect("a Kafka reader");
+        let (low, high) = reader
+            .fetch_watermarks(topic, 0, Duration::from_secs(10))
+            .expect("the topic's offsets");
+        high - low
+    }
+
+    /// A producer fenced by the brokers (seen in the soak: tansu fenced a relay's idempotent
+    /// producer, which then failed every record for the rest of the run) is replaced, and the
+    /// message it failed goes on the next round.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_producer_stopped_for_good_is_replaced_and_the_next_round_publishes() {
+        let topic = format!("gl.fenced.{}", std::process::id());
+        let admin: AdminClient<DefaultClientContext> = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", brokers())
+            .create()
+            .expect("a Kafka admin client");
+        admin
+            .create_topics(
+                &[NewTopic::new(&topic, 1, TopicReplication::Fixed(1))],
+                &AdminOptions::new(),
+            )
+            .await
+            .expect("the topic");
+        let publisher = KafkaPublisher::builder(&brokers())
+            .connect()
+            .await
+            .expect("a publisher");
+        assert_eq!(publish_one(&publisher, &topic, "before").await, None);
+
+        let stopped = publisher.producer.current();
+        #[allow(unsafe_code)]
+        // SAFETY: a live client's pointer, and a NUL-terminated reason; librdkafka's own hook
+        // for raising a fatal error as the brokers' fencing does.
+        unsafe {
+            rdkafka::bindings::rd_kafka_test_fatal_error(
+                stopped.client().native_ptr(),
+                rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_PRODUCER_FENCED,
+                c"fenced by the test".as_ptr(),
+            );
+        }
+        assert!(
+            stopped.client().fatal_error().is_some(),
+            "the producer stopped"
+        );
+        drop(stopped);
+
+        // The round the stopped producer fails is an outage, never counted against the message.
+        assert_eq!(
+            publish_one(&publisher, &topic, "after").await,
+            Some(FailureKind::Outage)
+        );
+        assert_eq!(publish_one(&publisher, &topic, "after").await, None);
+        assert_eq!(publish_one(&publisher, &topic, "later").await, None);
+        assert_eq!(stored(&topic), 3, "before, after and later, each once");
+        let _ = admin.delete_topics(&[&topic], &AdminOptions::new()).await;
     }
 }

@@ -3,12 +3,11 @@
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use rdkafka::consumer::BaseConsumer;
-use rdkafka::producer::FutureProducer;
-
 use crate::parked::Parked;
 use crate::partitions::Partitions;
 use crate::rebalance::Rebalancing;
+use crate::renewing::Renewing;
+use rdkafka::consumer::BaseConsumer;
 
 /// What the source, its poll thread and its deliveries share.
 pub(crate) struct Shared {
@@ -16,7 +15,7 @@ pub(crate) struct Shared {
     pub(crate) consumer: Arc<BaseConsumer<Rebalancing>>,
     pub(crate) partitions: Arc<Partitions>,
     pub(crate) topic: String,
-    pub(crate) dead_letters: FutureProducer,
+    pub(crate) dead_letters: Renewing,
     pub(crate) dead_letter_topic: String,
     /// Whether the broker id is the record's key rather than its `message-id` header.
     pub(crate) id_in_key: bool,

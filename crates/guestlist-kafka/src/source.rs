@@ -9,7 +9,6 @@ use guestlist_consumer::{BoxError, Source};
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
-use rdkafka::producer::FutureProducer;
 use tokio::sync::mpsc;
 
 use crate::Error;
@@ -209,8 +208,8 @@ impl KafkaSourceBuilder {
             wait: self.rebalance_wait,
         };
         let consumer: BaseConsumer<Rebalancing> = config.create_with_context(context)?;
-        let dead_letters: FutureProducer =
-            crate::producer_config(&self.brokers, &self.options).create()?;
+        let dead_letters =
+            crate::renewing::Renewing::new(crate::producer_config(&self.brokers, &self.options))?;
         let topics = [self.topic.clone(), dead_letter_topic.clone()];
         let (consumer, topics) = tokio::task::spawn_blocking(move || {
             let found = crate::check_topics(&consumer, &topics);
