@@ -9,7 +9,6 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::FutureRecord;
 
 use crate::renewing::Renewing;
-
 use crate::{Error, MESSAGE_ID_HEADER};
 
 /// Publishes the outbox's messages to Kafka for the outbox's relay (`guestlist_sqlx::Relay`).
@@ -22,9 +21,9 @@ use crate::{Error, MESSAGE_ID_HEADER};
 /// crash is a new record; the consumer's inbox drops it. A batch is sent without waiting between
 /// records; the confirmations are awaited together.
 ///
-/// An idempotent producer the brokers fence, or that loses track of its sequence, stops for
-/// good (librdkafka's fatal error): the publisher then makes a new one, and the messages the old
-/// one failed go again on the relay's next round, as after an outage.
+/// An idempotent producer librdkafka stops for good (its fatal error: fenced for good, or its
+/// sequence lost) is replaced: the messages it failed go again on the relay's next round, as
+/// after an outage. A fence librdkafka does not count as fatal is not renewed yet.
 ///
 /// The topics must exist (create them first): a missing one fails with what to do.
 #[derive(Clone)]

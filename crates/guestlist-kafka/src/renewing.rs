@@ -1,10 +1,10 @@
 //! An idempotent producer made again once it stopped for good.
 //!
-//! librdkafka stops an idempotent producer for good (a fatal error) when the brokers fence it or
-//! it loses track of its sequence: every record it is given after that fails at once, whatever
-//! the brokers do. The relay's publisher and a source's dead letters would then publish nothing
-//! for the rest of the process. Seen in the soak: tansu fenced a relay's producer, which failed
-//! every round for the rest of the run while its relay held half the outbox's shards.
+//! librdkafka stops an idempotent producer for good (a fatal error) when it cannot go on safely
+//! (fenced for good, its sequence lost): every record it is given after that fails at once,
+//! whatever the brokers do. The relay's publisher and a source's dead letters would then publish
+//! nothing for the rest of the process. (A `ProducerFenced` answer that librdkafka does not
+//! count as fatal, which the soak met on tansu, is not covered here yet.)
 
 use std::sync::Mutex;
 
