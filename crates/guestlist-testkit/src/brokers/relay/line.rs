@@ -112,10 +112,12 @@ impl<B: Broker, DB: Fixture> Line<B, DB> {
     }
 
     /// Enqueues and commits the OrderPaid event `id` on `key` until it is in (a commit that
-    /// failed may have landed: the next try then finds it there).
+    /// failed may have landed: the next try then finds it there); fails, with the last error,
+    /// where the database refused it for two minutes.
     pub async fn enqueue_until_in(&self, id: &str, key: &str) -> u32 {
         let message = self.order_paid(id, key);
         let mut failures = 0;
+        let started = std::time::Instant::now();
         loop {
             let enqueued = async {
                 let mut tx = self.rig.db.pool.begin().await?;
@@ -125,7 +127,12 @@ impl<B: Broker, DB: Fixture> Line<B, DB> {
             };
             match enqueued.await {
                 Ok(()) => return failures,
-                Err(_) => {
+                Err(err) => {
+                    assert!(
+                        started.elapsed() < Duration::from_secs(120),
+                        "{}: {id} refused for two minutes; the last time: {err}",
+                        B::LABEL
+                    );
                     failures += 1;
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }

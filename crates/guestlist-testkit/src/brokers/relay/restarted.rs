@@ -82,7 +82,9 @@ pub async fn a_database_restarted_mid_stream_costs_no_message_and_no_order<
     }
     assert!(!task.is_finished(), "{}: the relay never stopped", B::LABEL);
     stop.send(()).unwrap();
-    task.await
+    tokio::time::timeout(Duration::from_secs(60), task)
+        .await
+        .unwrap_or_else(|_| panic!("{}: the relay stops within a minute of asked", B::LABEL))
         .unwrap()
         .unwrap_or_else(|err| panic!("{}: the relay's run ended in {err}", B::LABEL));
     // Writers retried commits whose answer was lost: see the assertion.
