@@ -210,8 +210,8 @@ impl Delivery for KafkaDelivery {
         // Stored in the dead-letter topic first (acks from all in-sync replicas), then done here.
         let producer = self.shared.dead_letters.current();
         let stored = producer.send(record, Duration::from_secs(30)).await;
-        if stored.is_err() {
-            self.shared.dead_letters.renew_if_stopped(producer);
+        if let Err((err, _)) = &stored {
+            self.shared.dead_letters.renew_if_stopped(producer, [err]);
         }
         stored.map_err(|(err, _)| err)?;
         self.settle();

@@ -22,8 +22,8 @@ use crate::{Error, MESSAGE_ID_HEADER};
 /// records; the confirmations are awaited together.
 ///
 /// An idempotent producer librdkafka stops for good (its fatal error: fenced for good, or its
-/// sequence lost) is replaced: the messages it failed go again on the relay's next round, as
-/// after an outage. A fence librdkafka does not count as fatal is not renewed yet.
+/// sequence lost), or one the brokers fenced (`ProducerFenced` on a record), is replaced: the
+/// messages it failed go again on the relay's next round, as after an outage.
 ///
 /// The topics must exist (create them first): a missing one fails with what to do.
 #[derive(Clone)]
@@ -152,7 +152,7 @@ impl KafkaPublisher {
 
 /// The relay's error for a record Kafka did not store, of its kind, saying what to do where
 /// it can.
-fn refused(topic: &str, err: KafkaError) -> PublishError {
+fn refused(topic: &str, err: &KafkaError) -> PublishError {
     match err.rdkafka_error_code() {
         // The topic may be created later: counted against the message, retried.
         Some(RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic) => {
@@ -165,13 +165,13 @@ fn refused(topic: &str, err: KafkaError) -> PublishError {
              digits, '.', '_' and '-'"
         )),
         Some(RDKafkaErrorCode::MessageSizeTooLarge | RDKafkaErrorCode::InvalidRecord) => {
-            PublishError::unpublishable(err)
+            PublishError::unpublishable(err.clone())
         }
         Some(
             RDKafkaErrorCode::TopicAuthorizationFailed | RDKafkaErrorCode::InvalidRequiredAcks,
-        ) => PublishError::new(err),
+        ) => PublishError::new(err.clone()),
         // Timed out, no broker up, the local queue full, the transport: not the message.
-        _ => PublishError::outage(err),
+        _ => PublishError::outage(err.clone()),
     }
 }
 
@@ -225,7 +225,7 @@ impl Publish for KafkaPublisher {
             let sent = producer.send_result(record).map_err(|(err, _)| err);
             pending.push((message, sent));
         }
-        let mut failed = false;
+        let mut failures = Vec::new();
         for (message, sent) in pending {
             let stored = match sent {
                 Ok(delivery) => match delivery.await {
@@ -235,15 +235,14 @@ impl Publish for KafkaPublisher {
                 },
                 Err(err) => Err(err),
             };
-            failed |= stored.is_err();
-            outcomes.push(
-                stored
-                    .map(|()| Confirmed::New)
-                    .map_err(|err| refused(&message.topic, err)),
-            );
+            outcomes.push(stored.map(|()| Confirmed::New).map_err(|err| {
+                let refused = refused(&message.topic, &err);
+                failures.push(err);
+                refused
+            }));
         }
-        if failed {
-            self.producer.renew_if_stopped(producer);
+        if !failures.is_empty() {
+            self.producer.renew_if_stopped(producer, &failures);
         }
     }
 }

@@ -1,15 +1,18 @@
-//! An idempotent producer made again once it stopped for good.
+//! An idempotent producer made again once it stopped for good, or once the brokers fenced it.
 //!
 //! librdkafka stops an idempotent producer for good (a fatal error) when it cannot go on safely
 //! (fenced for good, its sequence lost): every record it is given after that fails at once,
-//! whatever the brokers do. The relay's publisher and a source's dead letters would then publish
-//! nothing for the rest of the process. (A `ProducerFenced` answer that librdkafka does not
-//! count as fatal, which the soak met on tansu, is not covered here yet.)
+//! whatever the brokers do. And a producer whose records timed out (a broker stalled past
+//! `message.timeout.ms`) bumps its own epoch; a broker that takes no new epoch from a producer
+//! without a transactional id (tansu) then answers `ProducerFenced` to every record, and
+//! librdkafka bumps again without end, never raising a fatal error. Either way the relay's
+//! publisher and a source's dead letters would publish nothing for the rest of the process. A
+//! new producer asks the brokers for a new producer id, at epoch 0.
 
 use std::sync::Mutex;
 
 use rdkafka::ClientConfig;
-use rdkafka::error::KafkaError;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{FutureProducer, Producer};
 
 /// A producer, and the settings to make it again with.
@@ -35,14 +38,26 @@ impl Renewing {
             .clone()
     }
 
-    /// After a record failed on `used`: replaces it with a new producer where it stopped for
-    /// good, unless another caller replaced it already. What it failed goes again on the new one,
-    /// as after an outage (a new record: the consumer's inbox drops a repeat).
+    /// After records failed on `used` with `errors`: replaces it with a new producer where it
+    /// stopped for good or one of them is a fence ([`is_fence`]), unless another caller
+    /// replaced it already. What it failed goes again on the new one, as after an outage (a new
+    /// record: the consumer's inbox drops a repeat).
     ///
     /// The stopped producer is let go on a blocking thread: dropping one waits for its threads.
-    pub(crate) fn renew_if_stopped(&self, used: FutureProducer) {
-        let Some((code, reason)) = used.client().fatal_error() else {
-            return;
+    pub(crate) fn renew_if_stopped<'a>(
+        &self,
+        used: FutureProducer,
+        errors: impl IntoIterator<Item = &'a KafkaError>,
+    ) {
+        let (code, reason) = match used.client().fatal_error() {
+            Some((code, reason)) => (code, reason),
+            None => match errors
+                .into_iter()
+                .find_map(|err| err.rdkafka_error_code().filter(|_| is_fence(err)))
+            {
+                Some(code) => (code, "the brokers fenced its epoch".to_owned()),
+                None => return,
+            },
         };
         let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
         if current.client().native_ptr() != used.client().native_ptr() {
@@ -56,8 +71,8 @@ impl Renewing {
                 tracing::warn!(
                     ?code,
                     %reason,
-                    "the Kafka producer stopped for good; a new one takes over, and what it \
-                     failed goes again"
+                    "the Kafka producer stopped for good or was fenced; a new one takes over, \
+                     and what it failed goes again"
                 );
                 let stopped = std::mem::replace(&mut *current, renewed);
                 drop(current);
@@ -67,9 +82,19 @@ impl Renewing {
                 ?code,
                 %reason,
                 error = %err,
-                "the Kafka producer stopped for good, and a new one cannot be made; trying \
-                 again after the next failure"
+                "the Kafka producer stopped for good or was fenced, and a new one cannot be \
+                 made; trying again after the next failure"
             ),
         }
     }
+}
+
+/// Whether `err` is the brokers fencing the producer's epoch (`ProducerFenced`, or
+/// `InvalidProducerEpoch` from brokers that name it so): a producer without a transactional id
+/// never gets past it by itself.
+pub(crate) fn is_fence(err: &KafkaError) -> bool {
+    matches!(
+        err.rdkafka_error_code(),
+        Some(RDKafkaErrorCode::ProducerFenced | RDKafkaErrorCode::InvalidProducerEpoch)
+    )
 }
