@@ -53,7 +53,8 @@ impl Renewing {
             Some((code, reason)) => (code, reason),
             None => match errors
                 .into_iter()
-                .find_map(|err| err.rdkafka_error_code().filter(|_| is_fence(err)))
+                .find(|err| is_fence(err))
+                .and_then(KafkaError::rdkafka_error_code)
             {
                 Some(code) => (code, "the brokers fenced its epoch".to_owned()),
                 None => return,

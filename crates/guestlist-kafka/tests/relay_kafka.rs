@@ -33,7 +33,7 @@ async fn a_producer_fenced_after_a_stall_is_replaced_and_the_next_round_publishe
         .connect()
         .await
         .expect("a publisher");
-    let topic = kafka.topic().to_owned();
+    let topic = kafka.topic();
     let publish = |id: &'static str| {
         let (publisher, topic) = (publisher.clone(), topic.clone());
         async move {
