@@ -26,6 +26,24 @@ pub trait StepsStatements: Codec {
     /// an external step's journal is then one round trip, not a transaction of four. Binds as
     /// [`StepsSql::record_guarded`] says.
     const RECORD_GUARDED: Option<&'static str> = None;
+    /// One statement that renews the leases of a batch's runs by their tokens and journals
+    /// their finished steps, where the database reads a list of rows from one JSON value
+    /// (PostgreSQL): what a batch's runs wrote for one commit, in one round trip. Binds the
+    /// JSON list ([`crate::steps::pending`]); returns the message ids whose run another holds
+    /// now. Elsewhere each row is its own statements.
+    const JOURNAL_ROUND: Option<&'static str> = None;
+    /// Forgets the runs and journals of a JSON list of `{"h": handler, "i": id}`, in one
+    /// statement, beside [`JOURNAL_ROUND`](Self::JOURNAL_ROUND).
+    const FORGET_ROUND: Option<&'static str> = None;
+    /// Claims the runs of a batch's messages in one statement, where the database reads a list
+    /// of rows from one JSON value (PostgreSQL): a new run row for each message that has none
+    /// and is not handled (`{done}` says where handled ones are). Binds a JSON list of
+    /// `{"h": handler, "i": id, "t": token, "l": lease in ms}`; returns the ids claimed.
+    const CLAIM_ROUND: Option<&'static str> = None;
+    /// Of a JSON list of `{"h": handler, "i": id}`, the ids handled (`{done}`), read after
+    /// [`CLAIM_ROUND`](Self::CLAIM_ROUND) in a statement of its own: a run that committed while
+    /// the claims waited for its run row is seen only by a later statement.
+    const HANDLED_ROUND: Option<&'static str> = None;
 }
 
 /// Where a run's owner is found handled, so that a journal read and the list of runs mid-steps
@@ -93,6 +111,18 @@ pub struct StepsSql {
     pub(crate) record_guarded: Option<Arc<str>>,
     /// Forgets a message's run and journal: handler, id.
     pub(crate) forget: Arc<str>,
+    /// Renews a batch's runs and journals their steps in one statement, where the database can
+    /// ([`StepsStatements::JOURNAL_ROUND`]): binds a JSON list; returns the ids taken over.
+    pub(crate) journal_round: Option<Arc<str>>,
+    /// Forgets a JSON list of runs in one statement, where the database can
+    /// ([`StepsStatements::FORGET_ROUND`]).
+    pub(crate) forget_round: Option<Arc<str>>,
+    /// Claims a batch's new runs in one statement, where the database can
+    /// ([`StepsStatements::CLAIM_ROUND`]): binds a JSON list; returns the ids claimed.
+    pub(crate) claim_round: Option<Arc<str>>,
+    /// Of a batch's runs, those whose owner is handled, where the database can
+    /// ([`StepsStatements::HANDLED_ROUND`]): binds a JSON list; returns their ids.
+    pub(crate) handled_round: Option<Arc<str>>,
     /// Forgets the runs and journals of at most a number of messages whose run was last
     /// touched longer ago than a number of milliseconds: a message dead-lettered or given up
     /// mid-steps. Binds the milliseconds, the limit.
@@ -192,6 +222,20 @@ impl StepsSql {
                 1,
             ),
             record_guarded: DB::RECORD_GUARDED.map(|text| params(text, 7)),
+            journal_round: DB::JOURNAL_ROUND.map(|text| params(text, 1)),
+            forget_round: DB::FORGET_ROUND.map(|text| params(text, 1)),
+            claim_round: DB::CLAIM_ROUND.map(|text| {
+                let done = handled("d")
+                    .replace("{owner}", "r.h")
+                    .replace("{id}", "r.i");
+                params(&text.replace("{done}", &done), 1)
+            }),
+            handled_round: DB::HANDLED_ROUND.map(|text| {
+                let done = handled("d")
+                    .replace("{owner}", "r.h")
+                    .replace("{id}", "r.i");
+                params(&text.replace("{done}", &done), 1)
+            }),
             mid_steps: params(
                 &format!(
                     "SELECT {}, {}, r.lease_until - {{now}}, \

@@ -1,10 +1,11 @@
 //! A batch's runs journaled together: the runs of a batch's messages go side by side, and what
 //! each writes (its run's claim, a step's journal row, a database step's writes, the final
-//! work) goes on one shared transaction, each run's part inside a savepoint of its own. The
-//! transaction commits once every run still going waits for it (or after a short wait, so that
-//! a slow call holds nobody back for long): one commit per step of the batch instead of one per
-//! step of each message. A run goes on only once its part committed, so a step is journaled
-//! before the next one runs, as on its own.
+//! work) goes on one shared transaction, the handler's own code inside a savepoint of its own.
+//! The guards and journal rows of the runs are gathered and written just before the commit, all
+//! at once ([`super::pending`]). The transaction commits once every run still going waits for
+//! it (or after a short wait, so that a slow call holds nobody back for long): one commit per
+//! step of the batch instead of one per step of each message. A run goes on only once its part
+//! committed, so a step is journaled before the next one runs, as on its own.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -12,8 +13,11 @@ use std::time::Duration;
 use sqlx::{Pool, Transaction};
 use tokio::sync::watch;
 
+use super::RunOf;
+use super::pending::{self, Pending};
 use crate::Error;
 use crate::backend::Backend;
+use crate::backend::steps::StepsSql;
 
 /// How long a run that waits for its part's commit lets the others catch up before it commits
 /// itself.
@@ -22,18 +26,31 @@ const CATCH_UP: Duration = Duration::from_millis(5);
 /// The shared transaction of a batch's runs, and who waits for it.
 pub(crate) struct Group<DB: Backend> {
     pool: Pool<DB>,
+    sql: Arc<StepsSql>,
     shared: Arc<tokio::sync::Mutex<Shared<DB>>>,
     counts: Mutex<Counts>,
     /// The last generation whose commit ended.
     committed: watch::Sender<u64>,
-    /// The generations whose commit failed, with the error.
-    failed: Mutex<Vec<(u64, Arc<Error>)>>,
+    /// The generations whose commit failed, with the error and the runs found taken over.
+    failed: Mutex<Vec<Failed>>,
+}
+
+/// A generation whose commit failed.
+struct Failed {
+    generation: u64,
+    error: Arc<Error>,
+    /// The runs whose guard failed: they are told [`Error::RunTakenOver`], the others `error`.
+    taken: Vec<Arc<RunOf>>,
 }
 
 /// The open transaction and its generation (how many went before it).
 struct Shared<DB: Backend> {
     tx: Option<Transaction<'static, DB>>,
     generation: u64,
+    /// What the runs write just before it commits.
+    pending: Vec<Pending>,
+    /// A kept part's savepoint is still open: the next one releases it.
+    kept_savepoint: bool,
     /// A part was dropped before it was kept or undone (its run's future cancelled: a
     /// timeout): what it wrote is on the transaction without its journal row, so the
     /// transaction must not commit.
@@ -47,13 +64,16 @@ struct Counts {
 }
 
 impl<DB: Backend> Group<DB> {
-    /// A group of `runs` runs on `pool`.
-    pub(crate) fn new(pool: Pool<DB>, runs: usize) -> Arc<Self> {
+    /// A group of `runs` runs on `pool`, journaling in `sql`'s table.
+    pub(crate) fn new(pool: Pool<DB>, sql: Arc<StepsSql>, runs: usize) -> Arc<Self> {
         Arc::new(Self {
             pool,
+            sql,
             shared: Arc::new(tokio::sync::Mutex::new(Shared {
                 tx: None,
                 generation: 1,
+                pending: Vec::new(),
+                kept_savepoint: false,
                 poisoned: false,
             })),
             counts: Mutex::new(Counts {
@@ -83,9 +103,18 @@ impl<DB: Backend> Group<DB> {
             shared,
             isolated,
             ended: false,
+            journaled: None,
         };
         if isolated {
-            savepoint::<DB>(part.conn(), "SAVEPOINT guestlist_run").await?;
+            // The last kept part's savepoint is released on the same round trip: savepoints
+            // left to nest would make each a child of the one before, and PostgreSQL's other
+            // sessions walk such chains to tell whose rows they see.
+            let sql = if std::mem::replace(&mut part.shared.kept_savepoint, true) {
+                "RELEASE SAVEPOINT guestlist_run; SAVEPOINT guestlist_run"
+            } else {
+                "SAVEPOINT guestlist_run"
+            };
+            savepoint::<DB>(part.conn(), sql).await?;
         }
         Ok(part)
     }
@@ -103,8 +132,9 @@ impl<DB: Backend> Group<DB> {
     }
 
     /// Waits until generation `generation` committed: commits it itself once every run still
-    /// going waits, or once it waited [`CATCH_UP`].
-    async fn wait(&self, generation: u64) -> Result<(), Error> {
+    /// going waits, or once it waited [`CATCH_UP`]. `run` is the run whose writes are pending,
+    /// told apart where its guard failed.
+    async fn wait(&self, generation: u64, run: Option<&RunOf>) -> Result<(), Error> {
         let all_wait = {
             let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
             counts.waiting += 1;
@@ -121,9 +151,17 @@ impl<DB: Backend> Group<DB> {
                     .unwrap_or_else(|e| e.into_inner())
                     .waiting -= 1;
                 let failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
-                return match failed.iter().find(|(g, _)| *g == generation) {
-                    Some((_, err)) => Err(Error::Shared(Arc::clone(err))),
-                    None => Ok(()),
+                let Some(failed) = failed.iter().find(|f| f.generation == generation) else {
+                    return Ok(());
+                };
+                return match run {
+                    Some(run) if failed.taken.iter().any(|t| t.columns() == run.columns()) => {
+                        Err(Error::RunTakenOver {
+                            handler: run.owner.clone(),
+                            message_id: run.id.clone(),
+                        })
+                    }
+                    _ => Err(Error::Shared(Arc::clone(&failed.error))),
                 };
             }
             if tokio::time::timeout(CATCH_UP, committed.changed())
@@ -147,16 +185,31 @@ impl<DB: Backend> Group<DB> {
         let Some(tx) = shared.tx.take() else {
             return;
         };
+        shared.kept_savepoint = false;
         let failed = match (failed, std::mem::take(&mut shared.poisoned)) {
             (None, true) => Some(Error::RolledBackWithBatch),
             (failed, _) => failed,
         };
+        let pending = std::mem::take(&mut shared.pending);
         let mut told = Told {
             group: self,
             generation: shared.generation,
             error: Some(Error::RolledBackWithBatch),
+            taken: Vec::new(),
         };
         shared.generation += 1;
+        let mut tx = tx;
+        let failed = match failed {
+            None => match pending::write::<DB>(&mut tx, &self.sql, &pending).await {
+                Ok(taken) if taken.is_empty() => None,
+                Ok(taken) => {
+                    told.taken = taken;
+                    Some(Error::RolledBackWithBatch)
+                }
+                Err(err) => Some(err),
+            },
+            failed => failed,
+        };
         told.error = match failed {
             None => tx.commit().await.map_err(Error::from_commit).err(),
             Some(err) => {
@@ -174,13 +227,18 @@ struct Told<'g, DB: Backend> {
     group: &'g Group<DB>,
     generation: u64,
     error: Option<Error>,
+    taken: Vec<Arc<RunOf>>,
 }
 
 impl<DB: Backend> Drop for Told<'_, DB> {
     fn drop(&mut self) {
         if let Some(err) = self.error.take() {
             let failed = &mut self.group.failed.lock().unwrap_or_else(|e| e.into_inner());
-            failed.push((self.generation, Arc::new(err)));
+            failed.push(Failed {
+                generation: self.generation,
+                error: Arc::new(err),
+                taken: std::mem::take(&mut self.taken),
+            });
         }
         self.group.committed.send_replace(self.generation);
     }
@@ -192,8 +250,10 @@ pub(crate) struct Part<DB: Backend> {
     group: Arc<Group<DB>>,
     shared: tokio::sync::OwnedMutexGuard<Shared<DB>>,
     isolated: bool,
-    /// Kept, undone or abandoned: dropped otherwise, it poisons the shared transaction.
+    /// Kept or undone: dropped otherwise, it poisons the shared transaction.
     ended: bool,
+    /// The run whose writes the part left pending for the commit.
+    journaled: Option<Arc<RunOf>>,
 }
 
 impl<DB: Backend> Drop for Part<DB> {
@@ -210,23 +270,23 @@ impl<DB: Backend> Part<DB> {
         self.shared.tx.as_mut().expect("open while a part is in it")
     }
 
-    /// Keeps the part and waits for the shared transaction's commit.
-    pub(crate) async fn keep(mut self) -> Result<(), Error> {
-        if self.isolated {
-            savepoint::<DB>(self.conn(), "RELEASE SAVEPOINT guestlist_run").await?;
-        }
-        let generation = self.shared.generation;
-        let group = Arc::clone(&self.group);
-        self.ended = true;
-        drop(self);
-        group.wait(generation).await
+    /// Leaves `pending` (the run's guard, its step's journal row, its forgetting) to be
+    /// written just before the shared transaction commits: if the guard fails there (another
+    /// run took the message over), nothing of the transaction commits.
+    pub(crate) fn journal(&mut self, pending: Pending) {
+        self.journaled = Some(Arc::clone(&pending.run));
+        self.shared.pending.push(pending);
     }
 
-    /// Leaves a part that wrote nothing (not isolated: no savepoint to release), without
-    /// waiting for the commit.
-    pub(crate) fn abandon(mut self) {
-        debug_assert!(!self.isolated, "an isolated part is undone, not abandoned");
+    /// Keeps the part and waits for the shared transaction's commit. An isolated part's
+    /// savepoint is released with the next part's, or by the commit: a round trip saved.
+    pub(crate) async fn keep(mut self) -> Result<(), Error> {
+        let generation = self.shared.generation;
+        let group = Arc::clone(&self.group);
+        let journaled = self.journaled.take();
         self.ended = true;
+        drop(self);
+        group.wait(generation, journaled.as_deref()).await
     }
 
     /// Undoes the part, which failed: back to its savepoint, or (not isolated) the whole shared
@@ -239,6 +299,7 @@ impl<DB: Backend> Part<DB> {
                 Err(err) => Err(err),
             };
             if released.is_ok() {
+                self.shared.kept_savepoint = false;
                 self.ended = true;
                 return;
             }

@@ -16,6 +16,7 @@ use crate::backend::steps::{JournalRow, RunRow, StepsSql};
 use crate::fencing::new_token;
 
 pub(crate) mod group;
+pub(crate) mod pending;
 mod retry;
 mod run;
 

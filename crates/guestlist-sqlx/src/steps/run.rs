@@ -11,6 +11,7 @@ use sqlx::Pool;
 use tracing::{Instrument, Span};
 
 use super::group::Group;
+use super::pending::Pending;
 use super::retry::{After, Retry};
 use super::{MAX_STEP_RESULT, RunOf};
 use crate::backend::Backend;
@@ -120,37 +121,10 @@ impl<DB: Backend> Steps<DB> {
     /// database writes both at once, else a transaction of the guard and the journal row.
     async fn journal_external(&self, name: &str, result: &[u8]) -> Result<(), Error> {
         if let Some(group) = &self.group {
+            // Written with the batch's other runs' just before the shared commit.
             let mut part = group.enter(false).await?;
-            if self.sql.record_guarded.is_some() {
-                let record = GuardedRecord {
-                    lease_ms: self.lease_ms,
-                    record: self.entry(name, result),
-                };
-                return match DB::run(part.conn(), &*self.sql, record).await {
-                    Ok(1) => part.keep().await,
-                    Ok(_) => {
-                        // Taken over: nothing written, the shared transaction unharmed.
-                        part.abandon();
-                        Err(self.taken_over())
-                    }
-                    Err(err) => {
-                        part.undo().await;
-                        Err(err.into())
-                    }
-                };
-            }
-            if let Err(err) = self.guard(part.conn()).await {
-                // Taken over: nothing written, the shared transaction unharmed.
-                part.abandon();
-                return Err(err);
-            }
-            return match self.record(part.conn(), name, result).await {
-                Ok(()) => part.keep().await,
-                Err(err) => {
-                    part.undo().await;
-                    Err(err)
-                }
-            };
+            part.journal(self.pending(Some((name, result))));
+            return part.keep().await;
         }
         if self.sql.record_guarded.is_none() {
             let mut tx = DB::begin(&self.pool).await?;
@@ -227,14 +201,8 @@ impl<DB: Backend> Steps<DB> {
         R: Serialize,
     {
         let mut part = group.enter(true).await?;
-        // The guard first (it locks the run row, so no take-over lands before this commits),
-        // unless the journal row is written guarded in one statement after the work: a
-        // take-over meanwhile then leaves it unwritten, and the part is undone.
-        let guarded_record = self.sql.record_guarded.is_some();
-        if !guarded_record && let Err(err) = self.guard(part.conn()).await {
-            part.undo().await;
-            return Err(err.into());
-        }
+        // The guard goes with the journal row, just before the shared commit: a take-over
+        // meanwhile fails it, and nothing of the transaction commits.
         let result = match work(part.conn()).await {
             Ok(result) => result,
             Err(error) => {
@@ -242,26 +210,9 @@ impl<DB: Backend> Steps<DB> {
                 return Err(StepError::Step { step: name, error });
             }
         };
-        let written = match encode(&name, &result) {
-            Ok(bytes) if guarded_record => {
-                let record = GuardedRecord {
-                    lease_ms: self.lease_ms,
-                    record: self.entry(&name, &bytes),
-                };
-                match DB::run(part.conn(), &*self.sql, record).await {
-                    Ok(1) => Ok(bytes),
-                    Ok(_) => Err(self.taken_over()),
-                    Err(err) => Err(err.into()),
-                }
-            }
-            Ok(bytes) => self
-                .record(part.conn(), &name, &bytes)
-                .await
-                .map(|()| bytes),
-            Err(err) => Err(err),
-        };
-        match written {
+        match encode(&name, &result) {
             Ok(bytes) => {
+                part.journal(self.pending(Some((&name, &bytes))));
                 part.keep().await?;
                 Ok((result, bytes))
             }
@@ -269,6 +220,19 @@ impl<DB: Backend> Steps<DB> {
                 part.undo().await;
                 Err(err.into())
             }
+        }
+    }
+
+    /// The run's writes for a batch's shared commit: its guard (the lease renewed) and
+    /// `step`'s journal row at this place.
+    pub(crate) fn pending(&self, step: Option<(&str, &[u8])>) -> Pending {
+        Pending {
+            run: Arc::clone(&self.run),
+            token: self.token,
+            lease_ms: self.lease_ms,
+            step: step
+                .map(|(name, result)| (self.place as i64 + 1, name.to_owned(), result.to_vec())),
+            forget: false,
         }
     }
 

@@ -70,6 +70,7 @@ macro_rules! inbox_suite {
             a_batchs_steps_journaled_together_run_once_and_fail_alone,
             a_failed_database_step_in_a_batch_rolls_back_alone,
             a_database_step_cut_mid_write_in_a_batch_commits_nothing_of_it,
+            a_run_of_a_batch_taken_over_commits_nothing,
         );
         guestlist_testkit::stories!(common::protocol, [$db], ("");
             the_key_statements_do_what_the_protocol_allows,

@@ -3,11 +3,12 @@
 //! run resumes after what the batch committed. Effects are counted at each place.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use guestlist_sqlx::{MessageId, ProcessError, Stepped, Steps};
+use guestlist_sqlx::{Error, MessageId, ProcessError, Stepped, Steps};
 use guestlist_testkit::Fixture;
+use tokio::sync::Notify;
 
 use super::harness::{Harness, handler};
 
@@ -242,4 +243,143 @@ pub async fn a_database_step_cut_mid_write_in_a_batch_commits_nothing_of_it<DB: 
     for id in &ids {
         assert_eq!(h.picks_for(id).await, 1, "{id}: one pick task");
     }
+}
+
+/// A run of a batch stalls past its lease (in its external call, and where the database has row
+/// locks also inside its database step, after its write), and another consumer's run takes the
+/// message over and finishes it. The batch's guards and journal rows are written together just
+/// before the shared commit: the stale run's guard fails there, so its journal row (and its
+/// write) never commit, and it is told [`Error::RunTakenOver`]. Effects counted: the message
+/// has one pick task and one final commit, the other messages of the batch too once their
+/// batch runs again (a part that shared the stale run's transaction rolled back with it).
+pub async fn a_run_of_a_batch_taken_over_commits_nothing<DB: Fixture>(name: &str) {
+    let places: &[&str] = if DB::ROW_LOCKS {
+        &["external", "database"]
+    } else {
+        &["external"]
+    };
+    for &place in places {
+        a_run_of_a_batch_taken_over_in::<DB>(&format!("{name}_{place}"), place == "database").await;
+    }
+}
+
+async fn a_run_of_a_batch_taken_over_in<DB: Fixture>(name: &str, in_database: bool) {
+    const LEASE: Duration = Duration::from_secs(2);
+    let h = Harness::<DB>::new(name).await;
+    let inbox = h.inbox.clone().step_lease(LEASE);
+    let warehouse = handler("warehouse");
+    let ids: Vec<MessageId> = (0..3)
+        .map(|n| MessageId::new(format!("evt_t{n}")).unwrap())
+        .collect();
+    let stale = ids[1].clone();
+    let (entered, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let calls = Calls::default();
+
+    let batch = async |stall: bool| {
+        let runs = ids.iter().map(|id| {
+            let pick = h.pick_sql(id).split("; ").nth(1).unwrap().to_owned();
+            let stalls = stall && *id == stale;
+            let (entered, release, calls) = (entered.clone(), release.clone(), &calls);
+            (
+                id.clone(),
+                async move |steps: &mut Steps<DB>| {
+                    let wait = async || {
+                        if stalls {
+                            entered.notify_one();
+                            release.notified().await;
+                        }
+                    };
+                    steps
+                        .external("charge", || async {
+                            if !in_database {
+                                wait().await;
+                            }
+                            Ok::<_, anyhow::Error>(calls.call(id, "charge"))
+                        })
+                        .await?;
+                    steps
+                        .database("pick", async |tx| {
+                            DB::exec(tx, pick).await?;
+                            if in_database {
+                                wait().await;
+                            }
+                            Ok::<_, anyhow::Error>(())
+                        })
+                        .await?;
+                    Ok::<_, anyhow::Error>(())
+                },
+                async |_tx: &mut DB::Connection, ()| Ok::<_, anyhow::Error>(()),
+            )
+        });
+        inbox.process_steps_batch(&h.pool, &warehouse, runs).await
+    };
+    // Another consumer's delivery of the stale message once the stale run's lease lapsed: it
+    // takes the run over, charges (its own call), picks and commits.
+    let take_over = async {
+        tokio::time::timeout(Duration::from_secs(10), entered.notified())
+            .await
+            .expect("the stale run reaches its stall");
+        tokio::time::sleep(LEASE + Duration::from_millis(300)).await;
+        let pick = h.pick_sql(&stale).split("; ").nth(1).unwrap().to_owned();
+        let done = inbox
+            .process_steps(
+                &h.pool,
+                &warehouse,
+                &stale,
+                async |steps| {
+                    steps
+                        .external("charge", || async {
+                            Ok::<_, anyhow::Error>(calls.call(&stale, "charge"))
+                        })
+                        .await?;
+                    steps
+                        .database("pick", async |tx| DB::exec(tx, pick).await.map(drop))
+                        .await?;
+                    Ok::<_, anyhow::Error>(())
+                },
+                async |_tx, ()| Ok::<_, anyhow::Error>(()),
+            )
+            .await;
+        release.notify_one();
+        done
+    };
+    let (first, taken_over) = tokio::join!(batch(true), take_over);
+    assert!(
+        matches!(taken_over, Ok(Stepped::Ran(()))),
+        "{}: the take-over: {taken_over:?}",
+        DB::LABEL
+    );
+    let Err(ProcessError::Handler(err)) = &first[1] else {
+        panic!("{}: the stale run: {:?}", DB::LABEL, first[1]);
+    };
+    assert!(
+        err.chain().any(|cause| matches!(
+            cause.downcast_ref::<Error>(),
+            Some(Error::RunTakenOver { .. })
+        )),
+        "{}: {err:#}",
+        DB::LABEL
+    );
+    assert_eq!(
+        h.picks_for(&stale).await,
+        1,
+        "{}: the stale run's pick did not commit",
+        DB::LABEL
+    );
+    // The others ran, or rolled back with the stale run's part and run again now.
+    let again = batch(false).await;
+    for (id, done) in ids.iter().zip(&again) {
+        assert!(
+            matches!(done, Ok(Stepped::Ran(()) | Stepped::Duplicate)),
+            "{}: {id}: {done:?}",
+            DB::LABEL
+        );
+        assert_eq!(
+            h.picks_for(id).await,
+            1,
+            "{}: {id}: one pick task",
+            DB::LABEL
+        );
+    }
+    assert_eq!(h.inbox_rows().await, 3, "{}", DB::LABEL);
 }

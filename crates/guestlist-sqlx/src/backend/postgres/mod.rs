@@ -186,4 +186,36 @@ impl crate::backend::steps::StepsStatements for Postgres {
          INSERT INTO {table} (handler, message_id, place, name, token, lease_until, result) \
          SELECT {2}, {3}, {5}, {6}, token, {now}, {7} FROM run",
     );
+    // A result is JSON text, so it travels as a JSON string and goes back to bytes unchanged.
+    // A data-modifying `WITH` runs to its end whether or not the query reads it.
+    const JOURNAL_ROUND: Option<&'static str> = Some(
+        "WITH r AS (SELECT * FROM jsonb_to_recordset({1}::jsonb) \
+         AS r(h text, i text, t bigint, l bigint, p integer, n text, v text)), \
+         run AS (UPDATE {table} s SET lease_until = {now} + r.l FROM r \
+         WHERE s.handler = r.h COLLATE \"C\" AND s.message_id = r.i COLLATE \"C\" \
+         AND s.place = 0 AND s.token = r.t RETURNING s.handler, s.message_id), \
+         journaled AS (INSERT INTO {table} \
+         (handler, message_id, place, name, token, lease_until, result) \
+         SELECT r.h, r.i, r.p, r.n, r.t, {now}, convert_to(r.v, 'UTF8') FROM r \
+         JOIN run ON run.handler = r.h COLLATE \"C\" AND run.message_id = r.i COLLATE \"C\" \
+         WHERE r.p > 0 RETURNING 1) \
+         SELECT r.i FROM r WHERE NOT EXISTS (SELECT 1 FROM run \
+         WHERE run.handler = r.h COLLATE \"C\" AND run.message_id = r.i COLLATE \"C\")",
+    );
+    const CLAIM_ROUND: Option<&'static str> = Some(
+        "INSERT INTO {table} (handler, message_id, place, name, token, lease_until) \
+         SELECT r.h, r.i, 0, '', r.t, {now} + r.l FROM jsonb_to_recordset({1}::jsonb) \
+         AS r(h text COLLATE \"C\", i text COLLATE \"C\", t bigint, l bigint) \
+         WHERE NOT EXISTS (SELECT 1 FROM {done}) \
+         ON CONFLICT DO NOTHING RETURNING message_id",
+    );
+    const HANDLED_ROUND: Option<&'static str> = Some(
+        "SELECT r.i FROM jsonb_to_recordset({1}::jsonb) \
+         AS r(h text COLLATE \"C\", i text COLLATE \"C\") WHERE EXISTS (SELECT 1 FROM {done})",
+    );
+    const FORGET_ROUND: Option<&'static str> = Some(
+        "DELETE FROM {table} WHERE (handler, message_id) IN \
+         (SELECT h COLLATE \"C\", i COLLATE \"C\" FROM jsonb_to_recordset({1}::jsonb) \
+         AS f(h text, i text))",
+    );
 }

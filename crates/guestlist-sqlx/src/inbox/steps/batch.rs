@@ -8,10 +8,12 @@ use guestlist_core::{Claim, HandlerName, MessageId};
 use sqlx::Pool;
 
 use super::Stepped;
+use super::claims::RoundClaim;
 use crate::backend::Backend;
 use crate::inbox::Inbox;
 use crate::inbox::process::ProcessError;
 use crate::steps::group::Group;
+use crate::steps::pending::Pending;
 use crate::steps::{Run, RunOf, Steps, claim_run, end_lease, read_journal};
 use crate::{Error, WorkError};
 
@@ -57,12 +59,16 @@ impl<DB: Backend> Inbox<DB> {
         E: WorkError,
     {
         let runs: Vec<(MessageId, W, F)> = runs.into_iter().collect();
-        let group = Group::new(pool.clone(), runs.len());
+        let group = Group::new(pool.clone(), Arc::clone(&self.steps), runs.len());
+        let ids: Vec<&MessageId> = runs.iter().map(|(id, _, _)| id).collect();
+        let mut claimed = self.claim_round(pool, handler, &ids).await;
         let runs = runs.into_iter().map(|(id, work, finish)| {
             let group = &group;
+            // A message twice in the batch: its second run finds the first holding it.
+            let claimed = claimed.remove(id.as_str());
             async move {
                 let done = self
-                    .run_in_group(pool, group, handler, &id, work, finish)
+                    .run_in_group(pool, group, handler, &id, claimed, work, finish)
                     .await;
                 group.leave().await;
                 done
@@ -71,13 +77,16 @@ impl<DB: Backend> Inbox<DB> {
         futures_util::future::join_all(runs).await
     }
 
-    /// One message's run of a batch's, on the batch's `group`.
+    /// One message's run of a batch's, on the batch's `group`; `claimed` is its token where
+    /// the batch's claims took its run already.
+    #[allow(clippy::too_many_arguments)] // the batch's context, then the run's own
     async fn run_in_group<S, T, E, W, F>(
         &self,
         pool: &Pool<DB>,
         group: &Arc<Group<DB>>,
         handler: &HandlerName,
         id: &MessageId,
+        claimed: Option<RoundClaim>,
         work: W,
         finish: F,
     ) -> Result<Stepped<T>, ProcessError<E>>
@@ -90,15 +99,35 @@ impl<DB: Backend> Inbox<DB> {
         // No first look at the inbox here: the journal's read asks it, and a duplicate's run
         // row goes again on the same commit as the batch's claims.
         let of = RunOf::message(handler, id);
-        let mut part = group.enter(false).await?;
-        let claimed = match self.claim_in(part.conn(), &of, lease_ms).await {
-            Ok(claimed) => claimed,
-            Err(err) => {
-                part.undo().await;
-                return Err(err.into());
+        let claimed = match claimed {
+            // A new run row: nothing journaled yet.
+            Some(RoundClaim {
+                token,
+                handled: false,
+            }) => Claimed::Holds(token, Vec::new()),
+            // Handled meanwhile: the new run row goes (or stays, its lease ended).
+            Some(RoundClaim {
+                token,
+                handled: true,
+            }) => {
+                let mut part = group.enter(false).await?;
+                part.journal(self.settle_pending(&of, token));
+                part.keep().await?;
+                return Ok(Stepped::Duplicate);
+            }
+            None => {
+                let mut part = group.enter(false).await?;
+                let claimed = match self.claim_in(part.conn(), &of, lease_ms).await {
+                    Ok(claimed) => claimed,
+                    Err(err) => {
+                        part.undo().await;
+                        return Err(err.into());
+                    }
+                };
+                part.keep().await?;
+                claimed
             }
         };
-        part.keep().await?;
         let (token, journal) = match claimed {
             Claimed::Holds(token, journal) => (token, journal),
             Claimed::Held(retry_after) => return Ok(Stepped::InFlight { retry_after }),
@@ -113,12 +142,10 @@ impl<DB: Backend> Inbox<DB> {
                 return Err(ProcessError::Handler(err));
             }
         };
+        // The run's guard goes with the batch's just before the shared commit: a take-over
+        // meanwhile fails it, and nothing of the transaction commits.
         let mut part = group.enter(true).await?;
-        let claimed = match fence.guard(part.conn()).await {
-            Ok(()) => self.claim(part.conn(), handler, id).await,
-            Err(err) => Err(err),
-        };
-        match claimed {
+        match self.claim(part.conn(), handler, id).await {
             Ok(Claim::Duplicate) => {
                 part.undo().await;
                 return Ok(Stepped::Duplicate);
@@ -137,18 +164,25 @@ impl<DB: Backend> Inbox<DB> {
                 return Err(ProcessError::Handler(err));
             }
         };
-        match self
-            .settle_journal(part.conn(), &fence.run, fence.token)
-            .await
-        {
-            Ok(()) => {
-                part.keep().await?;
-                Ok(Stepped::Ran(output))
-            }
-            Err(err) => {
-                part.undo().await;
-                Err(err.into())
-            }
+        // The journal goes (or stays, its lease ended) with the commit.
+        part.journal(self.settle_pending(&fence.run, fence.token));
+        part.keep().await?;
+        Ok(Stepped::Ran(output))
+    }
+
+    /// What becomes of a handled message's run and journal on the batch's commit, as
+    /// [`Inbox::settle_journal`] does on its own.
+    fn settle_pending(&self, of: &Arc<RunOf>, token: i64) -> Pending {
+        Pending {
+            run: Arc::clone(of),
+            token,
+            lease_ms: if self.keep_journals {
+                0
+            } else {
+                self.step_lease_ms()
+            },
+            step: None,
+            forget: !self.keep_journals,
         }
     }
 

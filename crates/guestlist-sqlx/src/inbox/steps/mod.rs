@@ -20,6 +20,7 @@ use crate::steps::{Run, RunOf, Steps, claim_run, end_lease, forget, give_back, r
 use crate::{Error, WorkError};
 
 mod batch;
+mod claims;
 mod mid;
 
 pub use mid::MidSteps;

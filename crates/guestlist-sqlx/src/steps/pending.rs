@@ -1,0 +1,170 @@
+//! What a batch's runs write for one commit of the transaction they share
+//! ([`super::group`]): each run's guard (its lease renewed by its token, or ended), the step it
+//! journals, and whether its journal goes. They are written just before the commit, all at
+//! once: on PostgreSQL one statement for the guards and the journal rows (and one more for the
+//! journals forgotten), elsewhere each run's own statements. A run taken over meanwhile fails
+//! its guard, and the transaction rolls back: its writes never commit without it.
+
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use super::RunOf;
+use crate::Error;
+use crate::backend::Backend;
+use crate::backend::statement::Plain;
+use crate::backend::steps::{Record, StepsSql};
+
+/// One run's writes for the commit.
+#[derive(Debug)]
+pub(crate) struct Pending {
+    /// The run.
+    pub(crate) run: Arc<RunOf>,
+    /// The token it holds the message by.
+    pub(crate) token: i64,
+    /// Its lease from the commit on, in milliseconds: 0 ends it.
+    pub(crate) lease_ms: i64,
+    /// The step it journals: its place, name and result.
+    pub(crate) step: Option<(i64, String, Vec<u8>)>,
+    /// Whether its run and journal go (its final work commits).
+    pub(crate) forget: bool,
+}
+
+/// A run's row in the JSON list PostgreSQL reads.
+#[derive(Serialize)]
+struct Row<'a> {
+    h: &'a str,
+    i: &'a str,
+    t: i64,
+    l: i64,
+    p: i64,
+    n: &'a str,
+    v: Option<&'a str>,
+}
+
+/// A run to forget, in the JSON list PostgreSQL reads.
+#[derive(Serialize)]
+struct Forget<'a> {
+    h: &'a str,
+    i: &'a str,
+}
+
+/// Writes `pending` on `conn`; returns the runs whose guard failed (another run holds the
+/// message now), whose writes must not commit.
+pub(crate) async fn write<DB: Backend>(
+    conn: &mut DB::Connection,
+    sql: &StepsSql,
+    pending: &[Pending],
+) -> Result<Vec<Arc<RunOf>>, Error> {
+    if pending.is_empty() {
+        return Ok(Vec::new());
+    }
+    match (&sql.journal_round, &sql.forget_round) {
+        (Some(_), Some(_)) => write_round::<DB>(conn, sql, pending).await,
+        _ => write_each::<DB>(conn, sql, pending).await,
+    }
+}
+
+/// Each run's statements in turn: the guard, the journal row, the forgetting.
+async fn write_each<DB: Backend>(
+    conn: &mut DB::Connection,
+    sql: &StepsSql,
+    pending: &[Pending],
+) -> Result<Vec<Arc<RunOf>>, Error> {
+    let mut taken = Vec::new();
+    for write in pending {
+        let (owner, id) = write.run.columns();
+        let renew = Plain::new(
+            |sql: &StepsSql| &sql.renew,
+            (write.lease_ms, owner, id, write.token),
+        );
+        if DB::run(conn, sql, renew).await? != 1 {
+            taken.push(Arc::clone(&write.run));
+            continue;
+        }
+        if let Some((place, name, result)) = &write.step {
+            let record = Record {
+                handler: owner,
+                id,
+                place: *place,
+                name,
+                token: write.token,
+                result,
+            };
+            DB::run(conn, sql, record).await?;
+        }
+        if write.forget {
+            DB::run(
+                conn,
+                sql,
+                Plain::new(|sql: &StepsSql| &sql.forget, (owner, id)),
+            )
+            .await?;
+        }
+    }
+    Ok(taken)
+}
+
+/// The guards and journal rows in one statement, the forgetting in one more.
+async fn write_round<DB: Backend>(
+    conn: &mut DB::Connection,
+    sql: &StepsSql,
+    pending: &[Pending],
+) -> Result<Vec<Arc<RunOf>>, Error> {
+    let mut rows = Vec::with_capacity(pending.len());
+    for write in pending {
+        let (p, n, v) = match &write.step {
+            Some((place, name, result)) => {
+                let text = std::str::from_utf8(result).map_err(|err| Error::StepResult {
+                    step: name.clone(),
+                    reason: format!("is not UTF-8 JSON: {err}"),
+                })?;
+                (*place, name.as_str(), Some(text))
+            }
+            None => (0, "", None),
+        };
+        rows.push(Row {
+            h: &write.run.owner,
+            i: &write.run.id,
+            t: write.token,
+            l: write.lease_ms,
+            p,
+            n,
+            v,
+        });
+    }
+    let rows = serde_json::to_string(&rows).map_err(|err| Error::StepResult {
+        step: "the batch's journal".to_owned(),
+        reason: format!("cannot be written as JSON: {err}"),
+    })?;
+    let round = Plain::reading(
+        |sql: &StepsSql| sql.journal_round.as_ref().expect("checked by write"),
+        (rows.as_str(),),
+    );
+    let taken_ids: Vec<(String,)> = DB::fetch(conn, sql, round).await?;
+    let taken: Vec<Arc<RunOf>> = pending
+        .iter()
+        .filter(|write| taken_ids.iter().any(|(id,)| *id == write.run.id))
+        .map(|write| Arc::clone(&write.run))
+        .collect();
+    let forgets: Vec<Forget<'_>> = pending
+        .iter()
+        .filter(|write| write.forget)
+        .map(|write| Forget {
+            h: &write.run.owner,
+            i: &write.run.id,
+        })
+        .collect();
+    if taken.is_empty() && !forgets.is_empty() {
+        let forgets = serde_json::to_string(&forgets).map_err(|err| Error::StepResult {
+            step: "the batch's journal".to_owned(),
+            reason: format!("cannot be written as JSON: {err}"),
+        })?;
+        let forget = Plain::new(
+            |sql: &StepsSql| sql.forget_round.as_ref().expect("checked by write"),
+            (forgets.as_str(),),
+        );
+        DB::run(conn, sql, forget).await?;
+    }
+    Ok(taken)
+}
