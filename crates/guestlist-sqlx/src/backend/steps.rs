@@ -26,11 +26,12 @@ pub trait StepsStatements: Codec {
     /// an external step's journal is then one round trip, not a transaction of four. Binds as
     /// [`StepsSql::record_guarded`] says.
     const RECORD_GUARDED: Option<&'static str> = None;
-    /// One statement that renews the leases of a batch's runs by their tokens and journals
-    /// their finished steps, where the database reads a list of rows from one JSON value
-    /// (PostgreSQL): what a batch's runs wrote for one commit, in one round trip. Binds the
-    /// JSON list ([`crate::steps::pending`]); returns the message ids whose run another holds
-    /// now. Elsewhere each row is its own statements.
+    /// One statement that renews the leases of a batch's runs by their tokens, journals their
+    /// finished steps and claims the messages whose final work is done (in the inbox,
+    /// `{claims}`), where the database reads a list of rows from one JSON value (PostgreSQL):
+    /// what a batch's runs wrote for one commit, in one round trip. Binds the JSON list
+    /// ([`crate::steps::pending`]); returns each message id whose run another holds now (0),
+    /// or whose claim found it handled (1). Elsewhere each row is its own statements.
     const JOURNAL_ROUND: Option<&'static str> = None;
     /// Forgets the runs and journals of a JSON list of `{"h": handler, "i": id}`, in one
     /// statement, beside [`JOURNAL_ROUND`](Self::JOURNAL_ROUND).
@@ -57,6 +58,8 @@ pub(crate) struct Done<'a> {
     id: &'a str,
     /// What else a row must say to count as handled.
     answered: &'a str,
+    /// Whether the table is an inbox that a batch's runs claim their messages in.
+    claims: bool,
 }
 
 impl<'a> Done<'a> {
@@ -67,6 +70,7 @@ impl<'a> Done<'a> {
             owner: "handler",
             id: "message_id",
             answered: "",
+            claims: true,
         }
     }
 
@@ -77,6 +81,7 @@ impl<'a> Done<'a> {
             owner: "scope",
             id: "idempotency_key",
             answered: " AND status IS NOT NULL",
+            claims: false,
         }
     }
 }
@@ -111,8 +116,9 @@ pub struct StepsSql {
     pub(crate) record_guarded: Option<Arc<str>>,
     /// Forgets a message's run and journal: handler, id.
     pub(crate) forget: Arc<str>,
-    /// Renews a batch's runs and journals their steps in one statement, where the database can
-    /// ([`StepsStatements::JOURNAL_ROUND`]): binds a JSON list; returns the ids taken over.
+    /// Renews a batch's runs, journals their steps and claims their finished messages in one
+    /// statement, where the database can ([`StepsStatements::JOURNAL_ROUND`]; an inbox's
+    /// only): binds a JSON list; returns the ids taken over (0) or handled already (1).
     pub(crate) journal_round: Option<Arc<str>>,
     /// Forgets a JSON list of runs in one statement, where the database can
     /// ([`StepsStatements::FORGET_ROUND`]).
@@ -222,7 +228,9 @@ impl StepsSql {
                 1,
             ),
             record_guarded: DB::RECORD_GUARDED.map(|text| params(text, 7)),
-            journal_round: DB::JOURNAL_ROUND.map(|text| params(text, 1)),
+            journal_round: DB::JOURNAL_ROUND
+                .filter(|_| done.claims)
+                .map(|text| params(&text.replace("{claims}", done.table), 1)),
             forget_round: DB::FORGET_ROUND.map(|text| params(text, 1)),
             claim_round: DB::CLAIM_ROUND.map(|text| {
                 let done = handled("d")

@@ -14,9 +14,10 @@ use sqlx::{Pool, Transaction};
 use tokio::sync::watch;
 
 use super::RunOf;
-use super::pending::{self, Pending};
+use super::pending::{self, Pending, Refused};
 use crate::Error;
 use crate::backend::Backend;
+use crate::backend::InboxSql;
 use crate::backend::steps::StepsSql;
 
 /// How long a run that waits for its part's commit lets the others catch up before it commits
@@ -27,11 +28,13 @@ const CATCH_UP: Duration = Duration::from_millis(5);
 pub(crate) struct Group<DB: Backend> {
     pool: Pool<DB>,
     sql: Arc<StepsSql>,
+    /// The inbox a final part's claim goes in.
+    inbox: Arc<InboxSql>,
     shared: Arc<tokio::sync::Mutex<Shared<DB>>>,
     counts: Mutex<Counts>,
     /// The last generation whose commit ended.
     committed: watch::Sender<u64>,
-    /// The generations whose commit failed, with the error and the runs found taken over.
+    /// The generations whose commit failed, with the error and the runs refused.
     failed: Mutex<Vec<Failed>>,
 }
 
@@ -39,8 +42,9 @@ pub(crate) struct Group<DB: Backend> {
 struct Failed {
     generation: u64,
     error: Arc<Error>,
-    /// The runs whose guard failed: they are told [`Error::RunTakenOver`], the others `error`.
-    taken: Vec<Arc<RunOf>>,
+    /// The runs refused: those whose guard failed are told [`Error::RunTakenOver`], those whose
+    /// claim found their message handled that it was, and the others `error`.
+    refused: Refused,
 }
 
 /// The open transaction and its generation (how many went before it).
@@ -65,10 +69,16 @@ struct Counts {
 
 impl<DB: Backend> Group<DB> {
     /// A group of `runs` runs on `pool`, journaling in `sql`'s table.
-    pub(crate) fn new(pool: Pool<DB>, sql: Arc<StepsSql>, runs: usize) -> Arc<Self> {
+    pub(crate) fn new(
+        pool: Pool<DB>,
+        sql: Arc<StepsSql>,
+        inbox: Arc<InboxSql>,
+        runs: usize,
+    ) -> Arc<Self> {
         Arc::new(Self {
             pool,
             sql,
+            inbox,
             shared: Arc::new(tokio::sync::Mutex::new(Shared {
                 tx: None,
                 generation: 1,
@@ -133,8 +143,8 @@ impl<DB: Backend> Group<DB> {
 
     /// Waits until generation `generation` committed: commits it itself once every run still
     /// going waits, or once it waited [`CATCH_UP`]. `run` is the run whose writes are pending,
-    /// told apart where its guard failed.
-    async fn wait(&self, generation: u64, run: Option<&RunOf>) -> Result<(), Error> {
+    /// told apart where its guard failed; `false` where its claim found the message handled.
+    async fn wait(&self, generation: u64, run: Option<&RunOf>) -> Result<bool, Error> {
         let all_wait = {
             let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
             counts.waiting += 1;
@@ -152,15 +162,17 @@ impl<DB: Backend> Group<DB> {
                     .waiting -= 1;
                 let failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
                 let Some(failed) = failed.iter().find(|f| f.generation == generation) else {
-                    return Ok(());
+                    return Ok(true);
+                };
+                let among = |runs: &[Arc<RunOf>], run: &RunOf| {
+                    runs.iter().any(|r| r.columns() == run.columns())
                 };
                 return match run {
-                    Some(run) if failed.taken.iter().any(|t| t.columns() == run.columns()) => {
-                        Err(Error::RunTakenOver {
-                            handler: run.owner.clone(),
-                            message_id: run.id.clone(),
-                        })
-                    }
+                    Some(run) if among(&failed.refused.taken, run) => Err(Error::RunTakenOver {
+                        handler: run.owner.clone(),
+                        message_id: run.id.clone(),
+                    }),
+                    Some(run) if among(&failed.refused.handled, run) => Ok(false),
                     _ => Err(Error::Shared(Arc::clone(&failed.error))),
                 };
             }
@@ -195,15 +207,15 @@ impl<DB: Backend> Group<DB> {
             group: self,
             generation: shared.generation,
             error: Some(Error::RolledBackWithBatch),
-            taken: Vec::new(),
+            refused: Refused::default(),
         };
         shared.generation += 1;
         let mut tx = tx;
         let failed = match failed {
-            None => match pending::write::<DB>(&mut tx, &self.sql, &pending).await {
-                Ok(taken) if taken.is_empty() => None,
-                Ok(taken) => {
-                    told.taken = taken;
+            None => match pending::write::<DB>(&mut tx, &self.sql, &self.inbox, &pending).await {
+                Ok(refused) if refused.is_empty() => None,
+                Ok(refused) => {
+                    told.refused = refused;
                     Some(Error::RolledBackWithBatch)
                 }
                 Err(err) => Some(err),
@@ -227,7 +239,7 @@ struct Told<'g, DB: Backend> {
     group: &'g Group<DB>,
     generation: u64,
     error: Option<Error>,
-    taken: Vec<Arc<RunOf>>,
+    refused: Refused,
 }
 
 impl<DB: Backend> Drop for Told<'_, DB> {
@@ -237,7 +249,7 @@ impl<DB: Backend> Drop for Told<'_, DB> {
             failed.push(Failed {
                 generation: self.generation,
                 error: Arc::new(err),
-                taken: std::mem::take(&mut self.taken),
+                refused: std::mem::take(&mut self.refused),
             });
         }
         self.group.committed.send_replace(self.generation);
@@ -280,7 +292,14 @@ impl<DB: Backend> Part<DB> {
 
     /// Keeps the part and waits for the shared transaction's commit. An isolated part's
     /// savepoint is released with the next part's, or by the commit: a round trip saved.
-    pub(crate) async fn keep(mut self) -> Result<(), Error> {
+    pub(crate) async fn keep(self) -> Result<(), Error> {
+        self.keep_claimed().await.map(drop)
+    }
+
+    /// Keeps a part whose pending writes claim its message, and waits for the shared
+    /// transaction's commit: `false` where the claim found the message handled (by something
+    /// other than a run of steps), and the transaction rolled back.
+    pub(crate) async fn keep_claimed(mut self) -> Result<bool, Error> {
         let generation = self.shared.generation;
         let group = Arc::clone(&self.group);
         let journaled = self.journaled.take();

@@ -1,9 +1,11 @@
 //! What a batch's runs write for one commit of the transaction they share
 //! ([`super::group`]): each run's guard (its lease renewed by its token, or ended), the step it
-//! journals, and whether its journal goes. They are written just before the commit, all at
-//! once: on PostgreSQL one statement for the guards and the journal rows (and one more for the
-//! journals forgotten), elsewhere each run's own statements. A run taken over meanwhile fails
-//! its guard, and the transaction rolls back: its writes never commit without it.
+//! journals, the inbox's claim of a message whose final work is done, and whether its journal
+//! goes. They are written just before the commit, all at once: on PostgreSQL one statement for
+//! the guards, the journal rows and the claims (and one more for the journals forgotten),
+//! elsewhere each run's own statements. A run taken over meanwhile fails its guard, a claim
+//! that finds its message handled fails too, and the transaction rolls back: nothing of it
+//! commits without its guard, and no final work commits twice.
 
 use std::sync::Arc;
 
@@ -11,9 +13,9 @@ use serde::Serialize;
 
 use super::RunOf;
 use crate::Error;
-use crate::backend::Backend;
 use crate::backend::statement::Plain;
 use crate::backend::steps::{Record, StepsSql};
+use crate::backend::{Backend, InboxSql};
 
 /// One run's writes for the commit.
 #[derive(Debug)]
@@ -28,6 +30,24 @@ pub(crate) struct Pending {
     pub(crate) step: Option<(i64, String, Vec<u8>)>,
     /// Whether its run and journal go (its final work commits).
     pub(crate) forget: bool,
+    /// Whether the inbox claims its message (its final work is on the transaction).
+    pub(crate) claim: bool,
+}
+
+/// The runs whose writes must not commit, found while writing them.
+#[derive(Debug, Default)]
+pub(crate) struct Refused {
+    /// Another run holds the message now.
+    pub(crate) taken: Vec<Arc<RunOf>>,
+    /// The inbox held the message already (claimed by something other than a run of steps).
+    pub(crate) handled: Vec<Arc<RunOf>>,
+}
+
+impl Refused {
+    /// Whether nothing was refused.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.taken.is_empty() && self.handled.is_empty()
+    }
 }
 
 /// A run's row in the JSON list PostgreSQL reads.
@@ -40,6 +60,7 @@ struct Row<'a> {
     p: i64,
     n: &'a str,
     v: Option<&'a str>,
+    c: bool,
 }
 
 /// A run to forget, in the JSON list PostgreSQL reads.
@@ -49,29 +70,31 @@ struct Forget<'a> {
     i: &'a str,
 }
 
-/// Writes `pending` on `conn`; returns the runs whose guard failed (another run holds the
-/// message now), whose writes must not commit.
+/// Writes `pending` on `conn`, claiming in `inbox`; returns the runs whose writes must not
+/// commit.
 pub(crate) async fn write<DB: Backend>(
     conn: &mut DB::Connection,
     sql: &StepsSql,
+    inbox: &InboxSql,
     pending: &[Pending],
-) -> Result<Vec<Arc<RunOf>>, Error> {
+) -> Result<Refused, Error> {
     if pending.is_empty() {
-        return Ok(Vec::new());
+        return Ok(Refused::default());
     }
     match (&sql.journal_round, &sql.forget_round) {
         (Some(_), Some(_)) => write_round::<DB>(conn, sql, pending).await,
-        _ => write_each::<DB>(conn, sql, pending).await,
+        _ => write_each::<DB>(conn, sql, inbox, pending).await,
     }
 }
 
-/// Each run's statements in turn: the guard, the journal row, the forgetting.
+/// Each run's statements in turn: the guard, the journal row, the claim, the forgetting.
 async fn write_each<DB: Backend>(
     conn: &mut DB::Connection,
     sql: &StepsSql,
+    inbox: &InboxSql,
     pending: &[Pending],
-) -> Result<Vec<Arc<RunOf>>, Error> {
-    let mut taken = Vec::new();
+) -> Result<Refused, Error> {
+    let mut refused = Refused::default();
     for write in pending {
         let (owner, id) = write.run.columns();
         let renew = Plain::new(
@@ -79,7 +102,11 @@ async fn write_each<DB: Backend>(
             (write.lease_ms, owner, id, write.token),
         );
         if DB::run(conn, sql, renew).await? != 1 {
-            taken.push(Arc::clone(&write.run));
+            refused.taken.push(Arc::clone(&write.run));
+            continue;
+        }
+        if write.claim && !DB::claim(conn, inbox, owner, id).await? {
+            refused.handled.push(Arc::clone(&write.run));
             continue;
         }
         if let Some((place, name, result)) = &write.step {
@@ -102,15 +129,15 @@ async fn write_each<DB: Backend>(
             .await?;
         }
     }
-    Ok(taken)
+    Ok(refused)
 }
 
-/// The guards and journal rows in one statement, the forgetting in one more.
+/// The guards, journal rows and claims in one statement, the forgetting in one more.
 async fn write_round<DB: Backend>(
     conn: &mut DB::Connection,
     sql: &StepsSql,
     pending: &[Pending],
-) -> Result<Vec<Arc<RunOf>>, Error> {
+) -> Result<Refused, Error> {
     let mut rows = Vec::with_capacity(pending.len());
     for write in pending {
         let (p, n, v) = match &write.step {
@@ -131,6 +158,7 @@ async fn write_round<DB: Backend>(
             p,
             n,
             v,
+            c: write.claim,
         });
     }
     let rows = serde_json::to_string(&rows).map_err(|err| Error::StepResult {
@@ -141,12 +169,18 @@ async fn write_round<DB: Backend>(
         |sql: &StepsSql| sql.journal_round.as_ref().expect("checked by write"),
         (rows.as_str(),),
     );
-    let taken_ids: Vec<(String,)> = DB::fetch(conn, sql, round).await?;
-    let taken: Vec<Arc<RunOf>> = pending
-        .iter()
-        .filter(|write| taken_ids.iter().any(|(id,)| *id == write.run.id))
-        .map(|write| Arc::clone(&write.run))
-        .collect();
+    let refusals: Vec<(String, i64)> = DB::fetch(conn, sql, round).await?;
+    let refused_as = |kind: i64| -> Vec<Arc<RunOf>> {
+        pending
+            .iter()
+            .filter(|write| refusals.contains(&(write.run.id.clone(), kind)))
+            .map(|write| Arc::clone(&write.run))
+            .collect()
+    };
+    let refused = Refused {
+        taken: refused_as(0),
+        handled: refused_as(1),
+    };
     let forgets: Vec<Forget<'_>> = pending
         .iter()
         .filter(|write| write.forget)
@@ -155,7 +189,7 @@ async fn write_round<DB: Backend>(
             i: &write.run.id,
         })
         .collect();
-    if taken.is_empty() && !forgets.is_empty() {
+    if refused.is_empty() && !forgets.is_empty() {
         let forgets = serde_json::to_string(&forgets).map_err(|err| Error::StepResult {
             step: "the batch's journal".to_owned(),
             reason: format!("cannot be written as JSON: {err}"),
@@ -166,5 +200,5 @@ async fn write_round<DB: Backend>(
         );
         DB::run(conn, sql, forget).await?;
     }
-    Ok(taken)
+    Ok(refused)
 }

@@ -233,6 +233,7 @@ impl<DB: Backend> Steps<DB> {
             step: step
                 .map(|(name, result)| (self.place as i64 + 1, name.to_owned(), result.to_vec())),
             forget: false,
+            claim: false,
         }
     }
 

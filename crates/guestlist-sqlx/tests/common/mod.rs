@@ -71,6 +71,7 @@ macro_rules! inbox_suite {
             a_failed_database_step_in_a_batch_rolls_back_alone,
             a_database_step_cut_mid_write_in_a_batch_commits_nothing_of_it,
             a_run_of_a_batch_taken_over_commits_nothing,
+            a_message_handled_elsewhere_mid_steps_commits_no_final_work,
         );
         guestlist_testkit::stories!(common::protocol, [$db], ("");
             the_key_statements_do_what_the_protocol_allows,

@@ -383,3 +383,89 @@ async fn a_run_of_a_batch_taken_over_in<DB: Fixture>(name: &str, in_database: bo
     }
     assert_eq!(h.inbox_rows().await, 3, "{}", DB::LABEL);
 }
+
+/// A message of a batch is handled by other means (a plain `Inbox::process` of the same
+/// handler, as during a move from one to the other) while its run is mid-steps. The inbox's
+/// claim goes with the batch's writes just before the shared commit: it finds the message
+/// handled, the transaction rolls back, and the run's final work never commits. Effects
+/// counted: one pick task for that message (the other consumer's), one for the other message
+/// of the batch once its batch runs again.
+pub async fn a_message_handled_elsewhere_mid_steps_commits_no_final_work<DB: Fixture>(name: &str) {
+    let h = Harness::<DB>::new(name).await;
+    let warehouse = handler("warehouse");
+    let ids: Vec<MessageId> = (0..2)
+        .map(|n| MessageId::new(format!("evt_e{n}")).unwrap())
+        .collect();
+    let elsewhere = ids[0].clone();
+    let (entered, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let batch = async |stall: bool| {
+        let runs = ids.iter().map(|id| {
+            let pick = h.pick_sql(id).split("; ").nth(1).unwrap().to_owned();
+            let stalls = stall && *id == elsewhere;
+            let (entered, release) = (entered.clone(), release.clone());
+            (
+                id.clone(),
+                async move |steps: &mut Steps<DB>| {
+                    let charge: String = steps
+                        .external("charge", || async {
+                            if stalls {
+                                entered.notify_one();
+                                release.notified().await;
+                            }
+                            Ok::<_, anyhow::Error>(format!("ch_{id}"))
+                        })
+                        .await?;
+                    Ok::<_, anyhow::Error>(charge)
+                },
+                async move |tx: &mut DB::Connection, _charge: String| {
+                    DB::exec(tx, pick).await?;
+                    Ok::<_, anyhow::Error>(())
+                },
+            )
+        });
+        h.inbox.process_steps_batch(&h.pool, &warehouse, runs).await
+    };
+    let meanwhile = async {
+        tokio::time::timeout(Duration::from_secs(10), entered.notified())
+            .await
+            .expect("the run reaches its call");
+        let pick = h.pick_sql(&elsewhere);
+        let done = h
+            .inbox
+            .process(&h.pool, &warehouse, &elsewhere, async |tx| {
+                DB::exec(tx, pick.clone()).await
+            })
+            .await;
+        release.notify_one();
+        done
+    };
+    let (first, plain) = tokio::join!(batch(true), meanwhile);
+    assert!(plain.unwrap().ran(), "{}: the plain process ran", DB::LABEL);
+    assert!(
+        matches!(first[0], Ok(Stepped::Duplicate)),
+        "{}: {:?}",
+        DB::LABEL,
+        first[0]
+    );
+    assert_eq!(
+        h.picks_for(&elsewhere).await,
+        1,
+        "{}: the batch's final work did not commit",
+        DB::LABEL
+    );
+    let again = batch(false).await;
+    for (id, done) in ids.iter().zip(&again) {
+        assert!(
+            matches!(done, Ok(Stepped::Duplicate | Stepped::Ran(()))),
+            "{}: {id}: {done:?}",
+            DB::LABEL
+        );
+        assert_eq!(
+            h.picks_for(id).await,
+            1,
+            "{}: {id}: one pick task",
+            DB::LABEL
+        );
+    }
+    assert_eq!(h.inbox_rows().await, 2, "{}", DB::LABEL);
+}

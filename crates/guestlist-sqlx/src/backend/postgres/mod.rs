@@ -190,17 +190,21 @@ impl crate::backend::steps::StepsStatements for Postgres {
     // A data-modifying `WITH` runs to its end whether or not the query reads it.
     const JOURNAL_ROUND: Option<&'static str> = Some(
         "WITH r AS (SELECT * FROM jsonb_to_recordset({1}::jsonb) \
-         AS r(h text, i text, t bigint, l bigint, p integer, n text, v text)), \
+         AS r(h text COLLATE \"C\", i text COLLATE \"C\", t bigint, l bigint, p integer, \
+         n text, v text, c boolean)), \
          run AS (UPDATE {table} s SET lease_until = {now} + r.l FROM r \
-         WHERE s.handler = r.h COLLATE \"C\" AND s.message_id = r.i COLLATE \"C\" \
-         AND s.place = 0 AND s.token = r.t RETURNING s.handler, s.message_id), \
+         WHERE s.handler = r.h AND s.message_id = r.i AND s.place = 0 AND s.token = r.t \
+         RETURNING s.handler, s.message_id), \
+         held AS (SELECT r.* FROM r JOIN run ON run.handler = r.h AND run.message_id = r.i), \
          journaled AS (INSERT INTO {table} \
          (handler, message_id, place, name, token, lease_until, result) \
-         SELECT r.h, r.i, r.p, r.n, r.t, {now}, convert_to(r.v, 'UTF8') FROM r \
-         JOIN run ON run.handler = r.h COLLATE \"C\" AND run.message_id = r.i COLLATE \"C\" \
-         WHERE r.p > 0 RETURNING 1) \
-         SELECT r.i FROM r WHERE NOT EXISTS (SELECT 1 FROM run \
-         WHERE run.handler = r.h COLLATE \"C\" AND run.message_id = r.i COLLATE \"C\")",
+         SELECT h, i, p, n, t, {now}, convert_to(v, 'UTF8') FROM held WHERE p > 0 RETURNING 1), \
+         claimed AS (INSERT INTO {claims} (handler, message_id) SELECT h, i FROM held WHERE c \
+         ON CONFLICT DO NOTHING RETURNING handler, message_id) \
+         SELECT i, 0::bigint FROM r WHERE NOT EXISTS \
+         (SELECT 1 FROM held WHERE held.h = r.h AND held.i = r.i) \
+         UNION ALL SELECT i, 1::bigint FROM held WHERE c AND NOT EXISTS \
+         (SELECT 1 FROM claimed WHERE claimed.handler = held.h AND claimed.message_id = held.i)",
     );
     const CLAIM_ROUND: Option<&'static str> = Some(
         "INSERT INTO {table} (handler, message_id, place, name, token, lease_until) \

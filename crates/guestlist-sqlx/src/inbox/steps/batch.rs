@@ -10,8 +10,8 @@ use sqlx::Pool;
 use super::Stepped;
 use super::claims::RoundClaim;
 use crate::backend::Backend;
-use crate::inbox::Inbox;
 use crate::inbox::process::ProcessError;
+use crate::inbox::{Inbox, count_claims};
 use crate::steps::group::Group;
 use crate::steps::pending::Pending;
 use crate::steps::{Run, RunOf, Steps, claim_run, end_lease, read_journal};
@@ -59,7 +59,12 @@ impl<DB: Backend> Inbox<DB> {
         E: WorkError,
     {
         let runs: Vec<(MessageId, W, F)> = runs.into_iter().collect();
-        let group = Group::new(pool.clone(), Arc::clone(&self.steps), runs.len());
+        let group = Group::new(
+            pool.clone(),
+            Arc::clone(&self.steps),
+            Arc::clone(&self.sql),
+            runs.len(),
+        );
         let ids: Vec<&MessageId> = runs.iter().map(|(id, _, _)| id).collect();
         let mut claimed = self.claim_round(pool, handler, &ids).await;
         let runs = runs.into_iter().map(|(id, work, finish)| {
@@ -142,20 +147,10 @@ impl<DB: Backend> Inbox<DB> {
                 return Err(ProcessError::Handler(err));
             }
         };
-        // The run's guard goes with the batch's just before the shared commit: a take-over
-        // meanwhile fails it, and nothing of the transaction commits.
+        // The run's guard and the inbox's claim go with the batch's just before the shared
+        // commit: a take-over meanwhile fails the guard, a message handled by other means
+        // fails the claim, and nothing of the transaction commits.
         let mut part = group.enter(true).await?;
-        match self.claim(part.conn(), handler, id).await {
-            Ok(Claim::Duplicate) => {
-                part.undo().await;
-                return Ok(Stepped::Duplicate);
-            }
-            Ok(_) => {}
-            Err(err) => {
-                part.undo().await;
-                return Err(err.into());
-            }
-        }
         let output = match finish(part.conn(), ran).await {
             Ok(output) => output,
             Err(err) => {
@@ -165,9 +160,25 @@ impl<DB: Backend> Inbox<DB> {
             }
         };
         // The journal goes (or stays, its lease ended) with the commit.
-        part.journal(self.settle_pending(&fence.run, fence.token));
-        part.keep().await?;
-        Ok(Stepped::Ran(output))
+        let mut settle = self.settle_pending(&fence.run, fence.token);
+        settle.claim = true;
+        part.journal(settle);
+        match part.keep_claimed().await {
+            Ok(true) => {
+                count_claims(handler, Claim::Fresh, 1);
+                Ok(Stepped::Ran(output))
+            }
+            Ok(false) => {
+                count_claims(handler, Claim::Duplicate, 1);
+                give_back_in(group, &fence).await;
+                Ok(Stepped::Duplicate)
+            }
+            Err(err) => {
+                // Rolled back with another run's part, say: the next delivery resumes at once.
+                give_back_in(group, &fence).await;
+                Err(err.into())
+            }
+        }
     }
 
     /// What becomes of a handled message's run and journal on the batch's commit, as
@@ -183,6 +194,7 @@ impl<DB: Backend> Inbox<DB> {
             },
             step: None,
             forget: !self.keep_journals,
+            claim: false,
         }
     }
 
