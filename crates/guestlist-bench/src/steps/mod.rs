@@ -5,7 +5,8 @@
 //!
 //! Figures: `steps3` (fresh messages), `steps3_batch` (batches of fresh messages through
 //! `Inbox::process_steps_batch`, their steps journaled together), `steps3_duplicate` (handled
-//! ones again), `steps3_by_hand`, `carried_keys_only`, `dbos3` and `dbos3_duplicate`.
+//! ones again), `steps3_by_hand`, `carried_keys_only`, `carried_keys_only_batch` (the same
+//! batches with no journal: the floor of `steps3_batch`), `dbos3` and `dbos3_duplicate`.
 
 mod by_hand;
 mod dbos;
@@ -41,17 +42,19 @@ enum Figure {
     StepsDuplicate,
     ByHand,
     CarriedKeysOnly,
+    CarriedKeysOnlyBatch,
     Dbos,
     DbosDuplicate,
 }
 
 impl Figure {
-    const ALL: [Figure; 7] = [
+    const ALL: [Figure; 8] = [
         Figure::Steps,
         Figure::StepsBatch,
         Figure::StepsDuplicate,
         Figure::ByHand,
         Figure::CarriedKeysOnly,
+        Figure::CarriedKeysOnlyBatch,
         Figure::Dbos,
         Figure::DbosDuplicate,
     ];
@@ -63,6 +66,7 @@ impl Figure {
             Figure::StepsDuplicate => "steps3_duplicate",
             Figure::ByHand => "steps3_by_hand",
             Figure::CarriedKeysOnly => "carried_keys_only",
+            Figure::CarriedKeysOnlyBatch => "carried_keys_only_batch",
             Figure::Dbos => "dbos3",
             Figure::DbosDuplicate => "dbos3_duplicate",
         }
@@ -140,7 +144,7 @@ pub(crate) async fn run(common: &Common) -> anyhow::Result<Report> {
                 name: figure.name().to_owned(),
                 backend: "postgres",
                 workers,
-                batch: if figure == Figure::StepsBatch {
+                batch: if matches!(figure, Figure::StepsBatch | Figure::CarriedKeysOnlyBatch) {
                     BATCH as usize
                 } else {
                     1
@@ -239,6 +243,7 @@ impl Bench {
             }
             Figure::StepsBatch => return self.steps_batch(&id).await,
             Figure::CarriedKeysOnly => self.carried_keys_only(&id).await?,
+            Figure::CarriedKeysOnlyBatch => return self.carried_keys_only_batch(&id).await,
             Figure::Dbos | Figure::DbosDuplicate => self.dbos.run(&id).await?,
         }
         Ok(1)
@@ -315,6 +320,50 @@ impl Bench {
     }
 }
 
+impl Bench {
+    /// A batch of [`BATCH`] messages with no journal: claimed in one statement, each message's
+    /// row written and its two calls' keys carried on the same transaction
+    /// (`Inbox::process_batch`). What `steps3_batch` would cost without its steps.
+    async fn carried_keys_only_batch(&self, id: &str) -> anyhow::Result<u64> {
+        let ids = (0..BATCH)
+            .map(|n| MessageId::new(format!("{id}-{n}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let insert = format!("INSERT INTO {PICKS} (event) VALUES ($1)");
+        let handler = self.handler.clone();
+        let done = self
+            .inbox
+            .process_batch(&self.pool, &self.handler, &ids, async move |tx, fresh| {
+                for event in fresh {
+                    // Each message's work under its own key, as a batch's handler carries it.
+                    let work = carried_insert(tx, event.as_str(), insert.clone());
+                    guestlist::carry::scope_message(&handler, event, work).await?;
+                }
+                anyhow::Ok(())
+            })
+            .await?;
+        anyhow::ensure!(
+            done.duplicates.is_empty(),
+            "{id}: duplicates among fresh messages"
+        );
+        Ok(BATCH)
+    }
+}
+
+/// One message of [`Bench::carried_keys_only_batch`]: its row, between its two calls' keys.
+async fn carried_insert(
+    tx: &mut sqlx::PgConnection,
+    event: &str,
+    insert: String,
+) -> anyhow::Result<()> {
+    std::hint::black_box(guestlist::carry::key_for("a")?);
+    sqlx::query(AssertSqlSafe(insert))
+        .bind(event)
+        .execute(&mut *tx)
+        .await?;
+    std::hint::black_box(guestlist::carry::key_for("b")?);
+    Ok(())
+}
+
 /// The bench's handler: two external no-op steps around a database step that inserts a row
 /// (`insert`, binding `event`).
 async fn three_steps(
@@ -363,6 +412,11 @@ fn add_ratios(report: &mut Report) {
             (
                 "steps3_vs_carried_keys_only",
                 get("steps3") / get("carried_keys_only"),
+            ),
+            // The journal's price in batches: what bounds `steps3_batch_vs_dbos`.
+            (
+                "steps3_batch_vs_carried_keys_only_batch",
+                get("steps3_batch") / get("carried_keys_only_batch"),
             ),
             // What bounds `steps3_vs_dbos` on a machine the two fill: the CPU each message
             // costs the whole machine.

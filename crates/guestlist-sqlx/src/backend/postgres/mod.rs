@@ -189,7 +189,7 @@ impl crate::backend::steps::StepsStatements for Postgres {
     // A result is JSON text, so it travels as a JSON string and goes back to bytes unchanged.
     // A data-modifying `WITH` runs to its end whether or not the query reads it.
     const JOURNAL_ROUND: Option<&'static str> = Some(
-        "WITH r AS (SELECT * FROM jsonb_to_recordset({1}::jsonb) \
+        "WITH r AS (SELECT * FROM json_to_recordset({1}::json) \
          AS r(h text COLLATE \"C\", i text COLLATE \"C\", t bigint, l bigint, p integer, \
          n text, v text, c boolean)), \
          run AS (UPDATE {table} s SET lease_until = {now} + r.l FROM r \
@@ -208,18 +208,18 @@ impl crate::backend::steps::StepsStatements for Postgres {
     );
     const CLAIM_ROUND: Option<&'static str> = Some(
         "INSERT INTO {table} (handler, message_id, place, name, token, lease_until) \
-         SELECT r.h, r.i, 0, '', r.t, {now} + r.l FROM jsonb_to_recordset({1}::jsonb) \
+         SELECT r.h, r.i, 0, '', r.t, {now} + r.l FROM json_to_recordset({1}::json) \
          AS r(h text COLLATE \"C\", i text COLLATE \"C\", t bigint, l bigint) \
          WHERE NOT EXISTS (SELECT 1 FROM {done}) \
          ON CONFLICT DO NOTHING RETURNING message_id",
     );
     const HANDLED_ROUND: Option<&'static str> = Some(
-        "SELECT r.i FROM jsonb_to_recordset({1}::jsonb) \
+        "SELECT r.i FROM json_to_recordset({1}::json) \
          AS r(h text COLLATE \"C\", i text COLLATE \"C\") WHERE EXISTS (SELECT 1 FROM {done})",
     );
     const FORGET_ROUND: Option<&'static str> = Some(
         "DELETE FROM {table} WHERE (handler, message_id) IN \
-         (SELECT h COLLATE \"C\", i COLLATE \"C\" FROM jsonb_to_recordset({1}::jsonb) \
+         (SELECT h COLLATE \"C\", i COLLATE \"C\" FROM json_to_recordset({1}::json) \
          AS f(h text, i text))",
     );
 }
