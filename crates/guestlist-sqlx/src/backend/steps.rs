@@ -26,7 +26,8 @@ pub trait StepsStatements: Codec {
     /// an external step's journal is then one round trip, not a transaction of four. Binds as
     /// [`StepsSql::record_guarded`] says.
     const RECORD_GUARDED: Option<&'static str> = None;
-    /// One statement that renews the leases of a batch's runs by their tokens, journals their
+    /// One statement that guards a batch's runs by their tokens (each run row locked, its lease
+    /// renewed once a tenth of it has passed, or ended where the lease given is 0), journals their
     /// finished steps and claims the messages whose final work is done (in the inbox,
     /// `{claims}`), where the database reads a list of rows from one JSON value (PostgreSQL):
     /// what a batch's runs wrote for one commit, in one round trip. Binds the JSON list

@@ -1,11 +1,11 @@
 //! What a batch's runs write for one commit of the transaction they share
-//! ([`super::group`]): each run's guard (its lease renewed by its token, or ended), the step it
-//! journals, the inbox's claim of a message whose final work is done, and whether its journal
-//! goes. They are written just before the commit, all at once: on PostgreSQL one statement for
-//! the guards, the journal rows and the claims (and one more for the journals forgotten),
-//! elsewhere each run's own statements. A run taken over meanwhile fails its guard, a claim
-//! that finds its message handled fails too, and the transaction rolls back: nothing of it
-//! commits without its guard, and no final work commits twice.
+//! ([`super::group`]): each run's guard (its row held by its token, its lease renewed or
+//! ended), the step it journals, the inbox's claim of a message whose final work is done, and
+//! whether its journal goes. They are written just before the commit, all at once: on
+//! PostgreSQL one statement for the guards, the journal rows and the claims (and one more for
+//! the journals forgotten), elsewhere each run's own statements. A run taken over meanwhile
+//! fails its guard, a claim that finds its message handled fails too, and the transaction rolls
+//! back: nothing of it commits without its guard, and no final work commits twice.
 
 use std::sync::Arc;
 

@@ -72,6 +72,7 @@ macro_rules! inbox_suite {
             a_database_step_cut_mid_write_in_a_batch_commits_nothing_of_it,
             a_run_of_a_batch_taken_over_commits_nothing,
             a_message_handled_elsewhere_mid_steps_commits_no_final_work,
+            a_slow_run_of_a_batch_keeps_its_lease_renewed,
         );
         guestlist_testkit::stories!(common::protocol, [$db], ("");
             the_key_statements_do_what_the_protocol_allows,

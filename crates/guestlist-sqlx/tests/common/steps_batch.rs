@@ -469,3 +469,66 @@ pub async fn a_message_handled_elsewhere_mid_steps_commits_no_final_work<DB: Fix
     }
     assert_eq!(h.inbox_rows().await, 2, "{}", DB::LABEL);
 }
+
+/// A run of a batch whose steps take a while keeps its message: each step's commit renews its
+/// lease once a tenth of it has passed (before that it only locks the run's row). With a lease
+/// of two seconds and steps of 1.4 s, a delivery of the message to another consumer 2.4 s in,
+/// past the first lease's end, finds it held, not free to take over; the run then finishes, and
+/// its effects count once.
+pub async fn a_slow_run_of_a_batch_keeps_its_lease_renewed<DB: Fixture>(name: &str) {
+    const LEASE: Duration = Duration::from_secs(2);
+    let h = Harness::<DB>::new(name).await;
+    let inbox = h.inbox.clone().step_lease(LEASE);
+    let warehouse = handler("warehouse");
+    let event = MessageId::new("evt_slow").unwrap();
+    let calls = Calls::default();
+    let slow_call = async |step: &'static str| {
+        tokio::time::sleep(Duration::from_millis(1400)).await;
+        Ok::<_, anyhow::Error>(calls.call(&event, step))
+    };
+    let runs = [(
+        event.clone(),
+        async |steps: &mut Steps<DB>| {
+            let _: String = steps.external("charge", || slow_call("charge")).await?;
+            let _: String = steps.external("email", || slow_call("email")).await?;
+            Ok::<_, anyhow::Error>(())
+        },
+        async |_tx: &mut DB::Connection, ()| Ok::<_, anyhow::Error>(()),
+    )];
+    let meanwhile = async {
+        tokio::time::sleep(Duration::from_millis(2400)).await;
+        inbox
+            .process_steps(
+                &h.pool,
+                &warehouse,
+                &event,
+                async |steps| {
+                    let _: String = steps
+                        .external("charge", || async {
+                            Ok::<_, anyhow::Error>(calls.call(&event, "charge"))
+                        })
+                        .await?;
+                    Ok::<_, anyhow::Error>(())
+                },
+                async |_tx, ()| Ok::<_, anyhow::Error>(()),
+            )
+            .await
+    };
+    let (batch, other) = tokio::join!(
+        inbox.process_steps_batch(&h.pool, &warehouse, runs),
+        meanwhile
+    );
+    assert!(
+        matches!(other, Ok(Stepped::InFlight { .. })),
+        "{}: the other delivery, 2.4 s in: {other:?}",
+        DB::LABEL
+    );
+    assert!(
+        matches!(batch[0], Ok(Stepped::Ran(()))),
+        "{}: {:?}",
+        DB::LABEL,
+        batch[0]
+    );
+    assert_eq!(calls.of(&event, "charge"), 1, "{}: one charge", DB::LABEL);
+    assert_eq!(h.inbox_rows().await, 1, "{}", DB::LABEL);
+}

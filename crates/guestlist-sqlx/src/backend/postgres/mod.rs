@@ -187,15 +187,22 @@ impl crate::backend::steps::StepsStatements for Postgres {
          SELECT {2}, {3}, {5}, {6}, token, {now}, {7} FROM run",
     );
     // A result is JSON text, so it travels as a JSON string and goes back to bytes unchanged.
-    // A data-modifying `WITH` runs to its end whether or not the query reads it.
+    // A data-modifying `WITH` runs to its end whether or not the query reads it. A guard locks
+    // its run row (a take-over waits for the commit, then finds the token or the lease it
+    // needs); it renews the lease only once a tenth of it has passed: an update of the row at
+    // every step's commit cost a new row version each time.
     const JOURNAL_ROUND: Option<&'static str> = Some(
         "WITH r AS (SELECT * FROM json_to_recordset({1}::json) \
          AS r(h text COLLATE \"C\", i text COLLATE \"C\", t bigint, l bigint, p integer, \
          n text, v text, c boolean)), \
-         run AS (UPDATE {table} s SET lease_until = {now} + r.l FROM r \
-         WHERE s.handler = r.h AND s.message_id = r.i AND s.place = 0 AND s.token = r.t \
-         RETURNING s.handler, s.message_id), \
-         held AS (SELECT r.* FROM r JOIN run ON run.handler = r.h AND run.message_id = r.i), \
+         run AS (SELECT s.handler, s.message_id, s.lease_until FROM {table} s JOIN r \
+         ON s.handler = r.h AND s.message_id = r.i WHERE s.place = 0 AND s.token = r.t \
+         FOR NO KEY UPDATE OF s), \
+         held AS (SELECT r.*, run.lease_until AS u FROM r \
+         JOIN run ON run.handler = r.h AND run.message_id = r.i), \
+         renewed AS (UPDATE {table} s SET lease_until = {now} + held.l FROM held \
+         WHERE s.handler = held.h AND s.message_id = held.i AND s.place = 0 \
+         AND (held.l = 0 OR held.u < {now} + held.l - held.l / 10) RETURNING 1), \
          journaled AS (INSERT INTO {table} \
          (handler, message_id, place, name, token, lease_until, result) \
          SELECT h, i, p, n, t, {now}, convert_to(v, 'UTF8') FROM held WHERE p > 0 RETURNING 1), \

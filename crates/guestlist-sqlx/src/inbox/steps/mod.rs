@@ -43,9 +43,11 @@ pub enum Stepped<T> {
 
 impl<DB: Backend> Inbox<DB> {
     /// How long a run of a message's steps holds it without renewing (default 30 s). Each
-    /// journaled step renews it. A run that dies or stalls holds the message until its lease
-    /// ends; then the next delivery takes it over, and the stale run can neither journal nor
-    /// commit. Set it above the longest step, calls' timeouts included.
+    /// journaled step renews it (in a batch journaled together on PostgreSQL, once a tenth of
+    /// it has passed: until then the step's commit only locks the run's row, which guards it as
+    /// well). A run that dies or stalls holds the message until its lease ends; then the next
+    /// delivery takes it over, and the stale run can neither journal nor commit. Set it above
+    /// the longest step, calls' timeouts included.
     pub fn step_lease(mut self, lease: Duration) -> Self {
         self.step_lease = lease.max(Duration::from_millis(1));
         self
