@@ -194,7 +194,7 @@ impl<DB: Backend> Group<DB> {
     /// Ends the open transaction, if there is one: commits it, or rolls it back where `failed`
     /// says why; then tells its waiters.
     async fn end(&self, shared: &mut Shared<DB>, failed: Option<Error>) {
-        let Some(tx) = shared.tx.take() else {
+        let Some(mut tx) = shared.tx.take() else {
             return;
         };
         shared.kept_savepoint = false;
@@ -210,7 +210,6 @@ impl<DB: Backend> Group<DB> {
             refused: Refused::default(),
         };
         shared.generation += 1;
-        let mut tx = tx;
         let failed = match failed {
             None => match pending::write::<DB>(&mut tx, &self.sql, &self.inbox, &pending).await {
                 Ok(refused) if refused.is_empty() => None,

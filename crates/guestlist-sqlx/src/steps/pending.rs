@@ -161,10 +161,7 @@ async fn write_round<DB: Backend>(
             c: write.claim,
         });
     }
-    let rows = serde_json::to_string(&rows).map_err(|err| Error::StepResult {
-        step: "the batch's journal".to_owned(),
-        reason: format!("cannot be written as JSON: {err}"),
-    })?;
+    let rows = json_list(&rows, "the batch's journal")?;
     let round = Plain::reading(
         |sql: &StepsSql| sql.journal_round.as_ref().expect("checked by write"),
         (rows.as_str(),),
@@ -173,7 +170,11 @@ async fn write_round<DB: Backend>(
     let refused_as = |kind: i64| -> Vec<Arc<RunOf>> {
         pending
             .iter()
-            .filter(|write| refusals.contains(&(write.run.id.clone(), kind)))
+            .filter(|write| {
+                refusals
+                    .iter()
+                    .any(|(id, k)| *k == kind && *id == write.run.id)
+            })
             .map(|write| Arc::clone(&write.run))
             .collect()
     };
@@ -190,10 +191,7 @@ async fn write_round<DB: Backend>(
         })
         .collect();
     if refused.is_empty() && !forgets.is_empty() {
-        let forgets = serde_json::to_string(&forgets).map_err(|err| Error::StepResult {
-            step: "the batch's journal".to_owned(),
-            reason: format!("cannot be written as JSON: {err}"),
-        })?;
+        let forgets = json_list(&forgets, "the batch's journal")?;
         let forget = Plain::new(
             |sql: &StepsSql| sql.forget_round.as_ref().expect("checked by write"),
             (forgets.as_str(),),
@@ -201,4 +199,12 @@ async fn write_round<DB: Backend>(
         DB::run(conn, sql, forget).await?;
     }
     Ok(refused)
+}
+
+/// `rows` as the JSON list a batch's statement reads; `what` names it in the error.
+pub(crate) fn json_list<T: Serialize>(rows: &[T], what: &str) -> Result<String, Error> {
+    serde_json::to_string(rows).map_err(|err| Error::StepResult {
+        step: what.to_owned(),
+        reason: format!("cannot be written as JSON: {err}"),
+    })
 }

@@ -34,6 +34,16 @@ impl Payments {
     }
 }
 
+/// Whether `err` says another run took the message over.
+pub fn says_taken_over(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        matches!(
+            cause.downcast_ref::<Error>(),
+            Some(Error::RunTakenOver { .. })
+        )
+    })
+}
+
 /// The warehouse's steps: charge (external), reserve (a pick task, in the database).
 async fn charge_and_reserve<DB: Fixture>(
     steps: &mut Steps<DB>,
@@ -315,14 +325,7 @@ pub async fn a_run_past_its_lease_is_taken_over_and_journals_nothing<DB: Fixture
     let Err(ProcessError::Handler(err)) = stale else {
         panic!("{}: the stale run: {stale:?}", DB::LABEL);
     };
-    assert!(
-        err.chain().any(|cause| matches!(
-            cause.downcast_ref::<Error>(),
-            Some(Error::RunTakenOver { .. })
-        )),
-        "{}: {err:#}",
-        DB::LABEL
-    );
+    assert!(says_taken_over(&err), "{}: {err:#}", DB::LABEL);
     assert_eq!(payments.calls(), 2, "{}: both runs called", DB::LABEL);
     assert_eq!(h.picks_for(&event).await, 1, "{}: reserved once", DB::LABEL);
     assert_eq!(h.inbox_rows().await, 1, "{}", DB::LABEL);

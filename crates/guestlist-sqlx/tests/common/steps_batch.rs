@@ -6,11 +6,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use guestlist_sqlx::{Error, MessageId, ProcessError, Stepped, Steps};
+use guestlist_sqlx::{MessageId, ProcessError, Stepped, Steps};
 use guestlist_testkit::Fixture;
 use tokio::sync::Notify;
 
 use super::harness::{Harness, handler};
+use super::steps::says_taken_over;
 
 /// Calls an external step made, by message and step.
 #[derive(Default)]
@@ -352,14 +353,7 @@ async fn a_run_of_a_batch_taken_over_in<DB: Fixture>(name: &str, in_database: bo
     let Err(ProcessError::Handler(err)) = &first[1] else {
         panic!("{}: the stale run: {:?}", DB::LABEL, first[1]);
     };
-    assert!(
-        err.chain().any(|cause| matches!(
-            cause.downcast_ref::<Error>(),
-            Some(Error::RunTakenOver { .. })
-        )),
-        "{}: {err:#}",
-        DB::LABEL
-    );
+    assert!(says_taken_over(err), "{}: {err:#}", DB::LABEL);
     assert_eq!(
         h.picks_for(&stale).await,
         1,
@@ -367,21 +361,7 @@ async fn a_run_of_a_batch_taken_over_in<DB: Fixture>(name: &str, in_database: bo
         DB::LABEL
     );
     // The others ran, or rolled back with the stale run's part and run again now.
-    let again = batch(false).await;
-    for (id, done) in ids.iter().zip(&again) {
-        assert!(
-            matches!(done, Ok(Stepped::Ran(()) | Stepped::Duplicate)),
-            "{}: {id}: {done:?}",
-            DB::LABEL
-        );
-        assert_eq!(
-            h.picks_for(id).await,
-            1,
-            "{}: {id}: one pick task",
-            DB::LABEL
-        );
-    }
-    assert_eq!(h.inbox_rows().await, 3, "{}", DB::LABEL);
+    each_handled_once(&h, &ids, &batch(false).await).await;
 }
 
 /// A message of a batch is handled by other means (a plain `Inbox::process` of the same
@@ -453,21 +433,7 @@ pub async fn a_message_handled_elsewhere_mid_steps_commits_no_final_work<DB: Fix
         "{}: the batch's final work did not commit",
         DB::LABEL
     );
-    let again = batch(false).await;
-    for (id, done) in ids.iter().zip(&again) {
-        assert!(
-            matches!(done, Ok(Stepped::Duplicate | Stepped::Ran(()))),
-            "{}: {id}: {done:?}",
-            DB::LABEL
-        );
-        assert_eq!(
-            h.picks_for(id).await,
-            1,
-            "{}: {id}: one pick task",
-            DB::LABEL
-        );
-    }
-    assert_eq!(h.inbox_rows().await, 2, "{}", DB::LABEL);
+    each_handled_once(&h, &ids, &batch(false).await).await;
 }
 
 /// A run of a batch whose steps take a while keeps its message: each step's commit renews its
@@ -531,4 +497,27 @@ pub async fn a_slow_run_of_a_batch_keeps_its_lease_renewed<DB: Fixture>(name: &s
     );
     assert_eq!(calls.of(&event, "charge"), 1, "{}: one charge", DB::LABEL);
     assert_eq!(h.inbox_rows().await, 1, "{}", DB::LABEL);
+}
+
+/// After a batch's second run (`again`), each of `ids` ran or was handled already, with one
+/// pick task, and the inbox holds them all.
+async fn each_handled_once<DB: Fixture, E: std::fmt::Debug>(
+    h: &Harness<DB>,
+    ids: &[MessageId],
+    again: &[Result<Stepped<()>, E>],
+) {
+    for (id, done) in ids.iter().zip(again) {
+        assert!(
+            matches!(done, Ok(Stepped::Ran(()) | Stepped::Duplicate)),
+            "{}: {id}: {done:?}",
+            DB::LABEL
+        );
+        assert_eq!(
+            h.picks_for(id).await,
+            1,
+            "{}: {id}: one pick task",
+            DB::LABEL
+        );
+    }
+    assert_eq!(h.inbox_rows().await, ids.len() as i64, "{}", DB::LABEL);
 }

@@ -226,7 +226,7 @@ impl crate::backend::steps::StepsStatements for Postgres {
     );
     const FORGET_ROUND: Option<&'static str> = Some(
         "DELETE FROM {table} WHERE (handler, message_id) IN \
-         (SELECT h COLLATE \"C\", i COLLATE \"C\" FROM json_to_recordset({1}::json) \
-         AS f(h text, i text))",
+         (SELECT h, i FROM json_to_recordset({1}::json) \
+         AS f(h text COLLATE \"C\", i text COLLATE \"C\"))",
     );
 }

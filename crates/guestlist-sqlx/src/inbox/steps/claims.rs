@@ -14,6 +14,7 @@ use crate::backend::statement::Plain;
 use crate::backend::steps::StepsSql;
 use crate::fencing::new_token;
 use crate::inbox::Inbox;
+use crate::steps::pending::json_list;
 
 /// A run the batch's claims took.
 #[derive(Debug, Clone, Copy)]
@@ -90,10 +91,7 @@ impl<DB: Backend> Inbox<DB> {
         pool: &Pool<DB>,
         rows: &[Row<'_>],
     ) -> Result<(HashSet<String>, HashSet<String>), Error> {
-        let json = serde_json::to_string(rows).map_err(|err| Error::StepResult {
-            step: "the batch's claims".to_owned(),
-            reason: format!("cannot be written as JSON: {err}"),
-        })?;
+        let json = json_list(rows, "the batch's claims")?;
         let mut conn = pool.acquire().await?;
         let claim = Plain::reading(
             |sql: &StepsSql| sql.claim_round.as_ref().expect("checked by claim_round"),
