@@ -26,21 +26,30 @@ pub trait StepsStatements: Codec {
     /// an external step's journal is then one round trip, not a transaction of four. Binds as
     /// [`StepsSql::record_guarded`] says.
     const RECORD_GUARDED: Option<&'static str> = None;
+    /// Claims one message's run in one statement, where the database can (PostgreSQL, with a
+    /// data-modifying `WITH`): a new run row unless the inbox holds the message (`{done}`).
+    /// Binds handler, id, token, lease (ms); returns whether the row was written (1) and whether
+    /// the inbox held the message (1). Elsewhere the inbox is asked first, then the run claimed.
+    const CLAIM_ONE: Option<&'static str> = None;
+    /// One run's final commit in one statement, where the database can (PostgreSQL): the guard
+    /// (the run row locked by its token), the inbox's claim (in `{claims}`), and the journal
+    /// forgotten (where the fourth value is 1) or the lease ended. Binds handler, id, token,
+    /// forget; returns whether the run held the message (1) and whether the claim was new (1).
+    const SETTLE_ONE: Option<&'static str> = None;
     /// One statement that guards a batch's runs by their tokens (each run row locked, its lease
     /// renewed once a tenth of it has passed, or ended where the lease given is 0), journals their
-    /// finished steps and claims the messages whose final work is done (in the inbox,
-    /// `{claims}`), where the database reads a list of rows from one JSON value (PostgreSQL):
-    /// what a batch's runs wrote for one commit, in one round trip. Binds the JSON list
-    /// ([`crate::steps::pending`]); returns each message id whose run another holds now (0),
-    /// or whose claim found it handled (1). Elsewhere each row is its own statements.
+    /// finished steps, claims the messages whose final work is done (in the inbox, `{claims}`)
+    /// and forgets the runs whose journal goes, where the database reads a list of rows from
+    /// one JSON value (PostgreSQL): what a batch's runs wrote for one commit (or one run's, on
+    /// its own), in one round trip. Binds the JSON list ([`crate::steps::pending`]); returns
+    /// each message id whose run another holds now (0), or whose claim found it handled (1).
+    /// Elsewhere each row is its own statements.
     const JOURNAL_ROUND: Option<&'static str> = None;
-    /// Forgets the runs and journals of a JSON list of `{"h": handler, "i": id}`, in one
-    /// statement, beside [`JOURNAL_ROUND`](Self::JOURNAL_ROUND).
-    const FORGET_ROUND: Option<&'static str> = None;
-    /// Claims the runs of a batch's messages in one statement, where the database reads a list
-    /// of rows from one JSON value (PostgreSQL): a new run row for each message that has none
-    /// and is not handled (`{done}` says where handled ones are). Binds a JSON list of
-    /// `{"h": handler, "i": id, "t": token, "l": lease in ms}`; returns the ids claimed.
+    /// Claims the runs of a batch's messages in one statement, where the
+    /// database reads a list of rows from one JSON value (PostgreSQL): a new run row for each
+    /// message that has none and is not handled (`{done}` says where handled ones are). Binds a
+    /// JSON list of `{"h": handler, "i": id, "t": token, "l": lease in ms}`; returns the ids
+    /// claimed (0) and those found handled (1).
     const CLAIM_ROUND: Option<&'static str> = None;
     /// Of a JSON list of `{"h": handler, "i": id}`, the ids handled (`{done}`), read after
     /// [`CLAIM_ROUND`](Self::CLAIM_ROUND) in a statement of its own: a run that committed while
@@ -117,15 +126,22 @@ pub struct StepsSql {
     pub(crate) record_guarded: Option<Arc<str>>,
     /// Forgets a message's run and journal: handler, id.
     pub(crate) forget: Arc<str>,
-    /// Renews a batch's runs, journals their steps and claims their finished messages in one
-    /// statement, where the database can ([`StepsStatements::JOURNAL_ROUND`]; an inbox's
-    /// only): binds a JSON list; returns the ids taken over (0) or handled already (1).
+    /// Renews runs, journals their steps, claims their finished messages and forgets their
+    /// journals in one statement, where the database can ([`StepsStatements::JOURNAL_ROUND`];
+    /// an inbox's only): binds a JSON list; returns the ids taken over (0) or handled already
+    /// (1).
     pub(crate) journal_round: Option<Arc<str>>,
-    /// Forgets a JSON list of runs in one statement, where the database can
-    /// ([`StepsStatements::FORGET_ROUND`]).
-    pub(crate) forget_round: Option<Arc<str>>,
-    /// Claims a batch's new runs in one statement, where the database can
-    /// ([`StepsStatements::CLAIM_ROUND`]): binds a JSON list; returns the ids claimed.
+    /// Claims one message's run, where the database can in one statement
+    /// ([`StepsStatements::CLAIM_ONE`]): handler, id, token, lease (ms); returns whether the row
+    /// was written and whether the inbox held the message.
+    pub(crate) claim_one: Option<Arc<str>>,
+    /// One run's guard, inbox claim and journal's end in one statement, where the database can
+    /// ([`StepsStatements::SETTLE_ONE`]; an inbox's only): handler, id, token, forget (1 or 0);
+    /// returns whether the run held the message and whether the claim was new.
+    pub(crate) settle_one: Option<Arc<str>>,
+    /// Claims runs in one statement, where the database can
+    /// ([`StepsStatements::CLAIM_ROUND`]): binds a JSON list; returns the ids claimed (0) or
+    /// found handled (1).
     pub(crate) claim_round: Option<Arc<str>>,
     /// Of a batch's runs, those whose owner is handled, where the database can
     /// ([`StepsStatements::HANDLED_ROUND`]): binds a JSON list; returns their ids.
@@ -229,10 +245,18 @@ impl StepsSql {
                 1,
             ),
             record_guarded: DB::RECORD_GUARDED.map(|text| params(text, 7)),
+            claim_one: DB::CLAIM_ONE.map(|text| {
+                let done = handled("d")
+                    .replace("{owner}", "{1}")
+                    .replace("{id}", "{2}");
+                params(&text.replace("{done}", &done), 4)
+            }),
+            settle_one: DB::SETTLE_ONE
+                .filter(|_| done.claims)
+                .map(|text| params(&text.replace("{claims}", done.table), 4)),
             journal_round: DB::JOURNAL_ROUND
                 .filter(|_| done.claims)
                 .map(|text| params(&text.replace("{claims}", done.table), 1)),
-            forget_round: DB::FORGET_ROUND.map(|text| params(text, 1)),
             claim_round: DB::CLAIM_ROUND.map(|text| {
                 let done = handled("d")
                     .replace("{owner}", "r.h")

@@ -1,9 +1,9 @@
 //! What a batch's runs write for one commit of the transaction they share
-//! ([`super::group`]): each run's guard (its row held by its token, its lease renewed or
-//! ended), the step it journals, the inbox's claim of a message whose final work is done, and
-//! whether its journal goes. They are written just before the commit, all at once: on
-//! PostgreSQL one statement for the guards, the journal rows and the claims (and one more for
-//! the journals forgotten), elsewhere each run's own statements. A run taken over meanwhile
+//! ([`super::group`]), or one run's for its own commit: each run's guard (its row held by its
+//! token, its lease renewed or ended), the step it journals, the inbox's claim of a message
+//! whose final work is done, and whether its journal goes. They are written just before the
+//! commit, all at once: on PostgreSQL one statement, elsewhere each run's own statements. A run
+//! taken over meanwhile
 //! fails its guard, a claim that finds its message handled fails too, and the transaction rolls
 //! back: nothing of it commits without its guard, and no final work commits twice.
 
@@ -61,13 +61,7 @@ struct Row<'a> {
     n: &'a str,
     v: Option<&'a str>,
     c: bool,
-}
-
-/// A run to forget, in the JSON list PostgreSQL reads.
-#[derive(Serialize)]
-struct Forget<'a> {
-    h: &'a str,
-    i: &'a str,
+    f: bool,
 }
 
 /// Writes `pending` on `conn`, claiming in `inbox`; returns the runs whose writes must not
@@ -81,9 +75,10 @@ pub(crate) async fn write<DB: Backend>(
     if pending.is_empty() {
         return Ok(Refused::default());
     }
-    match (&sql.journal_round, &sql.forget_round) {
-        (Some(_), Some(_)) => write_round::<DB>(conn, sql, pending).await,
-        _ => write_each::<DB>(conn, sql, inbox, pending).await,
+    if sql.journal_round.is_some() {
+        write_round::<DB>(conn, sql, pending).await
+    } else {
+        write_each::<DB>(conn, sql, inbox, pending).await
     }
 }
 
@@ -132,8 +127,9 @@ async fn write_each<DB: Backend>(
     Ok(refused)
 }
 
-/// The guards, journal rows and claims in one statement, the forgetting in one more.
-async fn write_round<DB: Backend>(
+/// The guards, journal rows, claims and forgetting in one statement; only where the database
+/// has it ([`StepsSql::journal_round`]), which the caller checks.
+pub(crate) async fn write_round<DB: Backend>(
     conn: &mut DB::Connection,
     sql: &StepsSql,
     pending: &[Pending],
@@ -159,11 +155,12 @@ async fn write_round<DB: Backend>(
             n,
             v,
             c: write.claim,
+            f: write.forget,
         });
     }
-    let rows = json_list(&rows, "the batch's journal")?;
+    let rows = json_list(&rows, "the steps' journal")?;
     let round = Plain::reading(
-        |sql: &StepsSql| sql.journal_round.as_ref().expect("checked by write"),
+        |sql: &StepsSql| sql.journal_round.as_ref().expect("checked by the caller"),
         (rows.as_str(),),
     );
     let refusals: Vec<(String, i64)> = DB::fetch(conn, sql, round).await?;
@@ -178,27 +175,10 @@ async fn write_round<DB: Backend>(
             .map(|write| Arc::clone(&write.run))
             .collect()
     };
-    let refused = Refused {
+    Ok(Refused {
         taken: refused_as(0),
         handled: refused_as(1),
-    };
-    let forgets: Vec<Forget<'_>> = pending
-        .iter()
-        .filter(|write| write.forget)
-        .map(|write| Forget {
-            h: &write.run.owner,
-            i: &write.run.id,
-        })
-        .collect();
-    if refused.is_empty() && !forgets.is_empty() {
-        let forgets = json_list(&forgets, "the batch's journal")?;
-        let forget = Plain::new(
-            |sql: &StepsSql| sql.forget_round.as_ref().expect("checked by write"),
-            (forgets.as_str(),),
-        );
-        DB::run(conn, sql, forget).await?;
-    }
-    Ok(refused)
+    })
 }
 
 /// `rows` as the JSON list a batch's statement reads; `what` names it in the error.

@@ -126,18 +126,34 @@ impl<DB: Backend> Steps<DB> {
             part.journal(self.pending(Some((name, result))));
             return part.keep().await;
         }
+        if self.sql.record_guarded.is_some() {
+            let mut conn = self.pool.acquire().await?;
+            return self.journal_guarded(&mut conn, name, result).await;
+        }
+        let mut tx = DB::begin(&self.pool).await?;
+        self.journal_guarded(&mut tx, name, result).await?;
+        tx.commit().await.map_err(Error::from_commit)
+    }
+
+    /// Journals step `name` at this place with `result` on `conn`, with the guard that renews
+    /// the run's lease by its token (and locks the run row, so that no take-over lands before
+    /// the transaction ends): one statement where the database writes both at once.
+    /// [`Error::RunTakenOver`] where another run holds the message now.
+    async fn journal_guarded(
+        &self,
+        conn: &mut DB::Connection,
+        name: &str,
+        result: &[u8],
+    ) -> Result<(), Error> {
         if self.sql.record_guarded.is_none() {
-            let mut tx = DB::begin(&self.pool).await?;
-            self.guard(&mut tx).await?;
-            self.record(&mut tx, name, result).await?;
-            return tx.commit().await.map_err(Error::from_commit);
+            self.guard(conn).await?;
+            return self.record(conn, name, result).await;
         }
         let record = GuardedRecord {
             lease_ms: self.lease_ms,
             record: self.entry(name, result),
         };
-        let mut conn = self.pool.acquire().await?;
-        if DB::run(&mut conn, &*self.sql, record).await? == 1 {
+        if DB::run(conn, &*self.sql, record).await? == 1 {
             Ok(())
         } else {
             Err(self.taken_over())
@@ -173,14 +189,14 @@ impl<DB: Backend> Steps<DB> {
         }
         let tried = async move {
             let mut tx = DB::begin(&this.pool).await?;
-            // The guard first: it locks the run row, so no take-over lands before this commits.
-            this.guard(&mut tx).await?;
             let result = work(&mut tx).await.map_err(|error| StepError::Step {
                 step: name.to_owned(),
                 error,
             })?;
             let bytes = encode(name, &result)?;
-            this.record(&mut tx, name, &bytes).await?;
+            // The guard goes with the journal row, after the work: a take-over meanwhile fails
+            // it, and nothing of the step commits; one landing after it waits for the commit.
+            this.journal_guarded(&mut tx, name, &bytes).await?;
             tx.commit().await.map_err(Error::from_commit)?;
             Ok((result, bytes))
         };
@@ -285,7 +301,7 @@ impl<DB: Backend> Steps<DB> {
 
     /// Renews the run's lease by its token on `conn`: [`Error::RunTakenOver`] where another run
     /// holds the message now.
-    pub(crate) async fn guard(&self, conn: &mut DB::Connection) -> Result<(), Error> {
+    async fn guard(&self, conn: &mut DB::Connection) -> Result<(), Error> {
         let (owner, id) = self.run.columns();
         let renew = Plain::new(
             |sql: &StepsSql| &sql.renew,
@@ -299,7 +315,7 @@ impl<DB: Backend> Steps<DB> {
     }
 
     /// What a stale run is told at its next journal or commit.
-    fn taken_over(&self) -> Error {
+    pub(crate) fn taken_over(&self) -> Error {
         Error::RunTakenOver {
             handler: self.run.owner.clone(),
             message_id: self.run.id.clone(),

@@ -15,6 +15,7 @@ pub mod retries;
 pub mod schema;
 pub mod steps;
 pub mod steps_batch;
+pub mod steps_takeover;
 
 /// Generates one `#[tokio::test]` per story in [`claims`], [`retention`], [`schema`],
 /// [`protocol`] and [`retries`] for the backend `$db`.
@@ -73,6 +74,9 @@ macro_rules! inbox_suite {
             a_run_of_a_batch_taken_over_commits_nothing,
             a_message_handled_elsewhere_mid_steps_commits_no_final_work,
             a_slow_run_of_a_batch_keeps_its_lease_renewed,
+        );
+        guestlist_testkit::stories!(common::steps_takeover, [$db], ("");
+            a_run_taken_over_mid_write_commits_nothing,
         );
         guestlist_testkit::stories!(common::protocol, [$db], ("");
             the_key_statements_do_what_the_protocol_allows,

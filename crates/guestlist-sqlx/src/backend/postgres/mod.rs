@@ -186,26 +186,55 @@ impl crate::backend::steps::StepsStatements for Postgres {
          INSERT INTO {table} (handler, message_id, place, name, token, lease_until, result) \
          SELECT {2}, {3}, {5}, {6}, token, {now}, {7} FROM run",
     );
+    // The run row, unless the inbox holds the message as the statement begins: whether it was
+    // written, and whether the inbox held it.
+    const CLAIM_ONE: Option<&'static str> = Some(
+        "WITH claimed AS (INSERT INTO {table} \
+         (handler, message_id, place, name, token, lease_until) \
+         SELECT {1}, {2}, 0, '', {3}, {now} + {4} WHERE NOT EXISTS (SELECT 1 FROM {done}) \
+         ON CONFLICT DO NOTHING RETURNING 1) \
+         SELECT (SELECT count(*) FROM claimed), (SELECT count(*) FROM {done})",
+    );
+    // The guard locks the run row (no renewal: the commit follows); the journal goes where the
+    // fourth value is 1, else the lease ends. Whether the run held the message, and whether the
+    // inbox's claim was new.
+    const SETTLE_ONE: Option<&'static str> = Some(
+        "WITH run AS (SELECT 1 FROM {table} WHERE handler = {1} AND message_id = {2} \
+         AND place = 0 AND token = {3} FOR NO KEY UPDATE), \
+         claimed AS (INSERT INTO {claims} (handler, message_id) SELECT {1}, {2} FROM run \
+         ON CONFLICT DO NOTHING RETURNING 1), \
+         forgot AS (DELETE FROM {table} WHERE handler = {1} AND message_id = {2} AND {4} = 1 \
+         AND EXISTS (SELECT 1 FROM run) RETURNING 1), \
+         ended AS (UPDATE {table} SET lease_until = {now} WHERE handler = {1} \
+         AND message_id = {2} AND place = 0 AND {4} = 0 AND EXISTS (SELECT 1 FROM run) \
+         RETURNING 1) \
+         SELECT (SELECT count(*) FROM run), (SELECT count(*) FROM claimed)",
+    );
     // A result is JSON text, so it travels as a JSON string and goes back to bytes unchanged.
-    // A data-modifying `WITH` runs to its end whether or not the query reads it. A guard locks
-    // its run row (a take-over waits for the commit, then finds the token or the lease it
-    // needs); it renews the lease only once a tenth of it has passed: an update of the row at
-    // every step's commit cost a new row version each time.
+    // A data-modifying `WITH` runs to its end whether or not the query reads it, and sees the
+    // table as it was when the statement began. A guard locks its run row (a take-over waits
+    // for the commit, then finds the token or the lease it needs); it renews the lease only
+    // once a tenth of it has passed: an update of the row at every step's commit cost a new
+    // row version each time. A run forgotten here neither renews nor journals: its rows go,
+    // and a row written by this statement would not be seen by its delete.
     const JOURNAL_ROUND: Option<&'static str> = Some(
         "WITH r AS (SELECT * FROM json_to_recordset({1}::json) \
          AS r(h text COLLATE \"C\", i text COLLATE \"C\", t bigint, l bigint, p integer, \
-         n text, v text, c boolean)), \
+         n text, v text, c boolean, f boolean)), \
          run AS (SELECT s.handler, s.message_id, s.lease_until FROM {table} s JOIN r \
          ON s.handler = r.h AND s.message_id = r.i WHERE s.place = 0 AND s.token = r.t \
          FOR NO KEY UPDATE OF s), \
          held AS (SELECT r.*, run.lease_until AS u FROM r \
          JOIN run ON run.handler = r.h AND run.message_id = r.i), \
          renewed AS (UPDATE {table} s SET lease_until = {now} + held.l FROM held \
-         WHERE s.handler = held.h AND s.message_id = held.i AND s.place = 0 \
+         WHERE s.handler = held.h AND s.message_id = held.i AND s.place = 0 AND NOT held.f \
          AND (held.l = 0 OR held.u < {now} + held.l - held.l / 10) RETURNING 1), \
          journaled AS (INSERT INTO {table} \
          (handler, message_id, place, name, token, lease_until, result) \
-         SELECT h, i, p, n, t, {now}, convert_to(v, 'UTF8') FROM held WHERE p > 0 RETURNING 1), \
+         SELECT h, i, p, n, t, {now}, convert_to(v, 'UTF8') FROM held \
+         WHERE p > 0 AND NOT f RETURNING 1), \
+         forgot AS (DELETE FROM {table} s USING held \
+         WHERE held.f AND s.handler = held.h AND s.message_id = held.i RETURNING 1), \
          claimed AS (INSERT INTO {claims} (handler, message_id) SELECT h, i FROM held WHERE c \
          ON CONFLICT DO NOTHING RETURNING handler, message_id) \
          SELECT i, 0::bigint FROM r WHERE NOT EXISTS \
@@ -213,20 +242,19 @@ impl crate::backend::steps::StepsStatements for Postgres {
          UNION ALL SELECT i, 1::bigint FROM held WHERE c AND NOT EXISTS \
          (SELECT 1 FROM claimed WHERE claimed.handler = held.h AND claimed.message_id = held.i)",
     );
+    // The runs claimed (0), and the messages the inbox held already as the statement began
+    // (1), which get no run row.
     const CLAIM_ROUND: Option<&'static str> = Some(
-        "INSERT INTO {table} (handler, message_id, place, name, token, lease_until) \
-         SELECT r.h, r.i, 0, '', r.t, {now} + r.l FROM json_to_recordset({1}::json) \
-         AS r(h text COLLATE \"C\", i text COLLATE \"C\", t bigint, l bigint) \
-         WHERE NOT EXISTS (SELECT 1 FROM {done}) \
-         ON CONFLICT DO NOTHING RETURNING message_id",
+        "WITH r AS (SELECT * FROM json_to_recordset({1}::json) \
+         AS r(h text COLLATE \"C\", i text COLLATE \"C\", t bigint, l bigint)), \
+         claimed AS (INSERT INTO {table} (handler, message_id, place, name, token, lease_until) \
+         SELECT r.h, r.i, 0, '', r.t, {now} + r.l FROM r WHERE NOT EXISTS (SELECT 1 FROM {done}) \
+         ON CONFLICT DO NOTHING RETURNING message_id) \
+         SELECT message_id, 0::bigint FROM claimed \
+         UNION ALL SELECT r.i, 1::bigint FROM r WHERE EXISTS (SELECT 1 FROM {done})",
     );
     const HANDLED_ROUND: Option<&'static str> = Some(
         "SELECT r.i FROM json_to_recordset({1}::json) \
          AS r(h text COLLATE \"C\", i text COLLATE \"C\") WHERE EXISTS (SELECT 1 FROM {done})",
-    );
-    const FORGET_ROUND: Option<&'static str> = Some(
-        "DELETE FROM {table} WHERE (handler, message_id) IN \
-         (SELECT h, i FROM json_to_recordset({1}::json) \
-         AS f(h text COLLATE \"C\", i text COLLATE \"C\"))",
     );
 }

@@ -8,24 +8,13 @@ use guestlist_core::{Claim, HandlerName, MessageId};
 use sqlx::Pool;
 
 use super::Stepped;
-use super::claims::RoundClaim;
+use super::claims::{Claimed, RoundClaim};
+use crate::WorkError;
 use crate::backend::Backend;
 use crate::inbox::process::ProcessError;
 use crate::inbox::{Inbox, count_claims};
 use crate::steps::group::Group;
-use crate::steps::pending::Pending;
-use crate::steps::{Run, RunOf, Steps, claim_run, end_lease, read_journal};
-use crate::{Error, WorkError};
-
-/// How a run's claim on the batch's transaction ended.
-enum Claimed {
-    /// This run holds the message; its journal so far.
-    Holds(i64, Vec<crate::backend::steps::JournalRow>),
-    /// Another run holds it, for this long yet.
-    Held(std::time::Duration),
-    /// The inbox holds the message already.
-    Handled,
-}
+use crate::steps::{RunOf, Steps, end_lease};
 
 impl<DB: Backend> Inbox<DB> {
     /// Runs the steps of a batch of messages side by side, journaled together: each message as
@@ -101,20 +90,15 @@ impl<DB: Backend> Inbox<DB> {
         E: WorkError,
     {
         let lease_ms = self.step_lease_ms();
-        // No first look at the inbox here: the journal's read asks it, and a duplicate's run
-        // row goes again on the same commit as the batch's claims.
+        // No first look at the inbox here: the claims' statement asks it (or the journal's
+        // read, where the database claims one at a time).
         let of = RunOf::message(handler, id);
         let claimed = match claimed {
             // A new run row: nothing journaled yet.
-            Some(RoundClaim {
-                token,
-                handled: false,
-            }) => Claimed::Holds(token, Vec::new()),
+            Some(RoundClaim::Fresh(token)) => Claimed::Holds(token, Vec::new()),
+            Some(RoundClaim::Handled) => return Ok(Stepped::Duplicate),
             // Handled meanwhile: the new run row goes (or stays, its lease ended).
-            Some(RoundClaim {
-                token,
-                handled: true,
-            }) => {
+            Some(RoundClaim::HandledMeanwhile(token)) => {
                 let mut part = group.enter(false).await?;
                 part.journal(self.settle_pending(&of, token));
                 part.keep().await?;
@@ -177,44 +161,6 @@ impl<DB: Backend> Inbox<DB> {
                 // Rolled back with another run's part, say: the next delivery resumes at once.
                 give_back_in(group, &fence).await;
                 Err(err.into())
-            }
-        }
-    }
-
-    /// What becomes of a handled message's run and journal on the batch's commit, as
-    /// [`Inbox::settle_journal`] does on its own.
-    fn settle_pending(&self, of: &Arc<RunOf>, token: i64) -> Pending {
-        Pending {
-            run: Arc::clone(of),
-            token,
-            lease_ms: if self.keep_journals {
-                0
-            } else {
-                self.step_lease_ms()
-            },
-            step: None,
-            forget: !self.keep_journals,
-            claim: false,
-        }
-    }
-
-    /// Claims `of`'s run on the batch's transaction and reads its journal.
-    async fn claim_in(
-        &self,
-        conn: &mut DB::Connection,
-        of: &RunOf,
-        lease_ms: i64,
-    ) -> Result<Claimed, Error> {
-        let sql = &*self.steps;
-        let token = match claim_run::<DB>(conn, sql, of, lease_ms).await? {
-            Run::Holds(token) => token,
-            Run::Held(retry_after) => return Ok(Claimed::Held(retry_after)),
-        };
-        match read_journal::<DB>(conn, sql, of).await? {
-            Some(journal) => Ok(Claimed::Holds(token, journal)),
-            None => {
-                self.settle_journal(conn, of, token).await?;
-                Ok(Claimed::Handled)
             }
         }
     }

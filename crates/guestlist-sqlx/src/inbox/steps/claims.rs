@@ -1,6 +1,8 @@
-//! A batch's runs claimed at once (DESIGN 4d): where the database reads a list of rows from
-//! one JSON value (PostgreSQL), the run rows of a batch's new messages go in one statement, and
-//! one more reads which of them were handled meanwhile, instead of two statements a message.
+//! Runs claimed (DESIGN 4d): one message's on its own (its run claimed under the lease's
+//! protocol, then its journal read), and a batch's at once, where the database reads a list of
+//! rows from one JSON value (PostgreSQL): the run rows of the new messages go in one statement,
+//! which also finds those handled before, and one more reads which of them were handled
+//! meanwhile, instead of three or four statements a message.
 
 use std::collections::{HashMap, HashSet};
 
@@ -15,15 +17,28 @@ use crate::backend::steps::StepsSql;
 use crate::fencing::new_token;
 use crate::inbox::Inbox;
 use crate::steps::pending::json_list;
+use crate::steps::{Run, RunOf, claim_run, read_journal};
 
-/// A run the batch's claims took.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct RoundClaim {
-    /// Its token.
-    pub(super) token: i64,
-    /// The inbox held the message by the time the claims were read back: the run row just
-    /// written is to be settled, and the message is a duplicate.
-    pub(super) handled: bool,
+/// How a run's claim on its own ended.
+pub(super) enum Claimed {
+    /// This run holds the message; its journal so far.
+    Holds(i64, Vec<crate::backend::steps::JournalRow>),
+    /// Another run holds it, for this long yet.
+    Held(std::time::Duration),
+    /// The inbox holds the message already.
+    Handled,
+}
+
+/// What the claims found of a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum RoundClaim {
+    /// A new run row holds it under this token: nothing journaled yet.
+    Fresh(i64),
+    /// The inbox held it by the time the claims were read back: the run row just written
+    /// under this token is to be settled, and the message is a duplicate.
+    HandledMeanwhile(i64),
+    /// The inbox held it already: no run row was written; a duplicate.
+    Handled,
 }
 
 /// A run to claim, in the JSON list the statements read.
@@ -35,11 +50,21 @@ struct Row<'a> {
     l: i64,
 }
 
+/// What the claims' statements returned, by message id.
+struct Found {
+    /// The runs claimed.
+    claimed: HashSet<String>,
+    /// The messages found handled before: no run row.
+    handled: HashSet<String>,
+    /// Of those claimed, the ones handled meanwhile.
+    meanwhile: HashSet<String>,
+}
+
 impl<DB: Backend> Inbox<DB> {
-    /// Claims the runs of a batch's new messages at once, where the database can: each run
-    /// claimed, by message id. A message not claimed here (another run holds it, it was handled
-    /// before, a message twice in the batch, or the database claims one at a time) is claimed
-    /// on its own by its run, which meets there any error the batch's claims met.
+    /// Claims the runs of a batch's new messages at once, where the database can: what was found of
+    /// each, by message id. A message not found here (another run holds it, a message twice in
+    /// the batch, or the database claims one at a time) is claimed on its own by its run, which
+    /// meets there any error these claims met.
     pub(super) async fn claim_round(
         &self,
         pool: &Pool<DB>,
@@ -67,15 +92,19 @@ impl<DB: Backend> Inbox<DB> {
             });
         }
         match self.write_claims(pool, &rows).await {
-            Ok((claimed, handled)) => rows
+            Ok(found) => rows
                 .iter()
-                .filter(|row| claimed.contains(row.i))
-                .map(|row| {
-                    let claim = RoundClaim {
-                        token: row.t,
-                        handled: handled.contains(row.i),
+                .filter_map(|row| {
+                    let claim = if found.handled.contains(row.i) {
+                        RoundClaim::Handled
+                    } else if !found.claimed.contains(row.i) {
+                        return None;
+                    } else if found.meanwhile.contains(row.i) {
+                        RoundClaim::HandledMeanwhile(row.t)
+                    } else {
+                        RoundClaim::Fresh(row.t)
                     };
-                    (row.i.to_owned(), claim)
+                    Some((row.i.to_owned(), claim))
                 })
                 .collect(),
             Err(err) => {
@@ -85,32 +114,60 @@ impl<DB: Backend> Inbox<DB> {
         }
     }
 
-    /// Writes the claims of `rows`; returns the ids claimed and, of those, the ones handled.
-    async fn write_claims(
-        &self,
-        pool: &Pool<DB>,
-        rows: &[Row<'_>],
-    ) -> Result<(HashSet<String>, HashSet<String>), Error> {
+    /// Writes the claims of `rows`; returns what they found.
+    async fn write_claims(&self, pool: &Pool<DB>, rows: &[Row<'_>]) -> Result<Found, Error> {
         let json = json_list(rows, "the batch's claims")?;
         let mut conn = pool.acquire().await?;
         let claim = Plain::reading(
             |sql: &StepsSql| sql.claim_round.as_ref().expect("checked by claim_round"),
             (json.as_str(),),
         );
-        let claimed: Vec<(String,)> = DB::fetch(&mut conn, &*self.steps, claim).await?;
-        if claimed.is_empty() {
-            return Ok((HashSet::new(), HashSet::new()));
+        let found: Vec<(String, i64)> = DB::fetch(&mut conn, &*self.steps, claim).await?;
+        let of_kind = |kind: i64| -> HashSet<String> {
+            found
+                .iter()
+                .filter(|(_, k)| *k == kind)
+                .map(|(id, _)| id.clone())
+                .collect()
+        };
+        let mut found = Found {
+            claimed: of_kind(0),
+            handled: of_kind(1),
+            meanwhile: HashSet::new(),
+        };
+        if found.claimed.is_empty() {
+            return Ok(found);
         }
         // A statement of its own, so that it sees a run that committed (and forgot its run row)
         // while the claims waited on that row: the claim then wrote a new one.
-        let handled = Plain::reading(
+        let meanwhile = Plain::reading(
             |sql: &StepsSql| sql.handled_round.as_ref().expect("checked by claim_round"),
             (json.as_str(),),
         );
-        let handled: Vec<(String,)> = DB::fetch(&mut conn, &*self.steps, handled).await?;
-        Ok((
-            claimed.into_iter().map(|(id,)| id).collect(),
-            handled.into_iter().map(|(id,)| id).collect(),
-        ))
+        let meanwhile: Vec<(String,)> = DB::fetch(&mut conn, &*self.steps, meanwhile).await?;
+        found.meanwhile = meanwhile.into_iter().map(|(id,)| id).collect();
+        Ok(found)
+    }
+
+    /// Claims `of`'s run on its own on `conn` (a batch's transaction, or a connection of the
+    /// pool's) and reads its journal.
+    pub(super) async fn claim_in(
+        &self,
+        conn: &mut DB::Connection,
+        of: &RunOf,
+        lease_ms: i64,
+    ) -> Result<Claimed, Error> {
+        let sql = &*self.steps;
+        let token = match claim_run::<DB>(conn, sql, of, lease_ms).await? {
+            Run::Holds(token) => token,
+            Run::Held(retry_after) => return Ok(Claimed::Held(retry_after)),
+        };
+        match read_journal::<DB>(conn, sql, of).await? {
+            Some(journal) => Ok(Claimed::Holds(token, journal)),
+            None => {
+                self.settle_journal(conn, of, token).await?;
+                Ok(Claimed::Handled)
+            }
+        }
     }
 }

@@ -11,12 +11,17 @@ use std::time::Duration;
 use guestlist_core::{Claim, HandlerName, MessageId};
 use sqlx::Pool;
 
-use super::Inbox;
+use self::claims::Claimed;
 use super::process::ProcessError;
+use super::{Inbox, count_claims};
 use crate::backend::Backend;
+use crate::backend::statement::Plain;
 use crate::backend::steps::JournalRow;
+use crate::backend::steps::StepsSql;
+use crate::fencing::new_token;
 use crate::steps::group::Group;
-use crate::steps::{Run, RunOf, Steps, claim_run, end_lease, forget, give_back, read_journal};
+use crate::steps::pending::{self, Pending, Refused};
+use crate::steps::{RunOf, Steps, end_lease, forget, give_back, read_journal};
 use crate::{Error, WorkError};
 
 mod batch;
@@ -143,25 +148,12 @@ impl<DB: Backend> Inbox<DB> {
         F: AsyncFnOnce(&mut DB::Connection, S) -> Result<T, E>,
         E: WorkError,
     {
-        let lease_ms = self.step_lease_ms();
-        // A redelivery of a handled message costs one read, no write.
-        if self.holds(pool, handler, id).await? {
-            return Ok(Stepped::Duplicate);
-        }
         let of = RunOf::message(handler, id);
-        let mut conn = pool.acquire().await?;
-        let token = match claim_run::<DB>(&mut conn, &self.steps, &of, lease_ms).await? {
-            Run::Holds(token) => token,
-            Run::Held(retry_after) => return Ok(Stepped::InFlight { retry_after }),
+        let (token, journal) = match self.claim_alone(pool, handler, id, &of).await? {
+            Claimed::Holds(token, journal) => (token, journal),
+            Claimed::Held(retry_after) => return Ok(Stepped::InFlight { retry_after }),
+            Claimed::Handled => return Ok(Stepped::Duplicate),
         };
-        // The inbox is asked again with the journal, once this run holds the message: a run
-        // that committed (and forgot its journal) between the first question and the claim
-        // would leave this one to run every step again.
-        let Some(journal) = read_journal::<DB>(&mut conn, &self.steps, &of).await? else {
-            self.settle_journal(&mut conn, &of, token).await?;
-            return Ok(Stepped::Duplicate);
-        };
-        drop(conn);
         let mut steps = self.steps_of(pool, of, token, journal, None);
         // The work takes the run; the final commit keeps what it needs to guard it.
         let fence = steps.fence();
@@ -173,11 +165,6 @@ impl<DB: Backend> Inbox<DB> {
             }
         };
         let mut tx = DB::begin(pool).await?;
-        fence.guard(&mut tx).await?;
-        if self.claim(&mut tx, handler, id).await? == Claim::Duplicate {
-            tx.rollback().await?;
-            return Ok(Stepped::Duplicate);
-        }
         let output = match finish(&mut tx, ran).await {
             Ok(output) => output,
             Err(err) => {
@@ -186,10 +173,99 @@ impl<DB: Backend> Inbox<DB> {
                 return Err(ProcessError::Handler(err));
             }
         };
-        self.settle_journal(&mut tx, &fence.run, fence.token)
-            .await?;
+        // The guard, the inbox's claim and the journal's end go last, just before the commit
+        // (on PostgreSQL in one statement): a take-over meanwhile fails the guard, a message
+        // handled by other means fails the claim, and nothing of the transaction commits.
+        let refused = self.settle_claimed(&mut tx, &fence).await?;
+        if !refused.taken.is_empty() {
+            tx.rollback().await?;
+            return Err(fence.taken_over().into());
+        }
+        if !refused.handled.is_empty() {
+            tx.rollback().await?;
+            count_claims(handler, Claim::Duplicate, 1);
+            give_back(&fence).await;
+            return Ok(Stepped::Duplicate);
+        }
         tx.commit().await.map_err(Error::from_commit)?;
+        count_claims(handler, Claim::Fresh, 1);
         Ok(Stepped::Ran(output))
+    }
+
+    /// Claims the run of message `id` on its own. Where the database claims in one statement,
+    /// that statement also finds the message handled before; else the inbox is asked first.
+    /// Either way a redelivery of a handled message costs a read and no write. A new run reads
+    /// its journal then, which asks the inbox again; a run row that was there already is
+    /// settled by the lease's protocol first.
+    async fn claim_alone(
+        &self,
+        pool: &Pool<DB>,
+        handler: &HandlerName,
+        id: &MessageId,
+        of: &RunOf,
+    ) -> Result<Claimed, Error> {
+        let lease_ms = self.step_lease_ms();
+        if self.steps.claim_one.is_none() {
+            if self.holds(pool, handler, id).await? {
+                return Ok(Claimed::Handled);
+            }
+            let mut conn = pool.acquire().await?;
+            return self.claim_in(&mut conn, of, lease_ms).await;
+        }
+        let token = new_token()? as i64;
+        let (owner, id) = of.columns();
+        let claim = Plain::reading(
+            |sql: &StepsSql| sql.claim_one.as_ref().expect("checked above"),
+            (owner, id, token, lease_ms),
+        );
+        let mut conn = pool.acquire().await?;
+        // The first statement on the inbox's tables: one missing says what to run.
+        let (claimed, handled): (i64, i64) = DB::fetch_one(&mut conn, &*self.steps, claim)
+            .await
+            .map_err(|err| self.error(err))?;
+        if handled > 0 {
+            return Ok(Claimed::Handled);
+        }
+        if claimed == 0 {
+            return self.claim_in(&mut conn, of, lease_ms).await;
+        }
+        // The inbox is asked again with the journal (empty: the run row is new), in a statement
+        // of its own: a run that committed (and forgot its run row) while the claim waited on
+        // that row is seen only by a later statement.
+        match read_journal::<DB>(&mut conn, &self.steps, of).await? {
+            Some(journal) => Ok(Claimed::Holds(token, journal)),
+            None => {
+                self.settle_journal(&mut conn, of, token).await?;
+                Ok(Claimed::Handled)
+            }
+        }
+    }
+
+    /// The final commit's guard, the inbox's claim and the journal's end, on `tx` just before
+    /// the commit (on PostgreSQL in one statement).
+    async fn settle_claimed(
+        &self,
+        tx: &mut DB::Connection,
+        fence: &Steps<DB>,
+    ) -> Result<Refused, Error> {
+        if self.steps.settle_one.is_none() {
+            let mut settle = self.settle_pending(&fence.run, fence.token);
+            settle.claim = true;
+            return pending::write::<DB>(tx, &self.steps, &self.sql, &[settle]).await;
+        }
+        let (owner, id) = fence.run.columns();
+        let settle = Plain::reading(
+            |sql: &StepsSql| sql.settle_one.as_ref().expect("checked above"),
+            (owner, id, fence.token, i64::from(!self.keep_journals)),
+        );
+        let (held, claimed): (i64, i64) = DB::fetch_one(tx, &*self.steps, settle).await?;
+        let mut refused = Refused::default();
+        if held == 0 {
+            refused.taken.push(Arc::clone(&fence.run));
+        } else if claimed == 0 {
+            refused.handled.push(Arc::clone(&fence.run));
+        }
+        Ok(refused)
     }
 
     /// The lease of a run of a message's steps, in milliseconds.
@@ -233,6 +309,23 @@ impl<DB: Backend> Inbox<DB> {
             end_lease::<DB>(conn, &self.steps, of, token).await
         } else {
             forget::<DB>(conn, &self.steps, of).await
+        }
+    }
+
+    /// What becomes of a handled message's run and journal on a commit that claims it, as
+    /// [`Inbox::settle_journal`] does, left pending for that commit.
+    pub(super) fn settle_pending(&self, of: &Arc<RunOf>, token: i64) -> Pending {
+        Pending {
+            run: Arc::clone(of),
+            token,
+            lease_ms: if self.keep_journals {
+                0
+            } else {
+                self.step_lease_ms()
+            },
+            step: None,
+            forget: !self.keep_journals,
+            claim: false,
         }
     }
 }
