@@ -29,8 +29,8 @@ impl<DB: Backend> Inbox<DB> {
     /// long as one), and the runs are in no order with each other. What each message came to
     /// is returned in the order given. A failure of one message's own (its step, its final
     /// work) is its alone; a failure of the database's on the shared transaction fails every
-    /// run with a part on it ([`Error::RolledBackWithBatch`] for the others), and each message's
-    /// next run resumes after what was committed.
+    /// run with a part on it ([`Error::RolledBackWithBatch`](crate::Error::RolledBackWithBatch)
+    /// for the others), and each message's next run resumes after what was committed.
     ///
     /// Each run is given as the message's id with its own `work` and `finish`, as
     /// [`Inbox::process_steps`] takes them (build them per message, owning what they use: a
