@@ -61,10 +61,10 @@ struct Found {
 }
 
 impl<DB: Backend> Inbox<DB> {
-    /// Claims the runs of a batch's new messages at once, where the database can: what was found of
-    /// each, by message id. A message not found here (another run holds it, a message twice in
-    /// the batch, or the database claims one at a time) is claimed on its own by its run, which
-    /// meets there any error these claims met.
+    /// Claims the runs of a batch's new messages at once, where the database can: what was
+    /// found of each, by message id. A message not found here (another run holds it, a message
+    /// twice in the batch, or the database claims one at a time) is claimed on its own by its
+    /// run, which meets there any error these claims met.
     pub(super) async fn claim_round(
         &self,
         pool: &Pool<DB>,
