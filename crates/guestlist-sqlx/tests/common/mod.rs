@@ -15,7 +15,7 @@ pub mod retries;
 pub mod schema;
 pub mod steps;
 pub mod steps_batch;
-pub mod steps_takeover;
+pub mod steps_changed_hands;
 
 /// Generates one `#[tokio::test]` per story in [`claims`], [`retention`], [`schema`],
 /// [`protocol`] and [`retries`] for the backend `$db`.
@@ -75,8 +75,9 @@ macro_rules! inbox_suite {
             a_message_handled_elsewhere_mid_steps_commits_no_final_work,
             a_slow_run_of_a_batch_keeps_its_lease_renewed,
         );
-        guestlist_testkit::stories!(common::steps_takeover, [$db], ("");
+        guestlist_testkit::stories!(common::steps_changed_hands, [$db], ("");
             a_run_taken_over_mid_write_commits_nothing,
+            a_message_handled_elsewhere_mid_steps_alone_commits_no_final_work,
         );
         guestlist_testkit::stories!(common::protocol, [$db], ("");
             the_key_statements_do_what_the_protocol_allows,

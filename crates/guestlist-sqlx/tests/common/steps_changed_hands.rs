@@ -1,6 +1,7 @@
-//! A run of one message's steps (`Inbox::process_steps`) taken over while it is mid-write: its
-//! guard goes with its database step's journal row, and with its final commit's claim, after
-//! the work, so a take-over meanwhile fails it there and nothing of the stale run commits.
+//! A run of one message's steps (`Inbox::process_steps`) whose message changes hands while it
+//! runs: taken over by another run while it is mid-write, or handled by other means. Its guard
+//! goes with its database step's journal row, and with its final commit's claim, after the
+//! work, so either fails there and nothing of the run commits.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -140,4 +141,67 @@ async fn taken_over<DB: Fixture>(name: &str, stall: Stall) {
         ))
         .await;
     assert_eq!(journal, 0, "{} {stall:?}: the journal went", DB::LABEL);
+}
+
+/// The message is handled by other means (a plain `Inbox::process` of the same handler, as
+/// during a move from one to the other) while its run is in its external call. The run's final
+/// work runs, then the inbox's claim finds the message handled: the transaction rolls back and
+/// the message is a duplicate. Effects counted: one pick task (the plain process's).
+pub async fn a_message_handled_elsewhere_mid_steps_alone_commits_no_final_work<DB: Fixture>(
+    name: &str,
+) {
+    let h = Harness::<DB>::new(name).await;
+    let (warehouse, event) = (
+        handler("warehouse"),
+        MessageId::new("evt_elsewhere").unwrap(),
+    );
+    let pick = h.pick_sql(&event).split("; ").nth(1).unwrap().to_owned();
+    let (entered, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let steps = h.inbox.process_steps(
+        &h.pool,
+        &warehouse,
+        &event,
+        async |steps| {
+            steps
+                .external("charge", || async {
+                    entered.notify_one();
+                    release.notified().await;
+                    Ok::<_, anyhow::Error>("ch_1".to_owned())
+                })
+                .await
+                .map_err(anyhow::Error::from)
+        },
+        async |tx, _charge| {
+            DB::exec(tx, pick.clone()).await?;
+            Ok::<_, anyhow::Error>(())
+        },
+    );
+    let meanwhile = async {
+        tokio::time::timeout(Duration::from_secs(10), entered.notified())
+            .await
+            .expect("the run reaches its call");
+        let pick = h.pick_sql(&event);
+        let done = h
+            .inbox
+            .process(&h.pool, &warehouse, &event, async |tx| {
+                DB::exec(tx, pick.clone()).await
+            })
+            .await;
+        release.notify_one();
+        done
+    };
+    let (stepped, plain) = tokio::join!(steps, meanwhile);
+    assert!(plain.unwrap().ran(), "{}: the plain process ran", DB::LABEL);
+    assert!(
+        matches!(stepped, Ok(Stepped::Duplicate)),
+        "{}: {stepped:?}",
+        DB::LABEL
+    );
+    assert_eq!(
+        h.picks_for(&event).await,
+        1,
+        "{}: the run's final work did not commit",
+        DB::LABEL
+    );
+    assert_eq!(h.inbox_rows().await, 1, "{}", DB::LABEL);
 }
