@@ -40,10 +40,10 @@ pub trait StepsStatements: Codec {
     /// renewed once a tenth of it has passed, or ended where the lease given is 0), journals their
     /// finished steps, claims the messages whose final work is done (in the inbox, `{claims}`)
     /// and forgets the runs whose journal goes, where the database reads a list of rows from
-    /// one JSON value (PostgreSQL): what a batch's runs wrote for one commit (or one run's, on
-    /// its own), in one round trip. Binds the JSON list ([`crate::steps::pending`]); returns
-    /// each message id whose run another holds now (0), or whose claim found it handled (1).
-    /// Elsewhere each row is its own statements.
+    /// one JSON value (PostgreSQL): what a batch's runs wrote for one commit, in one round
+    /// trip. Binds the JSON list ([`crate::steps::pending`]); returns each message id whose run
+    /// another holds now (0), or whose claim found it handled (1). Elsewhere each row is its
+    /// own statements.
     const JOURNAL_ROUND: Option<&'static str> = None;
     /// Claims the runs of a batch's messages in one statement, where the
     /// database reads a list of rows from one JSON value (PostgreSQL): a new run row for each
@@ -245,7 +245,7 @@ impl StepsSql {
                 1,
             ),
             record_guarded: DB::RECORD_GUARDED.map(|text| params(text, 7)),
-            claim_one: DB::CLAIM_ONE.map(|text| {
+            claim_one: DB::CLAIM_ONE.filter(|_| done.claims).map(|text| {
                 let done = handled("d")
                     .replace("{owner}", "{1}")
                     .replace("{id}", "{2}");

@@ -3,9 +3,9 @@
 //! token, its lease renewed or ended), the step it journals, the inbox's claim of a message
 //! whose final work is done, and whether its journal goes. They are written just before the
 //! commit, all at once: on PostgreSQL one statement, elsewhere each run's own statements. A run
-//! taken over meanwhile
-//! fails its guard, a claim that finds its message handled fails too, and the transaction rolls
-//! back: nothing of it commits without its guard, and no final work commits twice.
+//! taken over meanwhile fails its guard, a claim that finds its message handled fails too, and
+//! the transaction rolls back: nothing of it commits without its guard, and no final work
+//! commits twice.
 
 use std::sync::Arc;
 
@@ -127,9 +127,9 @@ async fn write_each<DB: Backend>(
     Ok(refused)
 }
 
-/// The guards, journal rows, claims and forgetting in one statement; only where the database
-/// has it ([`StepsSql::journal_round`]), which the caller checks.
-pub(crate) async fn write_round<DB: Backend>(
+/// The guards, journal rows, claims and forgetting in one statement
+/// ([`StepsSql::journal_round`]).
+async fn write_round<DB: Backend>(
     conn: &mut DB::Connection,
     sql: &StepsSql,
     pending: &[Pending],
@@ -160,7 +160,7 @@ pub(crate) async fn write_round<DB: Backend>(
     }
     let rows = json_list(&rows, "the steps' journal")?;
     let round = Plain::reading(
-        |sql: &StepsSql| sql.journal_round.as_ref().expect("checked by the caller"),
+        |sql: &StepsSql| sql.journal_round.as_ref().expect("checked by write"),
         (rows.as_str(),),
     );
     let refusals: Vec<(String, i64)> = DB::fetch(conn, sql, round).await?;

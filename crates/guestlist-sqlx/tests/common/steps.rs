@@ -70,7 +70,7 @@ fn picked_sql<DB: Fixture>(h: &Harness<DB>) -> String {
 }
 
 /// Rows the message has in the steps table.
-async fn journal_rows<DB: Fixture>(h: &Harness<DB>, id: &MessageId) -> i64 {
+pub async fn journal_rows<DB: Fixture>(h: &Harness<DB>, id: &MessageId) -> i64 {
     h.scalar(format!(
         "SELECT count(*) FROM {}_steps WHERE message_id = '{id}'",
         h.inbox.table()

@@ -12,6 +12,7 @@ use tokio::sync::Notify;
 
 use super::harness::{Harness, handler};
 use super::steps::says_taken_over;
+use super::steps_changed_hands::handle_plainly_once_entered;
 
 /// Calls an external step made, by message and step.
 #[derive(Default)]
@@ -405,22 +406,8 @@ pub async fn a_message_handled_elsewhere_mid_steps_commits_no_final_work<DB: Fix
         });
         h.inbox.process_steps_batch(&h.pool, &warehouse, runs).await
     };
-    let meanwhile = async {
-        tokio::time::timeout(Duration::from_secs(10), entered.notified())
-            .await
-            .expect("the run reaches its call");
-        let pick = h.pick_sql(&elsewhere);
-        let done = h
-            .inbox
-            .process(&h.pool, &warehouse, &elsewhere, async |tx| {
-                DB::exec(tx, pick.clone()).await
-            })
-            .await;
-        release.notify_one();
-        done
-    };
-    let (first, plain) = tokio::join!(batch(true), meanwhile);
-    assert!(plain.unwrap().ran(), "{}: the plain process ran", DB::LABEL);
+    let meanwhile = handle_plainly_once_entered(&h, &warehouse, &elsewhere, &entered, &release);
+    let (first, ()) = tokio::join!(batch(true), meanwhile);
     assert!(
         matches!(first[0], Ok(Stepped::Duplicate)),
         "{}: {:?}",

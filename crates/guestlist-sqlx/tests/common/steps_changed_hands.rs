@@ -6,12 +6,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use guestlist_sqlx::{Error, MessageId, ProcessError, Stepped, Steps};
+use guestlist_sqlx::{Error, HandlerName, MessageId, ProcessError, Stepped, Steps};
 use guestlist_testkit::Fixture;
 use tokio::sync::Notify;
 
 use super::harness::{Harness, handler};
-use super::steps::says_taken_over;
+use super::steps::{journal_rows, says_taken_over};
 
 /// Where the stale run stalls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -134,13 +134,12 @@ async fn taken_over<DB: Fixture>(name: &str, stall: Stall) {
         DB::LABEL
     );
     assert_eq!(h.inbox_rows().await, 1, "{} {stall:?}", DB::LABEL);
-    let journal = h
-        .scalar(format!(
-            "SELECT count(*) FROM {}_steps WHERE message_id = '{event}'",
-            h.inbox.table()
-        ))
-        .await;
-    assert_eq!(journal, 0, "{} {stall:?}: the journal went", DB::LABEL);
+    assert_eq!(
+        journal_rows(&h, &event).await,
+        0,
+        "{} {stall:?}: the journal went",
+        DB::LABEL
+    );
 }
 
 /// The message is handled by other means (a plain `Inbox::process` of the same handler, as
@@ -176,22 +175,8 @@ pub async fn a_message_handled_elsewhere_mid_steps_alone_commits_no_final_work<D
             Ok::<_, anyhow::Error>(())
         },
     );
-    let meanwhile = async {
-        tokio::time::timeout(Duration::from_secs(10), entered.notified())
-            .await
-            .expect("the run reaches its call");
-        let pick = h.pick_sql(&event);
-        let done = h
-            .inbox
-            .process(&h.pool, &warehouse, &event, async |tx| {
-                DB::exec(tx, pick.clone()).await
-            })
-            .await;
-        release.notify_one();
-        done
-    };
-    let (stepped, plain) = tokio::join!(steps, meanwhile);
-    assert!(plain.unwrap().ran(), "{}: the plain process ran", DB::LABEL);
+    let meanwhile = handle_plainly_once_entered(&h, &warehouse, &event, &entered, &release);
+    let (stepped, ()) = tokio::join!(steps, meanwhile);
     assert!(
         matches!(stepped, Ok(Stepped::Duplicate)),
         "{}: {stepped:?}",
@@ -204,4 +189,28 @@ pub async fn a_message_handled_elsewhere_mid_steps_alone_commits_no_final_work<D
         DB::LABEL
     );
     assert_eq!(h.inbox_rows().await, 1, "{}", DB::LABEL);
+}
+
+/// Once a run of `event`'s steps reached its stall (`entered`), handles `event` by other means,
+/// a plain `Inbox::process` of the same handler writing its pick task, then lets the run go on
+/// (`release`).
+pub async fn handle_plainly_once_entered<DB: Fixture>(
+    h: &Harness<DB>,
+    warehouse: &HandlerName,
+    event: &MessageId,
+    entered: &Notify,
+    release: &Notify,
+) {
+    tokio::time::timeout(Duration::from_secs(10), entered.notified())
+        .await
+        .expect("the run reaches its call");
+    let pick = h.pick_sql(event);
+    let done = h
+        .inbox
+        .process(&h.pool, warehouse, event, async |tx| {
+            DB::exec(tx, pick.clone()).await
+        })
+        .await;
+    release.notify_one();
+    assert!(done.unwrap().ran(), "{}: the plain process ran", DB::LABEL);
 }

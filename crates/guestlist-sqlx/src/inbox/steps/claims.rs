@@ -157,12 +157,24 @@ impl<DB: Backend> Inbox<DB> {
         of: &RunOf,
         lease_ms: i64,
     ) -> Result<Claimed, Error> {
-        let sql = &*self.steps;
-        let token = match claim_run::<DB>(conn, sql, of, lease_ms).await? {
+        let token = match claim_run::<DB>(conn, &self.steps, of, lease_ms).await? {
             Run::Holds(token) => token,
             Run::Held(retry_after) => return Ok(Claimed::Held(retry_after)),
         };
-        match read_journal::<DB>(conn, sql, of).await? {
+        self.journal_of(conn, of, token).await
+    }
+
+    /// The journal of the run of `of` just claimed under `token`, read in a statement of its
+    /// own after the claim, which asks the inbox again: a run that committed (and forgot its
+    /// run row) while the claim waited on that row is seen only by a later statement. Where the
+    /// message turns out handled, the run row just claimed is settled.
+    pub(super) async fn journal_of(
+        &self,
+        conn: &mut DB::Connection,
+        of: &RunOf,
+        token: i64,
+    ) -> Result<Claimed, Error> {
+        match read_journal::<DB>(conn, &self.steps, of).await? {
             Some(journal) => Ok(Claimed::Holds(token, journal)),
             None => {
                 self.settle_journal(conn, of, token).await?;

@@ -20,8 +20,8 @@ use crate::backend::steps::JournalRow;
 use crate::backend::steps::StepsSql;
 use crate::fencing::new_token;
 use crate::steps::group::Group;
-use crate::steps::pending::{self, Pending, Refused};
-use crate::steps::{RunOf, Steps, end_lease, forget, give_back, read_journal};
+use crate::steps::pending::{self, Pending};
+use crate::steps::{RunOf, Steps, end_lease, forget, give_back};
 use crate::{Error, WorkError};
 
 mod batch;
@@ -29,6 +29,16 @@ mod claims;
 mod mid;
 
 pub use mid::MidSteps;
+
+/// How a run's final commit may end, by what its guard and the inbox's claim found.
+enum Settled {
+    /// The run holds the message and the claim is new: commit.
+    Claimed,
+    /// Another run holds the message now: roll back.
+    TakenOver,
+    /// The inbox held the message already (handled by other means): roll back, a duplicate.
+    Handled,
+}
 
 /// What [`Inbox::process_steps`] came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -176,20 +186,23 @@ impl<DB: Backend> Inbox<DB> {
         // The guard, the inbox's claim and the journal's end go last, just before the commit
         // (on PostgreSQL in one statement): a take-over meanwhile fails the guard, a message
         // handled by other means fails the claim, and nothing of the transaction commits.
-        let refused = self.settle_claimed(&mut tx, &fence).await?;
-        if !refused.taken.is_empty() {
-            tx.rollback().await?;
-            return Err(fence.taken_over().into());
+        match self.settle_claimed(&mut tx, &fence).await? {
+            Settled::Claimed => {
+                tx.commit().await.map_err(Error::from_commit)?;
+                count_claims(handler, Claim::Fresh, 1);
+                Ok(Stepped::Ran(output))
+            }
+            Settled::TakenOver => {
+                tx.rollback().await?;
+                Err(fence.taken_over().into())
+            }
+            Settled::Handled => {
+                tx.rollback().await?;
+                count_claims(handler, Claim::Duplicate, 1);
+                give_back(&fence).await;
+                Ok(Stepped::Duplicate)
+            }
         }
-        if !refused.handled.is_empty() {
-            tx.rollback().await?;
-            count_claims(handler, Claim::Duplicate, 1);
-            give_back(&fence).await;
-            return Ok(Stepped::Duplicate);
-        }
-        tx.commit().await.map_err(Error::from_commit)?;
-        count_claims(handler, Claim::Fresh, 1);
-        Ok(Stepped::Ran(output))
     }
 
     /// Claims the run of message `id` on its own. Where the database claims in one statement,
@@ -229,43 +242,36 @@ impl<DB: Backend> Inbox<DB> {
         if claimed == 0 {
             return self.claim_in(&mut conn, of, lease_ms).await;
         }
-        // The inbox is asked again with the journal (empty: the run row is new), in a statement
-        // of its own: a run that committed (and forgot its run row) while the claim waited on
-        // that row is seen only by a later statement.
-        match read_journal::<DB>(&mut conn, &self.steps, of).await? {
-            Some(journal) => Ok(Claimed::Holds(token, journal)),
-            None => {
-                self.settle_journal(&mut conn, of, token).await?;
-                Ok(Claimed::Handled)
-            }
-        }
+        // Empty (the run row is new), but its read asks the inbox again.
+        self.journal_of(&mut conn, of, token).await
     }
 
     /// The final commit's guard, the inbox's claim and the journal's end, on `tx` just before
-    /// the commit (on PostgreSQL in one statement).
+    /// the commit (on PostgreSQL in one statement): whether the commit may go.
     async fn settle_claimed(
         &self,
         tx: &mut DB::Connection,
         fence: &Steps<DB>,
-    ) -> Result<Refused, Error> {
-        if self.steps.settle_one.is_none() {
+    ) -> Result<Settled, Error> {
+        let (held, claimed) = if self.steps.settle_one.is_none() {
             let mut settle = self.settle_pending(&fence.run, fence.token);
             settle.claim = true;
-            return pending::write::<DB>(tx, &self.steps, &self.sql, &[settle]).await;
-        }
-        let (owner, id) = fence.run.columns();
-        let settle = Plain::reading(
-            |sql: &StepsSql| sql.settle_one.as_ref().expect("checked above"),
-            (owner, id, fence.token, i64::from(!self.keep_journals)),
-        );
-        let (held, claimed): (i64, i64) = DB::fetch_one(tx, &*self.steps, settle).await?;
-        let mut refused = Refused::default();
-        if held == 0 {
-            refused.taken.push(Arc::clone(&fence.run));
-        } else if claimed == 0 {
-            refused.handled.push(Arc::clone(&fence.run));
-        }
-        Ok(refused)
+            let refused = pending::write::<DB>(tx, &self.steps, &self.sql, &[settle]).await?;
+            (refused.taken.is_empty(), refused.handled.is_empty())
+        } else {
+            let (owner, id) = fence.run.columns();
+            let settle = Plain::reading(
+                |sql: &StepsSql| sql.settle_one.as_ref().expect("checked above"),
+                (owner, id, fence.token, i64::from(!self.keep_journals)),
+            );
+            let (held, claimed): (i64, i64) = DB::fetch_one(tx, &*self.steps, settle).await?;
+            (held > 0, claimed > 0)
+        };
+        Ok(match (held, claimed) {
+            (false, _) => Settled::TakenOver,
+            (true, false) => Settled::Handled,
+            (true, true) => Settled::Claimed,
+        })
     }
 
     /// The lease of a run of a message's steps, in milliseconds.
